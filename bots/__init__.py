@@ -1,0 +1,1 @@
+"""Thin platform adapters (terminal, Slack, Discord) and the ``selfmind`` command."""

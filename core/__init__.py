@@ -1,0 +1,1 @@
+"""SelfMind core: the platform-free turn loop, memory store, recall, reflection and streaming."""

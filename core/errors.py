@@ -1,0 +1,78 @@
+"""One exception tree for SelfMind.
+
+::
+
+    SelfMindError
+    ├── ConfigError          a setting is missing or wrong (names the variable)
+    ├── StoreError           the memory store failed or holds data it cannot read
+    │   └── MigrationError   a numbered migration failed; the file is left as it was
+    ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
+    │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
+    ├── MemoryNotFound       no such memory for this user (also: another user's id)
+    └── ModelError           Claude could not answer; ``user_message`` is short and true
+        └── StreamCutError   the answer stream ended before ``message_stop``
+
+Adapters catch ``SelfMindError`` at their edge and show ``str(error)`` (or
+``ModelError.user_message``) to the user; anything else is logged with
+``logger.exception`` and answered with a generic line.
+"""
+
+from __future__ import annotations
+
+
+class SelfMindError(Exception):
+    """Base of every error SelfMind raises on purpose."""
+
+
+class ConfigError(SelfMindError):
+    """A setting is missing or invalid; the message names the variable."""
+
+
+class StoreError(SelfMindError):
+    """The memory store failed."""
+
+
+class MigrationError(StoreError):
+    """A numbered migration failed and was rolled back."""
+
+
+class MemoryInputError(SelfMindError):
+    """Text or a file cannot become a memory; the message says why."""
+
+
+class ImportFormatError(MemoryInputError):
+    """A line of a JSON Lines import is malformed; nothing was imported."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+
+
+class MemoryNotFound(SelfMindError):
+    """The memory id does not exist for this user (it may belong to someone else)."""
+
+    def __init__(self, memory_id: int) -> None:
+        super().__init__("no such memory")
+        self.memory_id = memory_id
+
+
+class ModelError(SelfMindError):
+    """Claude could not produce an answer.
+
+    ``user_message`` is one short, true sentence for the chat.
+    """
+
+    def __init__(self, message: str, *, user_message: str) -> None:
+        super().__init__(message)
+        self.user_message = user_message
+
+
+class StreamCutError(ModelError):
+    """The answer stream stopped before ``message_stop``; ``partial`` holds the text so far."""
+
+    def __init__(self, partial: str) -> None:
+        super().__init__(
+            "answer stream ended before message_stop",
+            user_message="The answer was cut off before it finished.",
+        )
+        self.partial = partial

@@ -1,0 +1,139 @@
+"""Settings: one frozen object built from the environment and ``.env``.
+
+Every field is listed in ``.env.example``. SelfMind's own settings use the ``SELFMIND_``
+prefix (``top_k`` is ``SELFMIND_TOP_K``); platform secrets keep their usual names
+(``ANTHROPIC_API_KEY``, ``SLACK_BOT_TOKEN``, ``DISCORD_BOT_TOKEN`` ...).
+
+Build it once with :func:`load_settings` in the composition root and pass it down; nothing
+else reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.errors import ConfigError
+
+DEFAULT_MODEL = "claude-opus-4-8"
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(name, name.lower())
+
+
+class Settings(BaseSettings):
+    """All of SelfMind's settings. Immutable; units are in the names."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SELFMIND_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    # --- storage and recall
+    db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
+    recall: Literal["bm25", "hybrid"] = "bm25"
+    top_k: int = Field(default=6, ge=1, le=50)
+    dedupe_threshold: float = Field(default=0.7, gt=0.0, le=1.0)
+    recall_private_in_channels: bool = False
+
+    # --- conversation
+    history_turns: int = Field(default=12, ge=0, le=200)
+    history_retention_days: int = Field(default=30, ge=1)
+
+    # --- Claude
+    anthropic_api_key: SecretStr | None = Field(
+        default=None, validation_alias=_env("ANTHROPIC_API_KEY")
+    )
+    anthropic_base_url: str | None = Field(
+        default=None, validation_alias=_env("ANTHROPIC_BASE_URL")
+    )
+    chat_model: str = DEFAULT_MODEL
+    reflection_model: str = DEFAULT_MODEL
+    max_tokens: int = Field(default=16000, ge=1)
+    memory_max_tokens: int = Field(default=1024, ge=1)
+    anthropic_max_retries: int = Field(default=2, ge=0, le=10)
+    anthropic_timeout_s: float = Field(default=600.0, gt=0)
+    reflection_max_attempts: int = Field(default=3, ge=1, le=10)
+    reflection_related_k: int = Field(default=10, ge=0, le=50)
+    shutdown_timeout_s: float = Field(default=10.0, ge=0)
+
+    # --- streaming replies
+    slack_edit_interval_s: float = Field(default=1.0, gt=0)
+    discord_edit_interval_s: float = Field(default=1.0, gt=0)
+    slack_max_reply_chars: int = Field(default=3500, ge=200, le=12000)
+    discord_max_reply_chars: int = Field(default=2000, ge=200, le=2000)
+    slack_updates_per_minute: int = Field(default=50, ge=1)
+
+    # --- Slack
+    slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
+    slack_app_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_signing_secret: SecretStr | None = Field(
+        default=None, validation_alias=_env("SLACK_SIGNING_SECRET")
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/", validation_alias=_env("SLACK_API_URL")
+    )
+    slack_memory_notes: bool = True
+
+    # --- Discord
+    discord_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=_env("DISCORD_BOT_TOKEN")
+    )
+    discord_guild_id: int | None = Field(default=None, validation_alias=_env("DISCORD_GUILD_ID"))
+    discord_api_base_url: str | None = Field(
+        default=None, validation_alias=_env("DISCORD_API_BASE_URL")
+    )
+    discord_gateway_url: str | None = Field(
+        default=None, validation_alias=_env("DISCORD_GATEWAY_URL")
+    )
+    discord_memory_reactions: bool = True
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def db_url(self) -> str:
+        """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
+        return normalize_db_url(self.db)
+
+
+def normalize_db_url(value: str) -> str:
+    """Turn a path or URL into ``sqlite:///abs/path`` or return a ``postgresql://`` URL.
+
+    Raises ``ConfigError`` for an empty value or an unknown scheme.
+    """
+    value = value.strip()
+    if not value:
+        raise ConfigError("SELFMIND_DB is empty: give a file path or a sqlite:/// URL")
+    if value.startswith(("postgresql://", "postgres://")):
+        return value
+    if value.startswith("sqlite:///"):
+        path = value.removeprefix("sqlite:///")
+        # sqlite:////abs and sqlite:///rel both accepted.
+        return "sqlite:///" + str(Path(path).expanduser().resolve())
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        raise ConfigError(f"SELFMIND_DB: unsupported scheme {scheme!r} (use a path or sqlite:///)")
+    return "sqlite:///" + str(Path(value).expanduser().resolve())
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings from the environment and ``.env``; overrides win.
+
+    Raises ``ConfigError`` naming the first invalid variable.
+    """
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = str(err["loc"][0]) if err["loc"] else "?"
+        name = loc.upper() if loc.upper().startswith(("ANTHROPIC_", "SLACK_", "DISCORD_")) else (
+            "SELFMIND_" + loc.upper()
+        )
+        raise ConfigError(f"{name}: {err['msg']}") from None
