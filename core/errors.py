@@ -9,8 +9,11 @@
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
     │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
+    ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
+    ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
     └── ModelError           Claude could not answer; ``user_message`` is short and true
-        └── StreamCutError   the answer stream ended before ``message_stop``
+        ├── StreamCutError   the answer stream ended before ``message_stop``
+        └── MalformedOutput  a structured-output reply was not the promised JSON
 
 Adapters catch ``SelfMindError`` at their edge and show ``str(error)`` (or
 ``ModelError.user_message``) to the user; anything else is logged with
@@ -76,3 +79,41 @@ class StreamCutError(ModelError):
             user_message="The answer was cut off before it finished.",
         )
         self.partial = partial
+
+
+class MalformedOutput(ModelError):
+    """A structured-output (extraction) reply was not valid JSON for the requested schema.
+
+    ``reason`` says what was wrong (JSON syntax or the failed validation), never the text.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"structured output was not the promised JSON: {reason}",
+            user_message="Claude's answer was not in the expected format.",
+        )
+        self.reason = reason
+
+
+class RateLimited(SelfMindError):
+    """A reply sink call was refused for now (HTTP 429); retry after ``retry_after_s`` seconds.
+
+    Sinks raise it from ``post``/``edit`` with the platform's ``Retry-After`` (Slack) or
+    ``retry_after`` (Discord) value; :mod:`core.streaming` waits and continues.
+    """
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"rate limited by the chat platform; retry after {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
+
+
+class EditFailed(SelfMindError):
+    """A reply message cannot be edited any more (e.g. Slack ``msg_too_long``, deleted).
+
+    Raised by sinks from ``edit``; :mod:`core.streaming` posts the rest as a new message.
+    ``reason`` is the platform's error code or a short phrase.
+    """
+
+    def __init__(self, reason: str = "edit failed") -> None:
+        super().__init__(f"message edit failed: {reason}")
+        self.reason = reason

@@ -73,8 +73,12 @@ class Settings(BaseSettings):
     slack_updates_per_minute: int = Field(default=50, ge=1)
 
     # --- Slack
-    slack_bot_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_BOT_TOKEN"))
-    slack_app_token: SecretStr | None = Field(default=None, validation_alias=_env("SLACK_APP_TOKEN"))
+    slack_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=_env("SLACK_BOT_TOKEN")
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None, validation_alias=_env("SLACK_APP_TOKEN")
+    )
     slack_signing_secret: SecretStr | None = Field(
         default=None, validation_alias=_env("SLACK_SIGNING_SECRET")
     )
@@ -133,7 +137,9 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "?"
-        name = loc.upper() if loc.upper().startswith(("ANTHROPIC_", "SLACK_", "DISCORD_")) else (
-            "SELFMIND_" + loc.upper()
+        name = (
+            loc.upper()
+            if loc.upper().startswith(("ANTHROPIC_", "SLACK_", "DISCORD_"))
+            else ("SELFMIND_" + loc.upper())
         )
         raise ConfigError(f"{name}: {err['msg']}") from None

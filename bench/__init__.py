@@ -1,0 +1,1 @@
+"""Benchmarks: run as scripts (``python bench/retrieval.py``); each prints a table."""

@@ -1,0 +1,240 @@
+"""Recall quality and speed on the LoCoMo conversations, SelfMind against a reference BM25.
+
+    python bench/retrieval.py [--data DIR] [--json] [--scale-users 100] [--scale-per-user 10000]
+
+Each conversation's human-checked observations become one user's memories (through the real
+store and its dedupe); each question of categories 1-4 with evidence is a query; a hit at k
+means one of the top k recalled memories cites an evidence turn. The same run measures the
+reference pure-Python Okapi BM25 (:mod:`bench.reference_bm25`) on the same memories.
+
+Quality is measured twice: in a store holding only the benchmark users, and in a store that
+also holds ``scale_users * scale_per_user`` synthetic memories (texts sampled from the same
+conversations' observations and turns). Latency p50/p95 is for one synthetic user.
+
+The synthetic part of the large store is cached under ``bench/.cache/`` (git-ignored) and
+copied for each run, since building a million memories takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import reference_bm25  # noqa: E402
+from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all  # noqa: E402
+from core.dedupe import Deduper  # noqa: E402
+from core.models import NewMemory  # noqa: E402
+from core.sqlite_store import SQLiteStore  # noqa: E402
+
+KS = (1, 6, 10)
+CACHE = REPO_ROOT / "bench" / ".cache"
+LATENCY_QUERIES = 300
+REFERENCE_LATENCY_QUERIES = 60
+
+
+@dataclass
+class UserData:
+    conv: Conversation
+    user_key: str
+    evidence: dict[int, set[str]]  # memory id -> dia ids it cites
+    texts: list[str]  # for the reference ranker
+    text_evidence: list[frozenset[str]]
+
+
+def progress(total: int, label: str) -> tuple[object, object]:
+    """A rich progress bar on a terminal, else nothing."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    bar.start()
+    return bar, bar.add_task(label, total=total)
+
+
+async def load_users(store: SQLiteStore, convs: Sequence[Conversation]) -> list[UserData]:
+    users = []
+    dedupe = Deduper(0.7)
+    for conv in convs:
+        obs = list(conv.all_observations())
+        key = f"bench:{conv.name}"
+        results = await store.add_many(
+            user_key=key, memories=[NewMemory(text=o.text, source="import") for o in obs],
+            dedupe=dedupe,
+        )
+        evidence: dict[int, set[str]] = {}
+        for o, r in zip(obs, results, strict=True):
+            evidence.setdefault(r.id, set()).update(o.evidence)
+        users.append(
+            UserData(conv, key, evidence, [o.text for o in obs], [o.evidence for o in obs])
+        )
+    return users
+
+
+async def measure_selfmind(store: SQLiteStore, users: Sequence[UserData]) -> dict[str, float]:
+    hits = dict.fromkeys(KS, 0)
+    n = 0
+    for u in users:
+        for q in u.conv.questions:
+            found = await store.search(user_key=u.user_key, query=q.text, k=max(KS))
+            n += 1
+            for k in KS:
+                if any(u.evidence[s.memory.id] & q.evidence for s in found[:k]):
+                    hits[k] += 1
+    return {f"hit@{k}": round(hits[k] / n, 3) for k in KS}
+
+
+def measure_reference(users: Sequence[UserData]) -> dict[str, float]:
+    hits = dict.fromkeys(KS, 0)
+    n = 0
+    for u in users:
+        for q in u.conv.questions:
+            ranked = reference_bm25.rank(q.text, u.texts, max(KS))
+            n += 1
+            for k in KS:
+                if any(u.text_evidence[i] & q.evidence for i, _ in ranked[:k]):
+                    hits[k] += 1
+    return {f"hit@{k}": round(hits[k] / n, 3) for k in KS}
+
+
+def synthetic_texts(convs: Sequence[Conversation]) -> list[str]:
+    pool = [o.text for c in convs for o in c.all_observations()]
+    pool += [t.text for c in convs for s in c.sessions for t in s.turns if t.text.strip()]
+    return pool
+
+
+async def build_synthetic(path: Path, pool: Sequence[str], users: int, per_user: int) -> None:
+    store = await SQLiteStore.open(str(path))
+    rng = random.Random(20261129)
+    bar, task = progress(users, "building synthetic store")
+    try:
+        for u in range(users):
+            seen: dict[str, int] = {}
+            batch = []
+            for _ in range(per_user):
+                text = rng.choice(pool)[:199]
+                seen[text] = seen.get(text, 0) + 1
+                if seen[text] > 1:
+                    text = f"{text[:185]} (again {seen[text]})"
+                batch.append(NewMemory(text=text, source="import"))
+            await store.add_many(user_key=f"synthetic:{u}", memories=batch, dedupe=None)
+            if bar is not None:
+                bar.advance(task)  # type: ignore[attr-defined]
+    finally:
+        if bar is not None:
+            bar.stop()  # type: ignore[attr-defined]
+        await store.close()
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    convs = load_all(Path(args.data), args.conversations)
+    questions = [q.text for c in convs for q in c.questions]
+    with tempfile.TemporaryDirectory() as tmp:
+        small = await SQLiteStore.open(str(Path(tmp) / "small.db"))
+        users = await load_users(small, convs)
+        selfmind = await measure_selfmind(small, users)
+        await small.close()
+        reference = measure_reference(users)
+
+        total = args.scale_users * args.scale_per_user
+        CACHE.mkdir(parents=True, exist_ok=True)
+        cached = CACHE / f"synthetic-{args.scale_users}x{args.scale_per_user}-v1.db"
+        if not cached.exists():
+            t0 = time.perf_counter()
+            partial = cached.with_suffix(".partial")
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(partial) + suffix).unlink(missing_ok=True)
+            await build_synthetic(partial, synthetic_texts(convs), args.scale_users,
+                                  args.scale_per_user)
+            partial.rename(cached)
+            print(f"built {total:,} synthetic memories in {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr)
+        big_path = Path(tmp) / "big.db"
+        shutil.copyfile(cached, big_path)
+        big = await SQLiteStore.open(str(big_path))
+        shared_users = await load_users(big, convs)
+        shared = await measure_selfmind(big, shared_users)
+
+        probe = "synthetic:0"
+        user_memories = await big.count(user_key=probe)
+        stats = await big.stats()
+        latencies = []
+        for q in questions[:LATENCY_QUERIES]:
+            t0 = time.perf_counter()
+            await big.search(user_key=probe, query=q, k=6)
+            latencies.append((time.perf_counter() - t0) * 1000)
+        texts = [m.text for m in await big.export(user_key=probe)]
+        await big.close()
+    ref_latencies = []
+    for q in questions[:REFERENCE_LATENCY_QUERIES]:
+        t0 = time.perf_counter()
+        reference_bm25.rank(q, texts, 6)
+        ref_latencies.append((time.perf_counter() - t0) * 1000)
+    p50 = statistics.median(latencies)
+    ref_p50 = statistics.median(ref_latencies)
+    return {
+        "selfmind": {**selfmind, "hit@6_shared_store": shared["hit@6"]},
+        "reference_bm25": reference,
+        "scale": {
+            "memories_total": stats.total,
+            "user_memories": user_memories,
+            "selfmind_p50_ms": round(p50, 3),
+            "selfmind_p95_ms": round(percentile(latencies, 95), 3),
+            "reference_p50_ms": round(ref_p50, 3),
+            "speedup_p50": round(ref_p50 / p50, 1),
+        },
+        "questions": len(questions),
+    }
+
+
+def print_table(result: dict[str, object]) -> None:
+    sm = result["selfmind"]
+    ref = result["reference_bm25"]
+    sc = result["scale"]
+    assert isinstance(sm, dict) and isinstance(ref, dict) and isinstance(sc, dict)
+    print(f"LoCoMo retrieval, {result['questions']} questions (categories 1-4)")
+    print(f"{'ranker':<34}{'Hit@1':>8}{'Hit@6':>8}{'Hit@10':>8}")
+    print(f"{'SelfMind (FTS5 + per-user BM25)':<34}"
+          f"{sm['hit@1']:>8.3f}{sm['hit@6']:>8.3f}{sm['hit@10']:>8.3f}")
+    print(f"{'reference Okapi BM25 (pure Python)':<34}"
+          f"{ref['hit@1']:>8.3f}{ref['hit@6']:>8.3f}{ref['hit@10']:>8.3f}")
+    print(f"SelfMind Hit@6 in the shared store ({sc['memories_total']:,} memories): "
+          f"{sm['hit@6_shared_store']:.3f}")
+    print(f"recall latency, user with {sc['user_memories']:,} memories: "
+          f"SelfMind p50 {sc['selfmind_p50_ms']:.2f} ms, p95 {sc['selfmind_p95_ms']:.2f} ms; "
+          f"reference p50 {sc['reference_p50_ms']:.1f} ms; speedup {sc['speedup_p50']}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--conversations", nargs="*", default=None)
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--scale-users", type=int, default=100)
+    parser.add_argument("--scale-per-user", type=int, default=10_000)
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print_table(result)
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

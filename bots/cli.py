@@ -1,0 +1,333 @@
+"""The ``selfmind`` command: the composition root for every adapter and the admin tools.
+
+    selfmind [--db DB] [--log-level LEVEL] chat [--user NAME]
+    selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
+
+Errors print one line to stderr and exit 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from core.errors import SelfMindError
+from core.models import Memory, ScoredMemory
+from core.service import MemoryService, parse_user_key
+from core.settings import Settings, load_settings, normalize_db_url
+from core.store import MemoryStore, open_store
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="SelfMind: a Claude chat bot that remembers its users.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+memories_app = typer.Typer(help="Manage one user's memories.", no_args_is_help=True)
+app.add_typer(memories_app, name="memories")
+
+
+@dataclass
+class Context:
+    """What the global options decided; built once per invocation."""
+
+    settings: Settings
+    db_url: str
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` to stderr; return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; a SelfMindError becomes one line on stderr and exit code 1."""
+    try:
+        return asyncio.run(coro)
+    except SelfMindError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database: a file path or sqlite:///PATH (default SELFMIND_DB)."),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")
+    ] = None,
+) -> None:
+    """Global options come before the subcommand."""
+    overrides: dict[str, object] = {}
+    if db is not None:
+        overrides["db"] = db
+    if log_level is not None:
+        overrides["log_level"] = log_level.upper()
+    try:
+        settings = load_settings(**overrides)
+        url = normalize_db_url(settings.db)
+    except SelfMindError as exc:
+        raise fail(str(exc)) from None
+    # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
+    quiet = ctx.invoked_subcommand in ("memories", "chat") and log_level is None
+    logging.basicConfig(
+        level="WARNING" if quiet else settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.obj = Context(settings=settings, db_url=url)
+
+
+async def with_service(ctx: Context, work: Callable[[MemoryService], Awaitable[T]]) -> T:
+    """Open the store, run ``work`` with a service over it, close the store."""
+    store: MemoryStore = await open_store(ctx.db_url)
+    try:
+        return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
+    finally:
+        await store.close()
+
+
+def user_option() -> Any:
+    return typer.Option(
+        "--user", "-u", help="User key (slack:T:U, discord:ID) or a name (cli:NAME)."
+    )
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+UserKey = Annotated[str, user_option()]
+
+
+def _key(value: str) -> str:
+    try:
+        return parse_user_key(value)
+    except SelfMindError as exc:
+        raise fail(str(exc)) from None
+
+
+def _row(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "text": m.text,
+        "kind": m.kind,
+        "category": m.category,
+        "origin": m.origin,
+        "created_at": m.created_at.isoformat(),
+    }
+
+
+def _print_memories(rows: list[Memory], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps([_row(m) for m in rows], ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo("no memories")
+    for m in rows:
+        typer.echo(f"#{m.id}  [{m.kind}/{m.category}/{m.origin}]  {m.text}")
+
+
+@memories_app.command("remember")
+def memories_remember(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="One sentence, under 200 characters.")],
+    user: UserKey,
+    as_json: JsonFlag = False,
+) -> None:
+    """Store a memory for a user (deduplicated against what is known)."""
+    key = _key(user)
+    result = run(with_service(ctx.obj, lambda s: s.remember(user_key=key, text=text)))
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {"id": result.id, "status": result.status, "duplicate_of": result.duplicate_of}
+            )
+        )
+    elif result.status == "added":
+        typer.echo(f"remembered #{result.id}")
+    else:
+        typer.echo(f"already known as #{result.id}")
+
+
+@memories_app.command("list")
+def memories_list(
+    ctx: typer.Context,
+    user: UserKey,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Page size.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """List a user's memories, newest first."""
+    key = _key(user)
+    rows = run(
+        with_service(ctx.obj, lambda s: s.list_memories(user_key=key, limit=limit, offset=offset))
+    )
+    _print_memories(rows, as_json)
+
+
+@memories_app.command("search")
+def memories_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="Any text.")],
+    user: UserKey,
+    k: Annotated[int, typer.Option("--k", min=1, max=100, help="How many.")] = 6,
+    as_json: JsonFlag = False,
+) -> None:
+    """Recall a user's memories most relevant to QUERY (BM25), best first."""
+    key = _key(user)
+    found: list[ScoredMemory] = run(
+        with_service(ctx.obj, lambda s: s.search(user_key=key, query=query, k=k))
+    )
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [{**_row(f.memory), "score": round(f.score, 6)} for f in found],
+                ensure_ascii=False,
+            )
+        )
+        return
+    if not found:
+        typer.echo("no memories match")
+    for f in found:
+        typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {f.memory.text}")
+
+
+@memories_app.command("forget")
+def memories_forget(
+    ctx: typer.Context,
+    user: UserKey,
+    memory_id: Annotated[int | None, typer.Argument(metavar="ID", help="Memory id.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Forget one memory (ID) or all of them (--all): the text is erased."""
+    key = _key(user)
+    if (memory_id is None) == (not all_):
+        raise fail("give a memory ID or --all (not both)", 2)
+    if all_:
+        count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
+    else:
+        assert memory_id is not None
+
+        async def one(s: MemoryService) -> int:
+            await s.forget(user_key=key, memory_id=memory_id)
+            return 1
+
+        count = run(with_service(ctx.obj, one))
+    typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
+
+
+@memories_app.command("export")
+def memories_export(ctx: typer.Context, user: UserKey, as_json: JsonFlag = True) -> None:
+    """Print a user's memories as JSON Lines (importable under any user)."""
+    key = _key(user)
+    records = run(with_service(ctx.obj, lambda s: s.export(user_key=key)))
+    for record in records:
+        typer.echo(json.dumps(record, ensure_ascii=False))
+
+
+@memories_app.command("import")
+def memories_import(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="JSON Lines file, or - for stdin.")],
+    user: UserKey,
+    as_json: JsonFlag = False,
+) -> None:
+    """Import JSON Lines memories; all or nothing (a bad line names its number)."""
+    key = _key(user)
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {file}: {exc}") from None
+    lines = text.splitlines()
+
+    async def work(s: MemoryService) -> Any:
+        if sys.stderr.isatty() and len(lines) > 1000:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                bar.add_task("importing", total=None)
+                return await s.import_lines(user_key=key, lines=lines)
+        return await s.import_lines(user_key=key, lines=lines)
+
+    result = run(with_service(ctx.obj, work))
+    if as_json:
+        typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
+    else:
+        typer.echo(f"imported {result.added}, {result.duplicates} already known")
+
+
+@memories_app.command("stats")
+def memories_stats(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Counts of active memories by kind and category (one user, or the whole store)."""
+    key = _key(user) if user is not None else None
+    stats = run(with_service(ctx.obj, lambda s: s.stats(user_key=key)))
+    data = {"total": stats.total, "by_kind": stats.by_kind, "by_category": stats.by_category}
+    if as_json:
+        typer.echo(json.dumps(data))
+    else:
+        typer.echo(f"total {stats.total}")
+        for name, count in sorted({**stats.by_kind, **stats.by_category}.items()):
+            typer.echo(f"  {name}: {count}")
+
+
+@memories_app.command("history")
+def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = False) -> None:
+    """A user's memory events (added, superseded, forgotten), oldest first."""
+    key = _key(user)
+    events = run(with_service(ctx.obj, lambda s: s.history(user_key=key)))
+    rows = [
+        {
+            "memory_id": e.memory_id,
+            "event": e.event,
+            "at": e.at.isoformat(),
+            "conversation": e.conversation_key,
+        }
+        for e in events
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    for r in rows:
+        typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
+
+
+@app.command("chat")
+def chat(
+    ctx: typer.Context,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="Your name (memory key cli:NAME).")
+    ] = None,
+) -> None:
+    """Chat in the terminal (one message per line when stdin is not a terminal)."""
+    from bots.terminal import run_terminal
+
+    name = user or getpass.getuser()
+    key = _key(name)
+    code = run(run_terminal(ctx.obj.settings, db_url=ctx.obj.db_url, user_key=key))
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""The ChatModel seam and its Claude implementation over ``anthropic.AsyncAnthropic``.
+
+Two calls reach the model:
+
+- ``stream(system=..., messages=...)``: the answer, streamed with adaptive thinking
+  (``thinking={"type": "adaptive"}``). Only text deltas are yielded; thinking never is.
+- ``extract(system=..., prompt=..., output=Model)``: reflection/extraction, one non-streaming
+  call with thinking disabled and structured output
+  (``output_config={"format": {"type": "json_schema", "schema": ...}}``), parsed and validated
+  with the pydantic model here, since the API returns it as text.
+
+Prompt caching: each :class:`SystemBlock` with ``cache=True`` is sent with
+``cache_control: {"type": "ephemeral"}``; put the stable block first, the volatile after it.
+
+Errors (all :class:`core.errors.ModelError`, ``user_message`` in quotes). The SDK has
+already retried 408/409/429/5xx ``max_retries`` times, obeying ``retry-after``:
+
+==========================================  ======================================================
+401/403 (``AuthenticationError``...)        "The API key was refused; an admin must fix
+                                            ANTHROPIC_API_KEY."
+429, or an in-stream ``rate_limit_error``   "Claude is rate-limiting us, try again shortly."
+529, or an in-stream ``overloaded_error``   "Claude is overloaded, try again in a minute."
+other 5xx, or an in-stream ``api_error``    "Claude had an internal error, try again in a minute."
+400 and other statuses                      "Claude refused the request."
+``APITimeoutError``                         "Claude timed out."
+``APIConnectionError``                      "I can't reach Claude right now."
+answer stream without ``message_stop``      ``StreamCutError`` (``partial`` = text so far): the
+                                            body ended, the connection dropped, or a read
+                                            timed out after some text (before any: "Claude
+                                            timed out.")
+extraction text not valid for the model     ``MalformedOutput``
+==========================================  ======================================================
+
+Logging: model names, stop reasons, token counts and request ids at INFO; prompt and answer
+text only at DEBUG; never the API key.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+
+import anthropic
+import httpx2
+import pydantic
+from anthropic.types import (
+    AssistantMessageParam,
+    MessageParam,
+    TextBlockParam,
+    UserMessageParam,
+)
+from anthropic.types import Usage as ApiUsage
+
+from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from core.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=pydantic.BaseModel)
+
+
+@dataclass(frozen=True)
+class SystemBlock:
+    """One block of the system prompt; ``cache=True`` marks a prompt-cache breakpoint."""
+
+    text: str
+    cache: bool = False
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One turn of the conversation history, oldest first; ``content`` is plain text."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one call, as the API reports them (0 when absent).
+
+    ``input_tokens`` excludes the cached prefix: the prompt's total is the sum of
+    ``input_tokens``, ``cache_read_input_tokens`` and ``cache_creation_input_tokens``.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    @classmethod
+    def from_api(cls, usage: ApiUsage) -> Usage:
+        """Convert the SDK's ``Usage`` (whose cache counts may be None)."""
+        return cls(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+        )
+
+
+@dataclass(frozen=True)
+class Extraction(Generic[T]):
+    """A validated structured-output reply: ``value`` is an instance of the requested model."""
+
+    value: T
+    usage: Usage
+
+
+class AnswerStream(Protocol):
+    """An answer being streamed: iterate for text deltas (``str``, in order).
+
+    Once exhausted, ``stop_reason`` (e.g. ``"end_turn"``, ``"max_tokens"``) and ``usage`` are
+    set; before that they are None. Iteration raises ``ModelError`` (``StreamCutError`` when
+    the stream ends before ``message_stop``). Call ``aclose()`` when abandoning it early.
+    """
+
+    def __aiter__(self) -> AnswerStream: ...
+
+    async def __anext__(self) -> str: ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def usage(self) -> Usage | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ChatModel(Protocol):
+    """The LLM seam: a streamed chat answer and a structured extraction."""
+
+    def stream(
+        self, *, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+    ) -> AnswerStream:
+        """Start an answer; no request is sent until the first iteration."""
+        ...
+
+    async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
+        """Ask for JSON matching ``output``'s schema; raises ``MalformedOutput`` if it is not."""
+        ...
+
+
+class ClaudeChatModel:
+    """:class:`ChatModel` over the Messages API. Owns its ``AsyncAnthropic`` client: use as
+    ``async with`` (or call ``aclose()``).
+
+    ``max_tokens`` bounds a chat answer (thinking included), ``memory_max_tokens`` an
+    extraction; ``timeout_s`` is the SDK's per-request timeout in seconds; ``max_retries`` is
+    how often the SDK retries 408/409/429/5xx and connection errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        chat_model: str,
+        reflection_model: str,
+        max_tokens: int,
+        memory_max_tokens: int,
+        base_url: str | None = None,
+        max_retries: int = 2,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
+        )
+        self.chat_model = chat_model
+        self.reflection_model = reflection_model
+        self.max_tokens = max_tokens
+        self.memory_max_tokens = memory_max_tokens
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClaudeChatModel:
+        """Build from :class:`core.settings.Settings`; ``ConfigError`` if the key is missing."""
+        if settings.anthropic_api_key is None:
+            raise ConfigError("ANTHROPIC_API_KEY is not set")
+        return cls(
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            base_url=settings.anthropic_base_url,
+            chat_model=settings.chat_model,
+            reflection_model=settings.reflection_model,
+            max_tokens=settings.max_tokens,
+            memory_max_tokens=settings.memory_max_tokens,
+            max_retries=settings.anthropic_max_retries,
+            timeout_s=settings.anthropic_timeout_s,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and its connections."""
+        await self._client.close()
+
+    async def __aenter__(self) -> ClaudeChatModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def stream(
+        self, *, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+    ) -> AnswerStream:
+        """Stream an answer from ``chat_model``, thinking adaptive; see :class:`AnswerStream`."""
+        return _ClaudeAnswerStream(self, system=system, messages=messages)
+
+    async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
+        """One structured-output call to ``reflection_model`` (thinking disabled).
+
+        The schema sent is ``anthropic.transform_schema(output)``: ``additionalProperties:
+        false`` on objects, and constraints the API refuses (``max_length``, ``ge``...) moved
+        into descriptions; they are enforced here by ``output.model_validate_json``.
+        Raises ``MalformedOutput`` if the text is not valid JSON for ``output``, else
+        ``ModelError`` as in the module docstring.
+        """
+        logger.debug("extract prompt (%d chars): %s", len(prompt), prompt)
+        try:
+            message = await self._client.messages.create(
+                model=self.reflection_model,
+                max_tokens=self.memory_max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": prompt}],
+                thinking={"type": "disabled"},
+                output_config={"format": {"type": "json_schema", "schema": _schema(output)}},
+            )
+        except anthropic.APIError as exc:
+            raise _model_error(exc, call="extract") from exc
+        usage = Usage.from_api(message.usage)
+        text = "".join(block.text for block in message.content if block.type == "text")
+        logger.info(
+            "extract done: model=%s output=%s stop_reason=%s usage=%s request_id=%s",
+            self.reflection_model,
+            output.__name__,
+            message.stop_reason,
+            usage,
+            message._request_id,
+        )
+        logger.debug("extract reply (%d chars): %s", len(text), text)
+        try:
+            value = output.model_validate_json(text)
+        except pydantic.ValidationError as exc:
+            reason = _validation_summary(exc, stop_reason=message.stop_reason)
+            logger.warning("extract reply malformed: output=%s %s", output.__name__, reason)
+            raise MalformedOutput(reason) from None
+        return Extraction(value=value, usage=usage)
+
+
+class _ClaudeAnswerStream:
+    """One streamed answer (see :class:`AnswerStream`); the request starts on first iteration."""
+
+    def __init__(
+        self,
+        model: ClaudeChatModel,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatMessage],
+    ) -> None:
+        self._model = model
+        self._system: list[TextBlockParam] = [_system_param(block) for block in system]
+        self._messages: list[MessageParam] = [_message_param(m) for m in messages]
+        self._gen = self._run()
+        self.stop_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> _ClaudeAnswerStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop the stream and release its connection; safe to call twice."""
+        await self._gen.aclose()
+
+    async def _run(self) -> AsyncGenerator[str, None]:
+        model = self._model
+        parts: list[str] = []
+        stopped = False
+        logger.debug("chat request: system=%s messages=%s", self._system, self._messages)
+        try:
+            async with model._client.messages.stream(
+                model=model.chat_model,
+                max_tokens=model.max_tokens,
+                system=self._system,
+                messages=self._messages,
+                thinking={"type": "adaptive"},
+            ) as stream:
+                async for event in stream:
+                    if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                        parts.append(event.delta.text)
+                        yield event.delta.text
+                    elif event.type == "message_stop":
+                        stopped = True
+                if not stopped:
+                    raise _cut(parts, "body ended")
+                final = stream.current_message_snapshot
+        except anthropic.APIError as exc:
+            raise _model_error(exc, call="stream") from exc
+        except httpx2.TimeoutException as exc:
+            if parts:
+                raise _cut(parts, "read timed out") from exc
+            logger.warning("stream timed out before the first text delta")
+            raise ModelError("stream: read timed out", user_message="Claude timed out.") from exc
+        except httpx2.TransportError as exc:
+            raise _cut(parts, type(exc).__name__) from exc
+        self.stop_reason = final.stop_reason
+        self.usage = Usage.from_api(final.usage)
+        logger.info(
+            "stream done: model=%s stop_reason=%s chars=%d usage=%s",
+            model.chat_model,
+            self.stop_reason,
+            sum(map(len, parts)),
+            self.usage,
+        )
+        logger.debug("chat answer: %s", "".join(parts))
+
+
+def _cut(parts: list[str], how: str) -> StreamCutError:
+    partial = "".join(parts)
+    logger.warning("answer stream cut before message_stop (%s) after %d chars", how, len(partial))
+    return StreamCutError(partial=partial)
+
+
+def _message_param(message: ChatMessage) -> MessageParam:
+    if message.role == "user":
+        return UserMessageParam(role="user", content=message.content)
+    return AssistantMessageParam(role="assistant", content=message.content)
+
+
+def _system_param(block: SystemBlock) -> TextBlockParam:
+    param: TextBlockParam = {"type": "text", "text": block.text}
+    if block.cache:
+        param["cache_control"] = {"type": "ephemeral"}
+    return param
+
+
+@functools.cache
+def _schema(output: type[pydantic.BaseModel]) -> dict[str, Any]:
+    """The JSON schema sent for ``output``, in the subset the API accepts."""
+    return anthropic.transform_schema(output)
+
+
+def _validation_summary(exc: pydantic.ValidationError, *, stop_reason: str | None) -> str:
+    """Where and why validation failed, without the input values (they are user text)."""
+    errors = exc.errors(include_url=False, include_input=False)
+    where = "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['type']}" for e in errors[:5]
+    )
+    return f"{len(errors)} error(s) ({where}), stop_reason={stop_reason}"
+
+
+_OVERLOADED = "Claude is overloaded, try again in a minute."
+_RATE_LIMITED = "Claude is rate-limiting us, try again shortly."
+_INTERNAL = "Claude had an internal error, try again in a minute."
+_REFUSED_KEY = "The API key was refused; an admin must fix ANTHROPIC_API_KEY."
+_REFUSED = "Claude refused the request."
+
+
+def _model_error(exc: anthropic.APIError, *, call: str) -> ModelError:
+    """Map an SDK error (after its own retries) to a ``ModelError`` with a true user message."""
+    if isinstance(exc, anthropic.APITimeoutError):
+        user_message = "Claude timed out."
+    elif isinstance(exc, anthropic.APIConnectionError):
+        user_message = "I can't reach Claude right now."
+    elif isinstance(exc, anthropic.APIStatusError):
+        user_message = _status_message(exc.status_code, exc.type)
+    else:
+        user_message = _INTERNAL
+    status = getattr(exc, "status_code", None)
+    request_id = getattr(exc, "request_id", None)
+    logger.warning(
+        "%s failed: %s status=%s type=%s request_id=%s",
+        call,
+        type(exc).__name__,
+        status,
+        getattr(exc, "type", None),
+        request_id,
+    )
+    detail = f"{call}: {type(exc).__name__} status={status} request_id={request_id}"
+    return ModelError(detail, user_message=user_message)
+
+
+def _status_message(status: int, error_type: str | None) -> str:
+    if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
+        return _REFUSED_KEY
+    if status == 429 or error_type == "rate_limit_error":
+        return _RATE_LIMITED
+    if status == 529 or error_type == "overloaded_error":
+        return _OVERLOADED
+    if status >= 500 or error_type == "api_error":
+        return _INTERNAL
+    return _REFUSED
+
+
+__all__ = [
+    "AnswerStream",
+    "ChatMessage",
+    "ChatModel",
+    "ClaudeChatModel",
+    "Extraction",
+    "SystemBlock",
+    "Usage",
+]

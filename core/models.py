@@ -1,0 +1,102 @@
+"""Plain data shared by the core and the adapters (no I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal, get_args
+
+Kind = Literal["fact", "preference", "correction", "context"]
+Category = Literal["communication", "code", "tools", "workflow", "general"]
+Source = Literal["reflection", "remember", "import"]
+Origin = Literal["private", "shared"]
+EventKind = Literal["added", "superseded", "forgotten"]
+
+KINDS: tuple[str, ...] = get_args(Kind)
+CATEGORIES: tuple[str, ...] = get_args(Category)
+SOURCES: tuple[str, ...] = get_args(Source)
+ORIGINS: tuple[str, ...] = get_args(Origin)
+
+MAX_MEMORY_CHARS = 200
+"""A memory is one standalone sentence under 200 characters (the product's memory rule)."""
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One stored memory of one user."""
+
+    id: int
+    user_key: str
+    text: str
+    kind: Kind
+    category: Category
+    source: Source
+    origin: Origin
+    created_at: datetime
+    updated_at: datetime
+    conversation_key: str | None = None
+    superseded_by: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while the memory takes part in recall (not superseded)."""
+        return self.superseded_by is None
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A memory about to be written: the text and its labels, without id or owner."""
+
+    text: str
+    kind: Kind = "fact"
+    category: Category = "general"
+    source: Source = "remember"
+    origin: Origin = "private"
+    conversation_key: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    """A recalled memory and its BM25 score (higher is better)."""
+
+    memory: Memory
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``."""
+
+    id: int
+    status: Literal["added", "duplicate"]
+
+    @property
+    def duplicate_of(self) -> int | None:
+        return self.id if self.status == "duplicate" else None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One row of a user's memory history. Forgotten memories keep only id and event."""
+
+    memory_id: int
+    event: EventKind
+    at: datetime
+    conversation_key: str | None = None
+    related_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """Counts of active memories."""
+
+    total: int
+    by_kind: dict[str, int] = field(default_factory=dict)
+    by_category: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,235 @@
+"""Memory operations every adapter uses: remember, forget, list, search, stats, history,
+export and import. One object, :class:`MemoryService`, over a :class:`core.store.MemoryStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from core.dedupe import Deduper
+from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
+from core.models import (
+    CATEGORIES,
+    KINDS,
+    MAX_MEMORY_CHARS,
+    ORIGINS,
+    SOURCES,
+    AddResult,
+    Category,
+    Kind,
+    Memory,
+    MemoryEvent,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ScoredMemory,
+    Source,
+)
+from core.store import MemoryStore
+
+logger = logging.getLogger(__name__)
+
+MAX_IMPORT_LINES = 100_000
+"""An import file holds at most this many memories."""
+
+
+def clean_memory_text(text: str) -> str:
+    """Strip and collapse whitespace; raise ``MemoryInputError`` if empty or too long.
+
+    A memory is one sentence under ``MAX_MEMORY_CHARS`` (200) characters.
+    """
+    cleaned = " ".join(text.split())
+    if not cleaned:
+        raise MemoryInputError("a memory needs some text")
+    if len(cleaned) >= MAX_MEMORY_CHARS:
+        raise MemoryInputError(
+            f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
+        )
+    return cleaned
+
+
+def parse_user_key(value: str) -> str:
+    """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME``.
+
+    Raises ``MemoryInputError`` for an empty key or one with blank parts.
+    """
+    value = value.strip()
+    if not value:
+        raise MemoryInputError("a user is required")
+    key = value if ":" in value else f"cli:{value}"
+    if any(not part.strip() for part in key.split(":")):
+        raise MemoryInputError(f"malformed user key {value!r}")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """Counts of an import."""
+
+    added: int
+    duplicates: int
+
+
+def memory_to_export(memory: Memory) -> dict[str, Any]:
+    """One export line (no id, no user key, so it imports anywhere)."""
+    return {
+        "text": memory.text,
+        "kind": memory.kind,
+        "category": memory.category,
+        "origin": memory.origin,
+        "source": memory.source,
+        "created_at": memory.created_at.isoformat(),
+        "updated_at": memory.updated_at.isoformat(),
+    }
+
+
+def _choice(obj: dict[str, Any], key: str, allowed: Sequence[str], default: str, line: int) -> str:
+    value = obj.get(key, default)
+    if value not in allowed:
+        raise ImportFormatError(line, f"{key} must be one of {', '.join(allowed)}")
+    return cast(str, value)
+
+
+def _time(obj: dict[str, Any], key: str, line: int) -> datetime | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ImportFormatError(line, f"{key} is not an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        raise ImportFormatError(line, f"{key} needs a timezone")
+    return parsed
+
+
+def parse_import_line(raw: str, line: int) -> NewMemory | None:
+    """One JSON Lines record as a :class:`NewMemory` (``source`` kept); None for a blank line.
+
+    Raises ``ImportFormatError`` naming ``line``.
+    """
+    if not raw.strip():
+        return None
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(line, f"not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        raise ImportFormatError(line, 'expected an object with a "text" string')
+    try:
+        text = clean_memory_text(obj["text"])
+    except MemoryInputError as exc:
+        raise ImportFormatError(line, str(exc)) from None
+    return NewMemory(
+        text=text,
+        kind=cast(Kind, _choice(obj, "kind", KINDS, "fact", line)),
+        category=cast(Category, _choice(obj, "category", CATEGORIES, "general", line)),
+        origin=cast(Origin, _choice(obj, "origin", ORIGINS, "private", line)),
+        source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
+        created_at=_time(obj, "created_at", line),
+        updated_at=_time(obj, "updated_at", line),
+    )
+
+
+class MemoryService:
+    """The memory operations, always on behalf of one ``user_key``."""
+
+    def __init__(self, store: MemoryStore, *, dedupe_threshold: float = 0.7) -> None:
+        self.store = store
+        self.deduper = Deduper(dedupe_threshold)
+
+    async def remember(
+        self,
+        *,
+        user_key: str,
+        text: str,
+        kind: Kind = "fact",
+        category: Category = "general",
+        source: Source = "remember",
+        origin: Origin = "private",
+        conversation_key: str | None = None,
+    ) -> AddResult:
+        """Store ``text`` unless an equivalent memory exists.
+
+        Raises ``MemoryInputError`` for empty or over-long text.
+        """
+        memory = NewMemory(
+            text=clean_memory_text(text),
+            kind=kind,
+            category=category,
+            source=source,
+            origin=origin,
+            conversation_key=conversation_key,
+        )
+        result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
+        logger.info("remember user=%s id=%s status=%s", user_key, result.id, result.status)
+        return result
+
+    async def forget(self, *, user_key: str, memory_id: int) -> None:
+        """Forget one of the user's memories. Raises ``MemoryNotFound`` if it is not theirs."""
+        if not await self.store.forget(user_key=user_key, memory_id=memory_id):
+            raise MemoryNotFound(memory_id)
+        logger.info("forget user=%s id=%s", user_key, memory_id)
+
+    async def forget_all(self, *, user_key: str) -> int:
+        """Forget all of the user's memories and conversation history; returns the count."""
+        count = await self.store.forget_all(user_key=user_key)
+        logger.info("forget_all user=%s count=%s", user_key, count)
+        return count
+
+    async def list_memories(
+        self, *, user_key: str, limit: int = 20, offset: int = 0
+    ) -> list[Memory]:
+        """Active memories, newest first; ``limit`` in 1..1000."""
+        return await self.store.list_memories(
+            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0)
+        )
+
+    async def count(self, *, user_key: str) -> int:
+        """Number of active memories."""
+        return await self.store.count(user_key=user_key)
+
+    async def search(
+        self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]:
+        """BM25 recall, best first; any text is a valid query."""
+        return await self.store.search(
+            user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
+        )
+
+    async def stats(self, *, user_key: str | None = None) -> MemoryStats:
+        """Counts by kind and category."""
+        return await self.store.stats(user_key=user_key)
+
+    async def history(self, *, user_key: str) -> list[MemoryEvent]:
+        """Memory events, oldest first."""
+        return await self.store.history(user_key=user_key)
+
+    async def export(self, *, user_key: str) -> list[dict[str, Any]]:
+        """Active memories as export records, oldest first."""
+        return [memory_to_export(m) for m in await self.store.export(user_key=user_key)]
+
+    async def import_lines(self, *, user_key: str, lines: Iterable[str]) -> ImportResult:
+        """Import JSON Lines: all or nothing.
+
+        Every line is validated first; a malformed one raises ``ImportFormatError`` naming
+        its number and nothing is written.
+        """
+        memories = []
+        for number, raw in enumerate(lines, start=1):
+            if number > MAX_IMPORT_LINES:
+                raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
+            parsed = parse_import_line(raw, number)
+            if parsed is not None:
+                memories.append(parsed)
+        results = await self.store.add_many(
+            user_key=user_key, memories=memories, dedupe=self.deduper
+        )
+        added = sum(r.status == "added" for r in results)
+        logger.info("import user=%s added=%s duplicates=%s", user_key, added, len(results) - added)
+        return ImportResult(added=added, duplicates=len(results) - added)

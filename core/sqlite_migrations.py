@@ -1,0 +1,101 @@
+"""Numbered SQLite migrations, applied in order, each in one transaction.
+
+Never edit a released migration: add ``m00N_...`` at the end.
+"""
+
+from __future__ import annotations
+
+M001_INITIAL = """
+CREATE TABLE users (
+    uid INTEGER PRIMARY KEY,
+    user_key TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    n_docs INTEGER NOT NULL DEFAULT 0,     -- active memories: BM25's N for this user
+    total_len INTEGER NOT NULL DEFAULT 0   -- sum of their index-term counts: BM25 avgdl * N
+);
+
+CREATE TABLE memories (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    text TEXT NOT NULL,
+    norm TEXT NOT NULL,                   -- core.text.normalize(text), for exact dedupe
+    terms TEXT NOT NULL,                  -- index terms, u{uid}_{stem} ..., see core.text
+    n_terms INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('fact', 'preference', 'correction', 'context')),
+    category TEXT NOT NULL
+        CHECK (category IN ('communication', 'code', 'tools', 'workflow', 'general')),
+    source TEXT NOT NULL CHECK (source IN ('reflection', 'remember', 'import')),
+    origin TEXT NOT NULL CHECK (origin IN ('private', 'shared')),
+    conversation_key TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    superseded_by INTEGER,
+    superseded_at TEXT
+);
+CREATE INDEX memories_by_user ON memories(uid, id);
+CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm) WHERE superseded_by IS NULL;
+
+CREATE TABLE memory_events (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    memory_id INTEGER NOT NULL,
+    event TEXT NOT NULL CHECK (event IN ('added', 'superseded', 'forgotten')),
+    at TEXT NOT NULL,
+    conversation_key TEXT,
+    related_id INTEGER                    -- for 'superseded': the memory that replaced it
+);
+CREATE INDEX memory_events_by_user ON memory_events(uid, id);
+
+-- Contentless FTS5 index over the prefixed terms of ACTIVE memories only, plus one marker
+-- term per row for its origin (u{uid}__private / u{uid}__shared; no stem starts with "_").
+-- Rows leave it by the 'delete' command with the same values. columnsize=0: no per-row
+-- length table, so bm25() here ignores length (3x cheaper); lengths come from n_terms when
+-- core.sqlite_store re-scores the candidates. bm25() weights: one column, 1.0.
+CREATE VIRTUAL TABLE memories_fts USING fts5(
+    terms, content='', columnsize=0, tokenize="unicode61 tokenchars '_'"
+);
+CREATE VIRTUAL TABLE memories_vocab USING fts5vocab(memories_fts, 'row');
+
+CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms
+        WHERE uid = new.uid;
+END;
+
+CREATE TRIGGER memories_ad AFTER DELETE ON memories WHEN old.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms
+        WHERE uid = old.uid;
+END;
+
+CREATE TRIGGER memories_superseded AFTER UPDATE OF superseded_by ON memories
+WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms
+        WHERE uid = old.uid;
+END;
+
+CREATE TRIGGER memories_restored AFTER UPDATE OF superseded_by ON memories
+WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms
+        WHERE uid = new.uid;
+END;
+
+CREATE TRIGGER memories_reworded AFTER UPDATE OF terms ON memories
+WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET total_len = total_len - old.n_terms + new.n_terms WHERE uid = new.uid;
+END;
+"""
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "m001_initial", M001_INITIAL),
+]

@@ -1,0 +1,600 @@
+"""SQLite memory store: aiosqlite, one long-lived connection, WAL, FTS5 BM25 recall.
+
+Index design. Each memory's FTS5 row holds index terms made in Python, every term prefixed
+with its owner's numeric id (``u17_prefer u17_dark u17_mode``; :func:`core.text.index_terms`).
+A recall query is an OR of the user's own prefixed terms, so FTS5 reads only that user's
+postings: the cost grows with the user's memories, not with the file (no store-wide result
+filtered by user).
+
+Ranking. FTS5's ``bm25()`` (k1 = 1.2, b = 0.75) counts documents and average length over the
+whole table, which would let other users' memories shift a user's ranking. So ``bm25()`` only
+picks candidates (the best ``max(10 * k, 100)``), which are then re-scored with Okapi BM25
+using the user's own statistics: N and average length from ``users`` (kept by triggers) and
+document frequencies from ``fts5vocab`` (terms are per user, so these are the user's own).
+Within the candidate pool the ranking is exactly per-user BM25; it can differ only when a
+document that per-user BM25 would rank in the top ``k`` falls outside the candidate pool.
+
+Durability. ``journal_mode=WAL`` with ``synchronous=FULL``: a write confirmed to the caller
+has been committed and synced, and survives SIGKILL or power loss. ``secure_delete`` is on so
+a forgotten memory's text is overwritten in the file, not just unlinked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import aiosqlite
+
+from core.dedupe import Deduper
+from core.errors import MigrationError, StoreError
+from core.models import (
+    AddResult,
+    Memory,
+    MemoryEvent,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ScoredMemory,
+    utcnow,
+)
+from core.sqlite_migrations import MIGRATIONS
+from core.text import index_terms, normalize, query_terms
+
+logger = logging.getLogger(__name__)
+
+BM25_K1 = 1.2
+"""Okapi BM25 term-frequency saturation; FTS5's value (Robertson and Zaragoza, 2009)."""
+BM25_B = 0.75
+"""Okapi BM25 length normalisation; FTS5's value."""
+DEDUPE_CANDIDATES = 50
+"""How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
+
+_MEMORY_COLUMNS = (
+    "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
+    "m.updated_at, m.conversation_key, m.superseded_by"
+)
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _dt(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _memory(row: Sequence[Any]) -> Memory:
+    return Memory(
+        id=row[0],
+        user_key=row[1],
+        text=row[2],
+        kind=row[3],
+        category=row[4],
+        source=row[5],
+        origin=row[6],
+        created_at=_dt(row[7]),
+        updated_at=_dt(row[8]),
+        conversation_key=row[9],
+        superseded_by=row[10],
+    )
+
+
+def candidate_pool(k: int) -> int:
+    """How many FTS5 candidates are re-scored for a top-``k`` recall: ``max(10 * k, 60)``."""
+    return max(10 * k, 60)
+
+
+def bm25_idf(n_docs: int, doc_freq: int) -> float:
+    """IDF ``ln(1 + (N - n + 0.5) / (n + 0.5))`` (Lucene's BM25 variant; always positive).
+
+    Okapi's plain ``ln((N - n + 0.5) / (n + 0.5))`` (FTS5's, floored at 1e-6) gives zero to
+    any term in half of the documents, which flattens ranking for users with few memories.
+    """
+    return math.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+class SQLiteStore:
+    """The :class:`core.store.MemoryStore` on one SQLite file. Open with :meth:`open`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+        self._conn = conn
+        self.path = path
+        self._write_lock = asyncio.Lock()
+        self._uids: dict[str, int] = {}
+        self._closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+    @classmethod
+    async def open(cls, path: str) -> SQLiteStore:
+        """Open or create the file at ``path`` and apply pending migrations.
+
+        Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
+        migration fails (that migration is rolled back).
+        """
+        if path != ":memory:":
+            await asyncio.to_thread(_make_parent, path)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        store = cls(conn, path)
+        try:
+            await store._configure()
+            await store._migrate()
+        except sqlite3.Error as exc:
+            await conn.close()
+            raise StoreError(f"cannot use database {path}: {exc}") from exc
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _configure(self) -> None:
+        for pragma in (
+            "PRAGMA journal_mode=WAL",
+            "PRAGMA synchronous=FULL",
+            "PRAGMA busy_timeout=30000",
+            "PRAGMA foreign_keys=ON",
+            "PRAGMA secure_delete=ON",
+        ):
+            await self._conn.execute(pragma)
+
+    async def _migrate(self) -> None:
+        await self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        async with self._conn.execute("SELECT number FROM schema_migrations") as cur:
+            applied = {row[0] for row in await cur.fetchall()}
+        for number, name, sql in MIGRATIONS:
+            if number in applied:
+                continue
+            logger.info("applying migration %s", name)
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                for statement in _split_sql(sql):
+                    await self._conn.execute(statement)
+                await self._conn.execute(
+                    "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
+                    (number, name, _ts(utcnow())),
+                )
+                await self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                await self._conn.execute("ROLLBACK")
+                raise MigrationError(f"migration {name} failed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Checkpoint the WAL and close the connection; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            await self._conn.close()
+
+    async def applied_migrations(self) -> list[str]:
+        """Names of applied migrations, in order."""
+        async with self._conn.execute("SELECT name FROM schema_migrations ORDER BY number") as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    # ---------------------------------------------------------------- helpers
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``), serialised within this process."""
+        async with self._write_lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            else:
+                await self._conn.execute("COMMIT")
+
+    async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        # One hop to aiosqlite's thread (execute + fetch + close in one call).
+        return list(await self._conn.execute_fetchall(sql, params))
+
+    async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+        rows = await self._conn.execute_fetchall(sql, params)
+        return next(iter(rows), None)
+
+    async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
+        """The numeric id of ``user_key``; created (inside a write) when ``create``."""
+        if user_key in self._uids:
+            return self._uids[user_key]
+        row = await self._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
+        if row is None:
+            if not create:
+                return None
+            cur = await self._conn.execute(
+                "INSERT INTO users(user_key, created_at) VALUES (?, ?)", (user_key, _ts(utcnow()))
+            )
+            uid = cast(int, cur.lastrowid)
+        else:
+            uid = row[0]
+        self._uids[user_key] = uid
+        return uid
+
+    async def _event(
+        self,
+        uid: int,
+        memory_id: int,
+        event: str,
+        at: datetime,
+        conversation_key: str | None,
+        related_id: int | None = None,
+    ) -> None:
+        await self._conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (uid, memory_id, event, _ts(at), conversation_key, related_id),
+        )
+
+    # ---------------------------------------------------------------- writes
+    async def add(
+        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
+    ) -> AddResult:
+        async with self._write():
+            uid = cast(int, await self._uid(user_key, create=True))
+            result = await self._add_one(uid, user_key, memory, dedupe)
+            if result.status == "added":
+                for old_id in supersedes:
+                    await self._supersede(uid, old_id, result.id, memory.conversation_key)
+            return result
+
+    async def add_many(
+        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
+    ) -> list[AddResult]:
+        """Write several memories in one transaction.
+
+        With a ``dedupe``, each is checked against all before it. With ``None`` (bulk loads
+        of trusted data) only exact duplicates are skipped, and rows go in by ``executemany``.
+        """
+        async with self._write():
+            uid = cast(int, await self._uid(user_key, create=True))
+            if dedupe is not None:
+                return [await self._add_one(uid, user_key, m, dedupe) for m in memories]
+            return await self._bulk_add(uid, memories)
+
+    async def _bulk_add(self, uid: int, memories: Sequence[NewMemory]) -> list[AddResult]:
+        row = await self._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
+        start = row[0] if row else 0
+        now = utcnow()
+        rows = []
+        for m in memories:
+            terms = index_terms(uid, m.text)
+            created = m.created_at or now
+            rows.append(
+                (
+                    uid,
+                    m.text,
+                    normalize(m.text),
+                    " ".join(terms),
+                    len(terms),
+                    m.kind,
+                    m.category,
+                    m.source,
+                    m.origin,
+                    m.conversation_key,
+                    _ts(created),
+                    _ts(m.updated_at or created),
+                )
+            )
+        await self._conn.executemany(
+            "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
+            " source, origin, conversation_key, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        await self._conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT uid, id, 'added', ? FROM memories WHERE uid = ? AND id > ?",
+            (_ts(now), uid, start),
+        )
+        ids = {
+            r[1]: r[0]
+            for r in await self._fetchall(
+                "SELECT id, norm FROM memories WHERE uid = ? AND superseded_by IS NULL"
+                " AND norm IN (SELECT value FROM json_each(?))",
+                (uid, json.dumps([r[2] for r in rows])),
+            )
+        }
+        results, seen = [], set()
+        for r in rows:
+            memory_id = ids[r[2]]
+            status: Literal["added", "duplicate"] = (
+                "added" if memory_id > start and memory_id not in seen else "duplicate"
+            )
+            seen.add(memory_id)
+            results.append(AddResult(id=memory_id, status=status))
+        return results
+
+    async def _add_one(
+        self, uid: int, user_key: str, memory: NewMemory, dedupe: Deduper
+    ) -> AddResult:
+        norm = normalize(memory.text)
+        row = await self._fetchone(
+            "SELECT id FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL",
+            (uid, norm),
+        )
+        if row is not None:
+            return AddResult(id=row[0], status="duplicate")
+        neighbours = await self._search(uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
+        twin = dedupe.match(memory.text, (s.memory for s in neighbours))
+        if twin is not None:
+            return AddResult(id=twin.id, status="duplicate")
+        terms = index_terms(uid, memory.text)
+        created = memory.created_at or utcnow()
+        updated = memory.updated_at or created
+        cur = await self._conn.execute(
+            "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+            " conversation_key, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                uid,
+                memory.text,
+                norm,
+                " ".join(terms),
+                len(terms),
+                memory.kind,
+                memory.category,
+                memory.source,
+                memory.origin,
+                memory.conversation_key,
+                _ts(created),
+                _ts(updated),
+            ),
+        )
+        memory_id = cast(int, cur.lastrowid)
+        await self._event(uid, memory_id, "added", utcnow(), memory.conversation_key)
+        return AddResult(id=memory_id, status="added")
+
+    async def supersede(
+        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
+    ) -> bool:
+        async with self._write():
+            uid = await self._uid(user_key)
+            if uid is None:
+                return False
+            return await self._supersede(uid, old_id, new_id, conversation_key)
+
+    async def _supersede(
+        self, uid: int, old_id: int, new_id: int, conversation_key: str | None
+    ) -> bool:
+        if old_id == new_id:
+            return False
+        rows = await self._fetchall(
+            "SELECT id FROM memories WHERE uid = ? AND id IN (?, ?)", (uid, old_id, new_id)
+        )
+        if len(rows) != 2:
+            return False
+        now = utcnow()
+        cur = await self._conn.execute(
+            "UPDATE memories SET superseded_by = ?, superseded_at = ?"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
+            (new_id, _ts(now), old_id, uid),
+        )
+        if cur.rowcount != 1:
+            return False
+        await self._event(uid, old_id, "superseded", now, conversation_key, related_id=new_id)
+        return True
+
+    async def forget(self, *, user_key: str, memory_id: int) -> bool:
+        async with self._write():
+            uid = await self._uid(user_key)
+            if uid is None:
+                return False
+            return await self._forget_ids(uid, [memory_id]) == 1
+
+    async def _forget_ids(self, uid: int, ids: Iterable[int]) -> int:
+        now = utcnow()
+        count = 0
+        for memory_id in ids:
+            cur = await self._conn.execute(
+                "DELETE FROM memories WHERE id = ? AND uid = ?", (memory_id, uid)
+            )
+            if cur.rowcount == 1:
+                count += 1
+                # Other memories that pointed at it keep their own state.
+                await self._conn.execute(
+                    "UPDATE memory_events SET related_id = NULL WHERE uid = ? AND related_id = ?",
+                    (uid, memory_id),
+                )
+                await self._event(uid, memory_id, "forgotten", now, None)
+        return count
+
+    async def forget_all(self, *, user_key: str) -> int:
+        async with self._write():
+            uid = await self._uid(user_key)
+            if uid is None:
+                return 0
+            rows = await self._fetchall(
+                "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NULL", (uid,)
+            )
+            # Superseded rows go too (with their own event): nothing of the user's text stays.
+            hidden = await self._fetchall(
+                "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NOT NULL", (uid,)
+            )
+            count = await self._forget_ids(uid, [r[0] for r in rows])
+            await self._forget_ids(uid, [r[0] for r in hidden])
+            await self._erase_conversations(uid, user_key)
+        await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return count
+
+    async def _erase_conversations(self, uid: int, user_key: str) -> None:
+        """Hook for conversation history erasure (tables arrive with later migrations)."""
+        tables = {
+            r[0]
+            for r in await self._fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if "turns" in tables:
+            await self._conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
+
+    # ---------------------------------------------------------------- reads
+    async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
+        row = await self._fetchone(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
+            " WHERE m.id = ? AND u.user_key = ?",
+            (memory_id, user_key),
+        )
+        return _memory(row) if row else None
+
+    async def list_memories(
+        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+    ) -> list[Memory]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        active = "" if include_superseded else " AND m.superseded_by IS NULL"
+        rows = await self._fetchall(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
+            f" WHERE m.uid = ?{active} ORDER BY m.id DESC LIMIT ? OFFSET ?",
+            (uid, max(0, limit), max(0, offset)),
+        )
+        return [_memory(r) for r in rows]
+
+    async def count(self, *, user_key: str) -> int:
+        row = await self._fetchone("SELECT n_docs FROM users WHERE user_key = ?", (user_key,))
+        return int(row[0]) if row else 0
+
+    async def export(self, *, user_key: str) -> list[Memory]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        rows = await self._fetchall(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
+            " WHERE m.uid = ? AND m.superseded_by IS NULL ORDER BY m.id",
+            (uid,),
+        )
+        return [_memory(r) for r in rows]
+
+    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        rows = await self._fetchall(
+            "SELECT memory_id, event, at, conversation_key, related_id FROM memory_events"
+            " WHERE uid = ? ORDER BY id LIMIT ?",
+            (uid, limit),
+        )
+        return [
+            MemoryEvent(
+                memory_id=r[0], event=r[1], at=_dt(r[2]), conversation_key=r[3], related_id=r[4]
+            )
+            for r in rows
+        ]
+
+    async def stats(self, *, user_key: str | None = None) -> MemoryStats:
+        where, params = "WHERE superseded_by IS NULL", ()
+        if user_key is not None:
+            uid = await self._uid(user_key)
+            if uid is None:
+                return MemoryStats(total=0)
+            where, params = where + " AND uid = ?", (uid,)  # type: ignore[assignment]
+        by_kind = {
+            r[0]: r[1]
+            for r in await self._fetchall(
+                f"SELECT kind, COUNT(*) FROM memories {where} GROUP BY kind", params
+            )
+        }
+        by_category = {
+            r[0]: r[1]
+            for r in await self._fetchall(
+                f"SELECT category, COUNT(*) FROM memories {where} GROUP BY category", params
+            )
+        }
+        return MemoryStats(total=sum(by_kind.values()), by_kind=by_kind, by_category=by_category)
+
+    # ---------------------------------------------------------------- recall
+    async def search(
+        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]:
+        uid = await self._uid(user_key)
+        if uid is None or k <= 0:
+            return []
+        return await self._search(uid, user_key, query, k, origins)
+
+    async def _search(
+        self, uid: int, user_key: str, query: str, k: int, origins: Sequence[Origin] | None
+    ) -> list[ScoredMemory]:
+        terms = query_terms(uid, query)
+        if not terms:
+            return []
+        # Terms are [a-z0-9_] only, so quoting them cannot break out of the FTS5 syntax.
+        match = " OR ".join(f'"{t}"' for t in terms)
+        if origins is not None:
+            if not origins:
+                return []
+            if set(origins) != {"private", "shared"}:
+                marks = " OR ".join(f'"u{uid}__{o}"' for o in sorted(set(origins)))
+                match = f"({match}) AND ({marks})"
+        # Candidates by FTS5's bm25() over this user's postings only, then exact re-scoring.
+        rows = await self._fetchall(
+            "SELECT m.id, m.terms, m.n_terms FROM ("
+            "  SELECT rowid AS id FROM memories_fts"
+            "  WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?"
+            ") f JOIN memories m ON m.id = f.id",
+            (match, candidate_pool(k)),
+        )
+        if not rows:
+            return []
+        stats = await self._fetchall(
+            "SELECT NULL, n_docs, total_len FROM users WHERE uid = ? UNION ALL"
+            " SELECT term, doc, 0 FROM memories_vocab"
+            f" WHERE term IN ({','.join('?' * len(terms))})",
+            (uid, *terms),
+        )
+        n_docs, total_len = stats[0][1], stats[0][2]
+        avgdl = total_len / n_docs if n_docs else 1.0
+        idf = {t: bm25_idf(n_docs, df) for t, df, _ in stats[1:]}
+        scores = []
+        for memory_id, doc_terms, length in rows:
+            tf = Counter(doc_terms.split())
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
+            score = 0.0
+            for term, weight in idf.items():
+                f = tf.get(term, 0)
+                if f:
+                    score += weight * f * (BM25_K1 + 1) / (f + norm)
+            scores.append((score, memory_id))
+        scores.sort(key=lambda s: (-s[0], -s[1]))
+        best = dict((memory_id, score) for score, memory_id in scores[:k])
+        found = await self._fetchall(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
+            f" WHERE m.id IN ({','.join('?' * len(best))})",
+            list(best),
+        )
+        scored = [ScoredMemory(memory=_memory(r), score=best[r[0]]) for r in found]
+        scored.sort(key=lambda s: (-s.score, -s.memory.id))
+        return scored[:k]
+
+
+def _make_parent(path: str) -> None:
+    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (``;`` at line end; triggers end with ``END;``)."""
+    statements, buf = [], []
+    for line in script.splitlines():
+        buf.append(line)
+        joined = "\n".join(buf).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            statements.append(joined)
+            buf = []
+    rest = "\n".join(buf).strip()
+    if rest:
+        statements.append(rest)
+    return statements

@@ -1,0 +1,108 @@
+"""Text handling shared by recall and dedupe: normalisation, tokens, stems, index terms.
+
+Index terms are made in Python, not by an FTS5 tokenizer, so that every term can carry the
+owner's user id (``u{uid}_{stem}``): a recall query then reads only that user's postings in
+the FTS5 index, however many other users share the file (see :mod:`core.sqlite_store`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
+
+# Word tokens: runs of letters and digits in any script (``\w`` less the underscore).
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+_ASCII_ALNUM = re.compile(r"^[a-z0-9]+$")
+
+# Standard English stop words (the classic Lucene/Snowball list, trimmed): dropped from
+# recall queries only, so documents keep their true lengths for BM25 length normalisation.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    s t don doesn didn isn wasn aren weren won wouldn shouldn couldn ll ve re d m
+    user users""".split()
+)
+# "user" is in the list on purpose: every memory is phrased "The user ...", so the word
+# carries no information in recall (it appears in nearly every document).
+
+_stemmer = snowballstemmer.stemmer("english")
+
+
+def normalize(text: str) -> str:
+    """Case- and whitespace-insensitive form used for exact dedupe.
+
+    NFKC, casefold, inner whitespace collapsed, trailing sentence punctuation dropped.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SPACE.sub(" ", text).strip()
+    return text.rstrip(" .!?;:").strip()
+
+
+# Names that a plain word tokenizer would destroy ("C++" -> "c"), kept as one word.
+_SPECIAL = re.compile(r"(?<![^\W_])(c\+\+|c#|f#|\.net)(?![^\W_])")
+_SPECIAL_WORDS = {"c++": "cplusplus", "c#": "csharp", "f#": "fsharp", ".net": "dotnet"}
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (letters and digits of any script), in order.
+
+    ``C++``, ``C#``, ``F#`` and ``.NET`` are kept as words (``cplusplus`` ...).
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SPECIAL.sub(lambda m: " " + _SPECIAL_WORDS[m.group(1)] + " ", text)
+    return _WORD.findall(text)
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """Snowball (Porter 2) English stem of one lower-cased word; other scripts pass through."""
+    if word.isascii():
+        return str(_stemmer.stemWord(word))
+    return word
+
+
+def _encode(term: str) -> str:
+    # FTS5's unicode61 tokenizer must keep each index term whole: ASCII [a-z0-9] stays as
+    # it is; anything else (CJK, accented words) becomes a short stable hash.
+    if _ASCII_ALNUM.match(term):
+        return term
+    return "h" + hashlib.blake2b(term.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def stems(text: str, *, drop_stop_words: bool = False) -> list[str]:
+    """Stemmed tokens of ``text`` in order (with repeats), optionally without stop words."""
+    out = []
+    for w in words(text):
+        if drop_stop_words and w in STOP_WORDS:
+            continue
+        out.append(stem(w))
+    return out
+
+
+def index_terms(uid: int, text: str) -> list[str]:
+    """The FTS5 terms of one memory of user ``uid``: ``u{uid}_{stem}`` per token, in order."""
+    prefix = f"u{uid}_"
+    return [prefix + _encode(s) for s in stems(text)]
+
+
+def query_terms(uid: int, text: str) -> list[str]:
+    """Distinct FTS5 terms for a recall query of user ``uid`` (stop words dropped).
+
+    A query made only of stop words keeps them, so "what do I use" still finds something.
+    """
+    raw = stems(text, drop_stop_words=True) or stems(text)
+    prefix = f"u{uid}_"
+    seen: dict[str, None] = {}
+    for s in raw:
+        seen.setdefault(prefix + _encode(s), None)
+    return list(seen)

@@ -1,0 +1,1 @@
+"""Local stand-ins for the platforms SelfMind talks to, served over real sockets."""

@@ -1,0 +1,1128 @@
+"""A local fake of Slack for tests and benchmarks: Web API, file uploads, response_url, Socket Mode.
+
+The real clients talk to it over real sockets on 127.0.0.1::
+
+    async with running_fake_slack() as fake:
+        client = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
+        await client.chat_postMessage(channel="C1", markdown_text="**hi**")
+        assert fake.messages("C1")[0]["markdown_text"] == "**hi**"
+
+As a process (benchmarks): ``python -m tests.fakes.slack_server --port 0`` prints one JSON line
+``{"base_url", "api_url", "pid"}`` and serves until SIGTERM; ``/_fake/...`` routes stand in for
+the Python helpers there (push an envelope, read calls and messages, script a failure).
+
+Routes:
+    POST|GET /api/<method>        Web API; token from ``Authorization: Bearer`` or a ``token`` param
+    POST /upload/<file_id>        upload target handed out by files.getUploadURLExternal
+    POST /respond/<id>            response_url targets (``new_response_url()``)
+    GET  /socket-mode?ticket=...  Socket Mode websocket; the URL comes from apps.connections.open
+    POST /_fake/envelope          ``{type, payload, retry_attempt?, wait_ack?}`` -> envelope_id, ack
+    POST /_fake/fail              ``fail_next()`` fields; POST /_fake/response_url -> ``{url}``
+    GET  /_fake/calls?method=     recorded calls; GET /_fake/messages?channel= stored messages
+
+Socket Mode: on connect the fake sends ``{"type": "hello", ...}`` and answers pings with pongs
+carrying the same data (the SDK reads ``sdk-ping-pong:<t>`` back to judge staleness); acks
+``{envelope_id, payload?}`` are recorded. The SDK treats ``{"type": "disconnect"}`` and a
+server close alike: apps.connections.open again, then a new connection.
+
+Web API replies are ``{"ok": true, ...}`` or HTTP 200 ``{"ok": false, "error": "..."}``; only
+``ratelimited`` is HTTP 429 with ``Retry-After`` (seconds, an integer). Wire shapes follow
+docs.slack.dev and slack_sdk 3.48 (``web/async_client.py``, ``socket_mode/aiohttp``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import math
+import os
+import signal
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+from aiohttp import ClientSession, WSCloseCode, WSMsgType, web
+from aiohttp.web_request import FileField
+from multidict import CIMultiDict
+
+JsonDict = dict[str, Any]
+Signature = Literal["valid", "forged", "stale", "missing"]
+
+_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages")
+_APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who the bot is, as auth.test reports it (Bolt's self-event filter uses user_id/bot_id)."""
+
+    user_id: str = "U0BOT"
+    bot_id: str = "B0BOT"
+    app_id: str = "A0SELFMIND"
+    team_id: str = "T0SELFMIND"
+    team: str = "SelfMind Test"
+    user: str = "selfmind"
+    url: str = "https://selfmind-test.slack.com/"
+
+    @property
+    def mention(self) -> str:
+        """``<@U...>``, how the bot appears inside message text."""
+        return f"<@{self.user_id}>"
+
+
+@dataclass
+class RecordedCall:
+    """One Web API call: merged query/form/JSON params (JSON strings decoded), headers, reply."""
+
+    method: str
+    params: JsonDict
+    headers: CIMultiDict[str]
+    status: int
+    response: JsonDict
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.response.get("ok"))
+
+
+@dataclass
+class UploadedFile:
+    """A file from files.getUploadURLExternal / POST upload_url / files.completeUploadExternal."""
+
+    id: str
+    filename: str
+    length: int
+    alt_txt: str | None = None
+    snippet_type: str | None = None
+    title: str | None = None
+    content: bytes | None = None
+    channels: list[str] = field(default_factory=list)
+    initial_comment: str | None = None
+    thread_ts: str | None = None
+    completed: bool = False
+
+
+@dataclass(frozen=True)
+class InboundResponse:
+    """What the app answered to an inbound HTTP request, and what was sent (``sent``)."""
+
+    status: int
+    text: str
+    headers: Mapping[str, str]
+    sent: JsonDict
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+@dataclass
+class _Fault:
+    error: str
+    status: int
+    retry_after: int | None
+
+
+class _ApiError(Exception):
+    def __init__(self, error: str, *, status: int = 200, retry_after: int | None = None) -> None:
+        super().__init__(error)
+        self.error, self.status, self.retry_after = error, status, retry_after
+
+
+def sign(body: bytes, secret: str, timestamp: int | None = None) -> dict[str, str]:
+    """Slack's request signature headers for ``body``.
+
+    ``X-Slack-Signature: v0=<hex HMAC-SHA256(secret, "v0:{timestamp}:{body}")>`` and
+    ``X-Slack-Request-Timestamp`` (epoch seconds, now by default). Source: docs.slack.dev,
+    "Verifying requests from Slack"; apps refuse timestamps older than 300 s.
+    """
+    ts = int(time.time()) if timestamp is None else timestamp
+    base = b"v0:" + str(ts).encode() + b":" + body
+    digest = hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Signature": f"v0={digest}", "X-Slack-Request-Timestamp": str(ts)}
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    whole, _, frac = ts.partition(".")
+    return int(whole), int(frac or 0)
+
+
+class SlackEvents:
+    """Builders of the payloads Slack sends to apps: events, slash commands, block actions.
+
+    Usable without a server; ``FakeSlack.events`` shares the fake's identity, ts clock and
+    response URLs. Shapes follow docs.slack.dev (Events API types, slash commands, block_actions).
+    """
+
+    def __init__(
+        self,
+        identity: BotIdentity | None = None,
+        *,
+        response_url: Callable[[], str] | None = None,
+    ) -> None:
+        self.identity = identity or BotIdentity()
+        self._response_url = response_url or (lambda: "https://hooks.slack.com/commands/T/1/x")
+        self._last_us = 0
+        self._ids = itertools.count(1)
+
+    def next_ts(self) -> str:
+        """A message ts ``"<epoch seconds>.<6 digits>"``, unique and increasing."""
+        self._last_us = max(int(time.time() * 1_000_000), self._last_us + 1)
+        return f"{self._last_us // 1_000_000}.{self._last_us % 1_000_000:06d}"
+
+    def dm_channel(self, user: str) -> str:
+        """The IM channel id conversations.open returns for ``user`` (``U123`` -> ``D123``)."""
+        return "D" + (user[1:] if user[:1] in ("U", "W") else user)
+
+    def message(
+        self,
+        text: str,
+        *,
+        user: str = "U0USER",
+        channel: str | None = None,
+        channel_type: str = "im",
+        thread_ts: str | None = None,
+        ts: str | None = None,
+        **extra: Any,
+    ) -> JsonDict:
+        """A user's ``message`` event; a DM (``message.im``) unless ``channel_type`` is given."""
+        ts = ts or self.next_ts()
+        event: JsonDict = {
+            "type": "message",
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel": channel or (self.dm_channel(user) if channel_type == "im" else "C0GENERAL"),
+            "channel_type": channel_type,
+            "team": self.identity.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+        }
+        if thread_ts:
+            event |= {"thread_ts": thread_ts, "parent_user_id": extra.pop("parent_user_id", user)}
+        return event | extra
+
+    def channel_message(self, text: str, *, channel: str = "C0GENERAL", **kw: Any) -> JsonDict:
+        """A ``message.channels`` event."""
+        return self.message(text, channel=channel, channel_type="channel", **kw)
+
+    def app_mention(
+        self,
+        text: str,
+        *,
+        user: str = "U0USER",
+        channel: str = "C0GENERAL",
+        thread_ts: str | None = None,
+        ts: str | None = None,
+    ) -> JsonDict:
+        """An ``app_mention`` event; put ``identity.mention`` in ``text`` as Slack does."""
+        event = self.channel_message(text, user=user, channel=channel, thread_ts=thread_ts, ts=ts)
+        event["type"] = "app_mention"
+        del event["channel_type"]
+        return event
+
+    def bot_message(
+        self, text: str, *, bot_id: str | None = None, channel: str = "C0GENERAL", **kw: Any
+    ) -> JsonDict:
+        """A message from a bot (our own unless ``bot_id`` names another)."""
+        own = bot_id is None or bot_id == self.identity.bot_id
+        user = self.identity.user_id if own else "U0OTHERBOT"
+        event = self.message(text, user=user, channel=channel, channel_type="channel", **kw)
+        event.pop("client_msg_id")
+        return event | {"bot_id": bot_id or self.identity.bot_id, "app_id": self.identity.app_id}
+
+    def message_changed(self, original: JsonDict, new_text: str) -> JsonDict:
+        """``message`` subtype ``message_changed`` for an earlier message event."""
+        ts = self.next_ts()
+        edited = original | {"text": new_text, "edited": {"user": original.get("user"), "ts": ts}}
+        return {
+            "type": "message",
+            "subtype": "message_changed",
+            "hidden": True,
+            "channel": original["channel"],
+            "channel_type": original.get("channel_type", "channel"),
+            "message": edited,
+            "previous_message": original,
+            "ts": ts,
+            "event_ts": ts,
+        }
+
+    def message_deleted(self, original: JsonDict) -> JsonDict:
+        """``message`` subtype ``message_deleted`` for an earlier message event."""
+        ts = self.next_ts()
+        return {
+            "type": "message",
+            "subtype": "message_deleted",
+            "hidden": True,
+            "channel": original["channel"],
+            "channel_type": original.get("channel_type", "channel"),
+            "deleted_ts": original["ts"],
+            "previous_message": original,
+            "ts": ts,
+            "event_ts": ts,
+        }
+
+    def channel_join(self, *, user: str = "U0USER", channel: str = "C0GENERAL") -> JsonDict:
+        """``message`` subtype ``channel_join``."""
+        text = f"<@{user}> has joined the channel"
+        event = self.channel_message(text, user=user, channel=channel)
+        event.pop("client_msg_id")
+        return event | {"subtype": "channel_join"}
+
+    def event_callback(self, event: JsonDict, *, event_id: str | None = None) -> JsonDict:
+        """The Events API envelope around ``event`` (HTTP body / Socket Mode events_api payload)."""
+        return {
+            "token": "fake-verification-token",
+            "team_id": self.identity.team_id,
+            "api_app_id": self.identity.app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{next(self._ids):08d}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.identity.team_id,
+                    "user_id": self.identity.user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+        }
+
+    def slash_command(
+        self,
+        command: str,
+        text: str = "",
+        *,
+        user: str = "U0USER",
+        user_name: str = "tester",
+        channel: str = "C0GENERAL",
+        channel_name: str = "general",
+        response_url: str | None = None,
+    ) -> dict[str, str]:
+        """Slash command fields (form-encoded over HTTP, the payload in Socket Mode)."""
+        return {
+            "token": "fake-verification-token",
+            "team_id": self.identity.team_id,
+            "team_domain": "selfmind-test",
+            "channel_id": channel,
+            "channel_name": channel_name,
+            "user_id": user,
+            "user_name": user_name,
+            "command": command,
+            "text": text,
+            "api_app_id": self.identity.app_id,
+            "is_enterprise_install": "false",
+            "response_url": response_url or self._response_url(),
+            "trigger_id": f"{next(self._ids)}.{int(time.time())}.fake",
+        }
+
+    def block_actions(
+        self,
+        action_id: str,
+        value: str = "",
+        *,
+        block_id: str = "b1",
+        user: str = "U0USER",
+        channel: str = "C0GENERAL",
+        message_ts: str | None = None,
+        response_url: str | None = None,
+    ) -> JsonDict:
+        """A ``block_actions`` interaction payload for a button click."""
+        ts = message_ts or self.next_ts()
+        return {
+            "type": "block_actions",
+            "user": {"id": user, "username": "tester", "team_id": self.identity.team_id},
+            "api_app_id": self.identity.app_id,
+            "token": "fake-verification-token",
+            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
+            "trigger_id": f"{next(self._ids)}.{int(time.time())}.fake",
+            "team": {"id": self.identity.team_id, "domain": "selfmind-test"},
+            "is_enterprise_install": False,
+            "channel": {"id": channel, "name": channel.lower()},
+            "message": {"type": "message", "ts": ts, "user": self.identity.user_id, "text": ""},
+            "response_url": response_url or self._response_url(),
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "value": value,
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": action_id},
+                    "action_ts": self.next_ts(),
+                }
+            ],
+        }
+
+
+class FakeSlack:
+    """The fake Slack server. ``await start()``/``stop()`` or ``async with``; see the module doc.
+
+    Limits: ``update_max_chars`` (chat.update text or markdown_text, default 4,000: Slack refuses
+    edits of long messages with ``msg_too_long`` far below its documented 40,000),
+    ``post_max_chars`` (40,000) and ``markdown_max_chars`` (12,000; docs.slack.dev,
+    chat.postMessage).
+    ``rate_limits`` maps a method to calls per ``rate_window_s`` per team (off by default; Slack's
+    tier 3, e.g. chat.update, is about 50 a minute).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bot_token: str = "xoxb-fake-bot-token",
+        app_token: str = "xapp-fake-app-token",
+        signing_secret: str = "fake-signing-secret",
+        identity: BotIdentity | None = None,
+        update_max_chars: int = 4_000,
+        post_max_chars: int = 40_000,
+        markdown_max_chars: int = 12_000,
+        rate_limits: Mapping[str, int] | None = None,
+        rate_window_s: float = 60.0,
+    ) -> None:
+        self.host, self._port = host, port
+        self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
+        self.identity = identity or BotIdentity()
+        self.update_max_chars = update_max_chars
+        self.post_max_chars = post_max_chars
+        self.markdown_max_chars = markdown_max_chars
+        self.rate_limits = dict(rate_limits or {})
+        self.rate_window_s = rate_window_s
+        self.events = SlackEvents(self.identity, response_url=self.new_response_url)
+
+        self.recorded: list[RecordedCall] = []
+        self.ephemerals: list[JsonDict] = []
+        self.statuses: list[JsonDict] = []
+        self.files: dict[str, UploadedFile] = {}
+        self.envelopes: list[JsonDict] = []
+        self.acks: list[JsonDict] = []
+        self.socket_connections = 0
+        self.channel_names: dict[str, str] = {}
+        self._history: dict[str, list[JsonDict]] = defaultdict(list)
+        self._responses: dict[str, list[JsonDict]] = {}
+        self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
+        self._rate_hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
+        self._tickets: set[str] = set()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._session: ClientSession | None = None
+        self._methods: dict[str, Callable[[JsonDict], JsonDict]] = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+            "chat.postEphemeral": self._chat_post_ephemeral,
+            "chat.delete": self._chat_delete,
+            "conversations.replies": self._conversations_replies,
+            "conversations.open": self._conversations_open,
+            "conversations.info": self._conversations_info,
+            "assistant.threads.setStatus": self._assistant_set_status,
+            "apps.connections.open": self._apps_connections_open,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
+        }
+
+    # ---- lifecycle and URLs -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on ``host:port`` (port 0: an ephemeral one; read ``port`` afterwards)."""
+        app = web.Application()
+        app.add_routes(
+            [
+                web.route("*", "/api/{method}", self._handle_api),
+                web.post("/upload/{file_id}", self._handle_upload),
+                web.post("/respond/{response_id}", self._handle_respond),
+                web.get("/socket-mode", self._handle_socket),
+                web.post("/_fake/envelope", self._control_envelope),
+                web.post("/_fake/fail", self._control_fail),
+                web.post("/_fake/response_url", self._control_response_url),
+                web.get("/_fake/calls", self._control_calls),
+                web.get("/_fake/messages", self._control_messages),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self._port).start()
+        self._port = self._runner.addresses[0][1]
+        self._session = ClientSession()
+
+    async def stop(self) -> None:
+        """Close Socket Mode connections, the outbound session and the listener."""
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeSlack:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self._port}"
+
+    @property
+    def api_url(self) -> str:
+        """``AsyncWebClient(base_url=...)``; ends with ``/api/``."""
+        return f"{self.base_url}/api/"
+
+    def new_response_url(self) -> str:
+        """A fresh ``http://127.0.0.1:PORT/respond/<id>``; POSTs to it land in ``responses()``."""
+        response_id = f"R{next(self._ids):06d}"
+        self._responses[response_id] = []
+        return f"{self.base_url}/respond/{response_id}"
+
+    # ---- recording and state ------------------------------------------------------------
+
+    def calls(self, method: str | None = None) -> list[RecordedCall]:
+        """Recorded Web API calls, oldest first, optionally of one method."""
+        return [c for c in self.recorded if method is None or c.method == method]
+
+    def messages(self, channel: str) -> list[JsonDict]:
+        """A channel's stored messages (roots and replies) in ts order."""
+        return list(self._history.get(channel, []))
+
+    def thread(self, channel: str, thread_ts: str) -> list[JsonDict]:
+        """Root and replies of a thread, in order, as conversations.replies returns them."""
+        return [
+            m
+            for m in self._history.get(channel, [])
+            if m["ts"] == thread_ts or m.get("thread_ts") == thread_ts
+        ]
+
+    def responses(self, response_url: str) -> list[JsonDict]:
+        """JSON bodies POSTed to a response_url (given as the URL or its id)."""
+        return list(self._responses.get(response_url.rstrip("/").rsplit("/", 1)[-1], []))
+
+    def seed_message(
+        self, channel: str, text: str, *, user: str = "U0USER", **fields: Any
+    ) -> JsonDict:
+        """Store a message as if posted earlier (``ts``, ``thread_ts``, ``bot_id``... in fields)."""
+        msg = {"type": "message", "user": user, "text": text, "ts": self.events.next_ts()}
+        return self._store(channel, msg | fields)
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        error: str = "ratelimited",
+        status: int | None = None,
+        retry_after: int | None = None,
+        times: int = 1,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` fail with ``error``.
+
+        ``ratelimited`` defaults to HTTP 429 with ``Retry-After: 1``; other errors to HTTP 200.
+        """
+        status = status or (429 if error == "ratelimited" else 200)
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        self._faults[method].extend(_Fault(error, status, retry_after) for _ in range(times))
+
+    async def wait_until(
+        self, predicate: Callable[[], bool], *, timeout_s: float = 5.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``predicate()`` holds; re-checked after every call, response and ack."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+            except TimeoutError:
+                raise TimeoutError(f"fake Slack: no {what} within {timeout_s} s") from None
+
+    async def wait_for_call(
+        self, method: str, *, count: int = 1, timeout_s: float = 5.0
+    ) -> RecordedCall:
+        """Wait until ``method`` has been called ``count`` times; return the ``count``-th call."""
+        await self.wait_until(
+            lambda: len(self.calls(method)) >= count, timeout_s=timeout_s, what=f"{count}x {method}"
+        )
+        return self.calls(method)[count - 1]
+
+    async def wait_for_response(self, response_url: str, *, timeout_s: float = 5.0) -> JsonDict:
+        """Wait for the first POST to ``response_url``; return its JSON body."""
+        await self.wait_until(
+            lambda: bool(self.responses(response_url)),
+            timeout_s=timeout_s,
+            what="response_url POST",
+        )
+        return self.responses(response_url)[0]
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _store(self, channel: str, msg: JsonDict) -> JsonDict:
+        history = self._history[channel]
+        if any(m["ts"] == msg["ts"] for m in history):
+            return msg
+        history.append(msg)
+        history.sort(key=lambda m: _ts_key(m["ts"]))
+        root_ts = msg.get("thread_ts")
+        root = self._find(channel, root_ts) if root_ts and root_ts != msg["ts"] else None
+        if root is not None:
+            root["thread_ts"] = root["ts"]
+            root["reply_count"] = root.get("reply_count", 0) + 1
+            root["latest_reply"] = msg["ts"]
+        return msg
+
+    def _find(self, channel: str, ts: str | None) -> JsonDict | None:
+        return next((m for m in self._history.get(channel, []) if m["ts"] == ts), None)
+
+    def _observe_event(self, event: JsonDict) -> None:
+        """Keep the history in step with events delivered to the app, as Slack's would be."""
+        channel, subtype = event.get("channel"), event.get("subtype")
+        if not channel or event.get("type") not in ("message", "app_mention"):
+            return
+        if subtype == "message_changed":
+            stored = self._find(channel, event["message"]["ts"])
+            if stored is not None:
+                stored["text"] = event["message"]["text"]
+        elif subtype == "message_deleted":
+            self._history[channel] = [
+                m for m in self._history[channel] if m["ts"] != event["deleted_ts"]
+            ]
+        elif subtype in (None, "bot_message", "thread_broadcast", "file_share"):
+            keep = ("type", "user", "text", "ts", "thread_ts", "bot_id", "app_id", "parent_user_id")
+            self._store(channel, {"type": "message"} | {k: event[k] for k in keep if k in event})
+
+    # ---- Web API ------------------------------------------------------------------------
+
+    async def _handle_api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params, token = await self._read_params(request)
+        headers: dict[str, str] = {}
+        body: JsonDict
+        try:
+            self._check_auth(method, token)
+            self._check_faults(method, params)
+            handler = self._methods.get(method)
+            if handler is None:
+                raise _ApiError("unknown_method")
+            status, body = 200, {"ok": True} | handler(params)
+        except _ApiError as e:
+            status, body = e.status, {"ok": False, "error": e.error}
+            if e.retry_after is not None:
+                headers["Retry-After"] = str(e.retry_after)
+        self.recorded.append(
+            RecordedCall(method, params, CIMultiDict(request.headers), status, body)
+        )
+        await self._notify()
+        return web.json_response(body, status=status, headers=headers)
+
+    async def _read_params(self, request: web.Request) -> tuple[JsonDict, str | None]:
+        params: JsonDict = dict(request.query)
+        if request.content_type == "application/json":
+            body = await request.json()
+            params |= body if isinstance(body, dict) else {}
+        elif request.can_read_body:
+            params |= {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        for key in _JSON_PARAMS:
+            if isinstance(params.get(key), str):
+                with contextlib.suppress(ValueError):
+                    params[key] = json.loads(params[key])
+        token = params.pop("token", None)
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            token = auth.removeprefix("Bearer ").strip()
+        return params, token
+
+    def _check_auth(self, method: str, token: str | None) -> None:
+        if not token:
+            raise _ApiError("not_authed")
+        expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
+        if token != expected:
+            known = token in (self.app_token, self.bot_token)
+            raise _ApiError("not_allowed_token_type" if known else "invalid_auth")
+
+    def _check_faults(self, method: str, params: JsonDict) -> None:
+        faults = self._faults.get(method)
+        if faults:
+            fault = faults.popleft()
+            raise _ApiError(fault.error, status=fault.status, retry_after=fault.retry_after)
+        limit = self.rate_limits.get(method)
+        if limit is None:
+            return
+        hits = self._rate_hits[(method, str(params.get("team_id") or self.identity.team_id))]
+        now = time.monotonic()
+        while hits and now - hits[0] >= self.rate_window_s:
+            hits.popleft()
+        if len(hits) >= limit:
+            wait_s = max(1, math.ceil(self.rate_window_s - (now - hits[0])))
+            raise _ApiError("ratelimited", status=429, retry_after=wait_s)
+        hits.append(now)
+
+    @staticmethod
+    def _required(params: JsonDict, key: str, error: str = "invalid_arguments") -> str:
+        value = params.get(key)
+        if value is None or value == "":
+            raise _ApiError(error)
+        return str(value)
+
+    def _content(self, params: JsonDict, *, max_chars: int) -> JsonDict:
+        """Validate and pick the message content fields (text, markdown_text, blocks...)."""
+        markdown = params.get("markdown_text")
+        if markdown is not None and ("text" in params or "blocks" in params):
+            raise _ApiError("markdown_text_conflict")
+        if not any(params.get(k) for k in ("text", "markdown_text", "blocks", "attachments")):
+            raise _ApiError("no_text")
+        if markdown is not None and len(markdown) > min(max_chars, self.markdown_max_chars):
+            raise _ApiError("msg_too_long")
+        if len(params.get("text") or "") > max_chars:
+            raise _ApiError("msg_too_long")
+        content: JsonDict = {
+            k: params[k] for k in ("text", "blocks", "attachments", "metadata") if k in params
+        }
+        if markdown is not None:
+            content |= {"text": markdown, "markdown_text": markdown}
+        return content
+
+    def _bot_message(self, content: JsonDict) -> JsonDict:
+        ident = self.identity
+        return {
+            "type": "message",
+            "user": ident.user_id,
+            "bot_id": ident.bot_id,
+            "app_id": ident.app_id,
+            "team": ident.team_id,
+            "ts": self.events.next_ts(),
+        } | content
+
+    def _auth_test(self, params: JsonDict) -> JsonDict:
+        i = self.identity
+        return {
+            "url": i.url,
+            "team": i.team,
+            "user": i.user,
+            "team_id": i.team_id,
+            "user_id": i.user_id,
+            "bot_id": i.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _chat_post_message(self, params: JsonDict) -> JsonDict:
+        channel = self._required(params, "channel", "channel_not_found")
+        msg = self._bot_message(self._content(params, max_chars=self.post_max_chars))
+        if params.get("thread_ts"):
+            msg["thread_ts"] = str(params["thread_ts"])
+        self._store(channel, msg)
+        return {"channel": channel, "ts": msg["ts"], "message": msg}
+
+    def _own_message(self, params: JsonDict, *, denied: str) -> tuple[str, JsonDict]:
+        channel = self._required(params, "channel", "channel_not_found")
+        msg = self._find(channel, self._required(params, "ts", "message_not_found"))
+        if msg is None:
+            raise _ApiError("message_not_found")
+        if msg.get("user") != self.identity.user_id:
+            raise _ApiError(denied)
+        return channel, msg
+
+    def _chat_update(self, params: JsonDict) -> JsonDict:
+        channel, msg = self._own_message(params, denied="cant_update_message")
+        content = self._content(params, max_chars=self.update_max_chars)
+        if "markdown_text" in content:
+            msg.pop("blocks", None)
+        else:
+            msg.pop("markdown_text", None)
+        msg |= content | {"edited": {"user": self.identity.user_id, "ts": self.events.next_ts()}}
+        return {"channel": channel, "ts": msg["ts"], "text": msg.get("text", ""), "message": msg}
+
+    def _chat_post_ephemeral(self, params: JsonDict) -> JsonDict:
+        channel = self._required(params, "channel", "channel_not_found")
+        user = self._required(params, "user", "user_not_in_channel")
+        msg = self._bot_message(self._content(params, max_chars=self.post_max_chars))
+        if params.get("thread_ts"):
+            msg["thread_ts"] = str(params["thread_ts"])
+        self.ephemerals.append(msg | {"channel": channel, "to_user": user})
+        return {"message_ts": msg["ts"]}
+
+    def _chat_delete(self, params: JsonDict) -> JsonDict:
+        channel, msg = self._own_message(params, denied="cant_delete_message")
+        self._history[channel].remove(msg)
+        return {"channel": channel, "ts": msg["ts"]}
+
+    def _conversations_replies(self, params: JsonDict) -> JsonDict:
+        channel = self._required(params, "channel", "channel_not_found")
+        ts = self._required(params, "ts", "thread_not_found")
+        if self._find(channel, ts) is None:
+            raise _ApiError("thread_not_found")
+        thread = self.thread(channel, ts)
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 1000)
+        page = thread[start : start + limit]
+        more = start + limit < len(thread)
+        cursor = str(start + limit) if more else ""
+        return {"messages": page, "has_more": more, "response_metadata": {"next_cursor": cursor}}
+
+    def _conversations_open(self, params: JsonDict) -> JsonDict:
+        if params.get("channel"):
+            return {"channel": {"id": params["channel"]}}
+        users = self._required(params, "users", "users_list_not_supplied").split(",")
+        if len(users) != 1:
+            raise _ApiError("not_supported")  # multi-person DMs are out of scope
+        return {"channel": {"id": self.events.dm_channel(users[0].strip())}}
+
+    def _conversations_info(self, params: JsonDict) -> JsonDict:
+        channel = self._required(params, "channel", "channel_not_found")
+        info: JsonDict = {
+            "id": channel,
+            "name": self.channel_names.get(channel, channel.lower()),
+            "is_channel": channel.startswith("C"),
+            "is_group": channel.startswith("G"),
+            "is_im": channel.startswith("D"),
+            "is_private": not channel.startswith("C"),
+            "is_member": True,
+        }
+        if channel.startswith("D"):
+            info["user"] = "U" + channel[1:]
+        return {"channel": info}
+
+    def _assistant_set_status(self, params: JsonDict) -> JsonDict:
+        self._required(params, "channel_id", "channel_not_found")
+        self._required(params, "thread_ts")
+        self.statuses.append(dict(params))
+        return {}
+
+    def _apps_connections_open(self, params: JsonDict) -> JsonDict:
+        ticket = str(uuid.uuid4())
+        self._tickets.add(ticket)
+        query = urlencode({"ticket": ticket, "app_id": self.identity.app_id})
+        return {"url": f"ws://{self.host}:{self._port}/socket-mode?{query}"}
+
+    def _files_get_upload_url(self, params: JsonDict) -> JsonDict:
+        filename = self._required(params, "filename")
+        length = int(self._required(params, "length"))
+        file_id = f"F{next(self._ids):08d}"
+        self.files[file_id] = UploadedFile(
+            file_id, filename, length, params.get("alt_txt"), params.get("snippet_type")
+        )
+        return {"upload_url": f"{self.base_url}/upload/{file_id}", "file_id": file_id}
+
+    def _files_complete_upload(self, params: JsonDict) -> JsonDict:
+        items = params.get("files")
+        if not isinstance(items, list) or not items:
+            raise _ApiError("invalid_arguments")
+        uploads = [self.files.get(str(item.get("id"))) for item in items]
+        if any(f is None or f.content is None for f in uploads):
+            raise _ApiError("file_not_found")
+        channels = [c for c in str(params.get("channels") or "").split(",") if c]
+        if params.get("channel_id"):
+            channels.insert(0, str(params["channel_id"]))
+        thread_ts, comment = params.get("thread_ts"), params.get("initial_comment")
+        shared: list[JsonDict] = []
+        for item, upload in zip(items, uploads, strict=True):
+            assert upload is not None
+            assert upload.content is not None
+            upload.title = item.get("title") or upload.filename
+            upload.channels, upload.completed = channels, True
+            upload.initial_comment, upload.thread_ts = comment, thread_ts
+            shared.append(
+                {
+                    "id": upload.id,
+                    "name": upload.filename,
+                    "title": upload.title,
+                    "size": len(upload.content),
+                    "channels": channels,
+                }
+            )
+        for channel in channels:
+            msg = self._bot_message({"text": comment or "", "files": shared, "upload": True})
+            self._store(channel, msg | ({"thread_ts": thread_ts} if thread_ts else {}))
+        return {"files": shared}
+
+    async def _handle_upload(self, request: web.Request) -> web.Response:
+        upload = self.files.get(request.match_info["file_id"])
+        if upload is None:
+            return web.Response(status=404, text="file_not_found")
+        if request.content_type.startswith("multipart/"):
+            part = next(iter((await request.post()).values()), "")
+            upload.content = part.file.read() if isinstance(part, FileField) else str(part).encode()
+        else:
+            upload.content = await request.read()
+        await self._notify()
+        return web.Response(text=f"OK - {len(upload.content)}", content_type="text/plain")
+
+    async def _handle_respond(self, request: web.Request) -> web.Response:
+        bodies = self._responses.get(request.match_info["response_id"])
+        if bodies is None:
+            return web.json_response({"ok": False, "error": "expired_url"}, status=404)
+        bodies.append(await request.json())
+        await self._notify()
+        return web.json_response({"ok": True})
+
+    # ---- Socket Mode --------------------------------------------------------------------
+
+    async def _handle_socket(self, request: web.Request) -> web.WebSocketResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            raise web.HTTPUnauthorized(text="invalid ticket")
+        self._tickets.discard(ticket)
+        ws = web.WebSocketResponse()  # autoping: pongs the SDK's "sdk-ping-pong:<t>" pings
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        self.socket_connections += 1
+        try:
+            await ws.send_json(
+                {
+                    "type": "hello",
+                    "num_connections": len(self._sockets),
+                    "debug_info": {"host": "fake-slack", "approximate_connection_time": 18060},
+                    "connection_info": {"app_id": self.identity.app_id},
+                }
+            )
+            await self._notify()
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    with contextlib.suppress(ValueError):
+                        data = json.loads(msg.data)
+                        if isinstance(data, dict) and "envelope_id" in data:
+                            self.acks.append(data)
+                            await self._notify()
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    @property
+    def open_sockets(self) -> int:
+        return len(self._sockets)
+
+    async def wait_for_socket(self, *, connections: int = 1, timeout_s: float = 5.0) -> None:
+        """Wait until ``connections`` websockets have been accepted in total, one still open."""
+        await self.wait_until(
+            lambda: self.socket_connections >= connections and bool(self._sockets),
+            timeout_s=timeout_s,
+            what=f"Socket Mode connection #{connections}",
+        )
+
+    async def push_envelope(
+        self,
+        type: str,
+        payload: JsonDict,
+        *,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+        accepts_response_payload: bool | None = None,
+        envelope_id: str | None = None,
+        connect_timeout_s: float = 5.0,
+    ) -> str:
+        """Send an envelope over the newest Socket Mode connection; return its ``envelope_id``.
+
+        ``type`` is ``events_api``, ``slash_commands`` or ``interactive``; the envelope is
+        ``{envelope_id, type, payload, accepts_response_payload, retry_attempt, retry_reason}``.
+        """
+        await self.wait_for_socket(timeout_s=connect_timeout_s)
+        envelope: JsonDict = {
+            "envelope_id": envelope_id or str(uuid.uuid4()),
+            "type": type,
+            "payload": payload,
+            "accepts_response_payload": (
+                type != "events_api"
+                if accepts_response_payload is None
+                else accepts_response_payload
+            ),
+            "retry_attempt": retry_attempt,
+            "retry_reason": retry_reason,
+        }
+        if type == "events_api":
+            self._observe_event(payload.get("event", {}))
+        self.envelopes.append(envelope)
+        await self._sockets[-1].send_json(envelope)
+        return str(envelope["envelope_id"])
+
+    async def push_event(self, event: JsonDict, **kwargs: Any) -> str:
+        """``push_envelope("events_api", event_callback(event))``."""
+        return await self.push_envelope("events_api", self.events.event_callback(event), **kwargs)
+
+    def ack_for(self, envelope_id: str) -> JsonDict | None:
+        """The first ack ``{envelope_id, payload?}`` received for an envelope, if any."""
+        return next((a for a in self.acks if a.get("envelope_id") == envelope_id), None)
+
+    async def wait_for_ack(self, envelope_id: str, timeout_s: float = 5.0) -> JsonDict:
+        await self.wait_until(
+            lambda: self.ack_for(envelope_id) is not None, timeout_s=timeout_s, what="ack"
+        )
+        ack = self.ack_for(envelope_id)
+        assert ack is not None
+        return ack
+
+    async def disconnect_sockets(self, reason: str = "refresh_requested") -> None:
+        """Send Slack's ``{"type": "disconnect"}``; the SDK then opens a new connection."""
+        for ws in list(self._sockets):
+            await ws.send_json({"type": "disconnect", "reason": reason, "debug_info": {}})
+
+    async def drop_sockets(self) -> None:
+        """Close every connection from the server side, as a network drop would."""
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY)
+
+    # ---- inbound HTTP to the app --------------------------------------------------------
+
+    async def post_signed(
+        self,
+        app_url: str,
+        body: bytes,
+        *,
+        content_type: str,
+        sent: JsonDict,
+        signature: Signature = "valid",
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+    ) -> InboundResponse:
+        """POST ``body`` to the app as Slack would: signed, optionally as a retry.
+
+        ``signature``: ``valid``; ``forged`` (wrong secret); ``stale`` (timestamp 10 minutes
+        old, correctly signed); ``missing`` (no signature headers).
+        """
+        assert self._session is not None, "FakeSlack.start() first"
+        headers = {"Content-Type": content_type}
+        if signature != "missing":
+            secret = (
+                "forged-" + self.signing_secret if signature == "forged" else self.signing_secret
+            )
+            stamp = int(time.time()) - (600 if signature == "stale" else 0)
+            headers |= sign(body, secret, stamp)
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+        async with self._session.post(app_url, data=body, headers=headers) as resp:
+            return InboundResponse(resp.status, await resp.text(), dict(resp.headers), sent)
+
+    async def send_event(
+        self, app_url: str, event: JsonDict, *, event_id: str | None = None, **kwargs: Any
+    ) -> InboundResponse:
+        """POST an event_callback (``event``, or a whole envelope) as JSON; see ``post_signed``."""
+        envelope = (
+            event
+            if event.get("type") == "event_callback"
+            else self.events.event_callback(event, event_id=event_id)
+        )
+        self._observe_event(envelope["event"])
+        body = json.dumps(envelope).encode()
+        return await self.post_signed(
+            app_url, body, content_type="application/json", sent=envelope, **kwargs
+        )
+
+    async def send_slash_command(
+        self, app_url: str, command: str, text: str = "", **kwargs: Any
+    ) -> InboundResponse:
+        """POST a form-encoded slash command; ``response_url`` points at this fake.
+
+        Keyword arguments go to ``SlackEvents.slash_command`` or ``post_signed``.
+        """
+        post_keys = {"signature", "retry_num", "retry_reason"}
+        post = {k: v for k, v in kwargs.items() if k in post_keys}
+        form = self.events.slash_command(
+            command, text, **{k: v for k, v in kwargs.items() if k not in post_keys}
+        )
+        body = urlencode(form).encode()
+        content_type = "application/x-www-form-urlencoded"
+        return await self.post_signed(app_url, body, content_type=content_type, sent=form, **post)
+
+    async def send_interaction(
+        self, app_url: str, payload: JsonDict, **kwargs: Any
+    ) -> InboundResponse:
+        """POST an interaction (form field ``payload`` = JSON), e.g. ``events.block_actions()``."""
+        body = urlencode({"payload": json.dumps(payload)}).encode()
+        content_type = "application/x-www-form-urlencoded"
+        return await self.post_signed(
+            app_url, body, content_type=content_type, sent=payload, **kwargs
+        )
+
+    # ---- control surface for the process mode -------------------------------------------
+
+    async def _control_envelope(self, request: web.Request) -> web.Response:
+        spec = await request.json()
+        envelope_id = await self.push_envelope(
+            spec["type"],
+            spec["payload"],
+            retry_attempt=int(spec.get("retry_attempt", 0)),
+            retry_reason=str(spec.get("retry_reason", "")),
+        )
+        ack = None
+        if spec.get("wait_ack"):
+            with contextlib.suppress(TimeoutError):
+                ack = await self.wait_for_ack(envelope_id, float(spec.get("timeout_s", 5.0)))
+        return web.json_response({"envelope_id": envelope_id, "ack": ack})
+
+    async def _control_fail(self, request: web.Request) -> web.Response:
+        spec = await request.json()
+        self.fail_next(
+            spec["method"],
+            error=spec.get("error", "ratelimited"),
+            status=spec.get("status"),
+            retry_after=spec.get("retry_after"),
+            times=int(spec.get("times", 1)),
+        )
+        return web.json_response({"ok": True})
+
+    async def _control_response_url(self, request: web.Request) -> web.Response:
+        return web.json_response({"url": self.new_response_url()})
+
+    async def _control_calls(self, request: web.Request) -> web.Response:
+        calls = self.calls(request.query.get("method"))
+        rows = [
+            {"method": c.method, "params": c.params, "status": c.status, "at": c.at} for c in calls
+        ]
+        return web.json_response({"calls": rows})
+
+    async def _control_messages(self, request: web.Request) -> web.Response:
+        return web.json_response({"messages": self.messages(request.query.get("channel", ""))})
+
+
+@contextlib.asynccontextmanager
+async def running_fake_slack(**options: Any) -> AsyncIterator[FakeSlack]:
+    """A started ``FakeSlack(**options)``, stopped on exit."""
+    async with FakeSlack(**options) as fake:
+        yield fake
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    options = {
+        "bot_token": args.bot_token,
+        "app_token": args.app_token,
+        "signing_secret": args.signing_secret,
+    }
+    async with running_fake_slack(host=args.host, port=args.port, **options) as fake:
+        urls = {"base_url": fake.base_url, "api_url": fake.api_url, "pid": os.getpid()}
+        print(json.dumps(urls), flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a fake Slack until SIGTERM.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--bot-token", default="xoxb-fake-bot-token")
+    parser.add_argument("--app-token", default="xapp-fake-app-token")
+    parser.add_argument("--signing-secret", default="fake-signing-secret")
+    asyncio.run(_serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

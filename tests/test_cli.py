@@ -1,0 +1,180 @@
+"""The admin CLI: JSON shapes, exit codes, and one clear line for each error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bots.cli import app
+from tests.conftest import REPO_ROOT
+
+runner = CliRunner()
+
+
+def cli(db: Path | str, *args: str, input: str | None = None) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["--db", str(db), *args], input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
+    code, out, _ = cli(
+        db_path,
+        "memories",
+        "remember",
+        "--user",
+        "alice",
+        "The user prefers tabs over spaces.",
+        "--json",
+    )
+    assert code == 0
+    assert json.loads(out) == {"id": 1, "status": "added", "duplicate_of": None}
+    code, out, _ = cli(
+        db_path,
+        "memories",
+        "remember",
+        "--user",
+        "alice",
+        "the user prefers tabs over spaces",
+        "--json",
+    )
+    assert json.loads(out) == {"id": 1, "status": "duplicate", "duplicate_of": 1}
+    cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
+
+    code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["text"] for r in rows] == ["The user prefers tabs over spaces."]
+    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"}
+
+    code, out, _ = cli(
+        db_path, "memories", "search", "--user", "alice", "tabs?", "--json", "--k", "3"
+    )
+    hits = json.loads(out)
+    assert code == 0 and hits[0]["id"] == 1 and hits[0]["score"] > 0
+
+    code, out, _ = cli(db_path, "memories", "stats", "--json")
+    assert json.loads(out)["total"] == 2
+    code, out, _ = cli(db_path, "memories", "stats", "--user", "alice", "--json")
+    assert json.loads(out) == {"total": 1, "by_kind": {"fact": 1}, "by_category": {"general": 1}}
+
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1", "--json")
+    assert code == 0 and json.loads(out) == {"forgotten": 1}
+    code, out, _ = cli(db_path, "memories", "history", "--user", "alice", "--json")
+    assert [e["event"] for e in json.loads(out)] == ["added", "forgotten"]
+    assert set(json.loads(out)[0]) == {"memory_id", "event", "at", "conversation"}
+
+
+def test_forget_another_users_id_fails_and_keeps_it(db_path: Path) -> None:
+    cli(db_path, "memories", "remember", "--user", "bob", "The user likes jazz.")
+    code, out, err = cli(db_path, "memories", "forget", "--user", "alice", "1")
+    assert code == 1 and err.strip() == "error: no such memory" and out == ""
+    code, out, _ = cli(db_path, "memories", "list", "--user", "bob", "--json")
+    assert len(json.loads(out)) == 1
+
+
+def test_forget_all(db_path: Path) -> None:
+    for i in range(3):
+        cli(db_path, "memories", "remember", "--user", "alice", f"The user has {i} cats.")
+    cli(db_path, "memories", "remember", "--user", "bob", "The user has a dog.")
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all", "--json")
+    assert code == 0 and json.loads(out) == {"forgotten": 3}
+    code, out, _ = cli(db_path, "memories", "stats", "--json")
+    assert json.loads(out)["total"] == 1
+
+
+def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
+    cli(db_path, "memories", "remember", "--user", "alice", "The user prefers vim.")
+    cli(db_path, "memories", "remember", "--user", "alice", "The user lives in Oslo.")
+    code, out, _ = cli(db_path, "memories", "export", "--user", "alice")
+    lines = out.strip().splitlines()
+    assert code == 0 and len(lines) == 2
+    record = json.loads(lines[0])
+    assert set(record) == {
+        "text",
+        "kind",
+        "category",
+        "origin",
+        "source",
+        "created_at",
+        "updated_at",
+    }
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(out, encoding="utf-8")
+    code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
+    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0}
+    code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
+    assert json.loads(out) == {"added": 0, "duplicates": 2}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"text": "The user is fine."}\nnot json\n', "line 2: not JSON"),
+        ('{"text": "ok line."}\n{"kind": "fact"}\n', 'line 2: expected an object with a "text"'),
+        ('{"text": "ok line."}\n{"text": "x", "kind": "rumour"}\n', "line 2: kind must be"),
+        ('{"text": "' + "y" * 300 + '"}\n', "line 1: a memory must be under 200"),
+        ('{"text": "ok."}\n{"text": "t", "created_at": "yesterday"}\n', "line 2: created_at"),
+        ("[1, 2]\n", "line 1: expected an object"),
+    ],
+)
+def test_import_malformed_line_imports_nothing(
+    db_path: Path, tmp_path: Path, content: str, message: str
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content, encoding="utf-8")
+    code, out, err = cli(db_path, "memories", "import", "--user", "alice", str(bad))
+    assert code == 1 and out == ""
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+    code, out, _ = cli(db_path, "memories", "stats", "--json")
+    assert json.loads(out)["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["memories", "remember", "--user", "alice", "   "], "a memory needs some text"),
+        (["memories", "remember", "--user", "alice", "x" * 20_000], "under 200 characters"),
+        (["memories", "remember", "--user", ":", "hi"], "malformed user key"),
+        (["memories", "list", "--user", " "], "a user is required"),
+        (["memories", "forget", "--user", "alice"], "give a memory ID or --all"),
+        (["memories", "forget", "--user", "alice", "1", "--all"], "give a memory ID or --all"),
+        (["memories", "import", "--user", "alice", "/nonexistent/x.jsonl"], "cannot read"),
+    ],
+)
+def test_cli_errors_are_one_line(db_path: Path, args: list[str], message: str) -> None:
+    code, out, err = cli(db_path, *args)
+    assert code in (1, 2) and out == ""
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_database_settings(tmp_path: Path) -> None:
+    code, _, err = cli("ftp://host/x", "memories", "list", "--user", "a")
+    assert code == 1 and "unsupported scheme 'ftp'" in err
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 100)
+    code, _, err = cli(garbage, "memories", "list", "--user", "a")
+    assert code == 1 and err.startswith("error: cannot use database")
+
+
+def test_env_setting_error_names_the_variable(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bots.cli", "memories", "list", "--user", "a"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "SELFMIND_TOP_K": "lots"},
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: SELFMIND_TOP_K:") and "Traceback" not in proc.stderr
+
+
+def test_db_url_forms(tmp_path: Path) -> None:
+    path = tmp_path / "url.db"
+    code, _, _ = cli(f"sqlite:///{path}", "memories", "remember", "--user", "a", "The user x.")
+    assert code == 0 and path.exists()
