@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import reference_bm25  # noqa: E402
-from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all  # noqa: E402
-from core.dedupe import Deduper  # noqa: E402
-from core.models import NewMemory  # noqa: E402
-from core.sqlite_store import SQLiteStore  # noqa: E402
+from bench import reference_bm25
+from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
+from core.dedupe import Deduper
+from core.models import NewMemory
+from core.sqlite_store import SQLiteStore
 
 KS = (1, 6, 10)
 CACHE = REPO_ROOT / "bench" / ".cache"
@@ -71,7 +71,8 @@ async def load_users(store: SQLiteStore, convs: Sequence[Conversation]) -> list[
         obs = list(conv.all_observations())
         key = f"bench:{conv.name}"
         results = await store.add_many(
-            user_key=key, memories=[NewMemory(text=o.text, source="import") for o in obs],
+            user_key=key,
+            memories=[NewMemory(text=o.text, source="import") for o in obs],
             dedupe=dedupe,
         )
         evidence: dict[int, set[str]] = {}
@@ -161,11 +162,14 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             partial = cached.with_suffix(".partial")
             for suffix in ("", "-wal", "-shm"):
                 Path(str(partial) + suffix).unlink(missing_ok=True)
-            await build_synthetic(partial, synthetic_texts(convs), args.scale_users,
-                                  args.scale_per_user)
+            await build_synthetic(
+                partial, synthetic_texts(convs), args.scale_users, args.scale_per_user
+            )
             partial.rename(cached)
-            print(f"built {total:,} synthetic memories in {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr)
+            print(
+                f"built {total:,} synthetic memories in {time.perf_counter() - t0:.0f} s",
+                file=sys.stderr,
+            )
         big_path = Path(tmp) / "big.db"
         shutil.copyfile(cached, big_path)
         big = await SQLiteStore.open(str(big_path))
@@ -208,18 +212,28 @@ def print_table(result: dict[str, object]) -> None:
     sm = result["selfmind"]
     ref = result["reference_bm25"]
     sc = result["scale"]
-    assert isinstance(sm, dict) and isinstance(ref, dict) and isinstance(sc, dict)
+    assert isinstance(sm, dict)
+    assert isinstance(ref, dict)
+    assert isinstance(sc, dict)
     print(f"LoCoMo retrieval, {result['questions']} questions (categories 1-4)")
     print(f"{'ranker':<34}{'Hit@1':>8}{'Hit@6':>8}{'Hit@10':>8}")
-    print(f"{'SelfMind (FTS5 + per-user BM25)':<34}"
-          f"{sm['hit@1']:>8.3f}{sm['hit@6']:>8.3f}{sm['hit@10']:>8.3f}")
-    print(f"{'reference Okapi BM25 (pure Python)':<34}"
-          f"{ref['hit@1']:>8.3f}{ref['hit@6']:>8.3f}{ref['hit@10']:>8.3f}")
-    print(f"SelfMind Hit@6 in the shared store ({sc['memories_total']:,} memories): "
-          f"{sm['hit@6_shared_store']:.3f}")
-    print(f"recall latency, user with {sc['user_memories']:,} memories: "
-          f"SelfMind p50 {sc['selfmind_p50_ms']:.2f} ms, p95 {sc['selfmind_p95_ms']:.2f} ms; "
-          f"reference p50 {sc['reference_p50_ms']:.1f} ms; speedup {sc['speedup_p50']}x")
+    print(
+        f"{'SelfMind (FTS5 + per-user BM25)':<34}"
+        f"{sm['hit@1']:>8.3f}{sm['hit@6']:>8.3f}{sm['hit@10']:>8.3f}"
+    )
+    print(
+        f"{'reference Okapi BM25 (pure Python)':<34}"
+        f"{ref['hit@1']:>8.3f}{ref['hit@6']:>8.3f}{ref['hit@10']:>8.3f}"
+    )
+    print(
+        f"SelfMind Hit@6 in the shared store ({sc['memories_total']:,} memories): "
+        f"{sm['hit@6_shared_store']:.3f}"
+    )
+    print(
+        f"recall latency, user with {sc['user_memories']:,} memories: "
+        f"SelfMind p50 {sc['selfmind_p50_ms']:.2f} ms, p95 {sc['selfmind_p95_ms']:.2f} ms; "
+        f"reference p50 {sc['reference_p50_ms']:.1f} ms; speedup {sc['speedup_p50']}x"
+    )
 
 
 def main() -> None:

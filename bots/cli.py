@@ -24,7 +24,7 @@ from core.errors import SelfMindError
 from core.models import Memory, ScoredMemory
 from core.service import MemoryService, parse_user_key
 from core.settings import Settings, load_settings, normalize_db_url
-from core.store import MemoryStore, open_store
+from core.store import open_store
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,7 +94,7 @@ def main_options(
 
 async def with_service(ctx: Context, work: Callable[[MemoryService], Awaitable[T]]) -> T:
     """Open the store, run ``work`` with a service over it, close the store."""
-    store: MemoryStore = await open_store(ctx.db_url)
+    store = await open_store(ctx.db_url)
     try:
         return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
     finally:

@@ -15,10 +15,13 @@ import logging
 import sys
 from typing import TextIO
 
-from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
+from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
+from core.loop import IncomingMessage, TurnLoop
+from core.models import utcnow
+from core.reflection import ReflectionResult
+from core.runtime import open_runtime
 from core.service import MemoryService
 from core.settings import Settings
-from core.store import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +35,20 @@ NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /com
 class TerminalChat:
     """One terminal session of one user (memory key ``cli:NAME``, origin ``private``)."""
 
-    def __init__(self, service: MemoryService, *, user_key: str, out: TextIO) -> None:
+    def __init__(
+        self,
+        service: MemoryService,
+        *,
+        user_key: str,
+        out: TextIO,
+        loop: TurnLoop | None = None,
+        session: str | None = None,
+    ) -> None:
         self.service = service
         self.user_key = user_key
         self.out = out
+        self.loop = loop
+        self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -52,8 +65,36 @@ class TerminalChat:
         return True
 
     async def message(self, text: str) -> None:
-        """A chat message (the turn loop arrives with the Claude client)."""
-        self.say(NO_KEY)
+        """A chat message: run the turn loop and stream the answer to the terminal."""
+        if self.loop is None:
+            self.say(NO_KEY)
+            return
+        message = IncomingMessage(
+            user_key=self.user_key,
+            conversation_key=self.conversation_key,
+            text=text,
+            origin="private",
+            sent_at=utcnow(),
+            where="a private terminal chat",
+        )
+        wrote = False
+        try:
+            async for delta in self.loop.answer(message):
+                self.out.write(delta)
+                self.out.flush()
+                wrote = True
+        except ModelError as exc:
+            if wrote:
+                self.out.write("\n")
+            self.say(f"[{exc.user_message}]")
+            return
+        self.out.write("\n" if wrote else "")
+        self.out.flush()
+
+    async def learned(self, result: ReflectionResult) -> None:
+        """Reflection callback: a short note of what was remembered."""
+        for memory in result.added:
+            self.say(f"(remembered #{memory.id}: {memory.text})")
 
     async def command(self, line: str) -> bool:
         name, _, arg = line.partition(" ")
@@ -108,9 +149,6 @@ class TerminalChat:
         for m in rows:
             self.say(f"#{m.id} {m.text}")
 
-    async def close(self) -> None:
-        """Finish pending work (reflections) before exit."""
-
 
 async def read_lines(stream: TextIO, prompt: str | None, out: TextIO) -> str | None:
     """The next line, or None at end of input; reading happens off the event loop."""
@@ -133,10 +171,10 @@ async def run_terminal(
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     interactive = stdin.isatty()
-    store = await open_store(db_url)
-    try:
-        service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold)
-        chat = TerminalChat(service, user_key=user_key, out=stdout)
+    async with open_runtime(settings, db_url=db_url) as rt:
+        chat = TerminalChat(rt.service, user_key=user_key, out=stdout, loop=rt.loop)
+        if rt.reflector is not None:
+            rt.reflector.on_learned = chat.learned
         if interactive:
             chat.say(f"SelfMind, remembering you as {user_key}. {HELP}")
         while True:
@@ -148,7 +186,8 @@ async def run_terminal(
                     break
             except SelfMindError as exc:
                 chat.say(f"Error: {exc}")
-        await chat.close()
-    finally:
-        await store.close()
+        if rt.reflector is not None and rt.reflector.pending:
+            if interactive:
+                chat.say("(finishing what I learned...)")
+            await rt.reflector.drain(settings.shutdown_timeout_s)
     return 0

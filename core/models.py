@@ -100,3 +100,25 @@ class MemoryStats:
     total: int
     by_kind: dict[str, int] = field(default_factory=dict)
     by_category: dict[str, int] = field(default_factory=dict)
+
+
+ReflectionState = Literal["answering", "pending", "done", "skipped", "off"]
+MemoryMode = Literal["on", "paused", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One stored message of a conversation (a user's message or the assistant's answer)."""
+
+    id: int
+    conversation_key: str
+    user_key: str | None
+    role: Literal["user", "assistant"]
+    text: str
+    origin: Origin
+    sent_at: datetime
+    author: str | None = None
+    reply_to: int | None = None
+    reflection: ReflectionState | None = None
+    attempts: int = 0
+    platform_ref: str | None = None

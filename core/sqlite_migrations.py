@@ -96,6 +96,52 @@ WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL BEGIN
 END;
 """
 
+M002_CONVERSATIONS = """
+-- Conversation turns: the history sent to Claude, and the durable queue of reflections.
+CREATE TABLE turns (
+    id INTEGER PRIMARY KEY,
+    conversation_key TEXT NOT NULL,
+    user_key TEXT,                        -- the speaker (NULL for the assistant)
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    author TEXT,                          -- display name, for attribution in shared threads
+    text TEXT NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('private', 'shared')),
+    sent_at TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    reply_to INTEGER,                     -- assistant turn: the user turn it answers
+    -- user turns: answering -> pending -> done | skipped | off; NULL = context only
+    reflection TEXT CHECK (reflection IN ('answering', 'pending', 'done', 'skipped', 'off')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    platform_ref TEXT                     -- the platform's message id (for notes, reactions)
+);
+CREATE INDEX turns_by_conversation ON turns(conversation_key, id);
+CREATE INDEX turns_by_user ON turns(user_key);
+CREATE INDEX turns_by_time ON turns(created_at);
+CREATE INDEX turns_to_reflect ON turns(reflection, id)
+    WHERE reflection IN ('answering', 'pending');
+
+-- Platform events already handled (Slack event ids, channel+ts): exactly one answer each.
+CREATE TABLE processed_events (
+    event_key TEXT PRIMARY KEY,
+    claimed_at TEXT NOT NULL
+);
+CREATE INDEX processed_events_by_time ON processed_events(claimed_at);
+
+-- /memory pause | off (absent = on).
+CREATE TABLE memory_modes (
+    user_key TEXT PRIMARY KEY,
+    mode TEXT NOT NULL CHECK (mode IN ('paused', 'off')),
+    updated_at TEXT NOT NULL
+);
+
+-- One-time marks: "first DM notice shown to X", "thread T seeded from the platform".
+CREATE TABLE marks (
+    mark TEXT PRIMARY KEY,
+    at TEXT NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "m001_initial", M001_INITIAL),
+    (2, "m002_conversations", M002_CONVERSATIONS),
 ]

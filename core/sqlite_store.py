@@ -14,29 +14,21 @@ document frequencies from ``fts5vocab`` (terms are per user, so these are the us
 Within the candidate pool the ranking is exactly per-user BM25; it can differ only when a
 document that per-user BM25 would rank in the top ``k`` falls outside the candidate pool.
 
-Durability. ``journal_mode=WAL`` with ``synchronous=FULL``: a write confirmed to the caller
-has been committed and synced, and survives SIGKILL or power loss. ``secure_delete`` is on so
-a forgotten memory's text is overwritten in the file, not just unlinked.
+Connection, durability and migrations: :mod:`core.sqlite_base`; conversation turns, event
+claims and memory modes: :mod:`core.sqlite_conversations`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, Literal, cast
 
-import aiosqlite
-
 from core.dedupe import Deduper
-from core.errors import MigrationError, StoreError
 from core.models import (
     AddResult,
     Memory,
@@ -47,7 +39,8 @@ from core.models import (
     ScoredMemory,
     utcnow,
 )
-from core.sqlite_migrations import MIGRATIONS
+from core.sqlite_base import dt, ts
+from core.sqlite_conversations import SQLiteConversations
 from core.text import index_terms, normalize, query_terms
 
 logger = logging.getLogger(__name__)
@@ -65,14 +58,6 @@ _MEMORY_COLUMNS = (
 )
 
 
-def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _dt(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 def _memory(row: Sequence[Any]) -> Memory:
     return Memory(
         id=row[0],
@@ -82,8 +67,8 @@ def _memory(row: Sequence[Any]) -> Memory:
         category=row[4],
         source=row[5],
         origin=row[6],
-        created_at=_dt(row[7]),
-        updated_at=_dt(row[8]),
+        created_at=dt(row[7]),
+        updated_at=dt(row[8]),
         conversation_key=row[9],
         superseded_by=row[10],
     )
@@ -103,112 +88,8 @@ def bm25_idf(n_docs: int, doc_freq: int) -> float:
     return math.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
-class SQLiteStore:
-    """The :class:`core.store.MemoryStore` on one SQLite file. Open with :meth:`open`."""
-
-    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
-        self._conn = conn
-        self.path = path
-        self._write_lock = asyncio.Lock()
-        self._uids: dict[str, int] = {}
-        self._closed = False
-
-    # ---------------------------------------------------------------- lifecycle
-    @classmethod
-    async def open(cls, path: str) -> SQLiteStore:
-        """Open or create the file at ``path`` and apply pending migrations.
-
-        Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
-        migration fails (that migration is rolled back).
-        """
-        if path != ":memory:":
-            await asyncio.to_thread(_make_parent, path)
-        try:
-            conn = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {path}: {exc}") from exc
-        store = cls(conn, path)
-        try:
-            await store._configure()
-            await store._migrate()
-        except sqlite3.Error as exc:
-            await conn.close()
-            raise StoreError(f"cannot use database {path}: {exc}") from exc
-        except BaseException:
-            await conn.close()
-            raise
-        return store
-
-    async def _configure(self) -> None:
-        for pragma in (
-            "PRAGMA journal_mode=WAL",
-            "PRAGMA synchronous=FULL",
-            "PRAGMA busy_timeout=30000",
-            "PRAGMA foreign_keys=ON",
-            "PRAGMA secure_delete=ON",
-        ):
-            await self._conn.execute(pragma)
-
-    async def _migrate(self) -> None:
-        await self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-        )
-        async with self._conn.execute("SELECT number FROM schema_migrations") as cur:
-            applied = {row[0] for row in await cur.fetchall()}
-        for number, name, sql in MIGRATIONS:
-            if number in applied:
-                continue
-            logger.info("applying migration %s", name)
-            try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                for statement in _split_sql(sql):
-                    await self._conn.execute(statement)
-                await self._conn.execute(
-                    "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
-                    (number, name, _ts(utcnow())),
-                )
-                await self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                await self._conn.execute("ROLLBACK")
-                raise MigrationError(f"migration {name} failed: {exc}") from exc
-
-    async def close(self) -> None:
-        """Checkpoint the WAL and close the connection; a second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            await self._conn.close()
-
-    async def applied_migrations(self) -> list[str]:
-        """Names of applied migrations, in order."""
-        async with self._conn.execute("SELECT name FROM schema_migrations ORDER BY number") as cur:
-            return [row[0] for row in await cur.fetchall()]
-
-    # ---------------------------------------------------------------- helpers
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``), serialised within this process."""
-        async with self._write_lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                await self._conn.execute("ROLLBACK")
-                raise
-            else:
-                await self._conn.execute("COMMIT")
-
-    async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        # One hop to aiosqlite's thread (execute + fetch + close in one call).
-        return list(await self._conn.execute_fetchall(sql, params))
-
-    async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-        rows = await self._conn.execute_fetchall(sql, params)
-        return next(iter(rows), None)
+class SQLiteStore(SQLiteConversations):
+    """The memory half of the SQLite store (:class:`core.store.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
         """The numeric id of ``user_key``; created (inside a write) when ``create``."""
@@ -219,7 +100,7 @@ class SQLiteStore:
             if not create:
                 return None
             cur = await self._conn.execute(
-                "INSERT INTO users(user_key, created_at) VALUES (?, ?)", (user_key, _ts(utcnow()))
+                "INSERT INTO users(user_key, created_at) VALUES (?, ?)", (user_key, ts(utcnow()))
             )
             uid = cast(int, cur.lastrowid)
         else:
@@ -239,7 +120,7 @@ class SQLiteStore:
         await self._conn.execute(
             "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (uid, memory_id, event, _ts(at), conversation_key, related_id),
+            (uid, memory_id, event, ts(at), conversation_key, related_id),
         )
 
     # ---------------------------------------------------------------- writes
@@ -288,8 +169,8 @@ class SQLiteStore:
                     m.source,
                     m.origin,
                     m.conversation_key,
-                    _ts(created),
-                    _ts(m.updated_at or created),
+                    ts(created),
+                    ts(m.updated_at or created),
                 )
             )
         await self._conn.executemany(
@@ -301,7 +182,7 @@ class SQLiteStore:
         await self._conn.execute(
             "INSERT INTO memory_events(uid, memory_id, event, at)"
             " SELECT uid, id, 'added', ? FROM memories WHERE uid = ? AND id > ?",
-            (_ts(now), uid, start),
+            (ts(now), uid, start),
         )
         ids = {
             r[1]: r[0]
@@ -353,8 +234,8 @@ class SQLiteStore:
                 memory.source,
                 memory.origin,
                 memory.conversation_key,
-                _ts(created),
-                _ts(updated),
+                ts(created),
+                ts(updated),
             ),
         )
         memory_id = cast(int, cur.lastrowid)
@@ -384,7 +265,7 @@ class SQLiteStore:
         cur = await self._conn.execute(
             "UPDATE memories SET superseded_by = ?, superseded_at = ?"
             " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
-            (new_id, _ts(now), old_id, uid),
+            (new_id, ts(now), old_id, uid),
         )
         if cur.rowcount != 1:
             return False
@@ -418,29 +299,28 @@ class SQLiteStore:
     async def forget_all(self, *, user_key: str) -> int:
         async with self._write():
             uid = await self._uid(user_key)
-            if uid is None:
-                return 0
-            rows = await self._fetchall(
-                "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NULL", (uid,)
-            )
-            # Superseded rows go too (with their own event): nothing of the user's text stays.
-            hidden = await self._fetchall(
-                "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NOT NULL", (uid,)
-            )
-            count = await self._forget_ids(uid, [r[0] for r in rows])
-            await self._forget_ids(uid, [r[0] for r in hidden])
-            await self._erase_conversations(uid, user_key)
+            count = 0
+            if uid is not None:
+                rows = await self._fetchall(
+                    "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NULL", (uid,)
+                )
+                # Superseded rows go too (with their own event): none of the text stays.
+                hidden = await self._fetchall(
+                    "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NOT NULL", (uid,)
+                )
+                count = await self._forget_ids(uid, [r[0] for r in rows])
+                await self._forget_ids(uid, [r[0] for r in hidden])
+            await self._erase_conversations(user_key)
         await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return count
 
-    async def _erase_conversations(self, uid: int, user_key: str) -> None:
-        """Hook for conversation history erasure (tables arrive with later migrations)."""
-        tables = {
-            r[0]
-            for r in await self._fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
-        if "turns" in tables:
-            await self._conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
+    async def _erase_conversations(self, user_key: str) -> None:
+        """Delete the user's turns and the answers to them (inside the caller's write)."""
+        await self._conn.execute(
+            "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = ?)",
+            (user_key,),
+        )
+        await self._conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
@@ -491,7 +371,7 @@ class SQLiteStore:
         )
         return [
             MemoryEvent(
-                memory_id=r[0], event=r[1], at=_dt(r[2]), conversation_key=r[3], related_id=r[4]
+                memory_id=r[0], event=r[1], at=dt(r[2]), conversation_key=r[3], related_id=r[4]
             )
             for r in rows
         ]
@@ -579,22 +459,3 @@ class SQLiteStore:
         scored = [ScoredMemory(memory=_memory(r), score=best[r[0]]) for r in found]
         scored.sort(key=lambda s: (-s.score, -s.memory.id))
         return scored[:k]
-
-
-def _make_parent(path: str) -> None:
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements (``;`` at line end; triggers end with ``END;``)."""
-    statements, buf = [], []
-    for line in script.splitlines():
-        buf.append(line)
-        joined = "\n".join(buf).strip()
-        if joined.endswith(";") and sqlite3.complete_statement(joined):
-            statements.append(joined)
-            buf = []
-    rest = "\n".join(buf).strip()
-    if rest:
-        statements.append(rest)
-    return statements

@@ -8,11 +8,23 @@ no method reads, ranks or deletes another user's rows. Backends: SQLite
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
 from core.dedupe import Deduper
 from core.errors import ConfigError
-from core.models import AddResult, Memory, MemoryEvent, MemoryStats, NewMemory, Origin, ScoredMemory
+from core.models import (
+    AddResult,
+    Memory,
+    MemoryEvent,
+    MemoryMode,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ReflectionState,
+    ScoredMemory,
+    Turn,
+)
 
 
 class MemoryStore(Protocol):
@@ -91,7 +103,87 @@ class MemoryStore(Protocol):
         ...
 
 
-async def open_store(url: str) -> MemoryStore:
+class ConversationStore(Protocol):
+    """Conversation turns (history, and the durable queue of reflections), claimed platform
+    events, per-user memory modes and one-time marks."""
+
+    async def add_turn(
+        self,
+        *,
+        conversation_key: str,
+        user_key: str | None,
+        role: str,
+        text: str,
+        origin: Origin,
+        sent_at: datetime,
+        author: str | None = None,
+        reply_to: int | None = None,
+        reflection: ReflectionState | None = None,
+        platform_ref: str | None = None,
+    ) -> int:
+        """Store one message; returns its turn id. A user message that will be answered is
+        stored with ``reflection="answering"`` before the answer starts."""
+        ...
+
+    async def finish_turn(
+        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+    ) -> int | None:
+        """Store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
+        when ``reflect`` is False). Returns the answer's turn id (None for an empty answer
+        or a turn that was forgotten meanwhile)."""
+        ...
+
+    async def get_turn(self, *, turn_id: int) -> Turn | None:
+        """One turn, or None."""
+        ...
+
+    async def answer_to(self, *, turn_id: int) -> Turn | None:
+        """The assistant's answer to a user turn, or None."""
+        ...
+
+    async def recent_turns(
+        self, *, conversation_key: str, limit: int, before_id: int | None = None
+    ) -> list[Turn]:
+        """The last ``limit`` turns of a conversation (before ``before_id``), oldest first."""
+        ...
+
+    async def turns_to_reflect(self) -> list[Turn]:
+        """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
+        ...
+
+    async def set_reflection(
+        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+    ) -> None:
+        """Record a reflection's state (and attempts so far)."""
+        ...
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
+        ...
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        """Claim a platform event by all its keys (event id, channel+ts). True for the first
+        claim of any of them, False if any was claimed before (also across restarts)."""
+        ...
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
+        ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode."""
+        ...
+
+    async def mark_once(self, *, mark: str) -> bool:
+        """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
+        ...
+
+
+class Store(MemoryStore, ConversationStore, Protocol):
+    """Everything the core keeps: memories and conversations."""
+
+
+async def open_store(url: str) -> Store:
     """Open (creating and migrating) the store named by a ``sqlite:///`` URL.
 
     Raises ``ConfigError`` for other schemes, ``StoreError`` when the file cannot be opened.

@@ -440,10 +440,8 @@ class StreamedReply:
             return True
         blank = not text[message.start.pos :].strip()
         if message.handle is None:
-            if not blank:
-                await self._post(message, self._display(message, text), len(text))
-            elif self._finishing and len(self._messages) == 1:
-                await self._post(message, self._render(config.empty_text), len(text))
+            if not blank or (self._finishing and len(self._messages) == 1):
+                await self._post(message, *self._display(message, text))
             elif self._want_placeholder and config.placeholder is not None:
                 self._want_placeholder = False  # only ever the first message, once
                 await self._post(message, self._render(config.placeholder), message.start.pos)
@@ -452,18 +450,19 @@ class StreamedReply:
             return True
         if blank and not self._finishing:
             return False  # keep the placeholder
-        target = self._display(message, text)
+        target, end = self._display(message, text)
         if target == message.shown:
             return False
-        await self._edit(message, target, len(text))
+        await self._edit(message, target, end)
         return True
 
-    def _display(self, message: _Message, text: str) -> str:
+    def _display(self, message: _Message, text: str) -> tuple[str, int]:
+        """The message's text now, and the offset of the reply text it reaches."""
         body = text[message.start.pos :]
         if self._finishing:
             if not body.strip() and len(self._messages) == 1:
-                return self._render(self._config.empty_text)
-            return self._render(message.prefix + body)
+                return self._render(self._config.empty_text), message.start.pos
+            return self._render(message.prefix + body), len(text)
         marker = self._config.writing_marker
         fence = fence_at_end(text, message.start)
         close = closing_suffix(
@@ -472,7 +471,7 @@ class StreamedReply:
             max_chars=self._config.max_chars,
         )
         separator = "\n" if close and marker and not marker.startswith("\n") else ""
-        return self._render(message.prefix + body + close + separator + marker)
+        return self._render(message.prefix + body + close + separator + marker), len(text)
 
     def _render(self, text: str) -> str:
         render = self._config.render

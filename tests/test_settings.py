@@ -56,7 +56,7 @@ def test_env_and_dotenv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
 
 def test_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SELFMIND_DEDUPE_THRESHOLD", "2")
-    with pytest.raises(ConfigError, match="^SELFMIND_DEDUPE_THRESHOLD"):
+    with pytest.raises(ConfigError, match=r"^SELFMIND_DEDUPE_THRESHOLD"):
         load_settings()
 
 

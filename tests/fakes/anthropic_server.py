@@ -728,4 +728,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the package module, not __main__, so responders share its Reply class.
+    from tests.fakes.anthropic_server import main as package_main
+
+    package_main()

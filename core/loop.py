@@ -1,0 +1,207 @@
+"""The turn loop every adapter runs: recall -> prompt -> answer (streamed) -> reflect.
+
+An adapter turns a platform event into an :class:`IncomingMessage` and iterates
+``TurnLoop.answer(message)``, rendering the text deltas (``core.streaming`` does it by
+message edits). The loop:
+
+1. stores the user's message first (so a crash loses nothing the user said);
+2. recalls the user's top-k memories by BM25 (none when their memory is off; only memories
+   learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
+3. builds the system prompt (cached persona, then the memory block) and the message list
+   from the conversation's stored history;
+4. streams Claude's answer and yields its text deltas;
+5. stores the answer and queues the reflection in the background (not while memory is paused
+   or off), so the reply never waits for it.
+
+An answer that fails (``ModelError``) is stored with what was shown, the user's message is
+still reflected on, and the error propagates to the adapter, which shows
+``error.user_message``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from core.errors import ModelError, StreamCutError
+from core.llm import ChatModel
+from core.models import Origin, ScoredMemory, utcnow
+from core.prompt import history_messages, system_blocks
+from core.reflection import Reflector
+from core.settings import Settings
+from core.store import Store
+
+logger = logging.getLogger(__name__)
+
+PRUNE_EVERY = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    """One user message as the core sees it, whatever the platform.
+
+    ``user_key``: ``slack:{team}:{user}`` | ``discord:{user}`` | ``cli:{name}``;
+    ``conversation_key``: the DM, the thread root, or the terminal session;
+    ``origin``: ``private`` (DM, terminal) or ``shared`` (a channel);
+    ``where``: one line for the prompt, e.g. "a Slack channel thread".
+    """
+
+    user_key: str
+    conversation_key: str
+    text: str
+    origin: Origin
+    sent_at: datetime
+    author: str | None = None
+    platform_ref: str | None = None
+    where: str = "a private conversation"
+
+
+@dataclass(frozen=True)
+class ContextMessage:
+    """Earlier platform messages (a thread read once) stored as history, never reflected."""
+
+    text: str
+    role: str = "user"
+    author: str | None = None
+    user_key: str | None = None
+    sent_at: datetime | None = None
+
+
+class TurnLoop:
+    """Runs turns over one store, one model and one reflector."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ChatModel,
+        reflector: Reflector,
+        settings: Settings,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.reflector = reflector
+        self.settings = settings
+        self.clock = clock
+        self._last_prune: datetime | None = None
+
+    async def start(self) -> None:
+        """Start-up work: prune old turns and resume reflections left pending."""
+        await self._maybe_prune(force=True)
+        await self.reflector.resume()
+
+    async def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Let queued reflections finish (bounded), then stop; unfinished ones stay pending."""
+        drained = await self.reflector.drain(
+            self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        )
+        await self.reflector.close()
+        return drained
+
+    async def recall(self, message: IncomingMessage) -> list[ScoredMemory]:
+        """The user's most relevant memories for this message (respecting mode and origin)."""
+        if await self.store.get_mode(user_key=message.user_key) == "off":
+            return []
+        origins: Sequence[Origin] | None = None
+        if message.origin == "shared" and not self.settings.recall_private_in_channels:
+            origins = ["shared"]
+        return await self.store.search(
+            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+        )
+
+    async def seed_context(
+        self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
+    ) -> None:
+        """Store earlier platform messages as history (a thread the bot joins late)."""
+        for m in messages:
+            await self.store.add_turn(
+                conversation_key=conversation_key,
+                user_key=m.user_key,
+                role="assistant" if m.role == "assistant" else "user",
+                text=m.text,
+                origin=origin,
+                sent_at=m.sent_at or self.clock(),
+                author=m.author,
+            )
+
+    async def answer(self, message: IncomingMessage) -> AsyncIterator[str]:
+        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure."""
+        await self._maybe_prune()
+        history = await self.store.recent_turns(
+            conversation_key=message.conversation_key, limit=2 * self.settings.history_turns
+        )
+        turn_id = await self.store.add_turn(
+            conversation_key=message.conversation_key,
+            user_key=message.user_key,
+            role="user",
+            text=message.text,
+            origin=message.origin,
+            sent_at=message.sent_at,
+            author=message.author,
+            reflection="answering",
+            platform_ref=message.platform_ref,
+        )
+        memories = await self.recall(message)
+        logger.info(
+            "turn=%s user=%s conversation=%s recalled=%d history=%d",
+            turn_id,
+            message.user_key,
+            message.conversation_key,
+            len(memories),
+            len(history),
+        )
+        system = system_blocks(
+            memories,
+            now=self.clock(),
+            context=f"This is {message.where}.",
+            user_name=message.author,
+        )
+        messages = history_messages(
+            history,
+            message.text,
+            attribute=message.origin == "shared",
+            current_author=message.author,
+        )
+        parts: list[str] = []
+        failed: ModelError | None = None
+        stream = self.model.stream(system=system, messages=messages)
+        try:
+            async for delta in stream:
+                parts.append(delta)
+                yield delta
+        except StreamCutError as exc:
+            failed = exc
+            if exc.partial and not parts:
+                parts.append(exc.partial)
+            raise
+        except ModelError as exc:
+            failed = exc
+            raise
+        finally:
+            await stream.aclose()
+            await self._finish(turn_id, message.user_key, "".join(parts), failed)
+
+    async def _finish(
+        self, turn_id: int, user_key: str, answer: str, failed: ModelError | None
+    ) -> None:
+        reflect = await self.store.get_mode(user_key=user_key) == "on"
+        await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect)
+        if failed is not None:
+            logger.info("turn=%s answer failed: %s", turn_id, type(failed).__name__)
+        if reflect:
+            self.reflector.submit(turn_id=turn_id, user_key=user_key)
+
+    async def _maybe_prune(self, *, force: bool = False) -> None:
+        now = self.clock()
+        if not force and self._last_prune and now - self._last_prune < PRUNE_EVERY:
+            return
+        self._last_prune = now
+        cutoff = now - timedelta(days=self.settings.history_retention_days)
+        pruned = await self.store.prune_turns(older_than=cutoff)
+        if pruned:
+            logger.info(
+                "pruned %d turns older than %s days", pruned, self.settings.history_retention_days
+            )

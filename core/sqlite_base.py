@@ -1,0 +1,161 @@
+"""The SQLite connection every SQLite store part shares: one aiosqlite connection, WAL,
+numbered migrations, and serialised write transactions.
+
+Durability: ``journal_mode=WAL`` with ``synchronous=FULL``; a write confirmed to the caller
+has been committed and synced and survives SIGKILL or power loss. ``secure_delete`` is on, so
+erased text is overwritten in the file, not just unlinked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import aiosqlite
+
+from core.errors import MigrationError, StoreError
+from core.models import utcnow
+from core.sqlite_migrations import MIGRATIONS
+
+logger = logging.getLogger(__name__)
+
+
+def ts(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def dt(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+class SQLiteBase:
+    """Connection, migrations and transaction helpers. Open with :meth:`open`."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+        self._conn = conn
+        self.path = path
+        self._write_lock = asyncio.Lock()
+        self._uids: dict[str, int] = {}
+        self._closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+    @classmethod
+    async def open(cls, path: str) -> Self:
+        """Open or create the file at ``path`` and apply pending migrations.
+
+        Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
+        migration fails (that migration is rolled back).
+        """
+        if path != ":memory:":
+            await asyncio.to_thread(_make_parent, path)
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        store = cls(conn, path)
+        try:
+            await store._configure()
+            await store._migrate()
+        except sqlite3.Error as exc:
+            await conn.close()
+            raise StoreError(f"cannot use database {path}: {exc}") from exc
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _configure(self) -> None:
+        for pragma in (
+            "PRAGMA journal_mode=WAL",
+            "PRAGMA synchronous=FULL",
+            "PRAGMA busy_timeout=30000",
+            "PRAGMA foreign_keys=ON",
+            "PRAGMA secure_delete=ON",
+        ):
+            await self._conn.execute(pragma)
+
+    async def _migrate(self) -> None:
+        await self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        async with self._conn.execute("SELECT number FROM schema_migrations") as cur:
+            applied = {row[0] for row in await cur.fetchall()}
+        for number, name, sql in MIGRATIONS:
+            if number in applied:
+                continue
+            logger.info("applying migration %s", name)
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                for statement in _split_sql(sql):
+                    await self._conn.execute(statement)
+                await self._conn.execute(
+                    "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
+                    (number, name, ts(utcnow())),
+                )
+                await self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                await self._conn.execute("ROLLBACK")
+                raise MigrationError(f"migration {name} failed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Checkpoint the WAL and close the connection; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            await self._conn.close()
+
+    async def applied_migrations(self) -> list[str]:
+        """Names of applied migrations, in order."""
+        async with self._conn.execute("SELECT name FROM schema_migrations ORDER BY number") as cur:
+            return [row[0] for row in await cur.fetchall()]
+
+    # ---------------------------------------------------------------- helpers
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``), serialised within this process."""
+        async with self._write_lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            else:
+                await self._conn.execute("COMMIT")
+
+    async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        # One hop to aiosqlite's thread (execute + fetch + close in one call).
+        return list(await self._conn.execute_fetchall(sql, params))
+
+    async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+        rows = await self._conn.execute_fetchall(sql, params)
+        return next(iter(rows), None)
+
+
+def _make_parent(path: str) -> None:
+    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (``;`` at line end; triggers end with ``END;``)."""
+    statements, buf = [], []
+    for line in script.splitlines():
+        buf.append(line)
+        joined = "\n".join(buf).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            statements.append(joined)
+            buf = []
+    rest = "\n".join(buf).strip()
+    if rest:
+        statements.append(rest)
+    return statements

@@ -1,0 +1,202 @@
+"""Conversation state in SQLite: turns (history and the durable reflection queue), claimed
+platform events, memory modes and one-time marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from core.models import MemoryMode, Origin, ReflectionState, Turn, utcnow
+from core.sqlite_base import SQLiteBase, dt, ts
+
+_TURN_COLUMNS = (
+    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
+    " attempts, platform_ref"
+)
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    return Turn(
+        id=row[0],
+        conversation_key=row[1],
+        user_key=row[2],
+        role=row[3],
+        text=row[4],
+        origin=row[5],
+        sent_at=dt(row[6]),
+        author=row[7],
+        reply_to=row[8],
+        reflection=row[9],
+        attempts=row[10],
+        platform_ref=row[11],
+    )
+
+
+class SQLiteConversations(SQLiteBase):
+    """The :class:`core.store.ConversationStore` half of the SQLite store."""
+
+    async def add_turn(
+        self,
+        *,
+        conversation_key: str,
+        user_key: str | None,
+        role: str,
+        text: str,
+        origin: Origin,
+        sent_at: datetime,
+        author: str | None = None,
+        reply_to: int | None = None,
+        reflection: ReflectionState | None = None,
+        platform_ref: str | None = None,
+    ) -> int:
+        async with self._write():
+            cur = await self._conn.execute(
+                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
+                " sent_at, created_at, reply_to, reflection, platform_ref)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_key,
+                    user_key,
+                    role,
+                    author,
+                    text,
+                    origin,
+                    ts(sent_at),
+                    ts(utcnow()),
+                    reply_to,
+                    reflection,
+                    platform_ref,
+                ),
+            )
+            return cast(int, cur.lastrowid)
+
+    async def finish_turn(
+        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+    ) -> int | None:
+        async with self._write():
+            row = await self._fetchone(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,)
+            )
+            if row is None:  # forgotten meanwhile
+                return None
+            turn = _turn(row)
+            answer_id = None
+            if answer:
+                cur = await self._conn.execute(
+                    "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
+                    " created_at, reply_to, platform_ref)"
+                    " VALUES (?, NULL, 'assistant', ?, ?, ?, ?, ?, ?)",
+                    (
+                        turn.conversation_key,
+                        answer,
+                        turn.origin,
+                        ts(utcnow()),
+                        ts(utcnow()),
+                        turn_id,
+                        answer_ref,
+                    ),
+                )
+                answer_id = cast(int, cur.lastrowid)
+            await self._conn.execute(
+                "UPDATE turns SET reflection = ? WHERE id = ? AND reflection = 'answering'",
+                ("pending" if reflect else "off", turn_id),
+            )
+            return answer_id
+
+    async def get_turn(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        return _turn(row) if row else None
+
+    async def answer_to(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchone(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",
+            (turn_id,),
+        )
+        return _turn(row) if row else None
+
+    async def recent_turns(
+        self, *, conversation_key: str, limit: int, before_id: int | None = None
+    ) -> list[Turn]:
+        if limit <= 0:
+            return []
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND id < ?"
+            " ORDER BY id DESC LIMIT ?",
+            (conversation_key, before_id if before_id is not None else 2**62, limit),
+        )
+        return [_turn(r) for r in reversed(rows)]
+
+    async def turns_to_reflect(self) -> list[Turn]:
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"
+            " ORDER BY id"
+        )
+        return [_turn(r) for r in rows]
+
+    async def set_reflection(
+        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+    ) -> None:
+        async with self._write():
+            if attempts is None:
+                await self._conn.execute(
+                    "UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id)
+                )
+            else:
+                await self._conn.execute(
+                    "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
+                    (state, attempts, turn_id),
+                )
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        async with self._write():
+            cur = await self._conn.execute(
+                "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
+                " NOT IN ('answering', 'pending'))",
+                (ts(older_than),),
+            )
+            await self._conn.execute(
+                "DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),)
+            )
+            return cur.rowcount
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        if not keys:
+            return True
+        async with self._write():
+            marks = ",".join("?" * len(keys))
+            row = await self._fetchone(
+                f"SELECT 1 FROM processed_events WHERE event_key IN ({marks}) LIMIT 1", keys
+            )
+            if row is not None:
+                return False
+            now = ts(utcnow())
+            await self._conn.executemany(
+                "INSERT OR IGNORE INTO processed_events(event_key, claimed_at) VALUES (?, ?)",
+                [(k, now) for k in keys],
+            )
+            return True
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        row = await self._fetchone("SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,))
+        return cast(MemoryMode, row[0]) if row else "on"
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        async with self._write():
+            if mode == "on":
+                await self._conn.execute("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))
+            else:
+                await self._conn.execute(
+                    "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT(user_key) DO UPDATE SET mode = excluded.mode,"
+                    " updated_at = excluded.updated_at",
+                    (user_key, mode, ts(utcnow())),
+                )
+
+    async def mark_once(self, *, mark: str) -> bool:
+        async with self._write():
+            cur = await self._conn.execute(
+                "INSERT OR IGNORE INTO marks(mark, at) VALUES (?, ?)", (mark, ts(utcnow()))
+            )
+            return cur.rowcount == 1

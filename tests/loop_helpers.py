@@ -1,0 +1,98 @@
+"""Building a real turn loop (store, Claude client, reflector) against the fake Anthropic."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from core.llm import ClaudeChatModel
+from core.loop import IncomingMessage, TurnLoop
+from core.reflection import Reflector
+from core.service import MemoryService
+from core.settings import Settings, load_settings
+from core.sqlite_store import SQLiteStore
+from tests.fakes.anthropic_server import FakeAnthropic
+
+API_KEY = "sk-ant-test-key"
+
+
+@dataclass
+class Harness:
+    store: SQLiteStore
+    model: ClaudeChatModel
+    reflector: Reflector
+    loop: TurnLoop
+    service: MemoryService
+    settings: Settings
+
+    async def say(self, message: IncomingMessage) -> str:
+        return "".join([d async for d in self.loop.answer(message)])
+
+
+def settings_for(fake: FakeAnthropic, db: Path, **overrides: Any) -> Settings:
+    return load_settings(
+        anthropic_api_key=API_KEY,
+        anthropic_base_url=fake.base_url,
+        db=str(db),
+        anthropic_max_retries=overrides.pop("anthropic_max_retries", 2),
+        **overrides,
+    )
+
+
+@asynccontextmanager
+async def harness(
+    fake: FakeAnthropic, db: Path, *, start: bool = True, **overrides: Any
+) -> AsyncIterator[Harness]:
+    settings = settings_for(fake, db, **overrides)
+    store = await SQLiteStore.open(str(db))
+    model = ClaudeChatModel.from_settings(settings)
+    service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold)
+    reflector = Reflector(
+        store=store,
+        model=model,
+        deduper=service.deduper,
+        related_k=settings.reflection_related_k,
+        max_attempts=settings.reflection_max_attempts,
+        retry_delay_s=0.0,
+    )
+    loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
+    if start:
+        await loop.start()
+    try:
+        yield Harness(store, model, reflector, loop, service, settings)
+    finally:
+        await reflector.close()
+        await model.aclose()
+        await store.close()
+
+
+def dm(user: str, text: str, **kw: Any) -> IncomingMessage:
+    return IncomingMessage(
+        user_key=user,
+        conversation_key=kw.pop("conversation_key", f"dm:{user}"),
+        text=text,
+        origin=kw.pop("origin", "private"),
+        sent_at=kw.pop("sent_at", datetime(2026, 11, 29, 12, 0, tzinfo=UTC)),
+        **kw,
+    )
+
+
+def memories_reply(*items: tuple[str, str, str] | dict[str, Any]) -> dict[str, Any]:
+    """A reflection reply in the product's schema."""
+    out = []
+    for item in items:
+        if isinstance(item, dict):
+            out.append(item)
+        else:
+            text, kind, category = item
+            out.append({"text": text, "kind": kind, "category": category, "supersedes": []})
+    return {"memories": out}
+
+
+def memory_lines(system_text: str) -> list[str]:
+    inside = system_text.split("<memories>", 1)[1].split("</memories>", 1)[0]
+    return [line for line in inside.splitlines() if line.startswith("{")]
