@@ -127,23 +127,38 @@ class TurnLoop:
                 author=m.author,
             )
 
-    async def answer(self, message: IncomingMessage) -> AsyncIterator[str]:
-        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure."""
+    async def answer(
+        self, message: IncomingMessage, *, turn_id: int | None = None
+    ) -> AsyncIterator[str]:
+        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure.
+
+        ``turn_id`` names a user turn already stored and still ``answering`` (a message whose
+        answer a crash interrupted, redelivered by the platform): it is answered without
+        being stored twice.
+        """
         await self._maybe_prune()
-        history = await self.store.recent_turns(
-            conversation_key=message.conversation_key, limit=2 * self.settings.history_turns
-        )
-        turn_id = await self.store.add_turn(
-            conversation_key=message.conversation_key,
-            user_key=message.user_key,
-            role="user",
-            text=message.text,
-            origin=message.origin,
-            sent_at=message.sent_at,
-            author=message.author,
-            reflection="answering",
-            platform_ref=message.platform_ref,
-        )
+        if turn_id is None:
+            history = await self.store.recent_turns(
+                conversation_key=message.conversation_key,
+                limit=2 * self.settings.history_turns,
+            )
+            turn_id = await self.store.add_turn(
+                conversation_key=message.conversation_key,
+                user_key=message.user_key,
+                role="user",
+                text=message.text,
+                origin=message.origin,
+                sent_at=message.sent_at,
+                author=message.author,
+                reflection="answering",
+                platform_ref=message.platform_ref,
+            )
+        else:
+            history = await self.store.recent_turns(
+                conversation_key=message.conversation_key,
+                limit=2 * self.settings.history_turns,
+                before_id=turn_id,
+            )
         memories = await self.recall(message)
         logger.info(
             "turn=%s user=%s conversation=%s recalled=%d history=%d",

@@ -109,6 +109,14 @@ class SQLiteConversations(SQLiteBase):
         row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return _turn(row) if row else None
 
+    async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
+        row = await self._fetchone(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND platform_ref = ?"
+            " AND role = 'user' ORDER BY id LIMIT 1",
+            (conversation_key, platform_ref),
+        )
+        return _turn(row) if row else None
+
     async def answer_to(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchone(
             f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",

@@ -137,6 +137,10 @@ class ConversationStore(Protocol):
         """One turn, or None."""
         ...
 
+    async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
+        """The user turn stored for a platform message id in a conversation, or None."""
+        ...
+
     async def answer_to(self, *, turn_id: int) -> Turn | None:
         """The assistant's answer to a user turn, or None."""
         ...
