@@ -15,13 +15,14 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from core.errors import SelfMindError
-from core.models import Memory, ScoredMemory
+from core.models import Memory, ScoredMemory, UsageRow
 from core.service import MemoryService, parse_user_key
 from core.settings import Settings, load_settings, normalize_db_url
 from core.store import open_store
@@ -306,6 +307,80 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         return
     for r in rows:
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
+
+
+@app.command("usage")
+def usage(
+    ctx: typer.Context,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Start date (YYYY-MM-DD, UTC); default: all.")
+    ] = None,
+    by: Annotated[str, typer.Option("--by", help="Group by user, workspace or kind.")] = "kind",
+    as_json: JsonFlag = False,
+) -> None:
+    """Claude usage totals (tokens as the API reported them), with the cache-read share."""
+    if by not in ("user", "workspace", "kind"):
+        raise fail("--by must be user, workspace or kind", 2)
+    try:
+        start = (
+            datetime.fromisoformat(since).replace(tzinfo=UTC)
+            if since
+            else datetime(1970, 1, 1, tzinfo=UTC)
+        )
+    except ValueError:
+        raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+
+    async def work() -> list[UsageRow]:
+        store = await open_store(ctx.obj.db_url)
+        try:
+            return await store.usage_report(since=start, by=by)
+        finally:
+            await store.close()
+
+    rows = run(work())
+    total = UsageRow(
+        "total",
+        sum(r.calls for r in rows),
+        sum(r.input_tokens for r in rows),
+        sum(r.output_tokens for r in rows),
+        sum(r.cache_read_input_tokens for r in rows),
+        sum(r.cache_creation_input_tokens for r in rows),
+    )
+
+    def as_dict(r: UsageRow) -> dict[str, Any]:
+        return {
+            by if r is not total else "total": r.key,
+            "calls": r.calls,
+            "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens,
+            "cache_read_input_tokens": r.cache_read_input_tokens,
+            "cache_creation_input_tokens": r.cache_creation_input_tokens,
+            "total_tokens": r.total_tokens,
+            "cache_read_share": round(r.cache_read_share, 4),
+        }
+
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "since": start.date().isoformat(),
+                    "by": by,
+                    "rows": [as_dict(r) for r in rows],
+                    "total": as_dict(total),
+                }
+            )
+        )
+        return
+    typer.echo(
+        f"{by:<28}{'calls':>8}{'input':>12}{'cache read':>12}{'cache write':>12}"
+        f"{'output':>10}{'cache share':>13}"
+    )
+    for r in [*rows, total]:
+        typer.echo(
+            f"{r.key[:27]:<28}{r.calls:>8}{r.input_tokens:>12}{r.cache_read_input_tokens:>12}"
+            f"{r.cache_creation_input_tokens:>12}{r.output_tokens:>10}"
+            f"{r.cache_read_share:>12.1%}"
+        )
 
 
 @app.command("chat")

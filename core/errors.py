@@ -11,6 +11,7 @@
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
+    ├── LimitReached         a daily cap on messages or tokens is reached (says when it resets)
     └── ModelError           Claude could not answer; ``user_message`` is short and true
         ├── StreamCutError   the answer stream ended before ``message_stop``
         └── MalformedOutput  a structured-output reply was not the promised JSON
@@ -24,7 +25,15 @@ from __future__ import annotations
 
 
 class SelfMindError(Exception):
-    """Base of every error SelfMind raises on purpose."""
+    """Base of every error SelfMind raises on purpose.
+
+    ``user_message`` is what a chat user may be shown (``str(error)`` unless a subclass says
+    something shorter).
+    """
+
+    @property
+    def user_message(self) -> str:
+        return str(self)
 
 
 class ConfigError(SelfMindError):
@@ -67,7 +76,11 @@ class ModelError(SelfMindError):
 
     def __init__(self, message: str, *, user_message: str) -> None:
         super().__init__(message)
-        self.user_message = user_message
+        self._user_message = user_message
+
+    @property
+    def user_message(self) -> str:
+        return self._user_message
 
 
 class StreamCutError(ModelError):
@@ -117,3 +130,7 @@ class EditFailed(SelfMindError):
     def __init__(self, reason: str = "edit failed") -> None:
         super().__init__(f"message edit failed: {reason}")
         self.reason = reason
+
+
+class LimitReached(SelfMindError):
+    """A daily cap is reached; no Claude call is made. The message says when it resets."""

@@ -13,9 +13,10 @@ message edits). The loop:
 5. stores the answer and queues the reflection in the background (not while memory is paused
    or off), so the reply never waits for it.
 
-An answer that fails (``ModelError``) is stored with what was shown, the user's message is
-still reflected on, and the error propagates to the adapter, which shows
-``error.user_message``.
+Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
+usage the API reports for each call is recorded. An answer that fails (``ModelError``) is
+stored with what was shown, the user's message is still reflected on, and the error
+propagates to the adapter, which shows ``error.user_message``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from core.controls import Controls
 from core.errors import ModelError, StreamCutError
-from core.llm import ChatModel
+from core.llm import AnswerStream, ChatModel
 from core.models import Origin, ScoredMemory, utcnow
 from core.prompt import history_messages, system_blocks
 from core.reflection import Reflector
@@ -56,6 +58,7 @@ class IncomingMessage:
     author: str | None = None
     platform_ref: str | None = None
     where: str = "a private conversation"
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class TurnLoop:
         self.reflector = reflector
         self.settings = settings
         self.clock = clock
+        self.controls = Controls(settings, store)
         self._last_prune: datetime | None = None
 
     async def start(self) -> None:
@@ -136,6 +140,9 @@ class TurnLoop:
         answer a crash interrupted, redelivered by the platform): it is answered without
         being stored twice.
         """
+        await self.controls.check_limits(
+            user_key=message.user_key, workspace=message.workspace, now=self.clock()
+        )
         await self._maybe_prune()
         if turn_id is None:
             history = await self.store.recent_turns(
@@ -152,6 +159,7 @@ class TurnLoop:
                 author=message.author,
                 reflection="answering",
                 platform_ref=message.platform_ref,
+                workspace=message.workspace,
             )
         else:
             history = await self.store.recent_turns(
@@ -197,7 +205,26 @@ class TurnLoop:
             raise
         finally:
             await stream.aclose()
+            await self._record_usage(stream, message, turn_id)
             await self._finish(turn_id, message.user_key, "".join(parts), failed)
+
+    async def _record_usage(
+        self, stream: AnswerStream, message: IncomingMessage, turn_id: int
+    ) -> None:
+        usage = stream.usage
+        if usage is None:
+            return
+        await self.store.record_usage(
+            user_key=message.user_key,
+            workspace=message.workspace,
+            kind="chat",
+            model=self.settings.chat_model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            turn_id=turn_id,
+        )
 
     async def _finish(
         self, turn_id: int, user_key: str, answer: str, failed: ModelError | None

@@ -122,3 +122,35 @@ class Turn:
     reflection: ReflectionState | None = None
     attempts: int = 0
     platform_ref: str | None = None
+    workspace: str | None = None
+
+
+CallKind = Literal["chat", "reflection"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Token counts of Claude calls, summed over a group (``key``: user, workspace or kind)."""
+
+    key: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        """Every token processed: input, cache reads and writes, and output."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_input_tokens
+            + self.cache_creation_input_tokens
+        )
+
+    @property
+    def cache_read_share(self) -> float:
+        """Cache-read tokens as a share of all input tokens (0..1)."""
+        prompt = self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+        return self.cache_read_input_tokens / prompt if prompt else 0.0

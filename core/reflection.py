@@ -143,6 +143,7 @@ class Reflector:
         max_attempts: int = 3,
         retry_delay_s: float = 1.0,
         on_learned: LearnedCallback | None = None,
+        model_name: str = "unknown",
     ) -> None:
         self.store = store
         self.model = model
@@ -151,6 +152,7 @@ class Reflector:
         self.max_attempts = max_attempts
         self.retry_delay_s = retry_delay_s
         self.on_learned = on_learned
+        self.model_name = model_name
         self._queues: dict[str, deque[int]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._queued: set[int] = set()
@@ -273,6 +275,18 @@ class Reflector:
             system=REFLECTION_RULES,
             prompt=reflection_prompt(turn, answer, related),
             output=ReflectionOutput,
+        )
+        usage = extraction.usage
+        await self.store.record_usage(
+            user_key=turn.user_key,
+            workspace=turn.workspace,
+            kind="reflection",
+            model=self.model_name,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            turn_id=turn.id,
         )
         allowed = {s.memory.id for s in related}
         added: list[Memory] = []

@@ -56,6 +56,7 @@ async def open_runtime(
                 deduper=service.deduper,
                 related_k=settings.reflection_related_k,
                 max_attempts=settings.reflection_max_attempts,
+                model_name=settings.reflection_model,
             )
             loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
             if start:

@@ -11,14 +11,24 @@ else reads the environment.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigError
 
 DEFAULT_MODEL = "claude-opus-4-8"
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+CommaList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split)]
+"""A comma-separated list in the environment (``T1,T2``); empty means no restriction."""
 
 
 def _env(name: str) -> AliasChoices:
@@ -99,6 +109,17 @@ class Settings(BaseSettings):
         default=None, validation_alias=_env("DISCORD_GATEWAY_URL")
     )
     discord_memory_reactions: bool = True
+
+    # --- team controls (empty allow-list = everyone; 0 = no cap; days are UTC)
+    allowed_slack_teams: CommaList = ()
+    allowed_slack_channels: CommaList = ()
+    allowed_discord_guilds: CommaList = ()
+    allowed_discord_channels: CommaList = ()
+    allowed_users: CommaList = ()
+    user_daily_messages: int = Field(default=0, ge=0)
+    user_daily_tokens: int = Field(default=0, ge=0)
+    workspace_daily_messages: int = Field(default=0, ge=0)
+    workspace_daily_tokens: int = Field(default=0, ge=0)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from core.models import MemoryMode, Origin, ReflectionState, Turn, utcnow
+from core.models import CallKind, MemoryMode, Origin, ReflectionState, Turn, UsageRow, utcnow
 from core.sqlite_base import SQLiteBase, dt, ts
 
 _TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref"
+    " attempts, platform_ref, workspace"
 )
 
 
@@ -31,6 +31,7 @@ def _turn(row: Sequence[Any]) -> Turn:
         reflection=row[9],
         attempts=row[10],
         platform_ref=row[11],
+        workspace=row[12],
     )
 
 
@@ -50,12 +51,13 @@ class SQLiteConversations(SQLiteBase):
         reply_to: int | None = None,
         reflection: ReflectionState | None = None,
         platform_ref: str | None = None,
+        workspace: str | None = None,
     ) -> int:
         async with self._write():
             cur = await self._conn.execute(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-                " sent_at, created_at, reply_to, reflection, platform_ref)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_key,
                     user_key,
@@ -68,6 +70,7 @@ class SQLiteConversations(SQLiteBase):
                     reply_to,
                     reflection,
                     platform_ref,
+                    workspace,
                 ),
             )
             return cast(int, cur.lastrowid)
@@ -86,8 +89,8 @@ class SQLiteConversations(SQLiteBase):
             if answer:
                 cur = await self._conn.execute(
                     "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
-                    " created_at, reply_to, platform_ref)"
-                    " VALUES (?, NULL, 'assistant', ?, ?, ?, ?, ?, ?)",
+                    " created_at, reply_to, platform_ref, workspace)"
+                    " VALUES (?, NULL, 'assistant', ?, ?, ?, ?, ?, ?, ?)",
                     (
                         turn.conversation_key,
                         answer,
@@ -96,6 +99,7 @@ class SQLiteConversations(SQLiteBase):
                         ts(utcnow()),
                         turn_id,
                         answer_ref,
+                        turn.workspace,
                     ),
                 )
                 answer_id = cast(int, cur.lastrowid)
@@ -208,3 +212,77 @@ class SQLiteConversations(SQLiteBase):
                 "INSERT OR IGNORE INTO marks(mark, at) VALUES (?, ?)", (mark, ts(utcnow()))
             )
             return cur.rowcount == 1
+
+    async def record_usage(
+        self,
+        *,
+        user_key: str,
+        workspace: str | None,
+        kind: CallKind,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_input_tokens: int,
+        cache_creation_input_tokens: int,
+        turn_id: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+                " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    ts(at or utcnow()),
+                    user_key,
+                    workspace,
+                    kind,
+                    model,
+                    input_tokens,
+                    output_tokens,
+                    cache_read_input_tokens,
+                    cache_creation_input_tokens,
+                    turn_id,
+                ),
+            )
+
+    async def usage_report(
+        self,
+        *,
+        since: datetime,
+        by: str = "kind",
+        user_key: str | None = None,
+        workspace: str | None = None,
+    ) -> list[UsageRow]:
+        column = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
+        if by not in column:
+            raise ValueError(f"by must be one of {', '.join(column)}")
+        where, params = ["at >= ?"], [ts(since)]
+        if user_key is not None:
+            where.append("user_key = ?")
+            params.append(user_key)
+        if workspace is not None:
+            where.append("workspace = ?")
+            params.append(workspace)
+        rows = await self._fetchall(
+            f"SELECT {column[by]}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
+            " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
+            f" WHERE {' AND '.join(where)} GROUP BY 1 ORDER BY 1",
+            params,
+        )
+        return [UsageRow(str(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    async def chat_messages_since(
+        self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
+    ) -> int:
+        where, params = ["at >= ?", "kind = 'chat'"], [ts(since)]
+        if user_key is not None:
+            where.append("user_key = ?")
+            params.append(user_key)
+        if workspace is not None:
+            where.append("workspace = ?")
+            params.append(workspace)
+        row = await self._fetchone(
+            f"SELECT COUNT(*) FROM usage WHERE {' AND '.join(where)}", params
+        )
+        return int(row[0]) if row else 0

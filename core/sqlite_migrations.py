@@ -141,7 +141,31 @@ CREATE TABLE marks (
 );
 """
 
+M003_USAGE = """
+-- The workspace (Slack team, Discord guild) a turn happened in, for usage and daily caps.
+ALTER TABLE turns ADD COLUMN workspace TEXT;
+
+-- One row per Claude call, as the API reported its usage.
+CREATE TABLE usage (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    user_key TEXT NOT NULL,
+    workspace TEXT,
+    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection')),
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_input_tokens INTEGER NOT NULL,
+    cache_creation_input_tokens INTEGER NOT NULL,
+    turn_id INTEGER
+);
+CREATE INDEX usage_by_user ON usage(user_key, at);
+CREATE INDEX usage_by_workspace ON usage(workspace, at);
+CREATE INDEX usage_by_time ON usage(at);
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "m001_initial", M001_INITIAL),
     (2, "m002_conversations", M002_CONVERSATIONS),
+    (3, "m003_usage", M003_USAGE),
 ]

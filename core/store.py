@@ -15,6 +15,7 @@ from core.dedupe import Deduper
 from core.errors import ConfigError
 from core.models import (
     AddResult,
+    CallKind,
     Memory,
     MemoryEvent,
     MemoryMode,
@@ -24,6 +25,7 @@ from core.models import (
     ReflectionState,
     ScoredMemory,
     Turn,
+    UsageRow,
 )
 
 
@@ -120,6 +122,7 @@ class ConversationStore(Protocol):
         reply_to: int | None = None,
         reflection: ReflectionState | None = None,
         platform_ref: str | None = None,
+        workspace: str | None = None,
     ) -> int:
         """Store one message; returns its turn id. A user message that will be answered is
         stored with ``reflection="answering"`` before the answer starts."""
@@ -183,7 +186,45 @@ class ConversationStore(Protocol):
         ...
 
 
-class Store(MemoryStore, ConversationStore, Protocol):
+class UsageStore(Protocol):
+    """What every Claude call cost, as the API reported it."""
+
+    async def record_usage(
+        self,
+        *,
+        user_key: str,
+        workspace: str | None,
+        kind: CallKind,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_input_tokens: int,
+        cache_creation_input_tokens: int,
+        turn_id: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Record one call's usage."""
+        ...
+
+    async def usage_report(
+        self,
+        *,
+        since: datetime,
+        by: str = "kind",
+        user_key: str | None = None,
+        workspace: str | None = None,
+    ) -> list[UsageRow]:
+        """Totals since ``since`` grouped ``by`` user, workspace or kind (sorted by key)."""
+        ...
+
+    async def chat_messages_since(
+        self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
+    ) -> int:
+        """How many chat calls were recorded since ``since`` (for daily message caps)."""
+        ...
+
+
+class Store(MemoryStore, ConversationStore, UsageStore, Protocol):
     """Everything the core keeps: memories and conversations."""
 
 

@@ -58,6 +58,7 @@ async def harness(
         related_k=settings.reflection_related_k,
         max_attempts=settings.reflection_max_attempts,
         retry_delay_s=0.0,
+        model_name=settings.reflection_model,
     )
     loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
     if start:
