@@ -21,8 +21,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from core.cleanup import Cleaner, CleanupRun
 from core.errors import SelfMindError
 from core.models import Memory, ScoredMemory, UsageRow
+from core.runtime import open_runtime
 from core.service import MemoryService, parse_user_key
 from core.settings import Settings, load_settings, normalize_db_url
 from core.store import open_store
@@ -299,6 +301,7 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
             "event": e.event,
             "at": e.at.isoformat(),
             "conversation": e.conversation_key,
+            "change": e.change_id,
         }
         for e in events
     ]
@@ -307,6 +310,91 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         return
     for r in rows:
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
+
+
+@memories_app.command("cleanup")
+def memories_cleanup(
+    ctx: typer.Context,
+    user: UserKey,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; change nothing.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Merge rephrasings, supersede contradicted memories, retire transient ones (undoable)."""
+    key = _key(user)
+    settings: Settings = ctx.obj.settings
+
+    async def work() -> CleanupRun:
+        async with open_runtime(settings, db_url=ctx.obj.db_url, require_model=True) as rt:
+            assert rt.model is not None
+            cleaner = Cleaner(
+                store=rt.store,
+                model=rt.model,
+                model_name=settings.reflection_model,
+                batch_size=settings.cleanup_batch_size,
+                max_batches=settings.cleanup_max_batches,
+            )
+            run = await cleaner.plan(user_key=key)
+            return run if dry_run else await cleaner.apply(run)
+
+    result = run(work())
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "user": key,
+                    "dry_run": dry_run,
+                    "before": result.before,
+                    "after": result.after,
+                    "batches": result.batches,
+                    "calls": result.calls,
+                    "rejected_batches": result.rejected_batches,
+                    "tokens": {
+                        "input": result.usage.input_tokens,
+                        "output": result.usage.output_tokens,
+                        "cache_read": result.usage.cache_read_input_tokens,
+                        "cache_write": result.usage.cache_creation_input_tokens,
+                    },
+                    "plan": result.lines(),
+                    "change_id": result.applied.change_id if result.applied else None,
+                },
+                ensure_ascii=False,
+            )
+        )
+        return
+    for line in result.lines() or ["nothing to clean up"]:
+        typer.echo(line)
+    typer.echo(
+        f"{result.calls} Claude calls, batches {result.batches}, "
+        f"{result.usage.input_tokens + result.usage.output_tokens} tokens"
+    )
+    if result.applied:
+        typer.echo(
+            f"applied as change {result.applied.change_id}: {result.before} -> {result.after}"
+            f" memories (undo: selfmind memories undo --user {key} {result.applied.change_id})"
+        )
+
+
+@memories_app.command("undo")
+def memories_undo(
+    ctx: typer.Context,
+    change_id: Annotated[str, typer.Argument(metavar="CHANGE_ID", help="From cleanup/history.")],
+    user: UserKey,
+    as_json: JsonFlag = False,
+) -> None:
+    """Undo a cleanup change: restores the exact previous memories."""
+    key = _key(user)
+
+    async def work() -> int:
+        store = await open_store(ctx.obj.db_url)
+        try:
+            return await store.undo_change(user_key=key, change_id=change_id)
+        finally:
+            await store.close()
+
+    restored = run(work())
+    typer.echo(json.dumps({"restored": restored}) if as_json else f"restored {restored} memories")
 
 
 @app.command("usage")
@@ -396,6 +484,15 @@ def chat(
     name = user or getpass.getuser()
     key = _key(name)
     code = run(run_terminal(ctx.obj.settings, db_url=ctx.obj.db_url, user_key=key))
+    raise typer.Exit(code)
+
+
+@app.command("discord")
+def discord_bot(ctx: typer.Context) -> None:
+    """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
+    from bots.discord_bot import run_discord
+
+    code = run(run_discord(ctx.obj.settings, db_url=ctx.obj.db_url))
     raise typer.Exit(code)
 
 

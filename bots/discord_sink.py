@@ -77,13 +77,15 @@ class DiscordSink:
 
     async def post(self, *, text: str) -> str:
         """Send a message; returns its id. Raises ``RateLimited`` on an escaped 429."""
-        reference = None
-        if self._reply_to is not None and not self._messages:
-            reference = self._reply_to.to_reference(fail_if_not_exists=False)
         try:
-            sent = await self._channel.send(
-                text, reference=reference, allowed_mentions=NO_MENTIONS
-            )
+            if self._reply_to is not None and not self._messages:
+                sent = await self._channel.send(
+                    text,
+                    reference=self._reply_to.to_reference(fail_if_not_exists=False),
+                    allowed_mentions=NO_MENTIONS,
+                )
+            else:
+                sent = await self._channel.send(text, allowed_mentions=NO_MENTIONS)
         except discord.RateLimited as exc:
             raise RateLimited(retry_after_s(exc)) from exc
         except discord.HTTPException as exc:
@@ -102,9 +104,7 @@ class DiscordSink:
         if message is None:
             raise EditFailed("unknown message")
         try:
-            self._messages[handle] = await message.edit(
-                content=text, allowed_mentions=NO_MENTIONS
-            )
+            self._messages[handle] = await message.edit(content=text, allowed_mentions=NO_MENTIONS)
         except discord.RateLimited as exc:
             raise RateLimited(retry_after_s(exc)) from exc
         except (discord.NotFound, discord.Forbidden) as exc:

@@ -10,7 +10,7 @@ Kind = Literal["fact", "preference", "correction", "context"]
 Category = Literal["communication", "code", "tools", "workflow", "general"]
 Source = Literal["reflection", "remember", "import"]
 Origin = Literal["private", "shared"]
-EventKind = Literal["added", "superseded", "forgotten"]
+EventKind = Literal["added", "superseded", "forgotten", "retired", "restored"]
 
 KINDS: tuple[str, ...] = get_args(Kind)
 CATEGORIES: tuple[str, ...] = get_args(Category)
@@ -44,8 +44,13 @@ class Memory:
 
     @property
     def active(self) -> bool:
-        """True while the memory takes part in recall (not superseded)."""
+        """True while the memory takes part in recall (not superseded or retired)."""
         return self.superseded_by is None
+
+    @property
+    def retired(self) -> bool:
+        """True when a cleanup retired it (marked superseded by itself)."""
+        return self.superseded_by == self.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,7 @@ class MemoryEvent:
     at: datetime
     conversation_key: str | None = None
     related_id: int | None = None
+    change_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,7 @@ class Turn:
     workspace: str | None = None
 
 
-CallKind = Literal["chat", "reflection"]
+CallKind = Literal["chat", "reflection", "cleanup"]
 
 
 @dataclass(frozen=True, slots=True)

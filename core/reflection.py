@@ -102,7 +102,12 @@ def reflection_prompt(user_turn: Turn, answer: Turn | None, related: Sequence[Sc
 
 def check_candidate(candidate: MemoryCandidate) -> str | None:
     """The cleaned text if the candidate follows the memory rules, else None."""
-    text = " ".join(candidate.text.split())
+    return check_text(candidate.text)
+
+
+def check_text(raw: str) -> str | None:
+    """``raw`` cleaned if it is one third-person sentence under 200 characters, else None."""
+    text = " ".join(raw.split())
     if not text or len(text) >= MAX_MEMORY_CHARS:
         return None
     if _FIRST_PERSON.match(text) or text.endswith("?"):

@@ -7,11 +7,14 @@ the turn loop from settings, and close them in order. Adapters use :func:`open_r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from core.cleanup import Cleaner
+from core.errors import SelfMindError
 from core.llm import ChatModel, ClaudeChatModel
 from core.loop import TurnLoop
 from core.reflection import Reflector
@@ -32,6 +35,36 @@ class Runtime:
     model: ChatModel | None
     reflector: Reflector | None
     loop: TurnLoop | None
+
+
+async def scheduled_cleanups(rt: Runtime) -> None:
+    """Every ``cleanup_interval_hours``, clean up each user with enough memories (applied as
+    undoable changes; see ``selfmind memories history``)."""
+    assert rt.model is not None
+    s = rt.settings
+    cleaner = Cleaner(
+        store=rt.store,
+        model=rt.model,
+        model_name=s.reflection_model,
+        batch_size=s.cleanup_batch_size,
+        max_batches=s.cleanup_max_batches,
+    )
+    while True:
+        await asyncio.sleep(s.cleanup_interval_hours * 3600)
+        for user_key in await rt.store.users_with_memories(at_least=s.cleanup_min_memories):
+            try:
+                run = await cleaner.apply(await cleaner.plan(user_key=user_key))
+            except SelfMindError as exc:
+                logger.warning("scheduled cleanup failed: user=%s error=%s", user_key, exc)
+                continue
+            if run.applied:
+                logger.info(
+                    "scheduled cleanup user=%s change=%s %d -> %s memories",
+                    user_key,
+                    run.applied.change_id,
+                    run.before,
+                    run.after,
+                )
 
 
 @asynccontextmanager
@@ -62,9 +95,15 @@ async def open_runtime(
             if start:
                 await loop.start()
         rt = Runtime(settings, store, service, model, reflector, loop)
+        scheduler = None
+        if start and model is not None and settings.cleanup_interval_hours > 0:
+            scheduler = asyncio.create_task(scheduled_cleanups(rt), name="cleanup-scheduler")
         try:
             yield rt
         finally:
+            if scheduler is not None:
+                scheduler.cancel()
+                await asyncio.gather(scheduler, return_exceptions=True)
             if rt.loop is not None:
                 await rt.loop.shutdown()
     finally:

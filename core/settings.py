@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     )
     discord_memory_reactions: bool = True
 
+    # --- memory cleanup (selfmind memories cleanup; scheduled runs when the interval is > 0)
+    cleanup_batch_size: int = Field(default=25, ge=2, le=100)
+    cleanup_max_batches: int = Field(default=20, ge=1, le=1000)
+    cleanup_interval_hours: float = Field(default=0.0, ge=0)
+    cleanup_min_memories: int = Field(default=20, ge=2)
+
     # --- team controls (empty allow-list = everyone; 0 = no cap; days are UTC)
     allowed_slack_teams: CommaList = ()
     allowed_slack_channels: CommaList = ()

@@ -151,7 +151,7 @@ CREATE TABLE usage (
     at TEXT NOT NULL,
     user_key TEXT NOT NULL,
     workspace TEXT,
-    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection')),
+    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection', 'cleanup')),
     model TEXT NOT NULL,
     input_tokens INTEGER NOT NULL,
     output_tokens INTEGER NOT NULL,
@@ -164,8 +164,32 @@ CREATE INDEX usage_by_workspace ON usage(workspace, at);
 CREATE INDEX usage_by_time ON usage(at);
 """
 
+M004_CLEANUP = """
+-- Memory hygiene: events carry the change (a cleanup run, a correction) they belong to, so a
+-- change can be reviewed and undone; new event kinds 'retired' and 'restored'.
+-- A retired memory is marked superseded by itself (it leaves recall, nothing replaces it).
+CREATE TABLE memory_events_new (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    memory_id INTEGER NOT NULL,
+    event TEXT NOT NULL
+        CHECK (event IN ('added', 'superseded', 'forgotten', 'retired', 'restored')),
+    at TEXT NOT NULL,
+    conversation_key TEXT,
+    related_id INTEGER,
+    change_id TEXT
+);
+INSERT INTO memory_events_new(id, uid, memory_id, event, at, conversation_key, related_id)
+    SELECT id, uid, memory_id, event, at, conversation_key, related_id FROM memory_events;
+DROP TABLE memory_events;
+ALTER TABLE memory_events_new RENAME TO memory_events;
+CREATE INDEX memory_events_by_user ON memory_events(uid, id);
+CREATE INDEX memory_events_by_change ON memory_events(change_id) WHERE change_id IS NOT NULL;
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "m001_initial", M001_INITIAL),
     (2, "m002_conversations", M002_CONVERSATIONS),
     (3, "m003_usage", M003_USAGE),
+    (4, "m004_cleanup", M004_CLEANUP),
 ]

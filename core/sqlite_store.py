@@ -41,6 +41,7 @@ from core.models import (
 )
 from core.sqlite_base import dt, ts
 from core.sqlite_conversations import SQLiteConversations
+from core.sqlite_hygiene import SQLiteHygiene
 from core.text import index_terms, normalize, query_terms
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def bm25_idf(n_docs: int, doc_freq: int) -> float:
     return math.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
-class SQLiteStore(SQLiteConversations):
+class SQLiteStore(SQLiteHygiene, SQLiteConversations):
     """The memory half of the SQLite store (:class:`core.store.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
@@ -365,13 +366,19 @@ class SQLiteStore(SQLiteConversations):
         if uid is None:
             return []
         rows = await self._fetchall(
-            "SELECT memory_id, event, at, conversation_key, related_id FROM memory_events"
+            "SELECT memory_id, event, at, conversation_key, related_id, change_id"
+            " FROM memory_events"
             " WHERE uid = ? ORDER BY id LIMIT ?",
             (uid, limit),
         )
         return [
             MemoryEvent(
-                memory_id=r[0], event=r[1], at=dt(r[2]), conversation_key=r[3], related_id=r[4]
+                memory_id=r[0],
+                event=r[1],
+                at=dt(r[2]),
+                conversation_key=r[3],
+                related_id=r[4],
+                change_id=r[5],
             )
             for r in rows
         ]

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from core.dedupe import Deduper
 from core.errors import ConfigError
+from core.hygiene_ops import AppliedChange, ChangeOp
 from core.models import (
     AddResult,
     CallKind,
@@ -98,6 +99,20 @@ class MemoryStore(Protocol):
 
     async def export(self, *, user_key: str) -> list[Memory]:
         """All of the user's active memories, oldest first."""
+        ...
+
+    async def apply_change(
+        self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
+    ) -> AppliedChange:
+        """Apply cleanup operations (merge, supersede, retire) as one undoable change."""
+        ...
+
+    async def undo_change(self, *, user_key: str, change_id: str) -> int:
+        """Restore the exact state before a change; returns the memories restored."""
+        ...
+
+    async def users_with_memories(self, *, at_least: int) -> list[str]:
+        """User keys holding at least ``at_least`` active memories."""
         ...
 
     async def close(self) -> None:

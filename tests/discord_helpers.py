@@ -1,0 +1,149 @@
+"""Running the real SelfMind Discord bot (discord.py) against the fake Discord and fake Claude."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bots.discord_bot import SelfMindBot, start_bot
+from core.runtime import open_runtime
+from core.settings import Settings, load_settings
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.fakes.discord_server import FakeDiscord, FakeUser, running_fake_discord
+from tests.loop_helpers import API_KEY
+
+WAIT_S = 10.0
+NO_PINGS = {"parse": []}
+
+
+@dataclass
+class World:
+    """The two fakes, the database, and two human users (both in the default guild)."""
+
+    discord: FakeDiscord
+    claude: FakeAnthropic
+    db: Path
+    alice: FakeUser
+    bob: FakeUser
+
+    def settings(self, **overrides: Any) -> Settings:
+        return load_settings(
+            anthropic_api_key=API_KEY,
+            anthropic_base_url=self.claude.base_url,
+            db=str(self.db),
+            discord_bot_token=self.discord.token,
+            discord_edit_interval_s=overrides.pop("discord_edit_interval_s", 0.05),
+            shutdown_timeout_s=overrides.pop("shutdown_timeout_s", 5.0),
+            **overrides,
+        )
+
+    def bot_posts(self, channel_id: int) -> list[dict[str, Any]]:
+        """Messages the bot posted in a channel (REST form), oldest first."""
+        bot_id = str(self.discord.bot_user.id)
+        return [m for m in self.discord.messages_in(channel_id) if m["author"]["id"] == bot_id]
+
+    def bot_texts(self, channel_id: int) -> list[str]:
+        return [str(m["content"]) for m in self.bot_posts(channel_id)]
+
+
+@contextlib.asynccontextmanager
+async def world(tmp_path: Path, **discord_options: Any) -> AsyncIterator[World]:
+    async with (
+        running_fake_discord(**discord_options) as fake_discord,
+        running_fake_anthropic(chunk_size=40) as fake_claude,
+    ):
+        alice = fake_discord.add_user("alice", global_name="Alice")
+        bob = fake_discord.add_user("bob", global_name="Bob")
+        yield World(fake_discord, fake_claude, tmp_path / "memory.db", alice, bob)
+
+
+@contextlib.asynccontextmanager
+async def running_bot(w: World, **overrides: Any) -> AsyncIterator[SelfMindBot]:
+    """The composition of ``run_discord`` (runtime, bot, login, connect) in this process,
+    until ``on_ready``; closed (answers and reflections finished) on exit."""
+    settings = w.settings(**overrides)
+    async with open_runtime(
+        settings, db_url=settings.db_url(), require_model=True, start=False
+    ) as rt:
+        assert rt.reflector is not None
+        rt.reflector.retry_delay_s = 0.0
+        bot = SelfMindBot(rt, guild_ready_timeout=0.05)
+        runner = asyncio.create_task(start_bot(bot, w.discord.token))
+        ready = asyncio.create_task(bot.wait_until_ready())
+        try:
+            done, _ = await asyncio.wait(
+                {runner, ready}, timeout=WAIT_S, return_when="FIRST_COMPLETED"
+            )
+            if runner in done:
+                runner.result()
+            assert ready in done, "on_ready did not fire"
+            yield bot
+        finally:
+            ready.cancel()
+            await bot.close()
+            await runner
+
+
+async def eventually(probe: Callable[[], Any], *, timeout_s: float = WAIT_S, what: str = "") -> Any:
+    """Poll ``probe`` until it returns something truthy; returns it."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            result = probe()
+            if result:
+                return result
+            await asyncio.sleep(0.01)
+    raise AssertionError(what)  # pragma: no cover - the timeout raises first
+
+
+async def settled(w: World, bot: SelfMindBot, *, chats: int) -> None:
+    """Wait until Claude was asked ``chats`` chat requests in all and every answer is posted
+    and finished, and the reflections ran."""
+    try:
+        await eventually(lambda: len(w.claude.requests_of("chat")) >= chats)
+    except TimeoutError:
+        raise AssertionError(
+            f"expected {chats} chat requests, got {len(w.claude.requests_of('chat'))}"
+        ) from None
+    assert await bot.wait_idle(WAIT_S)
+    assert await bot.reflector.drain(WAIT_S)
+
+
+def last_user_text(w: World, index: int = -1) -> str:
+    """The text of the last message of the ``index``-th chat request."""
+    content = w.claude.requests_of("chat")[index].body["messages"][-1]["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content)
+
+
+def chat_messages(w: World, index: int = -1) -> list[tuple[str, str]]:
+    """(role, text) of every message of the ``index``-th chat request."""
+    out = []
+    for m in w.claude.requests_of("chat")[index].body["messages"]:
+        content = m["content"]
+        text = content if isinstance(content, str) else "".join(b["text"] for b in content)
+        out.append((m["role"], text))
+    return out
+
+
+def memory_block(w: World, index: int = -1) -> str:
+    """The volatile system block (memories) of the ``index``-th chat request."""
+    return str(w.claude.requests_of("chat")[index].body["system"][1]["text"])
+
+
+@pytest.fixture
+def no_errors(caplog: pytest.LogCaptureFixture) -> Any:
+    """Fail the test if the bot or discord.py logged an error (handler crashes included)."""
+    caplog.set_level(logging.INFO)
+    yield caplog
+    errors = [
+        f"{r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith(("bots", "discord", "core"))
+    ]
+    assert errors == []
