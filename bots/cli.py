@@ -97,7 +97,7 @@ def main_options(
 
 async def with_service(ctx: Context, work: Callable[[MemoryService], Awaitable[T]]) -> T:
     """Open the store, run ``work`` with a service over it, close the store."""
-    store = await open_store(ctx.db_url)
+    store = await open_store(ctx.db_url, ctx.settings)
     try:
         return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
     finally:
@@ -376,6 +376,31 @@ def memories_cleanup(
         )
 
 
+@memories_app.command("reindex")
+def memories_reindex(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Compute missing embeddings for hybrid recall (all users, or one)."""
+    key = _key(user) if user is not None else None
+    settings: Settings = ctx.obj.settings
+
+    async def work() -> int:
+        from core.embeddings import load_embedder
+        from core.hybrid import HybridStore
+
+        embedder = load_embedder(settings.embedding_model_dir)
+        store = await open_store(ctx.obj.db_url)
+        try:
+            return await HybridStore(store, embedder).reindex(user_key=key)
+        finally:
+            await store.close()
+
+    count = run(work())
+    typer.echo(json.dumps({"embedded": count}) if as_json else f"embedded {count} memories")
+
+
 @memories_app.command("undo")
 def memories_undo(
     ctx: typer.Context,
@@ -493,6 +518,25 @@ def discord_bot(ctx: typer.Context) -> None:
     from bots.discord_bot import run_discord
 
     code = run(run_discord(ctx.obj.settings, db_url=ctx.obj.db_url))
+    raise typer.Exit(code)
+
+
+@app.command("slack")
+def slack(
+    ctx: typer.Context,
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve HTTP (SLACK_SIGNING_SECRET) not Socket Mode.")
+    ] = False,
+    port: Annotated[
+        int | None, typer.Option("--port", help="HTTP port (default SELFMIND_SLACK_HTTP_PORT).")
+    ] = None,
+) -> None:
+    """Run the Slack bot (Socket Mode by default; --http for the Events API over HTTP)."""
+    from bots.slack_bot import run_slack
+
+    if port is not None and not http:
+        raise fail("--port needs --http", code=2)
+    code = run(run_slack(ctx.obj.settings, db_url=ctx.obj.db_url, http=http, port=port))
     raise typer.Exit(code)
 
 

@@ -12,6 +12,9 @@ own memory key ``discord:{user_id}``, never on anyone else's:
 - ``/memory pause | resume | off | on`` sets the memory mode: ``paused`` recalls but learns
   nothing, ``off`` neither recalls nor learns.
 
+Outside the team allow-lists (:mod:`core.controls`) every command answers one line saying
+SelfMind is not enabled there, and autocomplete offers nothing (:class:`GuardedTree`).
+
 Interactions must be answered within 3 s (https://discord.com/developers/docs/interactions/
 receiving-and-responding#responding-to-an-interaction): the commands whose work grows with
 the number of memories (``export``, forgetting all) defer first and follow up.
@@ -27,6 +30,7 @@ from typing import Any
 import discord
 from discord import app_commands
 
+from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
 from core.models import MAX_MEMORY_CHARS, Memory, MemoryMode, Origin
 from core.service import MemoryService
@@ -50,18 +54,16 @@ EXPORT_FILENAME = "selfmind-memories.jsonl"
 VIEW_TIMEOUT_S = 600.0
 """Buttons stop working after 10 minutes (an interaction token lasts 15)."""
 
-MODE_ANSWERS: dict[str, tuple[MemoryMode, str]] = {
-    "pause": (
-        "paused",
-        "Memory paused: I still use what I know about you but learn nothing new. "
-        "`/memory resume` turns learning back on.",
+MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
+MODE_REPLIES: dict[MemoryMode, str] = {  # the same words as on Slack
+    "on": "Memory is on: I use what I know about you and learn from our conversations.",
+    "paused": (
+        "Memory is paused: I still use what I know about you but learn nothing new. "
+        "`/memory resume` undoes it."
     ),
-    "resume": ("on", "Memory on: I use what I know and remember what matters."),
-    "on": ("on", "Memory on: I use what I know and remember what matters."),
     "off": (
-        "off",
-        "Memory off: I neither use nor learn anything about you until `/memory on`. "
-        "What I knew is kept; `/forget` deletes it.",
+        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
+        "`/memory on` undoes it."
     ),
 }
 
@@ -116,6 +118,39 @@ async def reply(interaction: Interaction, content: str, **kwargs: Any) -> None:
         await interaction.followup.send(content, ephemeral=True, **kwargs)
     else:
         await interaction.response.send_message(content, ephemeral=True, **kwargs)
+
+
+def place_of_interaction(interaction: Interaction) -> Place:
+    """Where a command comes from, for the allow-lists (a thread counts as its channel)."""
+    channel = interaction.channel
+    channel_id = (
+        channel.parent_id if isinstance(channel, discord.Thread) else interaction.channel_id
+    )
+    return Place(
+        platform="discord",
+        user_key=user_key_of(interaction.user),
+        workspace=str(interaction.guild_id) if interaction.guild_id is not None else None,
+        channel=str(channel_id) if channel_id is not None else None,
+        private=interaction.guild_id is None,
+    )
+
+
+class GuardedTree(app_commands.CommandTree[discord.Client]):
+    """A command tree that lets only places and users admitted by the allow-lists in."""
+
+    def __init__(self, client: discord.Client, *, controls: Controls) -> None:
+        super().__init__(client)
+        self.controls = controls
+
+    async def interaction_check(self, interaction: Interaction, /) -> bool:
+        if self.controls.allows(place_of_interaction(interaction)):
+            return True
+        logger.info("command refused by the allow-lists: user=%s", user_key_of(interaction.user))
+        if interaction.type is discord.InteractionType.autocomplete:
+            await interaction.response.autocomplete([])
+        else:
+            await interaction.response.send_message(NOT_ENABLED, ephemeral=True)
+        return False
 
 
 class OwnedView(discord.ui.View):
@@ -295,10 +330,10 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
     memory = app_commands.Group(name="memory", description="Pause or turn off your memory.")
 
     async def set_mode(interaction: Interaction, command: str) -> None:
-        mode, answer = MODE_ANSWERS[command]
+        mode = MODE_WORDS[command]
         await store.set_mode(user_key=user_key_of(interaction.user), mode=mode)
         logger.info("memory mode user=%s mode=%s", user_key_of(interaction.user), mode)
-        await reply(interaction, answer)
+        await reply(interaction, MODE_REPLIES[mode])
 
     @memory.command(name="pause", description="Keep using what I know, but learn nothing new.")
     async def memory_pause(interaction: Interaction) -> None:

@@ -76,7 +76,7 @@ async def open_runtime(
     Without ``ANTHROPIC_API_KEY`` the runtime has no model (memory commands still work);
     with ``require_model`` that is a ``ConfigError`` naming the variable.
     """
-    store = await open_store(db_url)
+    store = await open_store(db_url, settings)
     model: ClaudeChatModel | None = None
     try:
         service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold)

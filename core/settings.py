@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     # --- storage and recall
     db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
     recall: Literal["bm25", "hybrid"] = "bm25"
+    embedding_model_dir: str | None = None
     top_k: int = Field(default=6, ge=1, le=50)
     dedupe_threshold: float = Field(default=0.7, gt=0.0, le=1.0)
     recall_private_in_channels: bool = False
@@ -96,6 +97,8 @@ class Settings(BaseSettings):
         default="https://slack.com/api/", validation_alias=_env("SLACK_API_URL")
     )
     slack_memory_notes: bool = True
+    slack_http_host: str = "0.0.0.0"
+    slack_http_port: int = Field(default=3000, ge=0, le=65535)
 
     # --- Discord
     discord_bot_token: SecretStr | None = Field(

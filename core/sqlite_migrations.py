@@ -187,9 +187,26 @@ CREATE INDEX memory_events_by_user ON memory_events(uid, id);
 CREATE INDEX memory_events_by_change ON memory_events(change_id) WHERE change_id IS NOT NULL;
 """
 
+M005_EMBEDDINGS = """
+-- Optional semantic recall (SELFMIND_RECALL=hybrid): one float32 embedding per memory.
+-- Superseded and retired memories keep theirs (recall reads active memories only, and an
+-- undo makes them active again); a forgotten or deleted memory's embedding goes with it.
+CREATE TABLE memory_embeddings (
+    memory_id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX memory_embeddings_by_user ON memory_embeddings(uid);
+CREATE TRIGGER memories_ad_embedding AFTER DELETE ON memories BEGIN
+    DELETE FROM memory_embeddings WHERE memory_id = old.id;
+END;
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "m001_initial", M001_INITIAL),
     (2, "m002_conversations", M002_CONVERSATIONS),
     (3, "m003_usage", M003_USAGE),
     (4, "m004_cleanup", M004_CLEANUP),
+    (5, "m005_embeddings", M005_EMBEDDINGS),
 ]

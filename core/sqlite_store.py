@@ -8,9 +8,10 @@ filtered by user).
 
 Ranking. FTS5's ``bm25()`` (k1 = 1.2, b = 0.75) counts documents and average length over the
 whole table, which would let other users' memories shift a user's ranking. So ``bm25()`` only
-picks candidates (the best ``max(10 * k, 100)``), which are then re-scored with Okapi BM25
-using the user's own statistics: N and average length from ``users`` (kept by triggers) and
-document frequencies from ``fts5vocab`` (terms are per user, so these are the user's own).
+picks candidates (the best ``max(10 * k, 60)``), which are then re-scored with Okapi BM25
+(:func:`core.bm25.rescore`, shared with the PostgreSQL store) using the user's own
+statistics: N and average length from ``users`` (kept by triggers) and document frequencies
+from ``fts5vocab`` (terms are per user, so these are the user's own).
 Within the candidate pool the ranking is exactly per-user BM25; it can differ only when a
 document that per-user BM25 would rank in the top ``k`` falls outside the candidate pool.
 
@@ -22,12 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
+from core.bm25 import candidate_pool, rescore
 from core.dedupe import Deduper
 from core.models import (
     AddResult,
@@ -42,14 +42,11 @@ from core.models import (
 from core.sqlite_base import dt, ts
 from core.sqlite_conversations import SQLiteConversations
 from core.sqlite_hygiene import SQLiteHygiene
+from core.sqlite_vectors import SQLiteVectors
 from core.text import index_terms, normalize, query_terms
 
 logger = logging.getLogger(__name__)
 
-BM25_K1 = 1.2
-"""Okapi BM25 term-frequency saturation; FTS5's value (Robertson and Zaragoza, 2009)."""
-BM25_B = 0.75
-"""Okapi BM25 length normalisation; FTS5's value."""
 DEDUPE_CANDIDATES = 50
 """How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
 
@@ -75,21 +72,7 @@ def _memory(row: Sequence[Any]) -> Memory:
     )
 
 
-def candidate_pool(k: int) -> int:
-    """How many FTS5 candidates are re-scored for a top-``k`` recall: ``max(10 * k, 60)``."""
-    return max(10 * k, 60)
-
-
-def bm25_idf(n_docs: int, doc_freq: int) -> float:
-    """IDF ``ln(1 + (N - n + 0.5) / (n + 0.5))`` (Lucene's BM25 variant; always positive).
-
-    Okapi's plain ``ln((N - n + 0.5) / (n + 0.5))`` (FTS5's, floored at 1e-6) gives zero to
-    any term in half of the documents, which flattens ranking for users with few memories.
-    """
-    return math.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
-
-
-class SQLiteStore(SQLiteHygiene, SQLiteConversations):
+class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
     """The memory half of the SQLite store (:class:`core.store.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
@@ -444,19 +427,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteConversations):
             (uid, *terms),
         )
         n_docs, total_len = stats[0][1], stats[0][2]
-        avgdl = total_len / n_docs if n_docs else 1.0
-        idf = {t: bm25_idf(n_docs, df) for t, df, _ in stats[1:]}
-        scores = []
-        for memory_id, doc_terms, length in rows:
-            tf = Counter(doc_terms.split())
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
-            score = 0.0
-            for term, weight in idf.items():
-                f = tf.get(term, 0)
-                if f:
-                    score += weight * f * (BM25_K1 + 1) / (f + norm)
-            scores.append((score, memory_id))
-        scores.sort(key=lambda s: (-s[0], -s[1]))
+        doc_freqs = {t: df for t, df, _ in stats[1:]}
+        scores = rescore(rows, doc_freqs, n_docs=n_docs, total_len=total_len)
         best = dict((memory_id, score) for score, memory_id in scores[:k])
         found = await self._fetchall(
             f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"

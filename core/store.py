@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from core.dedupe import Deduper
 from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 from core.hygiene_ops import AppliedChange, ChangeOp
 from core.models import (
     AddResult,
@@ -239,17 +242,53 @@ class UsageStore(Protocol):
         ...
 
 
-class Store(MemoryStore, ConversationStore, UsageStore, Protocol):
+class VectorStore(Protocol):
+    """Embeddings of memories, for optional semantic recall (float32 bytes per memory)."""
+
+    async def put_embeddings(
+        self, *, user_key: str, model: str, items: Sequence[tuple[int, bytes]]
+    ) -> int:
+        """Store vectors for the user's memories; returns how many were stored."""
+        ...
+
+    async def active_embeddings(
+        self, *, user_key: str, model: str
+    ) -> list[tuple[int, Origin, bytes]]:
+        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+        ...
+
+    async def memories_without_embedding(
+        self, *, model: str, user_key: str | None = None, limit: int = 256
+    ) -> list[tuple[str, int, str]]:
+        """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
+        ...
+
+
+class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
     """Everything the core keeps: memories and conversations."""
 
 
-async def open_store(url: str) -> Store:
+async def open_store(url: str, settings: Settings | None = None) -> Store:
     """Open (creating and migrating) the store named by a ``sqlite:///`` URL.
 
-    Raises ``ConfigError`` for other schemes, ``StoreError`` when the file cannot be opened.
+    With ``settings.recall == "hybrid"`` the store is wrapped for hybrid recall
+    (:mod:`core.hybrid`). Raises ``ConfigError`` for other schemes or a missing semantic
+    extra (checked before anything is opened), ``StoreError`` when the file cannot be opened.
     """
+    embedder = None
+    if settings is not None and settings.recall == "hybrid":
+        from core.embeddings import load_embedder
+
+        embedder = load_embedder(settings.embedding_model_dir)
+    store: Store
     if url.startswith("sqlite:///"):
         from core.sqlite_store import SQLiteStore
 
-        return await SQLiteStore.open(url.removeprefix("sqlite:///"))
-    raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs yet")
+        store = await SQLiteStore.open(url.removeprefix("sqlite:///"))
+    else:
+        raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs yet")
+    if embedder is not None:
+        from core.hybrid import HybridStore
+
+        return cast(Store, HybridStore(store, embedder))
+    return store

@@ -66,7 +66,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     assert code == 0 and json.loads(out) == {"forgotten": 1}
     code, out, _ = cli(db_path, "memories", "history", "--user", "alice", "--json")
     assert [e["event"] for e in json.loads(out)] == ["added", "forgotten"]
-    assert set(json.loads(out)[0]) == {"memory_id", "event", "at", "conversation"}
+    assert set(json.loads(out)[0]) == {"memory_id", "event", "at", "conversation", "change"}
 
 
 def test_forget_another_users_id_fails_and_keeps_it(db_path: Path) -> None:

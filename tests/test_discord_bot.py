@@ -7,11 +7,12 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bots.discord_bot import FIRST_DM_NOTICE, MEMORY_REACTION, chain_key, dm_key, thread_key
+from bots.discord_bot import FIRST_DM_NOTICE, MEMORY_REACTION
+from bots.discord_conversations import chain_key, dm_key, thread_key
+from core.controls import NOT_ENABLED
 from tests.discord_helpers import (
     NO_PINGS,
     World,
@@ -214,10 +215,9 @@ async def test_long_answer_rolls_over_into_three_messages_with_fences_intact(w: 
     assert all("still writing" not in t for t in texts)
     assert posts[0].get("message_reference") is not None
     assert all(p.get("message_reference") is None for p in posts[1:])
-    # Re-joined without the fences added at the cuts, the messages are the answer.
-    joined = "".join(texts)
-    for extra in ("\n```\n```python\n", "\n```\n```sh\n", "```\n```python\n", "```\n```sh\n"):
-        joined = joined.replace(extra, "\n" if extra.startswith("\n") else "")
+    # A cut inside the code block closes it and reopens it, language kept, in the next message.
+    assert texts[0].endswith("\n```") and texts[1].startswith("```python\n")
+    joined = "".join(texts).replace("\n``````python\n", "\n")
     normalize = re.compile(r"\s+")
     assert normalize.sub("", joined) == normalize.sub("", answer)
 
@@ -261,9 +261,10 @@ async def test_deleted_answer_message_continues_in_a_new_message(w: World) -> No
         await w.discord.dispatch_message(w.discord.channel_id, w.alice, mention(w, "go"))
         await settled(w, bot, chats=1)
 
+    # The message that can no longer be edited stays as last shown; the answer follows.
     texts = w.bot_texts(w.discord.channel_id)
     assert len(texts) == 2
-    assert texts[-1].strip() and answer.endswith(texts[-1].strip())
+    assert texts[1].strip() == answer.strip()
 
 
 async def test_everyone_in_an_answer_pings_nobody(w: World) -> None:
@@ -286,7 +287,9 @@ async def test_everyone_in_an_answer_pings_nobody(w: World) -> None:
     assert asked["author"]["id"] not in [m["id"] for m in posted["mentions"]]
 
 
-async def test_gateway_disconnect_and_resume_mid_conversation(w: World) -> None:
+async def test_gateway_disconnect_and_resume_mid_conversation(
+    w: World, caplog: pytest.LogCaptureFixture
+) -> None:
     fake = w.discord
     first_answer = "Let me think about that carefully. " * 6
     w.claude.enqueue(
@@ -296,35 +299,30 @@ async def test_gateway_disconnect_and_resume_mid_conversation(w: World) -> None:
     )
     async with running_bot(w) as bot:
         await fake.dispatch_message(fake.channel_id, w.alice, mention(w, "explain caching"))
-        placeholder = await fake.wait_for_request("POST", f"/channels/{fake.channel_id}/messages")
-        answer_id = int(placeholder_id(fake, placeholder))
+        await fake.wait_for_request("POST", f"/channels/{fake.channel_id}/messages")
+        answer_id = int(w.bot_posts(fake.channel_id)[0]["id"])  # the placeholder, then edits
         await fake.disconnect(code=4000)  # mid-answer: REST goes on, the gateway drops
+        edits_before = len(fake.find_requests("PATCH", f"/channels/*/messages/{answer_id}"))
         missed = await fake.dispatch_message(
             fake.channel_id, w.alice, "and does it expire?", reply_to=answer_id
         )
         await fake.wait_for_resume()
         await settled(w, bot, chats=2)
         # A replayed MESSAGE_CREATE (same message id) is never answered twice.
-        await fake.dispatch(
-            "MESSAGE_CREATE", fake._gateway_message(fake.message(int(missed["id"])))
-        )
+        replayed = dict(fake.message(int(missed["id"])), guild_id=str(fake.guild_id))
+        await fake.dispatch("MESSAGE_CREATE", replayed)
         await asyncio.sleep(0.3)
         assert await bot.wait_idle(5)
 
     assert len(w.claude.requests_of("chat")) == 2
+    assert any("already claimed" in r.getMessage() for r in caplog.records)
     assert w.bot_texts(fake.channel_id) == [first_answer, "Yes, as I said."]
     assert fake.connections[-1].path == "/resume"
+    edits = fake.find_requests("PATCH", f"/channels/*/messages/{answer_id}")
+    assert len(edits) > edits_before  # the answer went on streaming across the disconnect
     second = chat_messages(w, 1)
     assert ("assistant", first_answer) in second
     assert second[-1] == ("user", "[Alice] and does it expire?")
-
-
-def placeholder_id(fake: Any, request: Any) -> str:
-    bot_id = str(fake.bot_user.id)
-    for message in fake.messages_in(fake.channel_id):
-        if message["author"]["id"] == bot_id:
-            return str(message["id"])
-    raise AssertionError(f"no bot message after {request.path}")
 
 
 async def test_reaction_marks_a_message_something_was_learned_from(w: World) -> None:
@@ -372,3 +370,34 @@ async def test_claude_failure_is_shown_as_a_short_note(w: World) -> None:
         await eventually(lambda: "⚠️" in w.bot_texts(w.discord.channel_id)[-1])
     [text] = w.bot_texts(w.discord.channel_id)
     assert text.startswith("⚠️") and "thinking" not in text
+
+
+async def test_allow_lists_silence_channels_and_answer_dms_with_one_line(w: World) -> None:
+    fake = w.discord
+    w.claude.enqueue("Hi Bob.", kind="chat")
+    async with running_bot(w, allowed_users=f"discord:{w.bob.id}") as bot:
+        await fake.dispatch_message(fake.channel_id, w.alice, mention(w, "hello?"))
+        await fake.dispatch_message(fake.dm_channel_id(w.alice), w.alice, "hello in private")
+        await eventually(lambda: w.bot_texts(fake.dm_channel_id(w.alice)))
+        await fake.dispatch_message(fake.channel_id, w.bob, mention(w, "hello!"))
+        await settled(w, bot, chats=1)
+
+    assert w.bot_texts(fake.dm_channel_id(w.alice)) == [NOT_ENABLED]
+    assert w.bot_texts(fake.channel_id) == ["Hi Bob."]
+    assert last_user_text(w) == "[Bob] hello!"
+
+
+async def test_daily_cap_is_shown_as_a_short_note(w: World) -> None:
+    fake = w.discord
+    w.claude.enqueue("First answer.", kind="chat")
+    async with running_bot(w, user_daily_messages=1) as bot:
+        await fake.dispatch_message(fake.channel_id, w.alice, mention(w, "one"))
+        await settled(w, bot, chats=1)
+        await fake.dispatch_message(fake.channel_id, w.alice, mention(w, "two"))
+        await eventually(lambda: len(w.bot_texts(fake.channel_id)) == 2)
+        assert await bot.wait_idle(5)
+
+    first, second = w.bot_texts(fake.channel_id)
+    assert first == "First answer."
+    assert second.startswith("⚠️ You've reached your daily limit of 1 messages.")
+    assert len(w.claude.requests_of("chat")) == 1

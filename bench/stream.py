@@ -1,0 +1,272 @@
+"""Streamed replies in simulated time: edit counts, roll-over, and a shared Slack budget.
+
+    python bench/stream.py [--json] [--chars 6000] [--duration-s 30] [--replies 10]
+
+A Markdown answer (paragraphs, lists, a code block, emoji, CJK) arrives token by token,
+evenly over ``--duration-s`` seconds of simulated time, through :func:`core.streaming.
+stream_reply` into a fake Slack workspace. The fake refuses a ``chat.update`` beyond
+``--updates-per-minute`` in any 60-second window with ``RateLimited`` (HTTP 429), as Slack's
+tier 3 does (https://api.slack.com/methods/chat.update). Three runs:
+
+- ``single``: one reply (the edit throttle alone: at most ``duration / interval + 1`` edits);
+- ``shared budget``: ``--replies`` concurrent replies in one workspace sharing
+  :class:`core.streaming.EditBudgets` (they should see no 429);
+- ``no budget``: the same load without it (for comparison: 429s, waited out).
+
+The event loop runs on virtual time (its clock jumps to the next timer when idle), so the
+whole bench takes about a second. The last line is JSON: ``max_edits_per_message`` (single and
+shared-budget runs), ``messages`` (per reply), ``final_text_exact`` (every run: the
+platform's final texts, added fence lines aside, concatenate to the answer and hold no
+"still writing" marker), ``concurrent_replies`` and ``rate_limited`` (429s in the
+shared-budget run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import selectors
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.errors import RateLimited
+from core.streaming import (
+    DEFAULT_WRITING_MARKER,
+    EditBudgets,
+    ReplyResult,
+    StreamConfig,
+    stream_reply,
+)
+
+T = TypeVar("T")
+FENCE_OPENING = re.compile(r"(`{3,}|~{3,})[^`\n]*\n")
+FENCE_CLOSING = re.compile(r"\n?(`{3,}|~{3,})")
+
+
+class _JumpSelector(selectors.DefaultSelector):
+    """Instead of blocking, advance the loop's virtual clock to the next timer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.ready: Callable[[], bool] = lambda: False
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        events: list[Any] = super().select(0)
+        if events:
+            return events
+        if timeout is None:
+            raise RuntimeError("virtual-time loop deadlock: nothing ready, no timer set")
+        if timeout == 0 and not self.ready():
+            timeout = 1e-9  # a due timer rounded to this very instant (aiolimiter) must not spin
+        self.now += timeout
+        return []
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on simulated time."""
+
+    def __init__(self) -> None:
+        self._jump = _JumpSelector()
+        super().__init__(self._jump)
+        self._jump.ready = lambda: bool(self._ready)  # type: ignore[attr-defined]
+
+    def time(self) -> float:
+        return self._jump.now
+
+
+def run_virtual(main: Coroutine[Any, Any, T]) -> T:
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(main)
+
+
+class SlackWorkspace:
+    """At most ``limit`` ``chat.update`` calls in any ``window_s``; beyond that, 429."""
+
+    def __init__(self, *, limit: int, window_s: float = 60.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self.edit_times: deque[float] = deque()
+        self.rate_limited = 0
+
+    def check_edit(self, now: float) -> None:
+        while self.edit_times and self.edit_times[0] <= now - self.window_s + 1e-9:
+            self.edit_times.popleft()
+        if len(self.edit_times) >= self.limit:
+            self.rate_limited += 1
+            raise RateLimited(self.edit_times[0] + self.window_s - now)
+        self.edit_times.append(now)
+
+
+@dataclass
+class FakeSlackThread:
+    """A ReplySink for one thread: keeps each message's text and counts its edits."""
+
+    workspace: SlackWorkspace
+    max_chars: int
+    texts: dict[str, str] = field(default_factory=dict)
+    edits: dict[str, int] = field(default_factory=dict)
+
+    async def post(self, *, text: str) -> str:
+        if not 0 < len(text) <= self.max_chars:
+            raise ValueError(f"bad message length {len(text)}")
+        handle = f"{len(self.texts) + 1}"
+        self.texts[handle], self.edits[handle] = text, 0
+        return handle
+
+    async def edit(self, *, handle: str, text: str) -> None:
+        if not 0 < len(text) <= self.max_chars:
+            raise ValueError(f"bad message length {len(text)}")
+        self.workspace.check_edit(asyncio.get_running_loop().time())
+        self.texts[handle] = text
+        self.edits[handle] += 1
+
+    async def status(self, *, text: str | None) -> None:
+        return None
+
+
+def make_answer(rng: random.Random, chars: int) -> str:
+    words = ["memory", "recall", "thread", "Claude", "naïve", "résumé", "日本語", "中文", "🎉"]
+    parts: list[str] = []
+    code_done = False
+    while sum(map(len, parts)) < chars:
+        roll = rng.random()
+        if roll < 0.15 and not code_done:
+            lines = "".join(f"    total_{i} = add(total_{i - 1}, {i})  # {i}\n" for i in range(70))
+            parts.append(f"```python\ndef run():\n{lines}```\n\n")
+            code_done = True
+        elif roll < 0.3:
+            items = "".join(f"- **{rng.choice(words)}**: {rng.choice(words)}\n" for _ in range(5))
+            parts.append(items + "\n")
+        else:
+            sentence = " ".join(rng.choice(words) for _ in range(rng.randint(15, 90)))
+            parts.append(sentence + rng.choice([".\n\n", ".\n", ". "]))
+    return "".join(parts)[:chars]
+
+
+async def timed_tokens(answer: str, rng: random.Random, duration_s: float) -> AsyncIterator[str]:
+    tokens, pos = [], 0
+    while pos < len(answer):
+        size = rng.randint(2, 6)
+        tokens.append(answer[pos : pos + size])
+        pos += size
+    for token in tokens:
+        await asyncio.sleep(duration_s / len(tokens))
+        yield token
+
+
+def final_text_exact(result: ReplyResult, thread: FakeSlackThread, answer: str) -> bool:
+    """The platform's final texts, added fence lines aside, concatenate to the answer."""
+    pieces = []
+    for message in result.messages:
+        text = thread.texts[message.handle]
+        body = answer[message.start : message.end]
+        prefix = "" if text.startswith(body) else text[: text.find("\n") + 1]
+        suffix = text[len(prefix) + len(body) :]
+        if not (
+            text[len(prefix) :].startswith(body)
+            and (not prefix or FENCE_OPENING.fullmatch(prefix))
+            and (not suffix or FENCE_CLOSING.fullmatch(suffix))
+            and DEFAULT_WRITING_MARKER not in text
+        ):
+            return False
+        pieces.append(body)
+    return "".join(pieces) == answer and result.text == answer
+
+
+@dataclass
+class Run:
+    name: str
+    replies: int
+    messages_per_reply: int
+    max_edits_per_message: int
+    edits: int
+    rate_limited: int
+    exact: bool
+    simulated_s: float
+
+
+def run(name: str, args: argparse.Namespace, *, replies: int, budget: bool) -> Run:
+    async def main() -> Run:
+        workspace = SlackWorkspace(limit=args.updates_per_minute)
+        budgets = EditBudgets.for_slack(updates_per_minute=args.updates_per_minute)
+        config = StreamConfig.for_slack(
+            max_chars=args.max_chars, edit_interval_s=args.edit_interval_s
+        )
+        rng = random.Random(args.seed)
+        answers = [make_answer(rng, args.chars) for _ in range(replies)]
+        threads = [FakeSlackThread(workspace, args.max_chars) for _ in range(replies)]
+
+        async def one(thread: FakeSlackThread, answer: str, seed: int) -> ReplyResult:
+            deltas = timed_tokens(answer, random.Random(seed), args.duration_s)
+            limiter = budgets.for_scope("slack:T1") if budget else None
+            return await stream_reply(thread, deltas, config, limiter=limiter)
+
+        results = await asyncio.gather(
+            *(one(t, a, i) for i, (t, a) in enumerate(zip(threads, answers, strict=True)))
+        )
+        edit_counts = [n for thread in threads for n in thread.edits.values()]
+        return Run(
+            name=name,
+            replies=replies,
+            messages_per_reply=max(len(result.messages) for result in results),
+            max_edits_per_message=max(edit_counts),
+            edits=sum(edit_counts),
+            rate_limited=workspace.rate_limited,
+            exact=all(
+                final_text_exact(r, t, a) for r, t, a in zip(results, threads, answers, strict=True)
+            ),
+            simulated_s=asyncio.get_running_loop().time(),
+        )
+
+    return run_virtual(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
+    parser.add_argument("--chars", type=int, default=6000, help="answer length, characters")
+    parser.add_argument("--duration-s", type=float, default=30.0, help="simulated stream time")
+    parser.add_argument("--replies", type=int, default=10, help="concurrent replies")
+    parser.add_argument("--edit-interval-s", type=float, default=1.0)
+    parser.add_argument("--max-chars", type=int, default=3500, help="message limit")
+    parser.add_argument("--updates-per-minute", type=int, default=50, help="Slack tier 3")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    runs = [
+        run("single", args, replies=1, budget=True),
+        run("shared budget", args, replies=args.replies, budget=True),
+        run("no budget", args, replies=args.replies, budget=False),
+    ]
+    header = f"{'run':<14} {'replies':>7} {'msgs/reply':>10} {'max edits/msg':>13}"
+    print(f"{header} {'edits':>6} {'429s':>5} {'exact':>6} {'sim s':>7}")
+    for r in runs:
+        print(
+            f"{r.name:<14} {r.replies:>7} {r.messages_per_reply:>10} "
+            f"{r.max_edits_per_message:>13} {r.edits:>6} {r.rate_limited:>5} "
+            f"{r.exact!s:>6} {r.simulated_s:>7.1f}"
+        )
+    single, shared, _ = runs
+    if args.json:
+        summary = {
+            "max_edits_per_message": max(run.max_edits_per_message for run in (single, shared)),
+            "messages": single.messages_per_reply,
+            "final_text_exact": all(r.exact for r in runs),
+            "concurrent_replies": shared.replies,
+            "rate_limited": shared.rate_limited,
+        }
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

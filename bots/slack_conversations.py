@@ -1,0 +1,311 @@
+"""Slack conversations: which messages the bot answers, exactly once, and how.
+
+- a DM (``message.im``) is answered in the DM; memory origin ``private``; conversation key
+  ``slack:{team}:{channel}``. The first DM with a user starts with :data:`DM_NOTICE`;
+- a mention in a channel is answered in that message's thread; later messages in a thread
+  the bot has answered in are answered without a new mention; origin ``shared``;
+  conversation key ``slack:{team}:{channel}:{thread_ts}``. When first mentioned in a thread
+  it has not seen, the thread so far is read once (``conversations.replies``) and stored as
+  history, each message under its author's key (never reflected: only the speaker's own
+  message is); the store is the source after that;
+- ignored: the bot's own messages, other bots, and every message subtype (edits,
+  deletions, joins ...);
+- memory key ``slack:{team}:{user}`` of the writer.
+
+Exactly once: before answering, a message is claimed in the store by ``event:{event_id}``
+and ``msg:{channel}:{ts}`` (a retry carries the same event id; a channel mention arrives as
+both ``app_mention`` and ``message`` with one channel+ts), so a duplicate is dropped, also
+across restarts; deliveries of a message already in flight in this process are dropped
+too. A claimed message whose stored user turn has no answer (the process died mid-answer)
+is answered when Slack redelivers it, once, on the stored turn.
+
+Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
+:class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from aiohttp import ClientError
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack_commands import user_key
+from bots.slack_sink import SlackReplySink, StatusIndicator
+from core.loop import ContextMessage, IncomingMessage, TurnLoop
+from core.settings import Settings
+from core.store import Store
+from core.streaming import EditBudgets, StreamConfig, stream_reply
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+DM_NOTICE = (
+    "_I remember what you tell me, to help you later: `/memories` shows what I keep, "
+    "`/forget` deletes it, `/memory pause` stops me learning._\n\n"
+)
+EMPTY_MENTION = "(a mention with no text)"
+MAX_THREAD_CONTEXT_READ = 1000
+"""At most this many thread messages are read when the bot joins a thread late."""
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who the bot is in its workspace (from ``auth.test``)."""
+
+    team_id: str
+    user_id: str
+    bot_id: str | None
+
+    @property
+    def mention(self) -> str:
+        return f"<@{self.user_id}>"
+
+
+@dataclass(frozen=True)
+class SlackMessage:
+    """A user's Slack message the bot may answer, parsed from an event."""
+
+    event_id: str
+    team: str
+    channel: str
+    user: str
+    ts: str
+    thread_ts: str | None
+    text: str
+    is_dm: bool
+    mentioned: bool
+
+    @property
+    def user_key(self) -> str:
+        return user_key(self.team, self.user)
+
+    @property
+    def conversation_key(self) -> str:
+        if self.is_dm:
+            return f"slack:{self.team}:{self.channel}"
+        return f"slack:{self.team}:{self.channel}:{self.thread_ts or self.ts}"
+
+    @property
+    def claim_keys(self) -> list[str]:
+        return [f"event:{self.event_id}", f"msg:{self.channel}:{self.ts}"]
+
+    @property
+    def in_thread(self) -> bool:
+        """A reply inside an existing thread (not the thread's root)."""
+        return self.thread_ts is not None and self.thread_ts != self.ts
+
+    @property
+    def reply_thread_ts(self) -> str | None:
+        """Where the answer goes: a DM answers in place, a channel message in its thread."""
+        return self.thread_ts if self.is_dm else (self.thread_ts or self.ts)
+
+
+def slack_time(ts: str) -> datetime:
+    """A Slack ``ts`` (``"1732881234.000100"``) as an aware UTC datetime."""
+    return datetime.fromtimestamp(float(ts), UTC)
+
+
+class SlackConversations:
+    """Turns Slack message events into answered turns over one turn loop and store.
+
+    ``client`` reads threads (it may retry 429s); ``stream_client`` posts and edits the
+    answers (it must not: the streamed reply waits and coalesces instead).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        loop: TurnLoop,
+        store: Store,
+        identity: BotIdentity,
+        client: AsyncWebClient,
+        stream_client: AsyncWebClient,
+    ) -> None:
+        self.settings = settings
+        self.loop = loop
+        self.store = store
+        self.identity = identity
+        self.client = client
+        self.stream_client = stream_client
+        self.stream_config = StreamConfig.for_slack(
+            max_chars=settings.slack_max_reply_chars,
+            edit_interval_s=settings.slack_edit_interval_s,
+        )
+        self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
+        self.status = StatusIndicator(stream_client)
+        self._in_flight: set[str] = set()
+        self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
+
+    def parse(self, body: JsonDict) -> SlackMessage | None:
+        """The user message in an ``event_callback`` body, or None when it is to be ignored
+        (another event type, any subtype, a bot, the bot itself, no text)."""
+        event = cast(JsonDict, body.get("event") or {})
+        kind, subtype = event.get("type"), event.get("subtype")
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+        if kind not in ("message", "app_mention") or subtype is not None:
+            logger.debug("ignored slack %s subtype=%s", kind, subtype)
+            return None
+        if event.get("bot_id") or not user or user == self.identity.user_id:
+            return None
+        if not channel or not ts:
+            return None
+        channel_type = event.get("channel_type")
+        is_dm = channel_type == "im" if channel_type else str(channel).startswith("D")
+        raw = str(event.get("text") or "")
+        mentioned = kind == "app_mention" or self._mention.search(raw) is not None
+        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_MENTION
+        thread_ts = event.get("thread_ts")
+        return SlackMessage(
+            event_id=str(body.get("event_id") or f"{channel}-{ts}"),
+            team=str(body.get("team_id") or event.get("team") or self.identity.team_id),
+            channel=str(channel),
+            user=str(user),
+            ts=str(ts),
+            thread_ts=str(thread_ts) if thread_ts else None,
+            text=text,
+            is_dm=is_dm,
+            mentioned=mentioned,
+        )
+
+    async def handle(self, message: SlackMessage) -> None:
+        """Answer ``message`` once (see the module docstring); never raises."""
+        flight_key = f"{message.channel}:{message.ts}"
+        if flight_key in self._in_flight:
+            logger.info("slack event %s: duplicate of a message in flight", message.event_id)
+            return
+        self._in_flight.add(flight_key)
+        try:
+            await self._handle(message)
+        except Exception:
+            logger.exception("slack event %s failed", message.event_id)
+        finally:
+            self._in_flight.discard(flight_key)
+
+    async def _handle(self, message: SlackMessage) -> None:
+        key = message.conversation_key
+        known = bool(await self.store.recent_turns(conversation_key=key, limit=1))
+        if not (message.is_dm or message.mentioned or (message.in_thread and known)):
+            return
+        turn_id: int | None = None
+        if not await self.store.claim_event(keys=message.claim_keys):
+            turn = await self.store.find_turn(conversation_key=key, platform_ref=message.ts)
+            if turn is not None and await self.store.answer_to(turn_id=turn.id) is not None:
+                logger.info("slack event %s: already answered", message.event_id)
+                return
+            if turn is not None:
+                turn_id = turn.id
+            logger.info("slack event %s: answering an interrupted message", message.event_id)
+        if message.in_thread and not known and turn_id is None:
+            await self.read_thread(message)
+        notice = None
+        if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
+            notice = DM_NOTICE
+        await self.answer(message, turn_id=turn_id, notice=notice)
+
+    async def answer(
+        self, message: SlackMessage, *, turn_id: int | None = None, notice: str | None = None
+    ) -> None:
+        """Stream the answer to ``message`` into its DM or thread."""
+        incoming = IncomingMessage(
+            user_key=message.user_key,
+            conversation_key=message.conversation_key,
+            text=message.text,
+            origin="private" if message.is_dm else "shared",
+            sent_at=slack_time(message.ts),
+            author=f"<@{message.user}>",
+            platform_ref=message.ts,
+            where="a Slack DM" if message.is_dm else "a Slack channel thread",
+        )
+        sink = SlackReplySink(
+            self.stream_client,
+            channel=message.channel,
+            thread_ts=message.reply_thread_ts,
+            status=self.status,
+            status_thread_ts=message.thread_ts or message.ts,
+        )
+        deltas = with_prefix(notice, self.loop.answer(incoming, turn_id=turn_id))
+        result = await stream_reply(
+            sink,
+            deltas,
+            self.stream_config,
+            limiter=self.budgets.for_scope(f"slack:{message.team}"),
+        )
+        logger.info(
+            "slack event %s answered: messages=%d edits=%d error=%s",
+            message.event_id,
+            len(result.messages),
+            sum(result.edit_counts),
+            type(result.error).__name__ if result.error else None,
+        )
+
+    async def read_thread(self, message: SlackMessage) -> None:
+        """Store the thread so far as history, once (first mention in an unseen thread)."""
+        key = message.conversation_key
+        if not await self.store.mark_once(mark=f"slack-thread-read:{key}"):
+            return
+        assert message.thread_ts is not None
+        try:
+            earlier = await self._thread_messages(message.channel, message.thread_ts, message.ts)
+        except (SlackApiError, ClientError) as exc:
+            logger.warning("could not read thread %s: %s", key, exc)
+            return
+        keep = 2 * self.settings.history_turns
+        parsed = [self._context_message(message.team, m) for m in earlier]
+        context = [c for c in parsed if c is not None][-keep:] if keep else []
+        await self.loop.seed_context(conversation_key=key, origin="shared", messages=context)
+        logger.info("read thread %s: %d earlier messages stored", key, len(context))
+
+    async def _thread_messages(self, channel: str, thread_ts: str, before: str) -> list[JsonDict]:
+        messages: list[JsonDict] = []
+        cursor: str | None = None
+        while len(messages) < MAX_THREAD_CONTEXT_READ:
+            page = await self.client.conversations_replies(
+                channel=channel, ts=thread_ts, cursor=cursor, limit=200
+            )
+            messages.extend(cast(list[JsonDict], page.get("messages") or []))
+            cursor = cast(JsonDict, page.get("response_metadata") or {}).get("next_cursor")
+            if not page.get("has_more") or not cursor:
+                break
+        return [m for m in messages if float(m.get("ts", 0)) < float(before)]
+
+    def _context_message(self, team: str, m: JsonDict) -> ContextMessage | None:
+        if m.get("subtype") not in (None, "bot_message", "thread_broadcast"):
+            return None
+        text = " ".join(self._mention.sub("", str(m.get("text") or "")).split())
+        if not text:
+            return None
+        sent_at = slack_time(str(m["ts"]))
+        user = m.get("user")
+        own = user == self.identity.user_id or (
+            self.identity.bot_id is not None and m.get("bot_id") == self.identity.bot_id
+        )
+        if own:
+            return ContextMessage(text=text, role="assistant", sent_at=sent_at)
+        if m.get("bot_id") or not user:
+            name = str(m.get("username") or m.get("bot_id") or "a bot")
+            return ContextMessage(text=text, author=name, sent_at=sent_at)
+        return ContextMessage(
+            text=text, author=f"<@{user}>", user_key=user_key(team, str(user)), sent_at=sent_at
+        )
+
+
+async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``prefix`` (if any), then ``deltas``; closing this closes ``deltas`` too."""
+    try:
+        if prefix:
+            yield prefix
+        async for delta in deltas:
+            yield delta
+    finally:
+        close = getattr(deltas, "aclose", None)
+        if close is not None:
+            await close()

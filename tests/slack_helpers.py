@@ -1,0 +1,62 @@
+"""Running the Slack bot in-process against the fake Slack and the fake Anthropic API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from bots.slack_bot import RunningSlackBot, open_slack_bot
+from core.settings import Settings, load_settings
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.slack_server import FakeSlack, JsonDict
+from tests.loop_helpers import API_KEY
+
+BOT_USER = "U0BOT"
+TEAM = "T0SELFMIND"
+PREFERENCE = "The user prefers answers in bullet points."
+
+
+def slack_settings(slack: FakeSlack, claude: FakeAnthropic, db: Path, **overrides: Any) -> Settings:
+    """Settings pointing at the fakes, with fast edits and a short shutdown."""
+    values: dict[str, Any] = {
+        "db": str(db),
+        "anthropic_api_key": API_KEY,
+        "anthropic_base_url": claude.base_url,
+        "slack_bot_token": slack.bot_token,
+        "slack_app_token": slack.app_token,
+        "slack_signing_secret": slack.signing_secret,
+        "slack_api_url": slack.api_url,
+        "slack_http_host": "127.0.0.1",
+        "slack_edit_interval_s": 0.05,
+        "shutdown_timeout_s": 5.0,
+    }
+    return load_settings(**(values | overrides))
+
+
+@asynccontextmanager
+async def running_bot(settings: Settings, *, http: bool = True) -> AsyncIterator[RunningSlackBot]:
+    """The bot as ``selfmind slack`` composes it; HTTP on a free port, or Socket Mode."""
+    async with open_slack_bot(
+        settings, db_url=settings.db_url(), http=http, port=0 if http else None
+    ) as running:
+        yield running
+
+
+async def settle(running: RunningSlackBot) -> None:
+    """Let acknowledged work start, then wait until the bot has nothing in flight."""
+    await asyncio.sleep(0.05)
+    assert await running.bot.wait_idle(15)
+
+
+def bot_posts(slack: FakeSlack, channel: str, thread_ts: str | None = None) -> list[JsonDict]:
+    """Messages the bot posted in ``channel`` (in one thread when ``thread_ts`` is given)."""
+    messages = slack.thread(channel, thread_ts) if thread_ts else slack.messages(channel)
+    return [m for m in messages if m.get("user") == BOT_USER]
+
+
+def system_text(claude: FakeAnthropic, index: int = -1) -> str:
+    """The memory block (second system block) of a chat request."""
+    return str(claude.requests_of("chat")[index].body["system"][1]["text"])

@@ -1,0 +1,301 @@
+"""Slash commands, autocomplete and buttons through the real discord.py app_commands tree,
+dispatched as INTERACTION_CREATE by the fake Discord. Every answer is ephemeral and every
+command touches only the caller's memories."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bots.discord_bot import SelfMindBot
+from bots.discord_commands import PAGE_SIZE
+from core.controls import NOT_ENABLED
+from tests.discord_helpers import World, no_errors, running_bot, world
+from tests.fakes.discord_server import (
+    FLAG_EPHEMERAL,
+    FakeDiscord,
+    FakeInteraction,
+    FakeUser,
+    RecordedInteractionResponse,
+)
+
+__all__ = ["no_errors"]
+
+pytestmark = pytest.mark.usefixtures("no_errors")
+
+
+@pytest.fixture
+async def w(tmp_path: Path) -> AsyncIterator[World]:
+    async with world(tmp_path) as w:
+        yield w
+
+
+@pytest.fixture
+async def bot(w: World) -> AsyncIterator[SelfMindBot]:
+    async with running_bot(w) as bot:
+        yield bot
+
+
+def key(user: FakeUser) -> str:
+    return f"discord:{user.id}"
+
+
+async def command(
+    fake: FakeDiscord, name: str, user: FakeUser, **options: Any
+) -> tuple[FakeInteraction, RecordedInteractionResponse]:
+    channel_id = options.pop("channel_id", None)
+    interaction = await fake.dispatch_slash_command(
+        name, user=user, options=options, channel_id=channel_id
+    )
+    return interaction, await fake.wait_for_interaction_response(interaction)
+
+
+async def final_text(fake: FakeDiscord, interaction: FakeInteraction) -> str:
+    """The content of a deferred interaction's answer, once the followup replaced it."""
+    await fake.wait_for_request("POST", f"/webhooks/{fake.application_id}/{interaction.token}")
+    assert interaction.original_message_id is not None
+    return str(fake.message(interaction.original_message_id)["content"])
+
+
+def buttons(fake: FakeDiscord, message_id: int) -> dict[str, dict[str, Any]]:
+    """The message's buttons by label."""
+    rows = fake.message(message_id)["components"]
+    return {b["label"]: b for row in rows for b in row["components"]}
+
+
+async def test_commands_are_synced_globally(w: World, bot: SelfMindBot) -> None:
+    names = {c["name"]: c for c in w.discord.global_commands}
+    assert set(names) == {"remember", "forget", "memories", "memory"}
+    subcommands = {o["name"] for o in names["memory"]["options"]}
+    assert subcommands == {"pause", "resume", "off", "on"}
+    assert {o["name"] for o in names["memories"]["options"]} == {"list", "search", "export"}
+    forget_option = names["forget"]["options"][0]
+    assert forget_option["name"] == "memory" and forget_option["autocomplete"] is True
+
+
+async def test_remember_is_ephemeral_and_origin_follows_the_place(
+    w: World, bot: SelfMindBot
+) -> None:
+    fake = w.discord
+    _, response = await command(fake, "remember", w.alice, text="I prefer tabs over spaces.")
+    assert (response.type, response.ephemeral) == (4, True)
+    assert response.content == "Remembered (`#1`)."
+    _, again = await command(fake, "remember", w.alice, text="i prefer tabs over spaces")
+    assert again.content == "I already knew that (`#1`)."
+    _, in_dm = await command(
+        fake, "remember", w.alice, text="My dog is Pixel.", channel_id=fake.dm_channel_id(w.alice)
+    )
+    assert in_dm.ephemeral and in_dm.content == "Remembered (`#2`)."
+
+    memories = await bot.rt.service.list_memories(user_key=key(w.alice))
+    assert [(m.text, m.origin, m.source) for m in memories] == [
+        ("My dog is Pixel.", "private", "remember"),
+        ("I prefer tabs over spaces.", "shared", "remember"),
+    ]
+    assert await bot.rt.service.count(user_key=key(w.bob)) == 0
+    assert fake.messages_in(fake.channel_id) == []  # nothing visible in the channel
+
+
+async def test_forget_autocomplete_offers_only_the_callers_memories(
+    w: World, bot: SelfMindBot
+) -> None:
+    fake, service = w.discord, bot.rt.service
+    tea = await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+    await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
+    bobs = await service.remember(user_key=key(w.bob), text="The user drinks black tea.")
+
+    interaction = await fake.dispatch_autocomplete(
+        "forget", user=w.alice, focused="memory", options={"memory": "tea"}
+    )
+    response = await fake.wait_for_interaction_response(interaction)
+    assert response.type == 8
+    assert response.choices == [
+        {"name": f"#{tea.id} The user drinks green tea.", "value": str(tea.id)},
+        {"name": "All my memories", "value": "all"},
+    ]
+
+    interaction = await fake.dispatch_autocomplete(
+        "forget", user=w.alice, focused="memory", options={"memory": ""}
+    )
+    values = [c["value"] for c in (await fake.wait_for_interaction_response(interaction)).choices]
+    assert str(bobs.id) not in values and values[-1] == "all" and len(values) == 3
+
+    interaction = await fake.dispatch_autocomplete(
+        "forget", user=w.bob, focused="memory", options={"memory": "tea"}
+    )
+    values = [c["value"] for c in (await fake.wait_for_interaction_response(interaction)).choices]
+    assert values == [str(bobs.id), "all"]
+
+
+async def test_forget_one_never_reaches_another_users_memory(w: World, bot: SelfMindBot) -> None:
+    fake, service = w.discord, bot.rt.service
+    alices = await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
+    bobs = await service.remember(user_key=key(w.bob), text="The user lives in Porto.")
+
+    _, response = await command(fake, "forget", w.bob, memory=str(alices.id))
+    assert response.ephemeral and response.content == (
+        "No such memory of yours; pick one from the list."
+    )
+    assert await service.count(user_key=key(w.alice)) == 1
+
+    _, response = await command(fake, "forget", w.bob, memory=str(bobs.id))
+    assert response.ephemeral and response.content == f"Forgot `#{bobs.id}`."
+    assert await service.count(user_key=key(w.bob)) == 0
+    assert await service.count(user_key=key(w.alice)) == 1
+
+
+async def test_forget_all_asks_and_only_the_caller_can_confirm(w: World, bot: SelfMindBot) -> None:
+    fake, service = w.discord, bot.rt.service
+    for text in ("The user lives in Lisbon.", "The user drinks green tea."):
+        await service.remember(user_key=key(w.alice), text=text)
+    await service.remember(user_key=key(w.bob), text="The user lives in Porto.")
+
+    interaction, response = await command(fake, "forget", w.alice, memory="all")
+    assert response.ephemeral
+    assert response.content == (
+        "Forget all 2 of your memories and our conversation history? This cannot be undone."
+    )
+    assert interaction.original_message_id is not None
+    message_id = interaction.original_message_id
+    confirm = buttons(fake, message_id)["Forget everything"]
+
+    intruder = await fake.dispatch_component(message_id, confirm["custom_id"], user=w.bob)
+    refused = await fake.wait_for_interaction_response(intruder)
+    assert refused.ephemeral and "someone else" in (refused.content or "")
+    assert await service.count(user_key=key(w.alice)) == 2
+
+    click = await fake.dispatch_component(message_id, confirm["custom_id"], user=w.alice)
+    assert (await fake.wait_for_interaction_response(click)).type == 6  # deferred update
+    await fake.wait_for_request("PATCH", f"/webhooks/*/{click.token}/messages/@original")
+    updated = fake.message(message_id)
+    assert updated["content"] == "Forgot all 2 of your memories and our conversation history."
+    assert updated["components"] == []
+    assert await service.count(user_key=key(w.alice)) == 0
+    assert await service.count(user_key=key(w.bob)) == 1
+
+
+async def test_forget_all_can_be_cancelled(w: World, bot: SelfMindBot) -> None:
+    await bot.rt.service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
+    interaction, _ = await command(w.discord, "forget", w.alice, memory="all")
+    assert interaction.original_message_id is not None
+    cancel = buttons(w.discord, interaction.original_message_id)["Cancel"]
+    click = await w.discord.dispatch_component(
+        interaction.original_message_id, cancel["custom_id"], user=w.alice
+    )
+    assert (await w.discord.wait_for_interaction_response(click)).type == 7
+    assert w.discord.message(interaction.original_message_id)["content"] == "Nothing was forgotten."
+    assert await bot.rt.service.count(user_key=key(w.alice)) == 1
+
+
+async def test_memories_list_pages_with_buttons_for_the_caller(w: World, bot: SelfMindBot) -> None:
+    fake, service = w.discord, bot.rt.service
+    total = PAGE_SIZE + 3
+    for i in range(total):
+        await service.remember(user_key=key(w.alice), text=f"The user owns plant number {i}.")
+    await service.remember(user_key=key(w.bob), text="The user owns a cactus.")
+
+    interaction, response = await command(fake, "memories list", w.alice)
+    assert response.ephemeral
+    content = response.content or ""
+    assert content.startswith(f"Your memories, newest first (page 1 of 2, {total} in all):")
+    assert f"plant number {total - 1}." in content and "plant number 0." not in content
+    assert "cactus" not in content
+    assert interaction.original_message_id is not None
+    message_id = interaction.original_message_id
+    controls = buttons(fake, message_id)
+    assert controls["◀ Newer"]["disabled"] is True
+    assert controls["Older ▶"].get("disabled") in (False, None)
+
+    intruder = await fake.dispatch_component(
+        message_id, controls["Older ▶"]["custom_id"], user=w.bob
+    )
+    assert (await fake.wait_for_interaction_response(intruder)).ephemeral
+    assert fake.message(message_id)["content"] == content
+
+    click = await fake.dispatch_component(
+        message_id, controls["Older ▶"]["custom_id"], user=w.alice
+    )
+    assert (await fake.wait_for_interaction_response(click)).type == 7
+    page2 = str(fake.message(message_id)["content"])
+    assert page2.startswith("Your memories, newest first (page 2 of 2")
+    assert "plant number 0." in page2 and "cactus" not in page2
+    assert buttons(fake, message_id)["Older ▶"]["disabled"] is True
+
+
+async def test_memories_search_and_empty_list(w: World, bot: SelfMindBot) -> None:
+    fake, service = w.discord, bot.rt.service
+    await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+    await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
+    await service.remember(user_key=key(w.bob), text="The user drinks black tea.")
+
+    _, response = await command(fake, "memories search", w.alice, query="tea")
+    assert response.ephemeral
+    assert (
+        response.content == "Your memories that match, best first:\n`#1` The user drinks green tea."
+    )
+    _, response = await command(fake, "memories search", w.bob, query="Lisbon")
+    assert response.content == "None of your memories match."
+    _, response = await command(fake, "memories list", fake.owner)
+    assert response.content == "I don't remember anything about you yet."
+
+
+async def test_memories_export_is_an_ephemeral_json_lines_attachment(
+    w: World, bot: SelfMindBot
+) -> None:
+    fake, service = w.discord, bot.rt.service
+    await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+    await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.", origin="shared")
+    await service.remember(user_key=key(w.bob), text="The user lives in Porto.")
+
+    interaction, response = await command(fake, "memories export", w.alice)
+    assert (response.type, response.ephemeral) == (5, True)  # deferred first
+    assert await final_text(fake, interaction) == "Your 2 memories (JSON Lines)."
+    [followup] = fake.find_requests("POST", f"/webhooks/*/{interaction.token}")
+    assert int(followup.json["flags"]) & FLAG_EPHEMERAL
+    [upload] = followup.files
+    assert upload.filename == "selfmind-memories.jsonl"
+    lines = [json.loads(line) for line in upload.data.decode().splitlines()]
+    assert [(r["text"], r["origin"]) for r in lines] == [
+        ("The user drinks green tea.", "private"),
+        ("The user lives in Lisbon.", "shared"),
+    ]
+    assert interaction.original_message_id is not None
+    assert fake.messages_in(fake.channel_id) == []
+
+
+@pytest.mark.parametrize(
+    ("sub", "mode", "says"),
+    [
+        ("pause", "paused", "Memory is paused"),
+        ("off", "off", "Memory is off"),
+        ("resume", "on", "Memory is on"),
+        ("on", "on", "Memory is on"),
+    ],
+)
+async def test_memory_modes_are_per_user(
+    w: World, bot: SelfMindBot, sub: str, mode: str, says: str
+) -> None:
+    store = bot.rt.store
+    if sub in ("resume", "on"):
+        await store.set_mode(user_key=key(w.alice), mode="off")
+    _, response = await command(w.discord, f"memory {sub}", w.alice)
+    assert response.ephemeral and (response.content or "").startswith(says)
+    assert await store.get_mode(user_key=key(w.alice)) == mode
+    assert await store.get_mode(user_key=key(w.bob)) == "on"
+
+
+async def test_commands_outside_the_allow_lists_say_so(w: World) -> None:
+    async with running_bot(w, allowed_users=f"discord:{w.bob.id}") as bot:
+        await bot.rt.service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+        _, response = await command(w.discord, "memories list", w.alice)
+        assert response.ephemeral and response.content == NOT_ENABLED
+        interaction = await w.discord.dispatch_autocomplete(
+            "forget", user=w.alice, focused="memory", options={"memory": "tea"}
+        )
+        assert (await w.discord.wait_for_interaction_response(interaction)).choices == []
+        _, response = await command(w.discord, "memories list", w.bob)
+        assert response.content == "I don't remember anything about you yet."

@@ -1,0 +1,137 @@
+"""The end-to-end memory story on Discord, with ``selfmind discord`` as a real process
+(twice: a restart in between) against the fake Discord and the fake Claude in this process.
+
+A preference one user states in a server channel is recalled for that user after the
+restart and for nobody else; what the user said in a DM is not recalled in a server channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from bots.discord_bot import MEMORY_REACTION
+from tests.conftest import REPO_ROOT
+from tests.discord_helpers import World, chat_messages, eventually, memory_block, world
+from tests.loop_helpers import API_KEY, memories_reply
+
+PREFERENCE = "The user prefers answers in bullet points."
+DOG = "The user has a dog named Pixel."
+START_S = 60.0
+
+
+async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
+    """``selfmind discord`` in a child process, reaching both fakes through settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SELFMIND_", "ANTHROPIC_", "DISCORD_", "SLACK_"))
+    }
+    env.update(
+        PYTHONPATH=str(REPO_ROOT),
+        ANTHROPIC_API_KEY=API_KEY,
+        ANTHROPIC_BASE_URL=w.claude.base_url,
+        DISCORD_BOT_TOKEN=w.discord.token,
+        DISCORD_API_BASE_URL=w.discord.api_base,
+        DISCORD_GATEWAY_URL=w.discord.gateway_url,
+        SELFMIND_DISCORD_EDIT_INTERVAL_S="0.05",
+        SELFMIND_LOG_LEVEL="INFO",
+    )
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bots.cli",
+        "--db",
+        str(w.db),
+        "discord",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=w.db.parent,
+        env=env,
+    )
+
+
+async def stop(process: asyncio.subprocess.Process) -> int:
+    process.send_signal(signal.SIGTERM)
+    return await asyncio.wait_for(process.wait(), START_S)
+
+
+async def answered(w: World, channel_id: int, count: int) -> None:
+    """The bot has posted ``count`` messages in the channel, the last one finished."""
+
+    def done() -> bool:
+        texts = w.bot_texts(channel_id)
+        return len(texts) == count and not any(m in texts[-1] for m in ("thinking…", "writing"))
+
+    await eventually(done, timeout_s=START_S)
+
+
+@pytest.mark.slow
+async def test_preference_recalled_after_restart_for_its_user_only(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        fake, claude = w.discord, w.claude
+        channel, dm = fake.channel_id, fake.dm_channel_id(w.alice)
+        mention = fake.bot_user.mention
+        log_path = tmp_path / "bot.log"
+        with log_path.open("wb") as log:
+            first = await bot_process(w, log)
+            try:
+                await fake.wait_for_session(count=1, timeout_s=START_S)
+                claude.enqueue("Bullet points it is.", "Pixel is a lovely name.", kind="chat")
+                claude.enqueue(
+                    memories_reply((PREFERENCE, "preference", "communication")),
+                    memories_reply((DOG, "fact", "general")),
+                    kind="extract",
+                )
+                stated = await fake.dispatch_message(
+                    channel, w.alice, f"{mention} I prefer answers in bullet points"
+                )
+                await fake.wait_for_request("PUT", "/channels/*/reactions/*", timeout_s=START_S)
+                told = await fake.dispatch_message(dm, w.alice, "My dog is called Pixel")
+                await fake.wait_for_request(
+                    "PUT", "/channels/*/reactions/*", count=2, timeout_s=START_S
+                )
+            finally:
+                code = await stop(first)
+            assert code == 0
+
+            # Restart: a new process on the same database.
+            second = await bot_process(w, log)
+            try:
+                await fake.wait_for_session(count=2, timeout_s=START_S)
+                claude.enqueue("- Pixel? I can't say.", "- No idea.", "- Pixel.", kind="chat")
+                question = "How should you format answers for me, and what is my dog called?"
+                await fake.dispatch_message(channel, w.alice, f"{mention} {question}")
+                await answered(w, channel, 2)
+                await fake.dispatch_message(channel, w.bob, f"{mention} {question}")
+                await answered(w, channel, 3)
+                await fake.dispatch_message(dm, w.alice, "what is my dog called?")
+                await answered(w, dm, 3)
+            finally:
+                code = await stop(second)
+            assert code == 0
+
+        log_text = log_path.read_text(encoding="utf-8", errors="replace")
+        assert "Traceback" not in log_text, log_text[-3000:]
+        assert fake.reactions == [
+            ("PUT", channel, int(stated["id"]), MEMORY_REACTION),
+            ("PUT", dm, int(told["id"]), MEMORY_REACTION),
+        ]
+        # After the restart, Alice in the server: her preference, not what she said in a DM.
+        alice_in_server = memory_block(w, 2)
+        assert PREFERENCE in alice_in_server and DOG not in alice_in_server
+        assert chat_messages(w, 2) == [("user", f"[Alice] {question}")]  # from memory, not history
+        # Bob asks the same: none of Alice's memories.
+        bob_in_server = memory_block(w, 3)
+        assert PREFERENCE not in bob_in_server and DOG not in bob_in_server
+        assert chat_messages(w, 3) == [("user", f"[Bob] {question}")]
+        # Alice in her DM: the DM-learned memory is recalled there.
+        assert DOG in memory_block(w, 4)
+        assert w.bot_texts(channel)[-2:] == ["- Pixel? I can't say.", "- No idea."]
