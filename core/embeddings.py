@@ -11,6 +11,7 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 from collections.abc import Sequence
@@ -55,10 +56,8 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         try:  # no progress bars on the bot's stderr
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()
-        except ImportError:
+            importlib.import_module("transformers.utils.logging").disable_progress_bar()
+        except (ImportError, AttributeError):
             pass
 
         logger.info("loading embedding model %s", self.name)

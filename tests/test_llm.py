@@ -38,7 +38,8 @@ from tests.fakes.anthropic_server import (
 ROOT = Path(__file__).resolve().parent.parent
 CHAT_MODEL = "claude-opus-4-8"
 REFLECTION_MODEL = "claude-haiku-4-5"
-STABLE = "You are SelfMind, a helpful assistant that remembers its users. " * 8
+# Long enough to be cached: the API ignores breakpoints under the model's minimum (1,024).
+STABLE = "You are SelfMind, a helpful assistant that remembers its users. " * 80
 VOLATILE = "Memories about this user: likes green tea; lives in Lyon."
 
 
@@ -161,6 +162,18 @@ async def test_second_call_reads_the_cached_system_block(
     assert second.usage.cache_creation_input_tokens == 0
     assert fake.totals.cache_read_input_tokens == cached
     assert fake.totals.requests == 2
+
+
+async def test_a_short_cached_block_is_not_cached(
+    fake: FakeAnthropic, model: ClaudeChatModel
+) -> None:
+    short = [SystemBlock("Too short to cache.", cache=True), SystemBlock(VOLATILE)]
+    for _ in range(2):
+        stream = model.stream(system=short, messages=[ChatMessage("user", "Hi")])
+        await collect(stream)
+        assert stream.usage is not None
+        assert stream.usage.cache_read_input_tokens == 0
+        assert stream.usage.cache_creation_input_tokens == 0
 
 
 async def test_rate_limit_is_retried_by_the_sdk(

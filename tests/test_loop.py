@@ -15,8 +15,10 @@ from core.errors import ModelError, StreamCutError
 from core.models import NewMemory, utcnow
 from core.prompt import PERSONA
 from tests.fakes.anthropic_server import (
+    MIN_CACHE_TOKENS,
     FakeAnthropic,
     Reply,
+    count_tokens,
     cut_stream,
     not_json,
     overloaded,
@@ -71,6 +73,12 @@ async def test_prompt_blocks_thinking_and_recall_order(fake: FakeAnthropic, db_p
         "How should answers about Rust look?",
         [{"type": "text", "text": "How should answers about Rust look?"}],
     )
+
+
+def test_persona_is_long_enough_to_be_cached() -> None:
+    # The API silently skips caching below the model's minimum prefix (1,024 tokens for
+    # Claude Opus 4.8); keep a 10 % margin over it with the fake's token count.
+    assert count_tokens(PERSONA) >= 1.1 * MIN_CACHE_TOKENS
 
 
 async def test_reflection_call_and_storage(fake: FakeAnthropic, db_path: Path) -> None:

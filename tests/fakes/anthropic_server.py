@@ -38,7 +38,8 @@ Usage is deterministic: tokens are ``ceil(len(text) / 4)``. Prompt caching: each
 block carrying ``cache_control`` is a breakpoint; the longest breakpoint prefix (same model,
 same block texts) seen in an earlier successful request counts as ``cache_read_input_tokens``,
 the rest of the prefix up to the last breakpoint as ``cache_creation_input_tokens``, the
-remainder as ``input_tokens``. The real API's minimum cacheable length is not modelled.
+remainder as ``input_tokens``. As on the real API, a breakpoint whose prefix is shorter than
+``min_cache_tokens`` (default :data:`MIN_CACHE_TOKENS`) is silently not cached.
 """
 
 from __future__ import annotations
@@ -213,6 +214,11 @@ class UsageTotals:
     cache_read_input_tokens: int = 0
 
 
+MIN_CACHE_TOKENS = 1024
+"""Minimum cacheable prefix, in tokens, of the default model (Claude Opus 4.8: 1,024; some
+models need 2,048 or 4,096). Shorter prefixes are processed but never cached."""
+
+
 def count_tokens(text: str) -> int:
     """The fake's tokenizer: ``ceil(len(text) / 4)``."""
     return (len(text) + 3) // 4
@@ -243,7 +249,9 @@ class FakeAnthropic:
         first_token_delay_s: float = 0.0,
         ping_every: int = 6,
         responder: Responder | None = None,
+        min_cache_tokens: int = MIN_CACHE_TOKENS,
     ) -> None:
+        self.min_cache_tokens = min_cache_tokens
         self.host, self.port, self.api_key = host, port, api_key
         self.chunk_size, self.chunk_delay_s = chunk_size, chunk_delay_s
         self.first_token_delay_s, self.ping_every = first_token_delay_s, ping_every
@@ -386,8 +394,13 @@ class FakeAnthropic:
         total = sum(map(count_tokens, texts)) + sum(
             count_tokens(_content_text(m.get("content"))) for m in body.get("messages", [])
         )
+        # Like the API: a breakpoint whose prefix is shorter than the model's minimum
+        # cacheable length is ignored silently (no cache write, no read).
         prefixes = [
-            (model, tuple(texts[: i + 1])) for i, b in enumerate(blocks) if b.get("cache_control")
+            (model, tuple(texts[: i + 1]))
+            for i, b in enumerate(blocks)
+            if b.get("cache_control")
+            and sum(map(count_tokens, texts[: i + 1])) >= self.min_cache_tokens
         ]
         read = creation = 0
         if prefixes:

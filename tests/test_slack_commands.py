@@ -1,0 +1,247 @@
+"""Slash commands, their buttons and the "I'll remember" notes, over signed HTTP requests."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bots.slack_bot import RunningSlackBot
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.fakes.slack_server import FakeSlack, JsonDict, running_fake_slack
+from tests.loop_helpers import memories_reply, memory_lines
+from tests.slack_helpers import (
+    PREFERENCE,
+    TEAM,
+    bot_posts,
+    running_bot,
+    settle,
+    slack_settings,
+    system_text,
+)
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with running_fake_slack() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def bot(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> AsyncIterator[RunningSlackBot]:
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        yield running
+
+
+def key(user: str) -> str:
+    return f"slack:{TEAM}:{user}"
+
+
+async def command(
+    slack: FakeSlack, bot: RunningSlackBot, name: str, text: str = "", **kw: Any
+) -> JsonDict:
+    """Send a slash command; check the immediate empty ack; return the ephemeral answer."""
+    started = time.monotonic()
+    sent = await slack.send_slash_command(bot.events_url, name, text, **kw)
+    assert (sent.status, sent.text) == (200, "")
+    assert time.monotonic() - started < 3.0
+    reply = await slack.wait_for_response(sent.sent["response_url"])
+    assert reply.get("response_type", "ephemeral") == "ephemeral"
+    return reply
+
+
+async def click(
+    slack: FakeSlack, bot: RunningSlackBot, action_id: str, value: str, *, user: str = "U1"
+) -> JsonDict:
+    payload = slack.events.block_actions(action_id, value, user=user)
+    payload["user"]["team_id"] = TEAM
+    sent = await slack.send_interaction(bot.events_url, payload)
+    assert sent.status == 200
+    return await slack.wait_for_response(payload["response_url"])
+
+
+def buttons(reply: JsonDict) -> list[tuple[str, str]]:
+    found = []
+    for block in reply.get("blocks") or []:
+        elements = block.get("elements", []) + (
+            [block["accessory"]] if "accessory" in block else []
+        )
+        found += [(e["action_id"], e["value"]) for e in elements if e.get("type") == "button"]
+    return found
+
+
+async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSlackBot) -> None:
+    reply = await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
+    assert reply["text"] == "Remembered (`#1`)."
+    again = await command(slack, bot, "/remember", "the user drinks green tea", user="U1")
+    assert again["text"] == "I already knew that (`#1`)."
+    in_dm = await command(slack, bot, "/remember", "The user runs Arch.", user="U1", channel="D1")
+    assert in_dm["text"] == "Remembered (`#2`)."
+    empty = await command(slack, bot, "/remember", "   ", user="U1")
+    assert empty["text"] == "A memory needs some text."
+    memories = await bot.runtime.service.list_memories(user_key=key("U1"))
+    assert [(m.text, m.origin) for m in memories] == [
+        ("The user runs Arch.", "private"),
+        ("The user drinks green tea.", "shared"),
+    ]
+    assert slack.calls("chat.postMessage") == []  # nothing said in the channel
+
+
+async def test_forget_only_the_callers_own(slack: FakeSlack, bot: RunningSlackBot) -> None:
+    await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
+    theirs = await command(slack, bot, "/forget", "1", user="U2")
+    assert theirs["text"] == "No such memory."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 1
+    usage = await command(slack, bot, "/forget", "tea", user="U1")
+    assert usage["text"].startswith("Usage: `/forget ID`")
+    mine = await command(slack, bot, "/forget", "#1", user="U1")
+    assert mine["text"] == "Forgot `#1`."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+
+
+async def test_forget_all_asks_first_and_erases_only_the_clicker(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    for text in ("The user drinks green tea.", "The user runs Arch."):
+        await command(slack, bot, "/remember", text, user="U1")
+    await command(slack, bot, "/remember", "The user likes Go.", user="U2")
+    ask = await command(slack, bot, "/forget", "all", user="U1")
+    assert "Forget all 2" in ask["blocks"][0]["text"]["text"]
+    assert buttons(ask) == [
+        ("selfmind_forget_all", "confirm"),
+        ("selfmind_forget_all_cancel", "cancel"),
+    ]
+    assert await bot.runtime.service.count(user_key=key("U1")) == 2  # nothing yet
+
+    cancel = await click(slack, bot, "selfmind_forget_all_cancel", "cancel", user="U1")
+    assert (cancel["text"], cancel["replace_original"]) == ("Kept everything.", True)
+    other = await click(slack, bot, "selfmind_forget_all", "confirm", user="U2")
+    assert other["text"] == "Forgot all 1 memories and our conversation history."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 2
+    done = await click(slack, bot, "selfmind_forget_all", "confirm", user="U1")
+    assert done["text"] == "Forgot all 2 memories and our conversation history."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+
+
+async def test_memories_pages_search_and_export_to_the_dm(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    service = bot.runtime.service
+    for i in range(12):
+        await service.remember(user_key=key("U1"), text=f"The user owns project number {i}.")
+    await service.remember(user_key=key("U2"), text="The user keeps a secret diary.")
+
+    first = await command(slack, bot, "/memories", user="U1")
+    listing = first["blocks"][1]["text"]["text"]
+    ids = [int(line.split("`#")[1].split("`")[0]) for line in listing.splitlines()]
+    assert ids == list(range(12, 2, -1))  # newest first, 10 a page
+    assert "1–10 of 12" in first["blocks"][0]["text"]["text"]
+    assert buttons(first) == [("selfmind_memories_page", "10")]
+    second = await click(slack, bot, "selfmind_memories_page", "10", user="U1")
+    assert second["replace_original"] is True
+    assert "`#2` The user owns project number 1." in second["blocks"][1]["text"]["text"]
+    assert buttons(second) == [("selfmind_memories_page", "0")]
+    assert "diary" not in json.dumps([first, second])
+
+    found = await command(slack, bot, "/memories", "search project number 7", user="U1")
+    assert "`#8` The user owns project number 7." in found["text"]
+    nothing = await command(slack, bot, "/memories", "search diary", user="U1")
+    assert nothing["text"] == "No memories match."
+    empty = await command(slack, bot, "/memories", user="U3")
+    assert empty["text"] == "I don't remember anything about you yet."
+
+    exported = await command(slack, bot, "/memories", "export", user="U1")
+    assert exported["text"] == "I sent your 12 memories to our DM as a JSON Lines file."
+    (upload,) = slack.files.values()
+    assert upload.completed and upload.channels == ["D1"]
+    assert upload.filename.endswith(".jsonl") and upload.content is not None
+    rows = [json.loads(line) for line in upload.content.decode().splitlines()]
+    assert [r["text"] for r in rows] == [f"The user owns project number {i}." for i in range(12)]
+    assert slack.messages("C0GENERAL") == []  # no listing where others could see it
+
+
+async def test_memory_pause_and_off_skip_the_reflection_call(
+    slack: FakeSlack, claude: FakeAnthropic, bot: RunningSlackBot
+) -> None:
+    await bot.runtime.service.remember(user_key=key("U1"), text=PREFERENCE)
+    question = "How should answers look for me?"
+
+    async def dm(text: str) -> None:
+        before = len(bot_posts(slack, "D1"))
+        await slack.send_event(bot.events_url, slack.events.message(text, user="U1"))
+        await slack.wait_until(lambda: len(bot_posts(slack, "D1")) > before, what="answer")
+        await settle(bot)
+        assert bot.runtime.reflector is not None
+        assert await bot.runtime.reflector.drain(5)
+
+    paused = await command(slack, bot, "/memory", "pause", user="U1")
+    assert paused["text"].startswith("Memory is paused")
+    await dm(question)
+    assert PREFERENCE in system_text(claude)  # still recalls
+    assert claude.requests_of("extract") == []  # learns nothing: no call at all
+
+    off = await command(slack, bot, "/memory", "off", user="U1")
+    assert off["text"].startswith("Memory is off")
+    await dm(question)
+    assert memory_lines(system_text(claude)) == []  # no recall either
+    assert claude.requests_of("extract") == []
+    status = await command(slack, bot, "/memory", user="U1")
+    assert status["text"].startswith("Memory is off") and "Usage" in status["text"]
+
+    resumed = await command(slack, bot, "/memory", "on", user="U1")
+    assert resumed["text"].startswith("Memory is on")
+    await dm(question)
+    assert PREFERENCE in system_text(claude)
+    assert len(claude.requests_of("extract")) == 1
+    bogus = await command(slack, bot, "/memory", "sometimes", user="U1")
+    assert bogus["text"] == "Usage: `/memory pause | resume | off | on`."
+
+
+async def test_the_forget_button_of_a_note_works_only_for_its_owner(
+    slack: FakeSlack, claude: FakeAnthropic, bot: RunningSlackBot
+) -> None:
+    claude.enqueue(memories_reply((PREFERENCE, "preference", "communication")), kind="extract")
+    mention = slack.events.app_mention(f"{slack.identity.mention} I like bullet points", user="U1")
+    await slack.send_event(bot.events_url, mention)
+    await slack.wait_until(lambda: bool(slack.ephemerals), what="memory note")
+    note = slack.ephemerals[0]
+    assert (note["channel"], note["to_user"], note["thread_ts"]) == (
+        "C0GENERAL",
+        "U1",
+        mention["ts"],
+    )
+    assert buttons(note) == [("selfmind_forget", "1")]
+
+    stranger = await click(slack, bot, "selfmind_forget", "1", user="U2")
+    assert stranger["text"] == "No such memory."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 1
+    owner = await click(slack, bot, "selfmind_forget", "1", user="U1")
+    assert owner["text"] == "Forgot `#1`."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+
+
+async def test_notes_can_be_turned_off(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    settings = slack_settings(slack, claude, tmp_path / "m.db", slack_memory_notes=False)
+    claude.enqueue(memories_reply((PREFERENCE, "preference", "communication")), kind="extract")
+    async with running_bot(settings) as running:
+        await slack.send_event(running.events_url, slack.events.message("bullets!", user="U1"))
+        await slack.wait_until(lambda: bool(bot_posts(slack, "D1")), what="answer")
+        await settle(running)
+        assert running.runtime.reflector is not None
+        assert await running.runtime.reflector.drain(5)
+        assert await running.runtime.service.count(user_key=key("U1")) == 1
+    assert slack.ephemerals == []

@@ -1,0 +1,241 @@
+"""``selfmind slack --http`` as a real separate process, restarted on the same database.
+
+The fakes run in the test; the bot finds them through SLACK_API_URL and ANTHROPIC_BASE_URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from core.sqlite_store import SQLiteStore
+from tests.conftest import REPO_ROOT
+from tests.fakes.anthropic_server import (
+    FakeAnthropic,
+    Reply,
+    running_fake_anthropic,
+)
+from tests.fakes.slack_server import FakeSlack, running_fake_slack
+from tests.loop_helpers import API_KEY, memories_reply, memory_lines
+from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, system_text
+
+READY = re.compile(r"slack bot listening on http port (\d+)")
+
+
+@dataclass
+class BotProcess:
+    proc: asyncio.subprocess.Process
+    port: int
+    stderr: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    async def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = await asyncio.wait_for(self.proc.wait(), 30)
+        if self.reader is not None:
+            await asyncio.wait_for(self.reader, 5)
+        return code
+
+
+def bot_env(slack: FakeSlack, claude: FakeAnthropic, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "SELFMIND_", "SLACK_"))
+    }
+    env.update(
+        PYTHONPATH=str(REPO_ROOT),
+        ANTHROPIC_API_KEY=API_KEY,
+        ANTHROPIC_BASE_URL=claude.base_url,
+        SLACK_BOT_TOKEN=slack.bot_token,
+        SLACK_SIGNING_SECRET=slack.signing_secret,
+        SLACK_API_URL=slack.api_url,
+        SELFMIND_SLACK_HTTP_HOST="127.0.0.1",
+        SELFMIND_SLACK_EDIT_INTERVAL_S="0.05",
+        SELFMIND_LOG_LEVEL="INFO",
+    )
+    env.update(extra)
+    return env
+
+
+async def start_bot(db: Path, env: dict[str, str], cwd: Path) -> BotProcess:
+    """Start the bot on a free port; return once it logs that it listens."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "bots.cli", "--db", str(db), "slack", "--http", "--port", "0"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while True:
+        raw = await asyncio.wait_for(proc.stderr.readline(), 30)
+        if not raw:
+            raise AssertionError("bot exited before listening:\n" + "".join(lines))
+        line = raw.decode()
+        lines.append(line)
+        ready = READY.search(line)
+        if ready:
+            break
+    bot = BotProcess(proc, int(ready.group(1)), lines)
+
+    async def drain() -> None:
+        assert proc.stderr is not None
+        async for raw in proc.stderr:
+            bot.stderr.append(raw.decode())
+
+    bot.reader = asyncio.create_task(drain())
+    return bot
+
+
+@contextlib.asynccontextmanager
+async def fakes() -> AsyncIterator[tuple[FakeSlack, FakeAnthropic]]:
+    async with (
+        running_fake_slack() as slack,
+        running_fake_anthropic(chunk_size=6, chunk_delay_s=0.02) as claude,
+    ):
+        yield slack, claude
+
+
+def key(user: str) -> str:
+    return f"slack:{TEAM}:{user}"
+
+
+@pytest.mark.slow
+async def test_must_show_dm_memory_survives_restart_for_its_user_only(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    async with fakes() as (slack, claude):
+        env = bot_env(slack, claude)
+        started = time.monotonic()
+        bot = await start_bot(db, env, tmp_path)
+        assert time.monotonic() - started < 15
+        answer = "Understood: from now on I will answer you in short bullet points."
+        claude.enqueue(answer, kind="chat")
+        claude.enqueue(memories_reply((PREFERENCE, "preference", "communication")), kind="extract")
+        said = slack.events.message("I prefer answers in bullet points", user="U1")
+        sent = await slack.send_event(bot.url, said)
+        assert sent.status == 200
+        await slack.wait_until(
+            lambda: any(p["text"].endswith(answer) for p in bot_posts(slack, "D1")),
+            what="the streamed answer",
+            timeout_s=20,
+        )
+        await slack.wait_until(lambda: bool(slack.ephemerals), what="memory note", timeout_s=20)
+        (reply,) = bot_posts(slack, "D1")
+        edits = [c for c in slack.calls("chat.update") if c.params["ts"] == reply["ts"]]
+        assert len(edits) >= 3  # the reply streamed by edits
+        assert PREFERENCE in slack.ephemerals[0]["text"]
+        assert await bot.stop() == 0
+        assert any("slack bot stopped" in line for line in bot.stderr)
+
+        store = await SQLiteStore.open(str(db))
+        try:
+            u1 = await store.list_memories(user_key=key("U1"))
+            assert [(m.text, m.origin) for m in u1] == [(PREFERENCE, "private")]
+            assert await store.list_memories(user_key=key("U2")) == []
+        finally:
+            await store.close()
+
+        bot = await start_bot(db, env, tmp_path)  # the restart
+        question = "How should answers look for me?"
+        for user in ("U1", "U2"):
+            await slack.send_event(bot.url, slack.events.message(question, user=user))
+            dm = f"D{user[1:]}"
+            await slack.wait_until(
+                lambda dm=dm: any(question in p["text"] for p in bot_posts(slack, dm)),
+                what=f"answer to {user}",
+                timeout_s=20,
+            )
+        u1_request, u2_request = claude.requests_of("chat")[-2:]
+        u1_memories = memory_lines(u1_request.body["system"][1]["text"])
+        assert len(u1_memories) == 1 and PREFERENCE in u1_memories[0]
+        assert "I prefer answers in bullet points" in str(u1_request.body["messages"][0])
+        assert memory_lines(u2_request.body["system"][1]["text"]) == []
+        assert "bullet" not in str(u2_request.body)
+
+        mention = slack.events.app_mention(f"{slack.identity.mention} {question}", user="U1")
+        await slack.send_event(bot.url, mention)
+        await slack.wait_until(
+            lambda: any(
+                question in p["text"] for p in bot_posts(slack, "C0GENERAL", mention["ts"])
+            ),
+            what="thread answer",
+            timeout_s=20,
+        )
+        assert "This is a Slack channel thread." in system_text(claude)
+        assert memory_lines(system_text(claude)) == []  # the DM-learned memory stays private
+        assert await bot.stop() == 0
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_answer_then_a_retry_is_answered_exactly_once(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    async with fakes() as (slack, claude):
+        env = bot_env(slack, claude)
+        bot = await start_bot(db, env, tmp_path)
+        long_answer = " ".join(f"step{i}" for i in range(400))
+        claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        said = slack.events.message("Walk me through the migration", user="U1")
+        envelope = slack.events.event_callback(said, event_id="EvKILLED")
+        await slack.send_event(bot.url, envelope)
+        await slack.wait_until(
+            lambda: len(slack.calls("chat.update")) >= 2, what="a partial answer", timeout_s=20
+        )
+        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        bot = await start_bot(db, env, tmp_path)
+        claude.enqueue("Here is the whole walk-through.", kind="chat")
+        await slack.send_event(bot.url, envelope, retry_num=1, retry_reason="http_timeout")
+        await slack.wait_until(
+            lambda: any(p["text"].endswith("walk-through.") for p in bot_posts(slack, "D1")),
+            what="the answer after the restart",
+            timeout_s=20,
+        )
+        await slack.send_event(bot.url, envelope, retry_num=2, retry_reason="http_timeout")
+        await asyncio.sleep(0.5)
+        assert await bot.stop() == 0
+    assert len(claude.requests_of("chat")) == 2  # the interrupted one and the answer
+    store = await SQLiteStore.open(str(db))
+    try:
+        turns = await store.recent_turns(conversation_key=f"slack:{TEAM}:D1", limit=10)
+    finally:
+        await store.close()
+    assert [(t.role, t.text) for t in turns] == [
+        ("user", "Walk me through the migration"),
+        ("assistant", "Here is the whole walk-through."),
+    ]
+
+
+@pytest.mark.slow
+async def test_a_wrong_token_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    async with fakes() as (slack, claude):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "bots.cli", "--db", str(tmp_path / "m.db"), "slack", "--http"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=tmp_path,
+            env=bot_env(slack, claude, SLACK_BOT_TOKEN="xoxb-wrong"),
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    assert out == b""
+    assert err.decode().splitlines() == [
+        "error: SLACK_BOT_TOKEN was refused by Slack (invalid_auth)"
+    ]
