@@ -11,6 +11,7 @@ loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -55,10 +56,8 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from sentence_transformers import SentenceTransformer
 
-        try:  # no progress bars on the bot's stderr
+        with contextlib.suppress(ImportError, AttributeError):  # no progress bars on stderr
             importlib.import_module("transformers.utils.logging").disable_progress_bar()
-        except (ImportError, AttributeError):
-            pass
 
         logger.info("loading embedding model %s", self.name)
         return SentenceTransformer(self.model_dir, device="cpu")

@@ -233,6 +233,36 @@ class PostgresBase:
         await self._session_value("SELECT 1")
 
     # ---------------------------------------------------------------- helpers
+    async def _uid(self, user_key: str) -> int | None:
+        """The numeric id of ``user_key`` (cached; ids never change), or None."""
+        if user_key in self._uids:
+            return self._uids[user_key]
+        uid = await self._fetchval("SELECT uid FROM users WHERE user_key = $1", user_key)
+        if uid is not None:
+            self._uids[user_key] = int(uid)
+        return None if uid is None else int(uid)
+
+    async def _lock_user(
+        self, conn: asyncpg.Connection, user_key: str, *, create: bool = False
+    ) -> int | None:
+        """Lock the user's row for this transaction (created when ``create``): every write to
+        a user's memories takes it first, so one user's writes are serialised across
+        replicas (dedupe sees what the other replica just stored) and never deadlock."""
+        sql = "SELECT uid FROM users WHERE user_key = $1 FOR UPDATE"
+        uid = await conn.fetchval(sql, user_key)
+        if uid is None and create:
+            uid = await conn.fetchval(
+                "INSERT INTO users(user_key, created_at) VALUES ($1, now())"
+                " ON CONFLICT (user_key) DO NOTHING RETURNING uid",
+                user_key,
+            )
+            if uid is None:  # another replica created it meanwhile
+                uid = await conn.fetchval(sql, user_key)
+        if uid is None:
+            return None
+        self._uids[user_key] = int(uid)
+        return int(uid)
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
         try:
