@@ -1,6 +1,7 @@
 """Recall quality and speed on the LoCoMo conversations, SelfMind against a reference BM25.
 
-    python bench/retrieval.py [--data DIR] [--json] [--scale-users 100] [--scale-per-user 10000]
+    python bench/retrieval.py [--backend sqlite|postgres] [--database-url URL] [--data DIR]
+        [--json] [--scale-users 100] [--scale-per-user 10000]
 
 Each conversation's human-checked observations become one user's memories (through the real
 store and its dedupe); each question of categories 1-4 with evidence is a query; a hit at k
@@ -11,8 +12,12 @@ Quality is measured twice: in a store holding only the benchmark users, and in a
 also holds ``scale_users * scale_per_user`` synthetic memories (texts sampled from the same
 conversations' observations and turns). Latency p50/p95 is for one synthetic user.
 
-The synthetic part of the large store is cached under ``bench/.cache/`` (git-ignored) and
-copied for each run, since building a million memories takes minutes.
+The synthetic part of the large store is cached, since building a million memories takes
+minutes: for SQLite under ``bench/.cache/`` (git-ignored), copied for each run; for PostgreSQL
+(``--backend postgres``, server from ``--database-url``, default ``SELFMIND_BENCH_DATABASE_URL``
+or ``SELFMIND_TEST_DATABASE_URL``) as a template database named by a hash of its contents,
+loaded with ``COPY`` and cloned for each run (:mod:`bench.postgres_bench`). Both backends get
+the same synthetic memories.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +43,7 @@ from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
 from core.dedupe import Deduper
 from core.models import NewMemory
 from core.sqlite_store import SQLiteStore
+from core.store import Store
 
 KS = (1, 6, 10)
 CACHE = REPO_ROOT / "bench" / ".cache"
@@ -64,7 +71,7 @@ def progress(total: int, label: str) -> tuple[object, object]:
     return bar, bar.add_task(label, total=total)
 
 
-async def load_users(store: SQLiteStore, convs: Sequence[Conversation]) -> list[UserData]:
+async def load_users(store: Store, convs: Sequence[Conversation]) -> list[UserData]:
     users = []
     dedupe = Deduper(0.7)
     for conv in convs:
@@ -84,7 +91,7 @@ async def load_users(store: SQLiteStore, convs: Sequence[Conversation]) -> list[
     return users
 
 
-async def measure_selfmind(store: SQLiteStore, users: Sequence[UserData]) -> dict[str, float]:
+async def measure_selfmind(store: Store, users: Sequence[UserData]) -> dict[str, float]:
     hits = dict.fromkeys(KS, 0)
     n = 0
     for u in users:
@@ -116,21 +123,30 @@ def synthetic_texts(convs: Sequence[Conversation]) -> list[str]:
     return pool
 
 
+def synthetic_batches(
+    pool: Sequence[str], users: int, per_user: int
+) -> Iterator[tuple[str, list[str]]]:
+    """``(user key, texts)`` of each synthetic user: the same for every backend and run."""
+    rng = random.Random(20261129)
+    for u in range(users):
+        seen: dict[str, int] = {}
+        batch = []
+        for _ in range(per_user):
+            text = rng.choice(pool)[:199]
+            seen[text] = seen.get(text, 0) + 1
+            if seen[text] > 1:
+                text = f"{text[:185]} (again {seen[text]})"
+            batch.append(text)
+        yield f"synthetic:{u}", batch
+
+
 async def build_synthetic(path: Path, pool: Sequence[str], users: int, per_user: int) -> None:
     store = await SQLiteStore.open(str(path))
-    rng = random.Random(20261129)
     bar, task = progress(users, "building synthetic store")
     try:
-        for u in range(users):
-            seen: dict[str, int] = {}
-            batch = []
-            for _ in range(per_user):
-                text = rng.choice(pool)[:199]
-                seen[text] = seen.get(text, 0) + 1
-                if seen[text] > 1:
-                    text = f"{text[:185]} (again {seen[text]})"
-                batch.append(NewMemory(text=text, source="import"))
-            await store.add_many(user_key=f"synthetic:{u}", memories=batch, dedupe=None)
+        for user_key, texts in synthetic_batches(pool, users, per_user):
+            batch = [NewMemory(text=text, source="import") for text in texts]
+            await store.add_many(user_key=user_key, memories=batch, dedupe=None)
             if bar is not None:
                 bar.advance(task)  # type: ignore[attr-defined]
     finally:
@@ -139,53 +155,87 @@ async def build_synthetic(path: Path, pool: Sequence[str], users: int, per_user:
         await store.close()
 
 
+@asynccontextmanager
+async def sqlite_small(tmp: Path) -> AsyncIterator[Store]:
+    store = await SQLiteStore.open(str(tmp / "small.db"))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def sqlite_big(
+    tmp: Path, convs: Sequence[Conversation], users: int, per_user: int
+) -> AsyncIterator[Store]:
+    """A copy of the cached synthetic SQLite store (built on first use)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached = CACHE / f"synthetic-{users}x{per_user}-v1.db"
+    if not cached.exists():
+        t0 = time.perf_counter()
+        partial = cached.with_suffix(".partial")
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(partial) + suffix).unlink(missing_ok=True)
+        await build_synthetic(partial, synthetic_texts(convs), users, per_user)
+        partial.rename(cached)
+        print(
+            f"built {users * per_user:,} synthetic memories in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+    big_path = tmp / "big.db"
+    shutil.copyfile(cached, big_path)
+    store = await SQLiteStore.open(str(big_path))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def open_stores(
+    args: argparse.Namespace, tmp: Path, convs: Sequence[Conversation]
+) -> tuple[AbstractAsyncContextManager[Store], AbstractAsyncContextManager[Store]]:
+    """The small store (benchmark users only) and the large one (synthetic users too)."""
+    if args.backend == "postgres":
+        from bench import postgres_bench
+
+        server = postgres_bench.server_url(args.database_url)
+        pool = synthetic_texts(convs)
+        return postgres_bench.postgres_small(server), postgres_bench.postgres_big(
+            server, synthetic_batches, pool, args.scale_users, args.scale_per_user
+        )
+    return sqlite_small(tmp), sqlite_big(tmp, convs, args.scale_users, args.scale_per_user)
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     convs = load_all(Path(args.data), args.conversations)
     questions = [q.text for c in convs for q in c.questions]
     with tempfile.TemporaryDirectory() as tmp:
-        small = await SQLiteStore.open(str(Path(tmp) / "small.db"))
-        users = await load_users(small, convs)
-        selfmind = await measure_selfmind(small, users)
-        await small.close()
+        small_store, big_store = open_stores(args, Path(tmp), convs)
+        async with small_store as small:
+            users = await load_users(small, convs)
+            selfmind = await measure_selfmind(small, users)
         reference = measure_reference(users)
 
-        total = args.scale_users * args.scale_per_user
-        CACHE.mkdir(parents=True, exist_ok=True)
-        cached = CACHE / f"synthetic-{args.scale_users}x{args.scale_per_user}-v1.db"
-        if not cached.exists():
-            t0 = time.perf_counter()
-            partial = cached.with_suffix(".partial")
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(partial) + suffix).unlink(missing_ok=True)
-            await build_synthetic(
-                partial, synthetic_texts(convs), args.scale_users, args.scale_per_user
-            )
-            partial.rename(cached)
-            print(
-                f"built {total:,} synthetic memories in {time.perf_counter() - t0:.0f} s",
-                file=sys.stderr,
-            )
-        big_path = Path(tmp) / "big.db"
-        shutil.copyfile(cached, big_path)
-        big = await SQLiteStore.open(str(big_path))
-        shared_users = await load_users(big, convs)
-        shared = await measure_selfmind(big, shared_users)
+        async with big_store as big:
+            shared_users = await load_users(big, convs)
+            shared = await measure_selfmind(big, shared_users)
 
-        probe = "synthetic:0"
-        user_memories = await big.count(user_key=probe)
-        stats = await big.stats()
-        latencies = []
-        for q in questions[:LATENCY_QUERIES]:
-            t0 = time.perf_counter()
-            await big.search(user_key=probe, query=q, k=6)
-            latencies.append((time.perf_counter() - t0) * 1000)
-        texts = [m.text for m in await big.export(user_key=probe)]
-        await big.close()
+            probe = "synthetic:0"
+            user_memories = await big.count(user_key=probe)
+            stats = await big.stats()
+            for q in questions[:20]:  # warm caches and prepared statements
+                await big.search(user_key=probe, query=q, k=6)
+            latencies = []
+            for q in questions[:LATENCY_QUERIES]:
+                t0 = time.perf_counter()
+                await big.search(user_key=probe, query=q, k=6)
+                latencies.append((time.perf_counter() - t0) * 1000)
+            texts = [m.text for m in await big.export(user_key=probe)]
     ref_latencies = []
     for q in questions[:REFERENCE_LATENCY_QUERIES]:
         t0 = time.perf_counter()
@@ -194,6 +244,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     p50 = statistics.median(latencies)
     ref_p50 = statistics.median(ref_latencies)
     return {
+        "backend": args.backend,
         "selfmind": {**selfmind, "hit@6_shared_store": shared["hit@6"]},
         "reference_bm25": reference,
         "scale": {
@@ -217,8 +268,12 @@ def print_table(result: dict[str, object]) -> None:
     assert isinstance(sc, dict)
     print(f"LoCoMo retrieval, {result['questions']} questions (categories 1-4)")
     print(f"{'ranker':<34}{'Hit@1':>8}{'Hit@6':>8}{'Hit@10':>8}")
+    label = {
+        "sqlite": "SelfMind SQLite (FTS5 + BM25)",
+        "postgres": "SelfMind PostgreSQL (GIN + BM25)",
+    }
     print(
-        f"{'SelfMind (FTS5 + per-user BM25)':<34}"
+        f"{label[str(result['backend'])]:<34}"
         f"{sm['hit@1']:>8.3f}{sm['hit@6']:>8.3f}{sm['hit@10']:>8.3f}"
     )
     print(
@@ -238,6 +293,13 @@ def print_table(result: dict[str, object]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="PostgreSQL server for --backend postgres (a database there to connect to; the"
+        " bench creates and drops its own)",
+    )
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--conversations", nargs="*", default=None)
     parser.add_argument("--json", action="store_true", help="print one JSON object last")

@@ -2,6 +2,8 @@
 
     selfmind [--db DB] [--log-level LEVEL] chat [--user NAME]
     selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
+    selfmind [--db DB] db migrate
+    selfmind db copy --from sqlite:///PATH --to postgresql://USER@HOST/DB
 
 Errors print one line to stderr and exit 1; usage errors exit 2.
 """
@@ -87,7 +89,7 @@ def main_options(
     except SelfMindError as exc:
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
-    quiet = ctx.invoked_subcommand in ("memories", "chat") and log_level is None
+    quiet = ctx.invoked_subcommand in ("memories", "chat", "db") and log_level is None
     logging.basicConfig(
         level="WARNING" if quiet else settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -538,6 +540,67 @@ def slack(
         raise fail("--port needs --http", code=2)
     code = run(run_slack(ctx.obj.settings, db_url=ctx.obj.db_url, http=http, port=port))
     raise typer.Exit(code)
+
+
+db_app = typer.Typer(help="Create, update and move the database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("migrate")
+def db_migrate(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again."""
+    from core.postgres_admin import migrate_database
+
+    report = run(migrate_database(ctx.obj.db_url))
+    if as_json:
+        typer.echo(json.dumps({"applied_now": report.applied_now, "applied": report.applied}))
+        return
+    for name in report.applied_now:
+        typer.echo(f"applied {name}")
+    latest = report.applied[-1] if report.applied else "none"
+    typer.echo(f"schema up to date: {len(report.applied)} migrations, latest {latest}")
+
+
+@db_app.command("copy")
+def db_copy(
+    source: Annotated[str, typer.Option("--from", help="The SQLite file (sqlite:///PATH).")],
+    target: Annotated[str, typer.Option("--to", help="An empty database: postgresql://...")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy a SQLite memory file into an empty PostgreSQL database, then compare the row
+    counts of every table (exit 1 when any differs)."""
+    from core.postgres_admin import CopyReport, copy_sqlite_to_postgres
+
+    try:
+        source_url = normalize_db_url(source)
+    except SelfMindError as exc:
+        raise fail(str(exc), 2) from None
+
+    async def work() -> CopyReport:
+        if not sys.stderr.isatty():
+            return await copy_sqlite_to_postgres(source_url, target)
+        from rich.progress import Progress, TaskID
+
+        with Progress(transient=True) as bar:
+            tasks: dict[str, TaskID] = {}
+
+            def advance(table: str, done: int, total: int) -> None:
+                if table not in tasks:
+                    tasks[table] = bar.add_task(f"copying {table}", total=total)
+                bar.update(tasks[table], completed=done)
+
+            return await copy_sqlite_to_postgres(source_url, target, progress=advance)
+
+    report = run(work())
+    if as_json:
+        counts = [{"table": c.table, "source": c.source, "target": c.target} for c in report.counts]
+        typer.echo(json.dumps({"ok": report.ok, "counts": counts}))
+    else:
+        for c in report.counts:
+            mark = "ok" if c.equal else "MISMATCH"
+            typer.echo(f"{c.table:<24}{c.source:>12,}{c.target:>12,}  {mark}")
+    if not report.ok:
+        raise fail("row counts differ between the SQLite file and PostgreSQL")
 
 
 def main() -> None:

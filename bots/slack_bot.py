@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass
 from typing import Any, cast
 
-from aiohttp import ClientError, web
+from aiohttp import ClientError, ClientSession, web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -122,7 +122,11 @@ class SlackBot:
             stream_client=stream_client,
         )
         self.commands = SlackCommands(
-            service=runtime.service, store=runtime.store, client=client, spawn=self.spawn
+            service=runtime.service,
+            store=runtime.store,
+            client=client,
+            spawn=self.spawn,
+            controls=runtime.loop.controls,
         )
         if runtime.reflector is not None and settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note
@@ -132,7 +136,9 @@ class SlackBot:
         app = AsyncApp(
             name="selfmind",
             client=AsyncWebClient(
-                base_url=self.client.base_url, retry_handlers=self.client.retry_handlers
+                base_url=self.client.base_url,
+                session=self.client.session,
+                retry_handlers=self.client.retry_handlers,
             ),
             signing_secret=signing_secret or "",
             request_verification_enabled=signing_secret is not None,
@@ -192,9 +198,9 @@ class SlackBot:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self.runtime.reflector is not None:
+        if self.runtime.loop is not None:
             remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-            await self.runtime.reflector.drain(remaining)
+            await self.runtime.loop.shutdown(remaining)  # unfinished reflections stay pending
 
     # --- HTTP mode
 
@@ -242,24 +248,28 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
     return SlackSecrets(bot_token, app_token.get_secret_value(), None)
 
 
-def web_clients(settings: Settings, token: str) -> tuple[AsyncWebClient, AsyncWebClient]:
-    """(client, stream_client) for ``SLACK_API_URL``: the first retries 429s (twice, after
-    ``Retry-After``), the second leaves them to the streamed reply."""
-    base_url = (
-        settings.slack_api_url
-        if settings.slack_api_url.endswith("/")
-        else (settings.slack_api_url + "/")
-    )
+def web_clients(
+    settings: Settings, token: str, session: ClientSession
+) -> tuple[AsyncWebClient, AsyncWebClient]:
+    """(client, stream_client) for ``SLACK_API_URL`` over one shared HTTP session (kept-alive
+    connections): the first retries 429s (twice, after ``Retry-After``), the second leaves
+    them to the streamed reply."""
+    url = settings.slack_api_url
+    base_url = url if url.endswith("/") else url + "/"
     client = AsyncWebClient(
         token=token,
         base_url=base_url,
+        session=session,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(),
             AsyncRateLimitErrorRetryHandler(max_retry_count=2),
         ],
     )
     stream_client = AsyncWebClient(
-        token=token, base_url=base_url, retry_handlers=[AsyncConnectionErrorRetryHandler()]
+        token=token,
+        base_url=base_url,
+        session=session,
+        retry_handlers=[AsyncConnectionErrorRetryHandler()],
     )
     return client, stream_client
 
@@ -304,10 +314,14 @@ async def open_slack_bot(
     Raises ``ConfigError`` naming a missing or refused setting.
     """
     secrets = check_settings(settings, http=http)
-    client, stream_client = web_clients(settings, secrets.bot_token)
-    identity = await authenticate(client, settings.slack_api_url)
-    logger.info("slack identity: team=%s bot_user=%s", identity.team_id, identity.user_id)
-    async with open_runtime(settings, db_url=db_url, require_model=True) as rt:
+    async with contextlib.AsyncExitStack() as stack:
+        session = await stack.enter_async_context(ClientSession())
+        client, stream_client = web_clients(settings, secrets.bot_token, session)
+        identity = await authenticate(client, settings.slack_api_url)
+        logger.info("slack identity: team=%s bot_user=%s", identity.team_id, identity.user_id)
+        rt = await stack.enter_async_context(
+            open_runtime(settings, db_url=db_url, require_model=True)
+        )
         bot = SlackBot(
             settings=settings,
             runtime=rt,
@@ -332,7 +346,10 @@ async def open_slack_bot(
 
 @contextlib.asynccontextmanager
 async def _serve_http(bot: SlackBot, host: str, port: int | None) -> AsyncIterator[int]:
-    runner = web.AppRunner(bot.web_app(), access_log=None, handle_signals=False)
+    # Requests are acknowledged at once, so 3 s (Slack's own ack limit) is plenty to finish.
+    runner = web.AppRunner(
+        bot.web_app(), access_log=None, handle_signals=False, shutdown_timeout=3.0
+    )
     await runner.setup()
     try:
         chosen = bot.settings.slack_http_port if port is None else port

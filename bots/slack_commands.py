@@ -11,7 +11,8 @@ so only the caller sees them; memory listings never go to a channel)::
 
 Every operation acts for the user who typed the command or clicked the button
 (``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,
-forget or export another user's memories.
+forget or export another user's memories. Outside the team allow-lists
+(:mod:`core.controls`) every command and button answers :data:`core.controls.NOT_ENABLED`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
+from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound
 from core.models import Memory, MemoryMode, Origin
 from core.reflection import ReflectionResult
@@ -150,12 +152,19 @@ class SlackCommands:
     """The four slash commands, their buttons, and the reflection notes, over one store."""
 
     def __init__(
-        self, *, service: MemoryService, store: Store, client: AsyncWebClient, spawn: Spawn
+        self,
+        *,
+        service: MemoryService,
+        store: Store,
+        client: AsyncWebClient,
+        spawn: Spawn,
+        controls: Controls | None = None,
     ) -> None:
         self.service = service
         self.store = store
         self.client = client
         self.spawn = spawn
+        self.controls = controls
 
     def register(self, app: AsyncApp) -> None:
         """Add the command and button listeners to ``app``."""
@@ -184,6 +193,17 @@ class SlackCommands:
             logger.exception("slack command failed")
             await respond(text=SOMETHING_WRONG, response_type="ephemeral")
 
+    def allowed(self, key: str, team: str, channel: str) -> bool:
+        """The team allow-lists (:mod:`core.controls`); a DM channel id starts with D."""
+        place = Place(
+            platform="slack",
+            user_key=key,
+            workspace=team,
+            channel=channel,
+            private=channel.startswith("D"),
+        )
+        return self.controls is None or self.controls.allows(place)
+
     # --- commands
 
     async def run_command(self, command: JsonDict, respond: AsyncRespond) -> None:
@@ -194,6 +214,9 @@ class SlackCommands:
         key = user_key(team, user)
         logger.info("slash command %s user=%s", name, key)
         channel = str(command.get("channel_id") or "")
+        if not self.allowed(key, team, channel):
+            await respond(text=NOT_ENABLED, response_type="ephemeral")
+            return
         match name:
             case "/remember":
                 origin: Origin = "private" if channel.startswith("D") else "shared"
@@ -333,6 +356,10 @@ class SlackCommands:
             return
         action_id, value = str(actions[0].get("action_id")), str(actions[0].get("value", ""))
         logger.info("slack action %s user=%s", action_id, key)
+        channel = str(cast(JsonDict, body.get("channel") or {}).get("id") or "")
+        if not self.allowed(key, team, channel):
+            await respond(text=NOT_ENABLED, response_type="ephemeral")
+            return
         if action_id == FORGET_ACTION:
             try:
                 memory_id = int(value)

@@ -10,14 +10,19 @@
   message is); the store is the source after that;
 - ignored: the bot's own messages, other bots, and every message subtype (edits,
   deletions, joins ...);
-- memory key ``slack:{team}:{user}`` of the writer.
+- memory key ``slack:{team}:{user}`` of the writer;
+- outside the team allow-lists (:mod:`core.controls`) the bot is silent in channels and
+  answers a DM with :data:`core.controls.NOT_ENABLED`. Daily caps end a reply early with a
+  note saying when they reset (``LimitReached`` from the turn loop).
 
 Exactly once: before answering, a message is claimed in the store by ``event:{event_id}``
 and ``msg:{channel}:{ts}`` (a retry carries the same event id; a channel mention arrives as
 both ``app_mention`` and ``message`` with one channel+ts), so a duplicate is dropped, also
 across restarts; deliveries of a message already in flight in this process are dropped
-too. A claimed message whose stored user turn has no answer (the process died mid-answer)
-is answered when Slack redelivers it, once, on the stored turn.
+too, and so are messages another live process sharing the store has claimed
+(``store.event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
+(the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
+the stored turn.
 
 Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 :class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
@@ -38,6 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_commands import user_key
 from bots.slack_sink import SlackReplySink, StatusIndicator
+from core.controls import NOT_ENABLED, Place
 from core.loop import ContextMessage, IncomingMessage, TurnLoop
 from core.settings import Settings
 from core.store import Store
@@ -51,7 +57,7 @@ DM_NOTICE = (
     "_I remember what you tell me, to help you later: `/memories` shows what I keep, "
     "`/forget` deletes it, `/memory pause` stops me learning._\n\n"
 )
-EMPTY_MENTION = "(a mention with no text)"
+EMPTY_TEXT = "(a message with no text)"
 MAX_THREAD_CONTEXT_READ = 1000
 """At most this many thread messages are read when the bot joins a thread late."""
 
@@ -92,6 +98,17 @@ class SlackMessage:
         if self.is_dm:
             return f"slack:{self.team}:{self.channel}"
         return f"slack:{self.team}:{self.channel}:{self.thread_ts or self.ts}"
+
+    @property
+    def place(self) -> Place:
+        """Where it was said, for the team allow-lists."""
+        return Place(
+            platform="slack",
+            user_key=self.user_key,
+            workspace=self.team,
+            channel=self.channel,
+            private=self.is_dm,
+        )
 
     @property
     def claim_keys(self) -> list[str]:
@@ -162,7 +179,7 @@ class SlackConversations:
         is_dm = channel_type == "im" if channel_type else str(channel).startswith("D")
         raw = str(event.get("text") or "")
         mentioned = kind == "app_mention" or self._mention.search(raw) is not None
-        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_MENTION
+        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_TEXT
         thread_ts = event.get("thread_ts")
         return SlackMessage(
             event_id=str(body.get("event_id") or f"{channel}-{ts}"),
@@ -192,11 +209,18 @@ class SlackConversations:
 
     async def _handle(self, message: SlackMessage) -> None:
         key = message.conversation_key
-        known = bool(await self.store.recent_turns(conversation_key=key, limit=1))
-        if not (message.is_dm or message.mentioned or (message.in_thread and known)):
+        allowed = self.loop.controls.allows(message.place)
+        if not allowed and not message.is_dm:
+            return  # outside the team allow-lists the bot stays silent in channels
+        shared_thread = message.in_thread and not message.is_dm
+        known = shared_thread and bool(await self.store.recent_turns(conversation_key=key, limit=1))
+        if not (message.is_dm or message.mentioned or known):
             return
         turn_id: int | None = None
         if not await self.store.claim_event(keys=message.claim_keys):
+            if await self.store.event_claimed_elsewhere(keys=message.claim_keys):
+                logger.info("slack event %s: another live process has it", message.event_id)
+                return
             turn = await self.store.find_turn(conversation_key=key, platform_ref=message.ts)
             if turn is not None and await self.store.answer_to(turn_id=turn.id) is not None:
                 logger.info("slack event %s: already answered", message.event_id)
@@ -204,7 +228,12 @@ class SlackConversations:
             if turn is not None:
                 turn_id = turn.id
             logger.info("slack event %s: answering an interrupted message", message.event_id)
-        if message.in_thread and not known and turn_id is None:
+        if not allowed:
+            await self.stream_client.chat_postMessage(
+                channel=message.channel, thread_ts=message.thread_ts, markdown_text=NOT_ENABLED
+            )
+            return
+        if shared_thread and not known and turn_id is None:
             await self.read_thread(message)
         notice = None
         if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
@@ -223,6 +252,7 @@ class SlackConversations:
             sent_at=slack_time(message.ts),
             author=f"<@{message.user}>",
             platform_ref=message.ts,
+            workspace=message.team,
             where="a Slack DM" if message.is_dm else "a Slack channel thread",
         )
         sink = SlackReplySink(

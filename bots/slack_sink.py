@@ -91,7 +91,7 @@ class SlackReplySink:
 
     ``thread_ts`` is the thread the reply goes to (None: the channel itself, e.g. a DM);
     ``status_thread_ts`` the thread whose status shows "is thinking…" (the user's message
-    when it starts no thread). ``handles`` lists the ``ts`` of every message posted.
+    when it starts no thread).
     """
 
     def __init__(
@@ -108,7 +108,6 @@ class SlackReplySink:
         self.thread_ts = thread_ts
         self.status_indicator = status
         self.status_thread_ts = status_thread_ts or thread_ts
-        self.handles: list[str] = []
 
     async def post(self, *, text: str) -> str:
         try:
@@ -120,9 +119,7 @@ class SlackReplySink:
             if wait_s is not None:
                 raise RateLimited(wait_s) from exc
             raise
-        handle = str(response["ts"])
-        self.handles.append(handle)
-        return handle
+        return str(response["ts"])
 
     async def edit(self, *, handle: str, text: str) -> None:
         try:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 BM25_K1 = 1.2
 """Okapi BM25 term-frequency saturation; FTS5's value (Robertson and Zaragoza, 2009)."""
@@ -39,7 +40,7 @@ def bm25_idf(n_docs: int, doc_freq: int) -> float:
 
 
 def rescore(
-    candidates: Iterable[tuple[int, str, int]],
+    candidates: Iterable[Sequence[Any]],
     doc_freqs: Mapping[str, int],
     *,
     n_docs: int,
@@ -47,15 +48,16 @@ def rescore(
 ) -> list[tuple[float, int]]:
     """Okapi BM25 of each candidate, best first (ties: the newer id first).
 
-    ``candidates``: ``(memory id, index terms joined by spaces, term count)``;
+    ``candidates``: rows ``(memory id, index terms joined by spaces, term count)``;
     ``doc_freqs``: the user's document frequency of each query term (terms with none may be
     left out); ``n_docs`` and ``total_len``: the user's active memories and the sum of their
     term counts. Returns ``(score, memory id)`` pairs.
     """
     avgdl = total_len / n_docs if n_docs and total_len else 1.0
-    idf = {t: bm25_idf(n_docs, df) for t, df in doc_freqs.items() if df > 0}
+    # Terms in sorted order: the same float sums whichever order a backend lists them in.
+    idf = {t: bm25_idf(n_docs, df) for t, df in sorted(doc_freqs.items()) if df > 0}
     scores = []
-    for memory_id, doc_terms, length in candidates:
+    for memory_id, doc_terms, length, *_ in candidates:
         tf = Counter(doc_terms.split())
         norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl)
         score = 0.0

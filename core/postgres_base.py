@@ -51,7 +51,8 @@ SWEEP_INTERVAL_S = 5.0
 DEFAULT_POOL_SIZE = 10
 """Pooled connections per replica (plus one session connection for locks)."""
 
-_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+"""What asyncpg raises when the server refuses, fails or cannot be reached."""
 
 
 def mask_url(url: str) -> str:
@@ -73,8 +74,9 @@ def user_lock_key(user_key: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _describe(exc: BaseException) -> str:
-    # The server's message and SQLSTATE only: ``detail`` can quote row values (memory text).
+def describe_error(exc: BaseException) -> str:
+    """The error's type, SQLSTATE and message, for logs and ``StoreError``: never its
+    ``detail``, which can quote row values (memory text)."""
     state = getattr(exc, "sqlstate", None)
     return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {exc}"
 
@@ -138,17 +140,17 @@ class PostgresBase:
             pool = await asyncpg.create_pool(
                 url, min_size=1, max_size=max(1, pool_size), command_timeout=300
             )
-        except _DB_ERRORS as exc:
-            raise StoreError(f"cannot open database {masked}: {_describe(exc)}") from None
+        except DB_ERRORS as exc:
+            raise StoreError(f"cannot open database {masked}: {describe_error(exc)}") from None
         session: asyncpg.Connection | None = None
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
             session = await asyncpg.connect(url)
             replica_id = await _join(session)
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             await _close_quietly(pool, session)
-            raise StoreError(f"cannot use database {masked}: {_describe(exc)}") from None
+            raise StoreError(f"cannot use database {masked}: {describe_error(exc)}") from None
         except BaseException:
             await _close_quietly(pool, session)
             raise
@@ -172,7 +174,7 @@ class PostgresBase:
                 )
             async with self._session_lock:
                 await self._session.execute("SELECT pg_advisory_unlock_all()")
-        except _DB_ERRORS as exc:
+        except DB_ERRORS as exc:
             logger.warning("closing replica %s: %s", self.replica_id, type(exc).__name__)
         finally:
             await _close_quietly(self._pool, self._session)
@@ -211,11 +213,11 @@ class PostgresBase:
                 if self._session.is_closed():
                     await self._reconnect_session()
                 return await self._session.fetchval(sql, *args)
-            except _DB_ERRORS as exc:
+            except DB_ERRORS as exc:
                 if quiet:
-                    logger.warning("session connection: %s", _describe(exc))
+                    logger.warning("session connection: %s", describe_error(exc))
                     return None
-                raise StoreError(f"database error: {_describe(exc)}") from None
+                raise StoreError(f"database error: {describe_error(exc)}") from None
 
     async def _reconnect_session(self) -> None:
         logger.warning(
@@ -267,8 +269,8 @@ class PostgresBase:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except _DB_ERRORS as exc:
-            raise StoreError(f"database error: {_describe(exc)}") from None
+        except DB_ERRORS as exc:
+            raise StoreError(f"database error: {describe_error(exc)}") from None
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[asyncpg.Connection]:
@@ -319,7 +321,7 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
                         name,
                     )
             except asyncpg.PostgresError as exc:
-                raise MigrationError(f"migration {name} failed: {_describe(exc)}") from None
+                raise MigrationError(f"migration {name} failed: {describe_error(exc)}") from None
             done.append(name)
         return done
     finally:
@@ -338,9 +340,9 @@ async def _close_quietly(pool: asyncpg.Pool, session: asyncpg.Connection | None)
     if session is not None and not session.is_closed():
         try:
             await session.close(timeout=5)
-        except _DB_ERRORS:
+        except DB_ERRORS:
             session.terminate()
     try:
         await asyncio.wait_for(pool.close(), 10)
-    except (TimeoutError, *_DB_ERRORS):
+    except (TimeoutError, *DB_ERRORS):
         pool.terminate()

@@ -19,6 +19,13 @@ from typing import Any, cast
 from core.models import CallKind, MemoryMode, Origin, ReflectionState, Turn, UsageRow, utcnow
 from core.postgres_base import LOCK_REPLICA, PostgresBase
 
+# Replicas alive now: those holding their liveness lock in this database ($1 = LOCK_REPLICA).
+_LIVE_REPLICAS = (
+    "SELECT objid::bigint AS replica FROM pg_locks WHERE locktype = 'advisory'"
+    " AND classid = $1::bigint::oid AND objsubid = 2 AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
 _TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
     " attempts, platform_ref, workspace"
@@ -163,12 +170,7 @@ class PostgresConversations(PostgresBase):
         replica holds, now claimed by this one; oldest first."""
         await self.check_session()
         rows = await self._fetch(
-            "WITH live AS ("
-            "  SELECT objid::bigint AS replica FROM pg_locks"
-            "  WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objsubid = 2"
-            "  AND granted AND database ="
-            "    (SELECT oid FROM pg_database WHERE datname = current_database())"
-            "), orphans AS ("
+            f"WITH live AS ({_LIVE_REPLICAS}), orphans AS ("
             "  SELECT id FROM turns WHERE reflection IN ('answering', 'pending')"
             "  AND (claimed_by IS NULL OR claimed_by NOT IN (SELECT replica FROM live))"
             "  ORDER BY id FOR UPDATE SKIP LOCKED"
@@ -213,17 +215,35 @@ class PostgresConversations(PostgresBase):
         try:
             async with self._tx() as conn:
                 inserted = await conn.fetch(
-                    "INSERT INTO processed_events(event_key, claimed_at)"
-                    " SELECT k, $2 FROM unnest($1::text[]) WITH ORDINALITY AS e(k, n) ORDER BY n"
-                    " ON CONFLICT DO NOTHING RETURNING event_key",
+                    "INSERT INTO processed_events(event_key, claimed_at, claimed_by)"
+                    " SELECT k, $2, $3 FROM unnest($1::text[]) WITH ORDINALITY AS e(k, n)"
+                    " ORDER BY n ON CONFLICT DO NOTHING RETURNING event_key",
                     wanted,
                     utcnow(),
+                    self.replica_id,
                 )
                 if len(inserted) != len(wanted):
                     raise _Unclaimed
         except _Unclaimed:
             return False
         return True
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """True when a live replica other than this one claimed the event by any of its keys:
+        it is answering it, or has. A claim of a replica that died is not (the event can be
+        taken over)."""
+        if not keys:
+            return False
+        return bool(
+            await self._fetchval(
+                f"WITH live AS ({_LIVE_REPLICAS}) SELECT EXISTS (SELECT 1 FROM processed_events"
+                " WHERE event_key = ANY($2::text[]) AND claimed_by <> $3"
+                " AND claimed_by IN (SELECT replica FROM live))",
+                LOCK_REPLICA,
+                list(keys),
+                self.replica_id,
+            )
+        )
 
     async def get_mode(self, *, user_key: str) -> MemoryMode:
         mode = await self._fetchval("SELECT mode FROM memory_modes WHERE user_key = $1", user_key)
@@ -298,8 +318,7 @@ class PostgresConversations(PostgresBase):
             *params,
         )
         return [
-            UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))
-            for r in rows
+            UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows
         ]
 
     async def chat_messages_since(
@@ -318,7 +337,8 @@ _TURN_NAMES = [c.strip() for c in _TURN_COLUMNS.split(",")]
 def _usage_filter(
     since: datetime, user_key: str | None, workspace: str | None
 ) -> tuple[str, list[Any]]:
-    where, params = ["at >= $1"], [since]
+    where = ["at >= $1"]
+    params: list[Any] = [since]
     if user_key is not None:
         params.append(user_key)
         where.append(f"user_key = ${len(params)}")

@@ -133,7 +133,8 @@ CREATE INDEX turns_to_reflect ON turns(id) WHERE reflection IN ('answering', 'pe
 -- whichever replica the platform delivered them to.
 CREATE TABLE processed_events (
     event_key text PRIMARY KEY,
-    claimed_at timestamptz NOT NULL
+    claimed_at timestamptz NOT NULL,
+    claimed_by integer                    -- the replica that claimed it
 );
 CREATE INDEX processed_events_by_time ON processed_events(claimed_at);
 

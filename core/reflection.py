@@ -9,8 +9,9 @@ constraints in schemas) -> write through the store's dedupe, superseding what th
 marked -> mark the turn ``done``.
 
 Reflections run in the background, one at a time per user, in message order
-(:class:`Reflector`). A failed or malformed reflection is retried ``max_attempts`` times in
-all, then logged as one line and marked ``skipped``; the chat is never affected.
+(:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
+sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
+times in all, then logged as one line and marked ``skipped``; the chat is never affected.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ _FIRST_PERSON = re.compile(r"^(i|i'm|im|i've|my|me|we|our|you|your)\b", re.IGNOR
 def reflection_prompt(user_turn: Turn, answer: Turn | None, related: Sequence[ScoredMemory]) -> str:
     """The reflection call's user message: stored memories, then the exchange (JSON-quoted)."""
     stored = [as_data({"id": s.memory.id, "text": s.memory.text}) for s in related]
-    sent = user_turn.sent_at.isoformat(timespec="minutes")
+    sent = user_turn.sent_at.isoformat(timespec="seconds")
     lines = ["<stored_memories>", *(stored or ["(none)"]), "</stored_memories>"]
     lines.append(f'<exchange message_time="{sent}">')
     lines.append(f"user: {as_data(user_turn.text)}")
@@ -161,6 +162,7 @@ class Reflector:
         self._queues: dict[str, deque[int]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._queued: set[int] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     def submit(self, *, turn_id: int, user_key: str) -> None:
         """Queue the reflection of a stored user turn (no-op if already queued)."""
@@ -174,14 +176,30 @@ class Reflector:
             )
 
     async def resume(self) -> int:
-        """Queue every reflection an earlier process left unfinished; returns how many."""
+        """Queue every reflection an earlier process left unfinished; returns how many.
+
+        When several processes share the store (``store.sweep_interval_s`` is set), keep
+        doing so every that many seconds until :meth:`close`, so the reflections of a process
+        that died are taken over by a live one.
+        """
         turns = await self.store.turns_to_reflect()
         for turn in turns:
             if turn.user_key is not None:
                 self.submit(turn_id=turn.id, user_key=turn.user_key)
         if turns:
             logger.info("resuming %d pending reflections", len(turns))
+        interval_s = self.store.sweep_interval_s
+        if interval_s and self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(interval_s), name="reflect:sweep")
         return len(turns)
+
+    async def _sweep(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.resume()
+            except Exception:
+                logger.exception("looking for reflections left by other processes failed")
 
     @property
     def pending(self) -> int:
@@ -201,6 +219,10 @@ class Reflector:
 
     async def close(self) -> None:
         """Cancel the workers; unfinished turns stay pending in the store for next time."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         workers = list(self._workers.values())
         for task in workers:
             task.cancel()
@@ -213,7 +235,8 @@ class Reflector:
             while queue:
                 turn_id = queue[0]
                 try:
-                    await self.reflect(turn_id)
+                    async with self.store.reflection_lock(user_key=user_key):
+                        await self.reflect(turn_id)
                 except Exception:
                     logger.exception("reflection of turn %s crashed", turn_id)
                 finally:

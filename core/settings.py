@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
     recall: Literal["bm25", "hybrid"] = "bm25"
     embedding_model_dir: str | None = None
+    db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)
     dedupe_threshold: float = Field(default=0.7, gt=0.0, le=1.0)
     recall_private_in_channels: bool = False

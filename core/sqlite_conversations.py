@@ -5,6 +5,7 @@ platform events, memory modes and one-time marks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any, cast
 
@@ -37,6 +38,19 @@ def _turn(row: Sequence[Any]) -> Turn:
 
 class SQLiteConversations(SQLiteBase):
     """The :class:`core.store.ConversationStore` half of the SQLite store."""
+
+    sweep_interval_s: float | None = None
+    """One process owns the file: unfinished reflections are resumed at start-up only."""
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """A no-op: one process owns the file, and its Reflector already runs one user's
+        reflections one at a time."""
+        return nullcontext()
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """Always False: one process owns the file, so a claim from before was made by a
+        process that is gone."""
+        return False
 
     async def add_turn(
         self,

@@ -2,12 +2,14 @@
 
 Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
 no method reads, ranks or deletes another user's rows. Backends: SQLite
-(:mod:`core.sqlite_store`, the embedded default).
+(:mod:`core.sqlite_store`, the embedded default) and PostgreSQL (:mod:`core.postgres_store`,
+for several bot processes sharing one database).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -203,6 +205,21 @@ class ConversationStore(Protocol):
         """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
         ...
 
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """True when another live process sharing the store claimed the event by any of its
+        keys (it is answering it, or has): skip it. False when the claim is this process's or
+        a dead one's (then an unanswered event is an interrupted one)."""
+        ...
+
+    sweep_interval_s: float | None
+    """Seconds between looks for reflections other processes left behind (``turns_to_reflect``
+    then returns only those); None when one process owns the store (start-up only)."""
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """Held around each reflection of ``user_key``: excludes other reflections of the
+        user, also in other processes sharing the store."""
+        ...
+
 
 class UsageStore(Protocol):
     """What every Claude call cost, as the API reported it."""
@@ -269,11 +286,13 @@ class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
 
 
 async def open_store(url: str, settings: Settings | None = None) -> Store:
-    """Open (creating and migrating) the store named by a ``sqlite:///`` URL.
+    """Open (creating and migrating) the store named by a ``sqlite:///`` or
+    ``postgresql://`` URL (a pool of ``settings.db_pool_size`` connections).
 
     With ``settings.recall == "hybrid"`` the store is wrapped for hybrid recall
     (:mod:`core.hybrid`). Raises ``ConfigError`` for other schemes or a missing semantic
-    extra (checked before anything is opened), ``StoreError`` when the file cannot be opened.
+    extra (checked before anything is opened), ``StoreError`` when the file or server cannot be
+    opened.
     """
     embedder = None
     if settings is not None and settings.recall == "hybrid":
@@ -285,8 +304,13 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
         from core.sqlite_store import SQLiteStore
 
         store = await SQLiteStore.open(url.removeprefix("sqlite:///"))
+    elif url.startswith(("postgresql://", "postgres://")):
+        from core.postgres_store import PostgresStore
+
+        pool_size = settings.db_pool_size if settings is not None else 10
+        store = await PostgresStore.open(url, pool_size=pool_size)
     else:
-        raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs yet")
+        raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
     if embedder is not None:
         from core.hybrid import HybridStore
 

@@ -1,17 +1,136 @@
-"""Shared fixtures: real SQLite files under tmp_path, the memory service over them."""
+"""Shared fixtures: real stores, the memory service over them.
+
+The ``store`` and ``db_url`` fixtures (and ``service`` over ``store``) run each test against
+every backend: SQLite always (a file under ``tmp_path``), PostgreSQL when
+``SELFMIND_TEST_DATABASE_URL`` names a server (else those variants are skipped, with the
+reason shown). Each test run creates its own database on that server (random name), truncates
+it before each test and drops it at the end. A server that is named but unreachable fails the
+run instead of skipping it.
+
+Tests about SQLite itself (file bytes, PRAGMAs, SIGKILL of a SQLite writer) take
+``sqlite_store`` / ``db_path``, or carry ``@pytest.mark.sqlite_only`` to keep ``store`` and
+``db_url`` on SQLite.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from core.service import MemoryService
 from core.sqlite_store import SQLiteStore
+from core.store import Store, open_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = REPO_ROOT.parent / "shared" / "data" / "locomo"
+PG_ENV = "SELFMIND_TEST_DATABASE_URL"
+T = TypeVar("T")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only: run the store/db_url variants of this test on SQLite only"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    backends: list[object] = ["sqlite"]
+    if metafunc.definition.get_closest_marker("sqlite_only") is None:
+        reason = f"PostgreSQL: set {PG_ENV} (e.g. postgresql://postgres@127.0.0.1:5432/test)"
+        marks = [] if os.environ.get(PG_ENV) else [pytest.mark.skip(reason=reason)]
+        backends.append(pytest.param("postgres", marks=marks))
+    metafunc.parametrize("backend", backends)
+
+
+def run_sync(coro: Awaitable[T]) -> T:
+    """Run ``coro`` to completion on a fresh event loop in another thread (usable from sync
+    fixtures while a test's loop exists)."""
+
+    async def wrap() -> T:
+        return await coro
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wrap()).result()
+
+
+def database_url(url: str, name: str) -> str:
+    """``url`` pointing at database ``name`` on the same server."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+async def _admin(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(os.environ[PG_ENV], timeout=10)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def fresh_pg_database(migrated: bool = True) -> Iterator[str]:
+    """A new, empty PostgreSQL database on the test server (migrated unless told not to),
+    dropped afterwards; yields its URL. Fails the test when the server is unreachable."""
+    if not os.environ.get(PG_ENV):
+        pytest.skip(f"PostgreSQL: set {PG_ENV}")
+    name = f"selfmind_test_{secrets.token_hex(5)}"
+    try:
+        run_sync(_admin(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # connection refused, bad credentials ...
+        pytest.fail(f"{PG_ENV} is set but the server cannot be used: {type(exc).__name__}: {exc}")
+    url = database_url(os.environ[PG_ENV], name)
+    try:
+        if migrated:
+            run_sync(_migrate(url))
+        yield url
+    finally:
+        run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _migrate(url: str) -> None:
+    store = await open_store(url)
+    await store.close()
+
+
+_TABLES = (
+    "users, memories, memory_events, memory_embeddings, turns, processed_events,"
+    " memory_modes, marks, usage"
+)
+
+
+async def _truncate(url: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        await conn.execute("SET lock_timeout = '10s'")
+        await conn.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """This run's PostgreSQL database (migrated), dropped at the end of the run."""
+    with fresh_pg_database() as url:
+        yield url
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"  # parametrised by pytest_generate_tests
 
 
 @pytest.fixture
@@ -20,14 +139,41 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """This run's PostgreSQL database, emptied for the test (skipped without a server)."""
+    if not os.environ.get(PG_ENV):
+        pytest.skip(f"PostgreSQL: set {PG_ENV} (e.g. postgresql://postgres@127.0.0.1:5432/test)")
+    url: str = request.getfixturevalue("pg_database")
+    run_sync(_truncate(url))
+    return url
+
+
+@pytest.fixture
+def db_url(backend: str, db_path: Path, request: pytest.FixtureRequest) -> str:
+    """The test's database as a URL: a SQLite file, or this run's PostgreSQL database
+    emptied for the test."""
+    if backend == "sqlite":
+        return f"sqlite:///{db_path}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    s = await open_store(db_url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sqlite_store(db_path: Path) -> AsyncIterator[SQLiteStore]:
     s = await SQLiteStore.open(str(db_path))
     yield s
     await s.close()
 
 
 @pytest.fixture
-def service(store: SQLiteStore) -> MemoryService:
+def service(store: Store) -> MemoryService:
     return MemoryService(store, dedupe_threshold=0.7)
 
 

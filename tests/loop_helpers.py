@@ -15,6 +15,7 @@ from core.reflection import Reflector
 from core.service import MemoryService
 from core.settings import Settings, load_settings
 from core.sqlite_store import SQLiteStore
+from core.store import Store, open_store
 from tests.fakes.anthropic_server import FakeAnthropic
 
 API_KEY = "sk-ant-test-key"
@@ -22,7 +23,7 @@ API_KEY = "sk-ant-test-key"
 
 @dataclass
 class Harness:
-    store: SQLiteStore
+    store: Store
     model: ClaudeChatModel
     reflector: Reflector
     loop: TurnLoop
@@ -33,7 +34,7 @@ class Harness:
         return "".join([d async for d in self.loop.answer(message)])
 
 
-def settings_for(fake: FakeAnthropic, db: Path, **overrides: Any) -> Settings:
+def settings_for(fake: FakeAnthropic, db: Path | str, **overrides: Any) -> Settings:
     return load_settings(
         anthropic_api_key=API_KEY,
         anthropic_base_url=fake.base_url,
@@ -45,10 +46,11 @@ def settings_for(fake: FakeAnthropic, db: Path, **overrides: Any) -> Settings:
 
 @asynccontextmanager
 async def harness(
-    fake: FakeAnthropic, db: Path, *, start: bool = True, **overrides: Any
+    fake: FakeAnthropic, db: Path | str, *, start: bool = True, **overrides: Any
 ) -> AsyncIterator[Harness]:
+    """A started turn loop over ``db``: a SQLite file path, or a store URL (``db_url``)."""
     settings = settings_for(fake, db, **overrides)
-    store = await SQLiteStore.open(str(db))
+    store: Store = await SQLiteStore.open(str(db)) if isinstance(db, Path) else await open_store(db)
     model = ClaudeChatModel.from_settings(settings)
     service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold)
     reflector = Reflector(

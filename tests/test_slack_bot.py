@@ -408,3 +408,42 @@ async def test_a_missing_or_wrong_setting_stops_start_up(
     assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)
     assert slack.bot_token not in str(raised.value)
+
+
+async def test_allow_lists_and_daily_caps(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    mention = slack.identity.mention
+    settings = slack_settings(
+        slack,
+        claude,
+        tmp_path / "m.db",
+        allowed_slack_channels="C0ALLOWED",
+        user_daily_messages=1,
+    )
+    async with running_bot(settings) as running:
+        url = running.events_url
+        await slack.send_event(url, slack.events.app_mention(f"{mention} hi", user="U1"))
+        allowed = slack.events.app_mention(f"{mention} hi", user="U1", channel="C0ALLOWED")
+        await slack.send_event(url, allowed)
+        await slack.wait_until(lambda: bool(bot_posts(slack, "C0ALLOWED")), what="answer")
+        await settle(running)
+        assert bot_posts(slack, "C0GENERAL") == []  # silent outside the allow-list
+        await slack.send_event(url, slack.events.message("one more", user="U1"))
+        await slack.wait_until(
+            lambda: any("daily limit of 1 messages" in p["text"] for p in bot_posts(slack, "D1")),
+            what="the cap note",
+        )
+        await settle(running)
+    assert len(claude.requests_of("chat")) == 1
+
+    elsewhere = slack_settings(slack, claude, tmp_path / "m.db", allowed_slack_teams="T0OTHER")
+    async with running_bot(elsewhere) as running:
+        await slack.send_event(running.events_url, slack.events.message("hello", user="U2"))
+        await slack.wait_until(lambda: bool(bot_posts(slack, "D2")), what="the refusal")
+        sent = await slack.send_slash_command(running.events_url, "/memories", user="U2")
+        reply = await slack.wait_for_response(sent.sent["response_url"])
+        await settle(running)
+    assert bot_posts(slack, "D2")[0]["text"].startswith("SelfMind is not enabled here.")
+    assert reply["text"].startswith("SelfMind is not enabled here.")
+    assert len(claude.requests_of("chat")) == 1

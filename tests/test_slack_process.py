@@ -167,7 +167,7 @@ async def test_must_show_dm_memory_survives_restart_for_its_user_only(tmp_path: 
         assert len(u1_memories) == 1 and PREFERENCE in u1_memories[0]
         assert "I prefer answers in bullet points" in str(u1_request.body["messages"][0])
         assert memory_lines(u2_request.body["system"][1]["text"]) == []
-        assert "bullet" not in str(u2_request.body)
+        assert "bullet" not in str(u2_request.body["messages"]) + system_text(claude, -1)
 
         mention = slack.events.app_mention(f"{slack.identity.mention} {question}", user="U1")
         await slack.send_event(bot.url, mention)
@@ -210,6 +210,7 @@ async def test_sigkill_mid_answer_then_a_retry_is_answered_exactly_once(tmp_path
         await slack.send_event(bot.url, envelope, retry_num=2, retry_reason="http_timeout")
         await asyncio.sleep(0.5)
         assert await bot.stop() == 0
+        assert any("answering an interrupted message" in line for line in bot.stderr)
     assert len(claude.requests_of("chat")) == 2  # the interrupted one and the answer
     store = await SQLiteStore.open(str(db))
     try:
@@ -239,3 +240,28 @@ async def test_a_wrong_token_stops_start_up_with_one_line(tmp_path: Path) -> Non
     assert err.decode().splitlines() == [
         "error: SLACK_BOT_TOKEN was refused by Slack (invalid_auth)"
     ]
+
+
+@pytest.mark.slow
+async def test_sigterm_lets_the_answer_in_flight_finish_and_its_reflection_run(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "memory.db"
+    async with fakes() as (slack, claude):
+        bot = await start_bot(db, bot_env(slack, claude), tmp_path)
+        answer = " ".join(f"point{i}" for i in range(60))
+        claude.enqueue(Reply(text=answer, chunk_size=8, chunk_delay_s=0.03), kind="chat")
+        claude.enqueue(memories_reply((PREFERENCE, "preference", "communication")), kind="extract")
+        await slack.send_event(bot.url, slack.events.message("Bullet points, please", user="U1"))
+        await slack.wait_until(
+            lambda: len(slack.calls("chat.update")) >= 1, what="a partial answer", timeout_s=20
+        )
+        assert await bot.stop(signal.SIGTERM) == 0
+        (reply,) = bot_posts(slack, "D1")
+        assert reply["text"].endswith(answer)  # finished, not cut off
+        assert claude.requests_of("extract")  # the reflection ran before exit
+    store = await SQLiteStore.open(str(db))
+    try:
+        assert [m.text for m in await store.list_memories(user_key=key("U1"))] == [PREFERENCE]
+    finally:
+        await store.close()

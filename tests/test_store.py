@@ -110,6 +110,7 @@ async def test_user_isolation(service: MemoryService) -> None:
     assert await service.search(user_key="cli:nobody", query="tabs", k=6) == []
 
 
+@pytest.mark.sqlite_only
 async def test_forget_removes_from_recall_and_erases_text(
     service: MemoryService, store: SQLiteStore, db_path: Path
 ) -> None:

@@ -1,0 +1,166 @@
+"""``selfmind db migrate`` and ``selfmind db copy``: a SQLite memory file moves into
+PostgreSQL without loss."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from bots.cli import app
+from core.dedupe import Deduper
+from core.hygiene_ops import RetireOp
+from core.models import NewMemory
+from core.postgres_admin import migrate_database
+from core.service import MemoryService
+from core.sqlite_store import SQLiteStore
+from core.store import Store, open_store
+from tests.conftest import fresh_pg_database
+
+ALICE, BOB = "slack:T1:UALICE", "discord:42"
+SENT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+runner = CliRunner()
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def fill(store: SQLiteStore) -> dict[str, int]:
+    service = MemoryService(store)
+    ids = {}
+    for name, text in [
+        ("tabs", "The user prefers tabs over spaces."),
+        ("paris", "The user lives in Paris."),
+        ("tea", "The user likes green tea."),
+        ("standup", "The user has a standup at 9:30 every day."),
+        ("secret", "The user's locker code is 4711."),
+    ]:
+        ids[name] = (await service.remember(user_key=ALICE, text=text)).id
+    berlin = await store.add(
+        user_key=ALICE,
+        memory=NewMemory(text="The user moved to Berlin.", kind="correction"),
+        dedupe=Deduper(),
+        supersedes=[ids["paris"]],
+    )
+    ids["berlin"] = berlin.id
+    await service.forget(user_key=ALICE, memory_id=ids["secret"])
+    await store.apply_change(user_key=ALICE, change_id="c1", ops=[RetireOp(ids["standup"])])
+    ids["bob"] = (await service.remember(user_key=BOB, text="The user rides a bike.")).id
+    await store.put_embeddings(user_key=ALICE, model="m", items=[(ids["tabs"], b"\x00\x01" * 8)])
+    context = await store.add_turn(
+        conversation_key="C1:1", user_key=BOB, role="user", text="hi all", origin="shared",
+        sent_at=SENT,
+    )  # fmt: skip
+    asked = await store.add_turn(
+        conversation_key=f"dm:{ALICE}", user_key=ALICE, role="user", text="I use vim",
+        origin="private", sent_at=SENT, reflection="answering", workspace="T1",
+    )  # fmt: skip
+    await store.finish_turn(turn_id=asked, answer="Noted.")
+    ids["context"], ids["pending"] = context, asked
+    assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
+    await store.set_mode(user_key=BOB, mode="paused")
+    assert await store.mark_once(mark="notice:alice")
+    await store.record_usage(
+        user_key=ALICE, workspace="T1", kind="chat", model="claude", input_tokens=10,
+        output_tokens=5, cache_read_input_tokens=2, cache_creation_input_tokens=1, at=SENT,
+    )  # fmt: skip
+    return ids
+
+
+async def snapshot(store: Store) -> dict[str, object]:
+    """What a user of the store can see, for comparing two stores."""
+    out: dict[str, object] = {}
+    for user in (ALICE, BOB):
+        out[user] = {
+            "memories": [
+                (m.id, m.text, m.kind, m.origin, m.created_at, m.updated_at, m.superseded_by)
+                for m in await store.list_memories(
+                    user_key=user, limit=100, include_superseded=True
+                )
+            ],
+            "history": [
+                (e.memory_id, e.event, e.at, e.related_id, e.change_id)
+                for e in await store.history(user_key=user)
+            ],
+            "count": await store.count(user_key=user),
+            "mode": await store.get_mode(user_key=user),
+            "tabs": [s.memory.id for s in await store.search(user_key=user, query="tabs", k=6)],
+        }
+    out["turns"] = await store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
+    out["usage"] = await store.usage_report(since=SENT, by="user")
+    out["embeddings"] = await store.active_embeddings(user_key=ALICE, model="m")
+    out["stats"] = await store.stats()
+    return out
+
+
+async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    source = await SQLiteStore.open(str(path))
+    try:
+        ids = await fill(source)
+        before = await snapshot(source)
+    finally:
+        await source.close()
+    with fresh_pg_database(migrated=False) as url:
+        code, out, err = await asyncio.to_thread(
+            cli, "db", "copy", "--from", f"sqlite:///{path}", "--to", url, "--json"
+        )
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["ok"] is True
+        counts = {c["table"]: (c["source"], c["target"]) for c in report["counts"]}
+        assert counts["memories"] == (6, 6) and counts["memory_events"][0] >= 10
+        assert counts["turns"] == (3, 3) and counts["usage"] == (1, 1)
+        assert all(s == t for s, t in counts.values())
+
+        copy = await open_store(url)
+        try:
+            assert await snapshot(copy) == before
+            assert before[ALICE]["tabs"] == [ids["tabs"]]  # type: ignore[index]
+            # The reflection that was waiting is taken over by the first replica to look.
+            assert [t.id for t in await copy.turns_to_reflect()] == [ids["pending"]]
+            assert await copy.claim_event(keys=["msg:D1:1.0"]) is False
+            assert await copy.mark_once(mark="notice:alice") is False
+            # New ids continue after every id the history names (a forgotten one too).
+            added = await MemoryService(copy).remember(user_key=ALICE, text="The user codes.")
+            assert added.id > max(ids.values())
+        finally:
+            await copy.close()
+
+        # Copying into a database that holds data is refused, and changes nothing.
+        code, _, err = await asyncio.to_thread(cli, "db", "copy", "--from", str(path), "--to", url)
+        assert code == 1 and "already holds data" in err and err.count("\n") == 1
+
+
+async def test_copy_rejects_wrong_schemes(tmp_path: Path) -> None:
+    code, _, err = await asyncio.to_thread(
+        cli, "db", "copy", "--from", str(tmp_path / "m.db"), "--to", str(tmp_path / "x.db")
+    )
+    assert code == 1 and "--to must be a postgresql:// URL" in err
+
+
+async def test_migrate_is_idempotent_and_safe_to_race() -> None:
+    with fresh_pg_database(migrated=False) as url:
+        code, out, err = await asyncio.to_thread(cli, "--db", url, "db", "migrate", "--json")
+        assert code == 0, err
+        first = json.loads(out)
+        assert first["applied_now"] == first["applied"] and len(first["applied"]) >= 4
+        code, out, _ = await asyncio.to_thread(cli, "--db", url, "db", "migrate", "--json")
+        assert json.loads(out) == {"applied_now": [], "applied": first["applied"]}
+    with fresh_pg_database(migrated=False) as url:
+        reports = await asyncio.gather(*(migrate_database(url) for _ in range(4)))
+        applied_now = [name for r in reports for name in r.applied_now]
+        assert sorted(applied_now) == sorted(first["applied"])  # each exactly once
+
+
+async def test_migrate_sqlite_too(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    code, out, _ = await asyncio.to_thread(cli, "--db", url, "db", "migrate")
+    assert code == 0 and "schema up to date" in out and "applied m001_initial" in out
+    code, out, _ = await asyncio.to_thread(cli, "--db", url, "db", "migrate")
+    assert code == 0 and not out.startswith("applied")
