@@ -228,7 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             probe = "synthetic:0"
             user_memories = await big.count(user_key=probe)
             stats = await big.stats()
-            for q in questions[:20]:  # warm caches and prepared statements
+            for q in questions[:LATENCY_QUERIES]:  # one pass to warm caches (both backends)
                 await big.search(user_key=probe, query=q, k=6)
             latencies = []
             for q in questions[:LATENCY_QUERIES]:

@@ -15,7 +15,8 @@ see :mod:`bots.discord_sink`); nothing it says pings anyone. When a reflection s
 memory, a 🧠 reaction appears on the user's message (``SELFMIND_DISCORD_MEMORY_REACTIONS``);
 the channel is read back from the conversation key, so reflections resumed after a restart
 react too. A user's first DM gets a one-line notice that the bot remembers and how to manage
-it. Slash commands: :mod:`bots.discord_commands`.
+it. Slash commands: :mod:`bots.discord_commands` (``/memories cleanup``:
+:mod:`bots.discord_cleanup`).
 
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
 server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
@@ -36,9 +37,11 @@ import discord.gateway
 import discord.http
 import yarl
 
+from bots.discord_cleanup import add_cleanup_command
 from bots.discord_commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
 from bots.discord_conversations import Conversations, Route, channel_of, message_text
 from bots.discord_sink import NO_MENTIONS, DiscordSink
+from core.cleanup_review import CleanupReviews
 from core.controls import NOT_ENABLED, Place
 from core.errors import ConfigError, SelfMindError
 from core.loop import IncomingMessage, TurnLoop
@@ -132,6 +135,7 @@ class SelfMindBot(discord.Client):
         self.tree = GuardedTree(self, controls=rt.loop.controls)
         self.tree.error(on_tree_error)
         add_memory_commands(self.tree, service=rt.service, store=rt.store)
+        add_cleanup_command(self.tree, reviews=CleanupReviews(rt))
         self.conversations = Conversations(
             store=rt.store, turns=rt.loop, history_turns=self.settings.history_turns
         )

@@ -8,7 +8,8 @@ own memory key ``discord:{user_id}``, never on anyone else's:
   (best BM25 matches of what was typed, or the newest) and "All my memories", which asks for
   confirmation with a button only the caller can press;
 - ``/memories list`` (paginated with buttons), ``/memories search query:``,
-  ``/memories export`` (a JSON Lines attachment);
+  ``/memories export`` (a JSON Lines attachment), ``/memories cleanup`` (a plan to apply or
+  cancel; :mod:`bots.discord_cleanup`);
 - ``/memory pause | resume | off | on`` sets the memory mode: ``paused`` recalls but learns
   nothing, ``off`` neither recalls nor learns.
 
@@ -288,7 +289,9 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
             service, user_key=user_key_of(interaction.user), current=current
         )
 
-    memories = app_commands.Group(name="memories", description="See or export your memories.")
+    memories = app_commands.Group(
+        name="memories", description="See, export or clean up your memories."
+    )
 
     @memories.command(name="list", description="Your memories, newest first.")
     async def memories_list(interaction: Interaction) -> None:

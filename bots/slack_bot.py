@@ -7,7 +7,7 @@ one :class:`SlackBot`:
 
 - :mod:`bots.slack_conversations`: which messages are answered, exactly once, and how;
 - :mod:`bots.slack_commands`: the slash commands, their buttons and the ephemeral
-  "I'll remember" notes;
+  "I'll remember" notes; :mod:`bots.slack_cleanup`: ``/memories cleanup``;
 - :mod:`bots.slack_sink`: the streamed reply's posts and edits.
 
 Every event, command and click is acknowledged at once; the work runs in a background task
@@ -42,9 +42,11 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_cleanup import SlackCleanup
 from bots.slack_commands import SlackCommands
 from bots.slack_conversations import BotIdentity, SlackConversations
 from bots.slack_sink import slack_error
+from core.cleanup_review import CleanupReviews
 from core.errors import ConfigError
 from core.runtime import Runtime, open_runtime
 from core.settings import Settings
@@ -127,6 +129,7 @@ class SlackBot:
             client=client,
             spawn=self.spawn,
             controls=runtime.loop.controls,
+            cleanup=SlackCleanup(CleanupReviews(runtime)),
         )
         if runtime.reflector is not None and settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note

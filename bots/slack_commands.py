@@ -7,6 +7,7 @@ so only the caller sees them; memory listings never go to a channel)::
     /forget ID | /forget all            forget one of your memories, or all (after a confirm)
     /memories [search QUERY | export]   newest first with ids, 10 a page; search; JSON Lines
                                         file sent to your DM
+    /memories cleanup                   a cleanup plan to apply or cancel (bots.slack_cleanup)
     /memory pause | resume | off | on   paused: recall only; off: neither recall nor learn
 
 Every operation acts for the user who typed the command or clicked the button
@@ -28,6 +29,10 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_blocks import JsonDict, button, escape_mrkdwn, section
+from bots.slack_cleanup import ACTIONS as CLEANUP_ACTIONS
+from bots.slack_cleanup import SlackCleanup
+from core.cleanup_review import NO_MODEL
 from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound
 from core.models import Memory, MemoryMode, Origin
@@ -37,7 +42,6 @@ from core.store import Store
 
 logger = logging.getLogger(__name__)
 
-JsonDict = dict[str, Any]
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 COMMANDS = ("/remember", "/forget", "/memories", "/memory")
@@ -71,30 +75,9 @@ def user_key(team_id: str, user_id: str) -> str:
     return f"slack:{team_id}:{user_id}"
 
 
-def escape_mrkdwn(text: str) -> str:
-    """Escape ``&``, ``<`` and ``>`` as Slack's mrkdwn requires (no mentions, no links)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def memory_line(memory: Memory) -> str:
     """``#12 The user prefers …`` as mrkdwn."""
     return f"`#{memory.id}` {escape_mrkdwn(memory.text)}"
-
-
-def section(text: str) -> JsonDict:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-
-
-def button(text: str, action_id: str, value: str, style: str | None = None) -> JsonDict:
-    element: JsonDict = {
-        "type": "button",
-        "text": {"type": "plain_text", "text": text},
-        "action_id": action_id,
-        "value": value,
-    }
-    if style is not None:
-        element["style"] = style
-    return element
 
 
 def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
@@ -159,18 +142,22 @@ class SlackCommands:
         client: AsyncWebClient,
         spawn: Spawn,
         controls: Controls | None = None,
+        cleanup: SlackCleanup | None = None,
     ) -> None:
         self.service = service
         self.store = store
         self.client = client
         self.spawn = spawn
         self.controls = controls
+        self.cleanup = cleanup
 
     def register(self, app: AsyncApp) -> None:
         """Add the command and button listeners to ``app``."""
         for command in COMMANDS:
             app.command(command)(self.on_command)
         for action in (FORGET_ACTION, FORGET_ALL_ACTION, FORGET_ALL_CANCEL_ACTION, PAGE_ACTION):
+            app.action(action)(self.on_action)
+        for action in CLEANUP_ACTIONS:
             app.action(action)(self.on_action)
 
     # --- listeners: acknowledge at once, work in a tracked background task
@@ -229,6 +216,11 @@ class SlackCommands:
                 await respond(text=reply, response_type="ephemeral")
             case "/forget":
                 await self.forget(key, text, respond)
+            case "/memories" if text.lower() == "cleanup":
+                if self.cleanup is None:
+                    await respond(text=NO_MODEL, response_type="ephemeral")
+                else:
+                    await self.cleanup.command(user_key=key, team=team, respond=respond)
             case "/memories":
                 await self.memories(key, user, text, respond)
             case "/memory":
@@ -378,6 +370,10 @@ class SlackCommands:
         elif action_id == PAGE_ACTION:
             offset = int(value) if value.isdigit() else 0
             await self.show_page(key, offset, respond, replace=True)
+        elif action_id in CLEANUP_ACTIONS and self.cleanup is not None:
+            await self.cleanup.action(
+                action_id=action_id, value=value, user_key=key, respond=respond
+            )
 
     # --- reflection notes
 

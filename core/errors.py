@@ -12,6 +12,7 @@
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
     ├── LimitReached         a daily cap on messages or tokens is reached (says when it resets)
+    ├── PlanNotPending       a cleanup plan is gone, someone else's, or outdated; nothing changed
     └── ModelError           Claude could not answer; ``user_message`` is short and true
         ├── StreamCutError   the answer stream ended before ``message_stop``
         └── MalformedOutput  a structured-output reply was not the promised JSON
@@ -22,6 +23,8 @@ Adapters catch ``SelfMindError`` at their edge and show ``str(error)`` (or
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class SelfMindError(Exception):
@@ -134,3 +137,13 @@ class EditFailed(SelfMindError):
 
 class LimitReached(SelfMindError):
     """A daily cap is reached; no Claude call is made. The message says when it resets."""
+
+
+class PlanNotPending(SelfMindError):
+    """A cleanup plan shown in a chat cannot be applied (:mod:`core.cleanup_review`); nothing
+    was changed. ``reason``: ``"gone"`` (expired, applied or cancelled), ``"not_yours"``
+    (another user's plan) or ``"changed"`` (the memories changed since it was made)."""
+
+    def __init__(self, message: str, *, reason: Literal["gone", "not_yours", "changed"]) -> None:
+        super().__init__(message)
+        self.reason = reason

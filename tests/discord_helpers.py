@@ -16,7 +16,13 @@ from bots.discord_bot import SelfMindBot, start_bot
 from core.runtime import open_runtime
 from core.settings import Settings, load_settings
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
-from tests.fakes.discord_server import FakeDiscord, FakeUser, running_fake_discord
+from tests.fakes.discord_server import (
+    FakeDiscord,
+    FakeInteraction,
+    FakeUser,
+    RecordedInteractionResponse,
+    running_fake_discord,
+)
 from tests.loop_helpers import API_KEY
 
 WAIT_S = 10.0
@@ -147,3 +153,30 @@ def no_errors(caplog: pytest.LogCaptureFixture) -> Any:
         if r.levelno >= logging.ERROR and r.name.startswith(("bots", "discord", "core"))
     ]
     assert errors == []
+
+
+def key(user: FakeUser) -> str:
+    return f"discord:{user.id}"
+
+
+async def command(
+    fake: FakeDiscord, name: str, user: FakeUser, **options: Any
+) -> tuple[FakeInteraction, RecordedInteractionResponse]:
+    channel_id = options.pop("channel_id", None)
+    interaction = await fake.dispatch_slash_command(
+        name, user=user, options=options, channel_id=channel_id
+    )
+    return interaction, await fake.wait_for_interaction_response(interaction)
+
+
+async def final_text(fake: FakeDiscord, interaction: FakeInteraction) -> str:
+    """The content of a deferred interaction's answer, once the followup replaced it."""
+    await fake.wait_for_request("POST", f"/webhooks/{fake.application_id}/{interaction.token}")
+    assert interaction.original_message_id is not None
+    return str(fake.message(interaction.original_message_id)["content"])
+
+
+def buttons(fake: FakeDiscord, message_id: int) -> dict[str, dict[str, Any]]:
+    """The message's buttons by label."""
+    rows = fake.message(message_id)["components"]
+    return {b["label"]: b for row in rows for b in row["components"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -60,3 +61,40 @@ def bot_posts(slack: FakeSlack, channel: str, thread_ts: str | None = None) -> l
 def system_text(claude: FakeAnthropic, index: int = -1) -> str:
     """The memory block (second system block) of a chat request."""
     return str(claude.requests_of("chat")[index].body["system"][1]["text"])
+
+
+def key(user: str) -> str:
+    return f"slack:{TEAM}:{user}"
+
+
+async def command(
+    slack: FakeSlack, bot: RunningSlackBot, name: str, text: str = "", **kw: Any
+) -> JsonDict:
+    """Send a slash command; check the immediate empty ack; return the ephemeral answer."""
+    started = time.monotonic()
+    sent = await slack.send_slash_command(bot.events_url, name, text, **kw)
+    assert (sent.status, sent.text) == (200, "")
+    assert time.monotonic() - started < 3.0
+    reply = await slack.wait_for_response(sent.sent["response_url"])
+    assert reply.get("response_type", "ephemeral") == "ephemeral"
+    return reply
+
+
+async def click(
+    slack: FakeSlack, bot: RunningSlackBot, action_id: str, value: str, *, user: str = "U1"
+) -> JsonDict:
+    payload = slack.events.block_actions(action_id, value, user=user)
+    payload["user"]["team_id"] = TEAM
+    sent = await slack.send_interaction(bot.events_url, payload)
+    assert sent.status == 200
+    return await slack.wait_for_response(payload["response_url"])
+
+
+def buttons(reply: JsonDict) -> list[tuple[str, str]]:
+    found = []
+    for block in reply.get("blocks") or []:
+        elements = block.get("elements", []) + (
+            [block["accessory"]] if "accessory" in block else []
+        )
+        found += [(e["action_id"], e["value"]) for e in elements if e.get("type") == "button"]
+    return found

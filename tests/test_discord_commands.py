@@ -7,21 +7,23 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bots.discord_bot import SelfMindBot
 from bots.discord_commands import PAGE_SIZE
 from core.controls import NOT_ENABLED
-from tests.discord_helpers import World, no_errors, running_bot, world
-from tests.fakes.discord_server import (
-    FLAG_EPHEMERAL,
-    FakeDiscord,
-    FakeInteraction,
-    FakeUser,
-    RecordedInteractionResponse,
+from tests.discord_helpers import (
+    World,
+    buttons,
+    command,
+    final_text,
+    key,
+    no_errors,
+    running_bot,
+    world,
 )
+from tests.fakes.discord_server import FLAG_EPHEMERAL
 
 __all__ = ["no_errors"]
 
@@ -40,39 +42,17 @@ async def bot(w: World) -> AsyncIterator[SelfMindBot]:
         yield bot
 
 
-def key(user: FakeUser) -> str:
-    return f"discord:{user.id}"
-
-
-async def command(
-    fake: FakeDiscord, name: str, user: FakeUser, **options: Any
-) -> tuple[FakeInteraction, RecordedInteractionResponse]:
-    channel_id = options.pop("channel_id", None)
-    interaction = await fake.dispatch_slash_command(
-        name, user=user, options=options, channel_id=channel_id
-    )
-    return interaction, await fake.wait_for_interaction_response(interaction)
-
-
-async def final_text(fake: FakeDiscord, interaction: FakeInteraction) -> str:
-    """The content of a deferred interaction's answer, once the followup replaced it."""
-    await fake.wait_for_request("POST", f"/webhooks/{fake.application_id}/{interaction.token}")
-    assert interaction.original_message_id is not None
-    return str(fake.message(interaction.original_message_id)["content"])
-
-
-def buttons(fake: FakeDiscord, message_id: int) -> dict[str, dict[str, Any]]:
-    """The message's buttons by label."""
-    rows = fake.message(message_id)["components"]
-    return {b["label"]: b for row in rows for b in row["components"]}
-
-
 async def test_commands_are_synced_globally(w: World, bot: SelfMindBot) -> None:
     names = {c["name"]: c for c in w.discord.global_commands}
     assert set(names) == {"remember", "forget", "memories", "memory"}
     subcommands = {o["name"] for o in names["memory"]["options"]}
     assert subcommands == {"pause", "resume", "off", "on"}
-    assert {o["name"] for o in names["memories"]["options"]} == {"list", "search", "export"}
+    assert {o["name"] for o in names["memories"]["options"]} == {
+        "list",
+        "search",
+        "export",
+        "cleanup",
+    }
     forget_option = names["forget"]["options"][0]
     assert forget_option["name"] == "memory" and forget_option["autocomplete"] is True
 

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bots.slack_bot import RunningSlackBot
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict, running_fake_slack
+from tests.fakes.slack_server import FakeSlack, running_fake_slack
 from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
     PREFERENCE,
-    TEAM,
     bot_posts,
+    buttons,
+    click,
+    command,
+    key,
     running_bot,
     settle,
     slack_settings,
@@ -43,43 +44,6 @@ async def bot(
 ) -> AsyncIterator[RunningSlackBot]:
     async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
         yield running
-
-
-def key(user: str) -> str:
-    return f"slack:{TEAM}:{user}"
-
-
-async def command(
-    slack: FakeSlack, bot: RunningSlackBot, name: str, text: str = "", **kw: Any
-) -> JsonDict:
-    """Send a slash command; check the immediate empty ack; return the ephemeral answer."""
-    started = time.monotonic()
-    sent = await slack.send_slash_command(bot.events_url, name, text, **kw)
-    assert (sent.status, sent.text) == (200, "")
-    assert time.monotonic() - started < 3.0
-    reply = await slack.wait_for_response(sent.sent["response_url"])
-    assert reply.get("response_type", "ephemeral") == "ephemeral"
-    return reply
-
-
-async def click(
-    slack: FakeSlack, bot: RunningSlackBot, action_id: str, value: str, *, user: str = "U1"
-) -> JsonDict:
-    payload = slack.events.block_actions(action_id, value, user=user)
-    payload["user"]["team_id"] = TEAM
-    sent = await slack.send_interaction(bot.events_url, payload)
-    assert sent.status == 200
-    return await slack.wait_for_response(payload["response_url"])
-
-
-def buttons(reply: JsonDict) -> list[tuple[str, str]]:
-    found = []
-    for block in reply.get("blocks") or []:
-        elements = block.get("elements", []) + (
-            [block["accessory"]] if "accessory" in block else []
-        )
-        found += [(e["action_id"], e["value"]) for e in elements if e.get("type") == "button"]
-    return found
 
 
 async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSlackBot) -> None:
