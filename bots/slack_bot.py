@@ -138,6 +138,9 @@ class SlackBot:
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
         app = AsyncApp(
             name="selfmind",
+            # Acknowledge after the listener: event listeners store the message first and
+            # return at once (answers and commands run in background tasks).
+            process_before_response=True,
             client=AsyncWebClient(
                 base_url=self.client.base_url,
                 session=self.client.session,
@@ -155,14 +158,18 @@ class SlackBot:
         return app
 
     async def on_event(self, body: JsonDict, request: AsyncBoltRequest) -> None:
-        """Bolt listener (already acknowledged): filter, then answer in the background."""
+        """Bolt listener: filter and store the message, then answer in the background."""
         message = self.conversations.parse(body)
         if message is None:
             return
         retry = retry_num(request.headers)
         if retry:
             logger.info("slack event %s is retry %d", message.event_id, retry)
-        self.spawn(self.conversations.handle(message), f"slack-event-{message.event_id}")
+        # The app acknowledges after this listener returns (process_before_response): the
+        # message is stored first, and only the answering runs after the acknowledgement.
+        work = await self.conversations.receive(message)
+        if work is not None:
+            self.spawn(work, f"slack-event-{message.event_id}")
 
     async def on_other_event(self, body: JsonDict) -> None:
         event = cast(JsonDict, body.get("event") or {})

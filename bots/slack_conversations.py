@@ -24,6 +24,11 @@ too, and so are messages another live process sharing the store has claimed
 (the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
 the stored turn.
 
+Durable intake: the event is acknowledged only after the message is claimed and stored
+(a few milliseconds of SQLite; Slack allows 3 s), and the answer runs after the
+acknowledgement. A crash before the acknowledgement makes Slack redeliver the event; a crash
+after it leaves the stored message to be reflected on at the next start-up.
+
 Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 :class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
 """
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -44,6 +49,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_commands import user_key
 from bots.slack_sink import SlackReplySink, StatusIndicator
 from core.controls import NOT_ENABLED, Place
+from core.errors import LimitReached
 from core.loop import ContextMessage, IncomingMessage, TurnLoop
 from core.settings import Settings
 from core.store import Store
@@ -125,6 +131,22 @@ class SlackMessage:
         return self.thread_ts if self.is_dm else (self.thread_ts or self.ts)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What :meth:`SlackConversations.receive` decided before the acknowledgement."""
+
+    turn_id: int | None
+    read_thread: bool
+    refused: bool = False
+    limit: LimitReached | None = None
+
+
+async def _failing(error: LimitReached) -> AsyncIterator[str]:
+    """An answer stream that fails at once (a daily cap reached before any Claude call)."""
+    raise error
+    yield ""  # pragma: no cover - makes this an async generator
+
+
 def slack_time(ts: str) -> datetime:
     """A Slack ``ts`` (``"1732881234.000100"``) as an aware UTC datetime."""
     return datetime.fromtimestamp(float(ts), UTC)
@@ -195,56 +217,90 @@ class SlackConversations:
 
     async def handle(self, message: SlackMessage) -> None:
         """Answer ``message`` once (see the module docstring); never raises."""
+        work = await self.receive(message)
+        if work is not None:
+            await work
+
+    async def receive(self, message: SlackMessage) -> Coroutine[Any, Any, None] | None:
+        """Before the event is acknowledged: decide, claim, and store the user's message.
+
+        Returns the work that answers it (to run after the acknowledgement), or None. Once
+        the acknowledgement is sent the message is in the store, so a crash after it loses
+        nothing: the message is reflected on at the next start-up. Never raises.
+        """
         flight_key = f"{message.channel}:{message.ts}"
         if flight_key in self._in_flight:
             logger.info("slack event %s: duplicate of a message in flight", message.event_id)
-            return
+            return None
         self._in_flight.add(flight_key)
         try:
-            await self._handle(message)
+            prepared = await self._intake(message)
+        except Exception:
+            logger.exception("slack event %s failed", message.event_id)
+            prepared = None
+        if prepared is None:
+            self._in_flight.discard(flight_key)
+            return None
+        return self._finish(flight_key, message, prepared)
+
+    async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
+        try:
+            await self._respond(message, prepared)
         except Exception:
             logger.exception("slack event %s failed", message.event_id)
         finally:
             self._in_flight.discard(flight_key)
 
-    async def _handle(self, message: SlackMessage) -> None:
+    async def _intake(self, message: SlackMessage) -> _Prepared | None:
         key = message.conversation_key
         allowed = self.loop.controls.allows(message.place)
         if not allowed and not message.is_dm:
-            return  # outside the team allow-lists the bot stays silent in channels
+            return None  # outside the team allow-lists the bot stays silent in channels
         shared_thread = message.in_thread and not message.is_dm
         known = shared_thread and bool(await self.store.recent_turns(conversation_key=key, limit=1))
         if not (message.is_dm or message.mentioned or known):
-            return
+            return None
         turn_id: int | None = None
         if not await self.store.claim_event(keys=message.claim_keys):
             if await self.store.event_claimed_elsewhere(keys=message.claim_keys):
                 logger.info("slack event %s: another live process has it", message.event_id)
-                return
+                return None
             turn = await self.store.find_turn(conversation_key=key, platform_ref=message.ts)
             if turn is not None and await self.store.answer_to(turn_id=turn.id) is not None:
                 logger.info("slack event %s: already answered", message.event_id)
-                return
+                return None
             if turn is not None:
                 turn_id = turn.id
             logger.info("slack event %s: answering an interrupted message", message.event_id)
         if not allowed:
+            return _Prepared(turn_id=None, read_thread=False, refused=True)
+        read_thread = shared_thread and not known and turn_id is None
+        limit: LimitReached | None = None
+        if turn_id is None and not read_thread:
+            # Stored now, before the acknowledgement (the thread case stores it after the
+            # thread's earlier messages, so that they come first in its history).
+            try:
+                turn_id = await self.loop.receive(self.incoming(message))
+            except LimitReached as exc:
+                limit = exc
+        return _Prepared(turn_id=turn_id, read_thread=read_thread, limit=limit)
+
+    async def _respond(self, message: SlackMessage, prepared: _Prepared) -> None:
+        if prepared.refused:
             await self.stream_client.chat_postMessage(
                 channel=message.channel, thread_ts=message.thread_ts, markdown_text=NOT_ENABLED
             )
             return
-        if shared_thread and not known and turn_id is None:
+        if prepared.read_thread:
             await self.read_thread(message)
         notice = None
         if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
             notice = DM_NOTICE
-        await self.answer(message, turn_id=turn_id, notice=notice)
+        await self.answer(message, turn_id=prepared.turn_id, notice=notice, limit=prepared.limit)
 
-    async def answer(
-        self, message: SlackMessage, *, turn_id: int | None = None, notice: str | None = None
-    ) -> None:
-        """Stream the answer to ``message`` into its DM or thread."""
-        incoming = IncomingMessage(
+    def incoming(self, message: SlackMessage) -> IncomingMessage:
+        """The core's view of ``message``."""
+        return IncomingMessage(
             user_key=message.user_key,
             conversation_key=message.conversation_key,
             text=message.text,
@@ -255,6 +311,16 @@ class SlackConversations:
             workspace=message.team,
             where="a Slack DM" if message.is_dm else "a Slack channel thread",
         )
+
+    async def answer(
+        self,
+        message: SlackMessage,
+        *,
+        turn_id: int | None = None,
+        notice: str | None = None,
+        limit: LimitReached | None = None,
+    ) -> None:
+        """Stream the answer to ``message`` into its DM or thread."""
         sink = SlackReplySink(
             self.stream_client,
             channel=message.channel,
@@ -262,7 +328,12 @@ class SlackConversations:
             status=self.status,
             status_thread_ts=message.thread_ts or message.ts,
         )
-        deltas = with_prefix(notice, self.loop.answer(incoming, turn_id=turn_id))
+        answer = (
+            _failing(limit)
+            if limit is not None
+            else self.loop.answer(self.incoming(message), turn_id=turn_id)
+        )
+        deltas = with_prefix(notice, answer)
         result = await stream_reply(
             sink,
             deltas,

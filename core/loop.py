@@ -131,42 +131,47 @@ class TurnLoop:
                 author=m.author,
             )
 
-    async def answer(
-        self, message: IncomingMessage, *, turn_id: int | None = None
-    ) -> AsyncIterator[str]:
-        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure.
+    async def receive(self, message: IncomingMessage) -> int:
+        """Check the daily caps and store the user's message durably; returns its turn id.
 
-        ``turn_id`` names a user turn already stored and still ``answering`` (a message whose
-        answer a crash interrupted, redelivered by the platform): it is answered without
-        being stored twice.
+        Adapters call it before acknowledging a platform event, so a crash after the
+        acknowledgement cannot lose the message; ``answer(message, turn_id=...)`` answers it.
+        Raises ``LimitReached`` (nothing stored).
         """
         await self.controls.check_limits(
             user_key=message.user_key, workspace=message.workspace, now=self.clock()
         )
         await self._maybe_prune()
+        return await self.store.add_turn(
+            conversation_key=message.conversation_key,
+            user_key=message.user_key,
+            role="user",
+            text=message.text,
+            origin=message.origin,
+            sent_at=message.sent_at,
+            author=message.author,
+            reflection="answering",
+            platform_ref=message.platform_ref,
+            workspace=message.workspace,
+        )
+
+    async def answer(
+        self, message: IncomingMessage, *, turn_id: int | None = None
+    ) -> AsyncIterator[str]:
+        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure
+        and ``LimitReached`` at a daily cap.
+
+        ``turn_id`` names the user turn already stored by :meth:`receive` (or left
+        ``answering`` by a crash and redelivered by the platform): it is answered without
+        being stored twice.
+        """
         if turn_id is None:
-            history = await self.store.recent_turns(
-                conversation_key=message.conversation_key,
-                limit=2 * self.settings.history_turns,
-            )
-            turn_id = await self.store.add_turn(
-                conversation_key=message.conversation_key,
-                user_key=message.user_key,
-                role="user",
-                text=message.text,
-                origin=message.origin,
-                sent_at=message.sent_at,
-                author=message.author,
-                reflection="answering",
-                platform_ref=message.platform_ref,
-                workspace=message.workspace,
-            )
-        else:
-            history = await self.store.recent_turns(
-                conversation_key=message.conversation_key,
-                limit=2 * self.settings.history_turns,
-                before_id=turn_id,
-            )
+            turn_id = await self.receive(message)
+        history = await self.store.recent_turns(
+            conversation_key=message.conversation_key,
+            limit=2 * self.settings.history_turns,
+            before_id=turn_id,
+        )
         memories = await self.recall(message)
         logger.info(
             "turn=%s user=%s conversation=%s recalled=%d history=%d",
