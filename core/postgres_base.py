@@ -12,8 +12,9 @@ Advisory locks (two-key form ``(namespace, key)``):
   each migration once;
 - ``(LOCK_REPLICA, replica_id)``: held by each replica's session connection for its whole
   life. A replica is alive exactly while the lock is held: when the process dies, even by
-  SIGKILL, the server drops the connection and the lock with it, and the other replicas
-  take over the reflections it left (``turns.claimed_by``; :mod:`core.postgres_conversations`);
+  SIGKILL, the server drops the connection and the lock with it (TCP keepalives bound this
+  to about a minute when the whole host vanishes), and the other replicas take over the
+  reflections it left (``turns.claimed_by``; :mod:`core.postgres_conversations`);
 - ``(LOCK_REFLECTION, hash(user_key))``: held around each reflection of a user
   (:meth:`PostgresBase.reflection_lock`), so one user's reflections never interleave across
   replicas.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self
@@ -55,17 +57,28 @@ DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 """What asyncpg raises when the server refuses, fails or cannot be reached."""
 
 
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
+KEEPALIVE = {
+    "tcp_keepalives_idle": "30",
+    "tcp_keepalives_interval": "10",
+    "tcp_keepalives_count": "3",
+}
+"""Server-side TCP keepalives for every connection: a replica whose host vanished (power,
+network) is seen as gone, and its locks released, within about a minute, not hours."""
+
+
 def mask_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (for logs and error messages)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparsable database URL>"
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    return urlunsplit(parts._replace(query=query))
 
 
 def user_lock_key(user_key: str) -> int:
@@ -138,7 +151,11 @@ class PostgresBase:
         masked = mask_url(url)
         try:
             pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=max(1, pool_size), command_timeout=300
+                url,
+                min_size=1,
+                max_size=max(1, pool_size),
+                command_timeout=300,
+                server_settings=KEEPALIVE,
             )
         except DB_ERRORS as exc:
             raise StoreError(f"cannot open database {masked}: {describe_error(exc)}") from None
@@ -146,7 +163,7 @@ class PostgresBase:
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
-            session = await asyncpg.connect(url)
+            session = await asyncpg.connect(url, server_settings=KEEPALIVE)
             replica_id = await _join(session)
         except DB_ERRORS as exc:
             await _close_quietly(pool, session)
@@ -224,7 +241,7 @@ class PostgresBase:
             "replica %s lost its session connection; reconnecting (locks were released)",
             self.replica_id,
         )
-        self._session = await asyncpg.connect(self._url)
+        self._session = await asyncpg.connect(self._url, server_settings=KEEPALIVE)
         if not await self._session.fetchval(
             "SELECT pg_try_advisory_lock($1, $2)", LOCK_REPLICA, self.replica_id
         ):

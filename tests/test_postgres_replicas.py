@@ -131,22 +131,7 @@ async def slack_replica(
     return proc, f"http://127.0.0.1:{ready.group(1)}/slack/events", asyncio.create_task(drain())
 
 
-def _slack_adapter_defers_to_live_replicas() -> bool:
-    # The adapter must skip an event another live replica claimed (it is answering it)
-    # instead of treating it as interrupted; the store seam is event_claimed_elsewhere.
-    import inspect
-
-    from bots import slack_conversations
-
-    return "event_claimed_elsewhere" in inspect.getsource(slack_conversations)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not _slack_adapter_defers_to_live_replicas(),
-    reason="bots/slack_conversations.py does not yet call store.event_claimed_elsewhere "
-    "when claim_event fails, so a second replica answers the event as 'interrupted'",
-)
 async def test_two_slack_replicas_answer_each_event_once(pg_url: str, tmp_path: Path) -> None:
     async with (
         running_fake_slack() as slack,
