@@ -112,9 +112,12 @@ class Oracle:
         return Reply(text=reply_for(tag))
 
     def _tag_for(self, text: str) -> str:
-        wanted = " ".join(text.split())  # the bot strips and collapses what Slack sends
+        # The bot strips and collapses what Slack sends, and joins consecutive user messages
+        # (an unanswered one before this) into one: the current message ends the last one.
+        wanted = " ".join(text.split())
         for tag in self.current.values():
-            if " ".join(self.texts.get(tag, "").split()) == wanted:
+            sent = " ".join(self.texts.get(tag, "").split())
+            if sent and wanted.endswith(sent):
                 return tag
         return "?"
 

@@ -1,7 +1,7 @@
 """Recall quality and speed on the LoCoMo conversations, SelfMind against a reference BM25.
 
     python bench/retrieval.py [--backend sqlite|postgres] [--database-url URL] [--data DIR]
-        [--json] [--scale-users 100] [--scale-per-user 10000]
+        [--recall bm25|bm25,hybrid] [--json] [--scale-users 100] [--scale-per-user 10000]
 
 Each conversation's human-checked observations become one user's memories (through the real
 store and its dedupe); each question of categories 1-4 with evidence is a query; a hit at k
@@ -18,6 +18,10 @@ minutes: for SQLite under ``bench/.cache/`` (git-ignored), copied for each run; 
 or ``SELFMIND_TEST_DATABASE_URL``) as a template database named by a hash of its contents,
 loaded with ``COPY`` and cloned for each run (:mod:`bench.postgres_bench`). Both backends get
 the same synthetic memories.
+
+``--recall bm25,hybrid`` measures hybrid recall (:mod:`core.hybrid`, needs the semantic extra)
+in the same run: its Hit@k in both stores, its latency for the same synthetic user (whose
+10,000 memories are embedded first), and the process's peak memory with the model loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import asyncio
 import json
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -35,6 +40,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -211,19 +217,53 @@ def open_stores(
     return sqlite_small(tmp), sqlite_big(tmp, convs, args.scale_users, args.scale_per_user)
 
 
+def hybrid_of(store: Store) -> Store:
+    """``store`` wrapped for hybrid recall (needs the semantic extra)."""
+    from core.embeddings import load_embedder
+    from core.hybrid import HybridStore
+
+    return cast(Store, HybridStore(store, load_embedder(None)))
+
+
+async def timed(store: Store, user_key: str, questions: Sequence[str]) -> list[float]:
+    for q in questions:  # one pass to warm caches
+        await store.search(user_key=user_key, query=q, k=6)
+    out = []
+    for q in questions:
+        t0 = time.perf_counter()
+        await store.search(user_key=user_key, query=q, k=6)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, object]:
     convs = load_all(Path(args.data), args.conversations)
     questions = [q.text for c in convs for q in c.questions]
+    recalls = [r.strip() for r in args.recall.split(",") if r.strip()]
+    with_hybrid = "hybrid" in recalls
+    hybrid: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         small_store, big_store = open_stores(args, Path(tmp), convs)
         async with small_store as small:
-            users = await load_users(small, convs)
+            small_hybrid = hybrid_of(small) if with_hybrid else small
+            users = await load_users(small_hybrid, convs)
             selfmind = await measure_selfmind(small, users)
+            if with_hybrid:
+                hybrid = await measure_selfmind(small_hybrid, users)
         reference = measure_reference(users)
 
         async with big_store as big:
-            shared_users = await load_users(big, convs)
+            wrapped = hybrid_of(big) if with_hybrid else big
+            shared_users = await load_users(wrapped, convs)
             shared = await measure_selfmind(big, shared_users)
+            if with_hybrid:
+                hybrid["hit@6_shared_store"] = (await measure_selfmind(wrapped, shared_users))[
+                    "hit@6"
+                ]
+                t0 = time.perf_counter()
+                await cast(Any, wrapped).reindex(user_key="synthetic:0")
+                embed_s = time.perf_counter() - t0
+                hybrid_latencies = await timed(wrapped, "synthetic:0", questions[:LATENCY_QUERIES])
 
             probe = "synthetic:0"
             user_memories = await big.count(user_key=probe)
@@ -243,7 +283,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         ref_latencies.append((time.perf_counter() - t0) * 1000)
     p50 = statistics.median(latencies)
     ref_p50 = statistics.median(ref_latencies)
-    return {
+    result: dict[str, object] = {
         "backend": args.backend,
         "selfmind": {**selfmind, "hit@6_shared_store": shared["hit@6"]},
         "reference_bm25": reference,
@@ -257,6 +297,16 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         },
         "questions": len(questions),
     }
+    if with_hybrid:
+        result["hybrid"] = hybrid
+        result["hybrid_scale"] = {
+            "user_memories": user_memories,
+            "hybrid_p50_ms": round(statistics.median(hybrid_latencies), 3),
+            "hybrid_p95_ms": round(percentile(hybrid_latencies, 95), 3),
+            "embed_10k_s": round(embed_s, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    return result
 
 
 def print_table(result: dict[str, object]) -> None:
@@ -289,6 +339,19 @@ def print_table(result: dict[str, object]) -> None:
         f"SelfMind p50 {sc['selfmind_p50_ms']:.2f} ms, p95 {sc['selfmind_p95_ms']:.2f} ms; "
         f"reference p50 {sc['reference_p50_ms']:.1f} ms; speedup {sc['speedup_p50']}x"
     )
+    hy = result.get("hybrid")
+    hs = result.get("hybrid_scale")
+    if isinstance(hy, dict) and isinstance(hs, dict):
+        print(
+            f"{'SelfMind hybrid (BM25 + MiniLM, RRF)':<34}"
+            f"{hy['hit@1']:>8.3f}{hy['hit@6']:>8.3f}{hy['hit@10']:>8.3f}"
+            f"   (shared store Hit@6 {hy['hit@6_shared_store']:.3f})"
+        )
+        print(
+            f"hybrid recall latency, user with {hs['user_memories']:,} memories: "
+            f"p50 {hs['hybrid_p50_ms']:.2f} ms, p95 {hs['hybrid_p95_ms']:.2f} ms; "
+            f"embedding them took {hs['embed_10k_s']} s; peak RSS {hs['peak_rss_mb']} MB"
+        )
 
 
 def main() -> None:
@@ -303,6 +366,9 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--conversations", nargs="*", default=None)
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument(
+        "--recall", default="bm25", help="bm25, or bm25,hybrid (needs the semantic extra)"
+    )
     parser.add_argument("--scale-users", type=int, default=100)
     parser.add_argument("--scale-per-user", type=int, default=10_000)
     args = parser.parse_args()
