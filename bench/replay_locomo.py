@@ -446,6 +446,11 @@ async def replay_conversation(
         code = await bot.stop(signal.SIGTERM)
         if code != 0:
             tally.error(f"bot exited {code} on SIGTERM")
+        missing = usage_missing(db, claude)
+        # A call cut by the SIGKILL was made (and billed) but never recorded: at most the
+        # answer and the reflection in flight at that moment.
+        if not 0 <= missing <= 2:
+            tally.error(f"usage table misses {missing} of the fake's calls")
     for _ in range(count_log_errors(log)):
         tally.error(f"ERROR or traceback in {log.name}")
     account_memories(db, conv, users, oracle, tally)
@@ -490,6 +495,13 @@ async def wait_reflections(db: Path, timeout_s: float = 120) -> None:
         if pending == 0:
             return
         await asyncio.sleep(0.1)
+
+
+def usage_missing(db: Path, claude: FakeAnthropic) -> int:
+    """How many of the calls the fake answered are missing from the bot's usage table."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (recorded,) = conn.execute("SELECT COUNT(*) FROM usage").fetchone()
+    return int(claude.totals.requests) - int(recorded)
 
 
 def count_log_errors(log: Path) -> int:

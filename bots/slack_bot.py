@@ -27,6 +27,7 @@ import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, cast
 
 from aiohttp import ClientError, ClientSession, web
@@ -48,6 +49,7 @@ from bots.slack_conversations import BotIdentity, SlackConversations
 from bots.slack_sink import slack_error
 from core.cleanup_review import CleanupReviews
 from core.errors import ConfigError
+from core.models import Turn, utcnow
 from core.runtime import Runtime, open_runtime
 from core.settings import Settings
 
@@ -58,6 +60,9 @@ Authorize = Callable[[str | None, str | None, str | None], Awaitable[AuthorizeRe
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
+RECOVERY_WINDOW = timedelta(minutes=10)
+"""Messages a crash left unanswered are answered at the next start-up if they are at most
+this old; older ones are only reflected on (an answer that late would confuse)."""
 
 
 def retry_num(headers: dict[str, Sequence[str]]) -> int:
@@ -174,6 +179,15 @@ class SlackBot:
     async def on_other_event(self, body: JsonDict) -> None:
         event = cast(JsonDict, body.get("event") or {})
         logger.debug("ignored slack event type %s", event.get("type"))
+
+    async def recover(self, turns: list[Turn]) -> None:
+        """Answer messages a crash left unanswered (claimed once, across replicas)."""
+        for turn in turns:
+            if not await self.runtime.store.claim_event(keys=[f"recover:{turn.id}"]):
+                continue
+            work = self.conversations.recover(turn)
+            if work is not None:
+                self.spawn(work, f"slack-recover-{turn.id}")
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run ``work`` in a task that shutdown waits for."""
@@ -329,8 +343,19 @@ async def open_slack_bot(
         client, stream_client = web_clients(settings, secrets.bot_token, session)
         identity = await authenticate(client, settings.slack_api_url)
         logger.info("slack identity: team=%s bot_user=%s", identity.team_id, identity.user_id)
+        unanswered: list[Turn] = []
+
+        async def find_unanswered(rt: Runtime) -> None:
+            # Before reflections resume: messages a crash left without an answer.
+            unanswered.extend(
+                await rt.store.unanswered_turns(
+                    since=utcnow() - RECOVERY_WINDOW,
+                    conversation_prefix=f"slack:{identity.team_id}:",
+                )
+            )
+
         rt = await stack.enter_async_context(
-            open_runtime(settings, db_url=db_url, require_model=True)
+            open_runtime(settings, db_url=db_url, require_model=True, before_start=find_unanswered)
         )
         bot = SlackBot(
             settings=settings,
@@ -344,11 +369,13 @@ async def open_slack_bot(
             if http:
                 async with _serve_http(bot, settings.slack_http_host, port) as bound:
                     logger.info("slack bot listening on http port %d", bound)
+                    await bot.recover(unanswered)
                     yield RunningSlackBot(bot, rt, bound)
             else:
                 assert secrets.app_token is not None
                 async with _socket_mode(bot, secrets.app_token):
                     logger.info("slack bot connected in socket mode")
+                    await bot.recover(unanswered)
                     yield RunningSlackBot(bot, rt, None)
         finally:
             await bot.shutdown(settings.shutdown_timeout_s)

@@ -26,8 +26,9 @@ the stored turn.
 
 Durable intake: the event is acknowledged only after the message is claimed and stored
 (a few milliseconds of SQLite; Slack allows 3 s), and the answer runs after the
-acknowledgement. A crash before the acknowledgement makes Slack redeliver the event; a crash
-after it leaves the stored message to be reflected on at the next start-up.
+acknowledgement. A crash before the acknowledgement makes Slack redeliver the event; after
+it, Slack will not, so the next start-up answers stored messages left without an answer
+(:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot``).
 
 Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 :class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
@@ -51,6 +52,7 @@ from bots.slack_sink import SlackReplySink, StatusIndicator
 from core.controls import NOT_ENABLED, Place
 from core.errors import LimitReached
 from core.loop import ContextMessage, IncomingMessage, TurnLoop
+from core.models import Turn
 from core.settings import Settings
 from core.store import Store
 from core.streaming import EditBudgets, StreamConfig, stream_reply
@@ -145,6 +147,26 @@ async def _failing(error: LimitReached) -> AsyncIterator[str]:
     """An answer stream that fails at once (a daily cap reached before any Claude call)."""
     raise error
     yield ""  # pragma: no cover - makes this an async generator
+
+
+def message_of_turn(turn: Turn) -> SlackMessage | None:
+    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`)."""
+    conv = turn.conversation_key.split(":")
+    who = (turn.user_key or "").split(":")
+    if len(conv) not in (3, 4) or conv[0] != "slack" or len(who) != 3 or not turn.platform_ref:
+        return None
+    is_dm = len(conv) == 3
+    return SlackMessage(
+        event_id=f"recovered-{turn.id}",
+        team=conv[1],
+        channel=conv[2],
+        user=who[2],
+        ts=turn.platform_ref,
+        thread_ts=None if is_dm else conv[3],
+        text=turn.text,
+        is_dm=is_dm,
+        mentioned=not is_dm,
+    )
 
 
 def slack_time(ts: str) -> datetime:
@@ -242,6 +264,19 @@ class SlackConversations:
             self._in_flight.discard(flight_key)
             return None
         return self._finish(flight_key, message, prepared)
+
+    def recover(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
+        """The work that answers a stored message a crash left unanswered, or None when it
+        cannot be placed (not a Slack turn of this workspace) or is already in flight."""
+        message = message_of_turn(turn)
+        if message is None:
+            return None
+        flight_key = f"{message.channel}:{message.ts}"
+        if flight_key in self._in_flight:
+            return None
+        self._in_flight.add(flight_key)
+        logger.info("answering message %s left unanswered by a crash", turn.id)
+        return self._finish(flight_key, message, _Prepared(turn_id=turn.id, read_thread=False))
 
     async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
         try:

@@ -165,6 +165,24 @@ class PostgresConversations(PostgresBase):
         )
         return [_turn(r) for r in reversed(rows)]
 
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        """User turns stored since ``since`` in conversations starting with the prefix, with
+        no answer, that no live replica is answering; oldest first."""
+        rows = await self._fetch(
+            f"WITH live AS ({_LIVE_REPLICAS})"
+            f" SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            " AND t.reflection IS NOT NULL AND t.created_at >= $2"
+            " AND starts_with(t.conversation_key, $3)"
+            " AND (t.claimed_by IS NULL OR t.claimed_by = $4"
+            "      OR t.claimed_by NOT IN (SELECT replica FROM live))"
+            " AND NOT EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = t.id) ORDER BY t.id",
+            LOCK_REPLICA,
+            since,
+            conversation_prefix,
+            self.replica_id,
+        )
+        return [_turn(r) for r in rows]
+
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns waiting for a reflection (``answering`` or ``pending``) that no live
         replica holds, now claimed by this one; oldest first."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -69,12 +69,19 @@ async def scheduled_cleanups(rt: Runtime) -> None:
 
 @asynccontextmanager
 async def open_runtime(
-    settings: Settings, *, db_url: str, require_model: bool = False, start: bool = True
+    settings: Settings,
+    *,
+    db_url: str,
+    require_model: bool = False,
+    start: bool = True,
+    before_start: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open everything; on exit drain reflections (bounded by ``shutdown_timeout_s``) and close.
 
     Without ``ANTHROPIC_API_KEY`` the runtime has no model (memory commands still work);
-    with ``require_model`` that is a ``ConfigError`` naming the variable.
+    with ``require_model`` that is a ``ConfigError`` naming the variable. ``before_start``
+    runs after the store opens and before start-up work (resuming reflections), e.g. to find
+    messages a crash left unanswered.
     """
     store = await open_store(db_url, settings)
     model: ClaudeChatModel | None = None
@@ -92,9 +99,11 @@ async def open_runtime(
                 model_name=settings.reflection_model,
             )
             loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
-            if start:
-                await loop.start()
         rt = Runtime(settings, store, service, model, reflector, loop)
+        if before_start is not None:
+            await before_start(rt)
+        if start and loop is not None:
+            await loop.start()
         scheduler = None
         if start and model is not None and settings.cleanup_interval_hours > 0:
             scheduler = asyncio.create_task(scheduled_cleanups(rt), name="cleanup-scheduler")

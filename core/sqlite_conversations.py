@@ -154,6 +154,17 @@ class SQLiteConversations(SQLiteBase):
         )
         return [_turn(r) for r in reversed(rows)]
 
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        prefix = conversation_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            " AND t.reflection IS NOT NULL AND t.created_at >= ?"
+            " AND t.conversation_key LIKE ? ESCAPE '\\'"
+            " AND NOT EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = t.id) ORDER BY t.id",
+            (ts(since), prefix + "%"),
+        )
+        return [_turn(r) for r in rows]
+
     async def turns_to_reflect(self) -> list[Turn]:
         rows = await self._fetchall(
             f"SELECT {_TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"

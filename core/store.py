@@ -174,6 +174,11 @@ class ConversationStore(Protocol):
         """The last ``limit`` turns of a conversation (before ``before_id``), oldest first."""
         ...
 
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        """User messages stored since ``since`` (conversation keys starting with the prefix)
+        that have no answer: the process answering them died. Oldest first."""
+        ...
+
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
         ...

@@ -210,7 +210,10 @@ async def test_sigkill_mid_answer_then_a_retry_is_answered_exactly_once(tmp_path
         await slack.send_event(bot.url, envelope, retry_num=2, retry_reason="http_timeout")
         await asyncio.sleep(0.5)
         assert await bot.stop() == 0
-        assert any("answering an interrupted message" in line for line in bot.stderr)
+        assert any(
+            "answering an interrupted message" in line or "left unanswered by a crash" in line
+            for line in bot.stderr
+        )
     assert len(claude.requests_of("chat")) == 2  # the interrupted one and the answer
     store = await SQLiteStore.open(str(db))
     try:
@@ -221,6 +224,43 @@ async def test_sigkill_mid_answer_then_a_retry_is_answered_exactly_once(tmp_path
         ("user", "Walk me through the migration"),
         ("assistant", "Here is the whole walk-through."),
     ]
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_answer_is_answered_at_start_up_without_a_retry(
+    tmp_path: Path,
+) -> None:
+    """Slack does not redeliver an acknowledged event: the next start-up answers it."""
+    db = tmp_path / "memory.db"
+    async with fakes() as (slack, claude):
+        env = bot_env(slack, claude)
+        bot = await start_bot(db, env, tmp_path)
+        long_answer = " ".join(f"step{i}" for i in range(400))
+        claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        said = slack.events.message("Explain the rollout plan", user="U1")
+        response = await slack.send_event(bot.url, said, event_id="EvACKED")
+        assert response.status == 200  # acknowledged: Slack will not send it again
+        await slack.wait_until(
+            lambda: len(slack.calls("chat.update")) >= 1, what="a partial answer", timeout_s=20
+        )
+        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        claude.enqueue("Here is the rollout plan.", kind="chat")
+        bot = await start_bot(db, env, tmp_path)
+        await slack.wait_until(
+            lambda: any(p["text"].endswith("rollout plan.") for p in bot_posts(slack, "D1")),
+            what="the answer after the restart",
+            timeout_s=20,
+        )
+        await asyncio.sleep(0.5)
+        assert await bot.stop() == 0
+        # A second restart finds nothing left to answer.
+        bot = await start_bot(db, env, tmp_path)
+        await asyncio.sleep(0.5)
+        assert await bot.stop() == 0
+    finals = [p for p in bot_posts(slack, "D1") if p["text"].endswith("rollout plan.")]
+    assert len(finals) == 1
+    assert len(claude.requests_of("chat")) == 2
 
 
 @pytest.mark.slow
