@@ -312,13 +312,15 @@ async def send_with_retries(
 
 
 def final_answers(slack: FakeSlack, channel: str, tag: str) -> int:
+    """Bot messages in ``channel`` carrying the whole answer to ``tag``. A message whose final
+    edit a SIGKILL prevented still counts: its text arrived; only the "still writing" marker
+    stayed."""
     needle = reply_for(tag)
     return sum(
         1
         for m in slack.messages(channel)
         if (m.get("bot_id") or m.get("user") == slack.identity.user_id)
         and needle in str(m.get("markdown_text") or m.get("text") or "")
-        and "…" not in str(m.get("markdown_text") or m.get("text") or "")[-3:]
     )
 
 

@@ -28,17 +28,13 @@ import asyncio
 import json
 import random
 import re
-import selectors
 import sys
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import RateLimited
 from core.streaming import (
     DEFAULT_WRITING_MARKER,
     EditBudgets,
@@ -46,71 +42,17 @@ from core.streaming import (
     StreamConfig,
     stream_reply,
 )
+from tests.fakes.virtual_time import SlackLikeWorkspace, now, run_virtual
 
-T = TypeVar("T")
 FENCE_OPENING = re.compile(r"(`{3,}|~{3,})[^`\n]*\n")
 FENCE_CLOSING = re.compile(r"\n?(`{3,}|~{3,})")
-
-
-class _JumpSelector(selectors.DefaultSelector):
-    """Instead of blocking, advance the loop's virtual clock to the next timer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now = 0.0
-        self.ready: Callable[[], bool] = lambda: False
-
-    def select(self, timeout: float | None = None) -> list[Any]:
-        events: list[Any] = super().select(0)
-        if events:
-            return events
-        if timeout is None:
-            raise RuntimeError("virtual-time loop deadlock: nothing ready, no timer set")
-        if timeout == 0 and not self.ready():
-            timeout = 1e-9  # a due timer rounded to this very instant (aiolimiter) must not spin
-        self.now += timeout
-        return []
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop on simulated time."""
-
-    def __init__(self) -> None:
-        self._jump = _JumpSelector()
-        super().__init__(self._jump)
-        self._jump.ready = lambda: bool(self._ready)  # type: ignore[attr-defined]
-
-    def time(self) -> float:
-        return self._jump.now
-
-
-def run_virtual(main: Coroutine[Any, Any, T]) -> T:
-    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
-        return runner.run(main)
-
-
-class SlackWorkspace:
-    """At most ``limit`` ``chat.update`` calls in any ``window_s``; beyond that, 429."""
-
-    def __init__(self, *, limit: int, window_s: float = 60.0) -> None:
-        self.limit, self.window_s = limit, window_s
-        self.edit_times: deque[float] = deque()
-        self.rate_limited = 0
-
-    def check_edit(self, now: float) -> None:
-        while self.edit_times and self.edit_times[0] <= now - self.window_s + 1e-9:
-            self.edit_times.popleft()
-        if len(self.edit_times) >= self.limit:
-            self.rate_limited += 1
-            raise RateLimited(self.edit_times[0] + self.window_s - now)
-        self.edit_times.append(now)
 
 
 @dataclass
 class FakeSlackThread:
     """A ReplySink for one thread: keeps each message's text and counts its edits."""
 
-    workspace: SlackWorkspace
+    workspace: SlackLikeWorkspace
     max_chars: int
     texts: dict[str, str] = field(default_factory=dict)
     edits: dict[str, int] = field(default_factory=dict)
@@ -125,7 +67,7 @@ class FakeSlackThread:
     async def edit(self, *, handle: str, text: str) -> None:
         if not 0 < len(text) <= self.max_chars:
             raise ValueError(f"bad message length {len(text)}")
-        self.workspace.check_edit(asyncio.get_running_loop().time())
+        self.workspace.check_edit()
         self.texts[handle] = text
         self.edits[handle] += 1
 
@@ -196,7 +138,7 @@ class Run:
 
 def run(name: str, args: argparse.Namespace, *, replies: int, budget: bool) -> Run:
     async def main() -> Run:
-        workspace = SlackWorkspace(limit=args.updates_per_minute)
+        workspace = SlackLikeWorkspace(limit=args.updates_per_minute)
         budgets = EditBudgets.for_slack(updates_per_minute=args.updates_per_minute)
         config = StreamConfig.for_slack(
             max_chars=args.max_chars, edit_interval_s=args.edit_interval_s
@@ -224,7 +166,7 @@ def run(name: str, args: argparse.Namespace, *, replies: int, budget: bool) -> R
             exact=all(
                 final_text_exact(r, t, a) for r, t, a in zip(results, threads, answers, strict=True)
             ),
-            simulated_s=asyncio.get_running_loop().time(),
+            simulated_s=now(),
         )
 
     return run_virtual(main())

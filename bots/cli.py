@@ -24,12 +24,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from core.cleanup import Cleaner, CleanupRun
-from core.errors import SelfMindError
+from core.errors import MemoryInputError, SelfMindError
 from core.models import Memory, ScoredMemory, UsageRow
 from core.runtime import open_runtime
 from core.service import MemoryService, parse_user_key
 from core.settings import Settings, load_settings, normalize_db_url
-from core.store import open_store
+from core.store import Store, open_store
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,7 +71,10 @@ def main_options(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option("--db", help="Database: a file path or sqlite:///PATH (default SELFMIND_DB)."),
+        typer.Option(
+            "--db",
+            help="Database: a file path, sqlite:///PATH or postgresql://... (default SELFMIND_DB).",
+        ),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")
@@ -97,8 +100,27 @@ def main_options(
     ctx.obj = Context(settings=settings, db_url=url)
 
 
-async def with_service(ctx: Context, work: Callable[[MemoryService], Awaitable[T]]) -> T:
-    """Open the store, run ``work`` with a service over it, close the store."""
+async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store (as is, whatever the recall setting), run ``work`` on it, close it."""
+    store = await open_store(ctx.db_url)
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
+async def with_service(
+    ctx: Context, work: Callable[[MemoryService], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Open the store, run ``work`` with a service over it, close the store.
+
+    Unless ``create``, a SQLite file that does not exist is an error (a mistyped ``--db``
+    must not silently become a new, empty store).
+    """
+    if not create and ctx.db_url.startswith("sqlite:///"):
+        path = Path(ctx.db_url.removeprefix("sqlite:///"))
+        if not await asyncio.to_thread(path.exists):
+            raise MemoryInputError(f"no memory database at {path} (nothing stored there yet)")
     store = await open_store(ctx.db_url, ctx.settings)
     try:
         return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
@@ -153,7 +175,7 @@ def memories_remember(
 ) -> None:
     """Store a memory for a user (deduplicated against what is known)."""
     key = _key(user)
-    result = run(with_service(ctx.obj, lambda s: s.remember(user_key=key, text=text)))
+    result = run(with_service(ctx.obj, lambda s: s.remember(user_key=key, text=text), create=True))
     if as_json:
         typer.echo(
             json.dumps(
@@ -190,7 +212,7 @@ def memories_search(
     k: Annotated[int, typer.Option("--k", min=1, max=100, help="How many.")] = 6,
     as_json: JsonFlag = False,
 ) -> None:
-    """Recall a user's memories most relevant to QUERY (BM25), best first."""
+    """Recall a user's memories most relevant to QUERY (BM25, or hybrid), best first."""
     key = _key(user)
     found: list[ScoredMemory] = run(
         with_service(ctx.obj, lambda s: s.search(user_key=key, query=query, k=k))
@@ -267,7 +289,7 @@ def memories_import(
                 return await s.import_lines(user_key=key, lines=lines)
         return await s.import_lines(user_key=key, lines=lines)
 
-    result = run(with_service(ctx.obj, work))
+    result = run(with_service(ctx.obj, work, create=True))
     if as_json:
         typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
     else:
@@ -393,11 +415,9 @@ def memories_reindex(
         from core.hybrid import HybridStore
 
         embedder = load_embedder(settings.embedding_model_dir)
-        store = await open_store(ctx.obj.db_url)
-        try:
-            return await HybridStore(store, embedder).reindex(user_key=key)
-        finally:
-            await store.close()
+        return await with_store(
+            ctx.obj, lambda store: HybridStore(store, embedder).reindex(user_key=key)
+        )
 
     count = run(work())
     typer.echo(json.dumps({"embedded": count}) if as_json else f"embedded {count} memories")
@@ -413,14 +433,9 @@ def memories_undo(
     """Undo a cleanup change: restores the exact previous memories."""
     key = _key(user)
 
-    async def work() -> int:
-        store = await open_store(ctx.obj.db_url)
-        try:
-            return await store.undo_change(user_key=key, change_id=change_id)
-        finally:
-            await store.close()
-
-    restored = run(work())
+    restored = run(
+        with_store(ctx.obj, lambda store: store.undo_change(user_key=key, change_id=change_id))
+    )
     typer.echo(json.dumps({"restored": restored}) if as_json else f"restored {restored} memories")
 
 
@@ -445,14 +460,7 @@ def usage(
     except ValueError:
         raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
 
-    async def work() -> list[UsageRow]:
-        store = await open_store(ctx.obj.db_url)
-        try:
-            return await store.usage_report(since=start, by=by)
-        finally:
-            await store.close()
-
-    rows = run(work())
+    rows = run(with_store(ctx.obj, lambda store: store.usage_report(since=start, by=by)))
     total = UsageRow(
         "total",
         sum(r.calls for r in rows),

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import discord
@@ -44,6 +44,7 @@ from bots.discord_sink import NO_MENTIONS, DiscordSink
 from core.cleanup_review import CleanupReviews
 from core.controls import NOT_ENABLED, Place
 from core.errors import ConfigError, SelfMindError
+from core.locks import KeyedLocks
 from core.loop import IncomingMessage, TurnLoop
 from core.reflection import ReflectionResult, Reflector
 from core.runtime import Runtime, open_runtime, scheduled_cleanups
@@ -82,27 +83,6 @@ def place_of(message: discord.Message) -> Place:
     )
 
 
-class KeyedLocks:
-    """One lock per conversation, so answers in one conversation run in message order."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users <= 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
 class SelfMindBot(discord.Client):
     """The Discord client with the runtime injected (see :func:`run_discord`).
 
@@ -139,7 +119,7 @@ class SelfMindBot(discord.Client):
         self.conversations = Conversations(
             store=rt.store, turns=rt.loop, history_turns=self.settings.history_turns
         )
-        self._locks = KeyedLocks()
+        self._locks = KeyedLocks()  # one per conversation: answers run in message order
         self._cleanups: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[object]] = set()
         self._closing = False

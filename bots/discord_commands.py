@@ -33,8 +33,8 @@ from discord import app_commands
 
 from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
-from core.models import MAX_MEMORY_CHARS, Memory, MemoryMode, Origin
-from core.service import MemoryService
+from core.models import MAX_MEMORY_CHARS, Memory, Origin
+from core.service import MODE_REPLIES, MODE_WORDS, MemoryService
 from core.store import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -54,19 +54,6 @@ FORGET_ALL = "all"
 EXPORT_FILENAME = "selfmind-memories.jsonl"
 VIEW_TIMEOUT_S = 600.0
 """Buttons stop working after 10 minutes (an interaction token lasts 15)."""
-
-MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
-MODE_REPLIES: dict[MemoryMode, str] = {  # the same words as on Slack
-    "on": "Memory is on: I use what I know about you and learn from our conversations.",
-    "paused": (
-        "Memory is paused: I still use what I know about you but learn nothing new. "
-        "`/memory resume` undoes it."
-    ),
-    "off": (
-        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
-        "`/memory on` undoes it."
-    ),
-}
 
 
 def user_key_of(user: discord.abc.User) -> str:

@@ -35,9 +35,9 @@ from bots.slack_cleanup import SlackCleanup
 from core.cleanup_review import NO_MODEL
 from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound
-from core.models import Memory, MemoryMode, Origin
+from core.models import Memory, Origin
 from core.reflection import ReflectionResult
-from core.service import MemoryService
+from core.service import MODE_REPLIES, MODE_WORDS, MemoryService
 from core.store import Store
 
 logger = logging.getLogger(__name__)
@@ -56,18 +56,6 @@ PAGE_ACTION = "selfmind_memories_page"
 SOMETHING_WRONG = "Something went wrong on my side; please try again."
 FORGET_USAGE = "Usage: `/forget ID` (a number from `/memories`) or `/forget all`."
 MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
-MODE_REPLIES: dict[MemoryMode, str] = {
-    "on": "Memory is on: I use what I know about you and learn from our conversations.",
-    "paused": (
-        "Memory is paused: I still use what I know about you but learn nothing new. "
-        "`/memory resume` undoes it."
-    ),
-    "off": (
-        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
-        "`/memory on` undoes it."
-    ),
-}
-MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
 
 
 def user_key(team_id: str, user_id: str) -> str:

@@ -128,7 +128,8 @@ class TerminalChat:
     async def forget(self, arg: str) -> None:
         if arg.lower() == "all":
             count = await self.service.forget_all(user_key=self.user_key)
-            self.say(f"Forgot all {count} memories and our conversation history.")
+            noun = "memory" if count == 1 else "memories"
+            self.say(f"Forgot {count} {noun} and our conversation history.")
             return
         try:
             memory_id = int(arg.lstrip("#"))

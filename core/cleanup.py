@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.controls import record_call
 from core.errors import ModelError
 from core.hygiene_ops import AppliedChange, ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.llm import ChatModel, Usage
@@ -228,15 +229,13 @@ class Cleaner:
         return run
 
     async def _record(self, user_key: str, usage: Usage) -> None:
-        await self.store.record_usage(
+        await record_call(
+            self.store,
             user_key=user_key,
             workspace=None,
             kind="cleanup",
             model=self.model_name,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_input_tokens=usage.cache_read_input_tokens,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            usage=usage,
         )
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from core.errors import LimitReached
-from core.models import utcnow
+from core.llm import Usage
+from core.models import CallKind, utcnow
 from core.settings import Settings
 from core.store import UsageStore
 
@@ -33,6 +34,30 @@ class Place:
     workspace: str | None = None  # Slack team id, Discord guild id
     channel: str | None = None  # None or the DM channel in private conversations
     private: bool = False
+
+
+async def record_call(
+    store: UsageStore,
+    *,
+    user_key: str,
+    workspace: str | None,
+    kind: CallKind,
+    model: str,
+    usage: Usage,
+    turn_id: int | None = None,
+) -> None:
+    """Record one Claude call's ``usage`` (as the API reported it) in ``store``."""
+    await store.record_usage(
+        user_key=user_key,
+        workspace=workspace,
+        kind=kind,
+        model=model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_input_tokens=usage.cache_read_input_tokens,
+        cache_creation_input_tokens=usage.cache_creation_input_tokens,
+        turn_id=turn_id,
+    )
 
 
 def day_start(now: datetime) -> datetime:

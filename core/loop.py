@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from core.controls import Controls
+from core.controls import Controls, record_call
 from core.errors import ModelError, StreamCutError
 from core.llm import AnswerStream, ChatModel
 from core.models import Origin, ScoredMemory, utcnow
@@ -219,15 +219,13 @@ class TurnLoop:
         usage = stream.usage
         if usage is None:
             return
-        await self.store.record_usage(
+        await record_call(
+            self.store,
             user_key=message.user_key,
             workspace=message.workspace,
             kind="chat",
             model=self.settings.chat_model,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_input_tokens=usage.cache_read_input_tokens,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            usage=usage,
             turn_id=turn_id,
         )
 

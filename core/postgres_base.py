@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from core.errors import MigrationError, StoreError
+from core.locks import KeyedLocks
 from core.postgres_migrations import MIGRATIONS
 
 logger = logging.getLogger(__name__)
@@ -94,27 +95,6 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {exc}"
 
 
-class _KeyedLocks:
-    """In-process asyncio locks by key, dropped when nobody holds or waits for them."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
 class PostgresBase:
     """Pool, session connection, migrations and locks. Open with :meth:`open`."""
 
@@ -130,7 +110,7 @@ class PostgresBase:
         self._url = url
         self.replica_id = replica_id
         self._session_lock = asyncio.Lock()
-        self._user_locks = _KeyedLocks()
+        self._user_locks = KeyedLocks()
         self._uids: dict[str, int] = {}
         self._closed = False
 

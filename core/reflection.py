@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.controls import record_call
 from core.dedupe import Deduper
 from core.errors import ModelError
 from core.llm import ChatModel, Usage
@@ -304,16 +305,13 @@ class Reflector:
             prompt=reflection_prompt(turn, answer, related),
             output=ReflectionOutput,
         )
-        usage = extraction.usage
-        await self.store.record_usage(
+        await record_call(
+            self.store,
             user_key=turn.user_key,
             workspace=turn.workspace,
             kind="reflection",
             model=self.model_name,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_input_tokens=usage.cache_read_input_tokens,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            usage=extraction.usage,
             turn_id=turn.id,
         )
         allowed = {s.memory.id for s in related}

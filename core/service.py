@@ -24,6 +24,7 @@ from core.models import (
     Kind,
     Memory,
     MemoryEvent,
+    MemoryMode,
     MemoryStats,
     NewMemory,
     Origin,
@@ -36,6 +37,21 @@ logger = logging.getLogger(__name__)
 
 MAX_IMPORT_LINES = 100_000
 """An import file holds at most this many memories."""
+
+MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
+"""The words of ``/memory pause | resume | off | on`` (Slack and Discord) and the mode each sets."""
+MODE_REPLIES: dict[MemoryMode, str] = {
+    "on": "Memory is on: I use what I know about you and learn from our conversations.",
+    "paused": (
+        "Memory is paused: I still use what I know about you but learn nothing new. "
+        "`/memory resume` undoes it."
+    ),
+    "off": (
+        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
+        "`/memory on` undoes it."
+    ),
+}
+"""What ``/memory`` answers once a mode is set (or, on Slack, to say the current one)."""
 
 
 def clean_memory_text(text: str) -> str:

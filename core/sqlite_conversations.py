@@ -282,17 +282,11 @@ class SQLiteConversations(SQLiteBase):
         column = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
         if by not in column:
             raise ValueError(f"by must be one of {', '.join(column)}")
-        where, params = ["at >= ?"], [ts(since)]
-        if user_key is not None:
-            where.append("user_key = ?")
-            params.append(user_key)
-        if workspace is not None:
-            where.append("workspace = ?")
-            params.append(workspace)
+        where, params = _usage_filter(since, user_key, workspace)
         rows = await self._fetchall(
             f"SELECT {column[by]}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
             " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
-            f" WHERE {' AND '.join(where)} GROUP BY 1 ORDER BY 1",
+            f" WHERE {where} GROUP BY 1 ORDER BY 1",
             params,
         )
         return [UsageRow(str(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
@@ -300,14 +294,21 @@ class SQLiteConversations(SQLiteBase):
     async def chat_messages_since(
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
     ) -> int:
-        where, params = ["at >= ?", "kind = 'chat'"], [ts(since)]
-        if user_key is not None:
-            where.append("user_key = ?")
-            params.append(user_key)
-        if workspace is not None:
-            where.append("workspace = ?")
-            params.append(workspace)
+        where, params = _usage_filter(since, user_key, workspace)
         row = await self._fetchone(
-            f"SELECT COUNT(*) FROM usage WHERE {' AND '.join(where)}", params
+            f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
         )
         return int(row[0]) if row else 0
+
+
+def _usage_filter(
+    since: datetime, user_key: str | None, workspace: str | None
+) -> tuple[str, list[str]]:
+    where, params = ["at >= ?"], [ts(since)]
+    if user_key is not None:
+        where.append("user_key = ?")
+        params.append(user_key)
+    if workspace is not None:
+        where.append("workspace = ?")
+        params.append(workspace)
+    return " AND ".join(where), params

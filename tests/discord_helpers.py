@@ -97,6 +97,24 @@ async def running_bot(w: World, **overrides: Any) -> AsyncIterator[SelfMindBot]:
             await runner
 
 
+# Fixtures: a test module imports the ones it uses (listing them in ``__all__``); ``bot``
+# runs over the module's ``w``.
+
+
+@pytest.fixture
+async def w(tmp_path: Path) -> AsyncIterator[World]:
+    """Both fakes and two users (see :func:`world`)."""
+    async with world(tmp_path) as w:
+        yield w
+
+
+@pytest.fixture
+async def bot(w: World) -> AsyncIterator[SelfMindBot]:
+    """The bot, ready, against ``w`` (see :func:`running_bot`)."""
+    async with running_bot(w) as bot:
+        yield bot
+
+
 async def eventually(probe: Callable[[], Any], *, timeout_s: float = WAIT_S, what: str = "") -> Any:
     """Poll ``probe`` until it returns something truthy; returns it."""
     async with asyncio.timeout(timeout_s):

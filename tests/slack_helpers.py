@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bots.slack_bot import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
+from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict
+from tests.fakes.slack_server import FakeSlack, JsonDict, running_fake_slack
 from tests.loop_helpers import API_KEY
 
 BOT_USER = "U0BOT"
@@ -37,12 +41,60 @@ def slack_settings(slack: FakeSlack, claude: FakeAnthropic, db: Path, **override
     return load_settings(**(values | overrides))
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a child ``selfmind`` process: this one's without any ANTHROPIC_,
+    SELFMIND_ or SLACK_ setting, the repository on PYTHONPATH, the test API key, then
+    ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "SELFMIND_", "SLACK_"))
+    }
+    env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY)
+    env.update(extra)
+    return env
+
+
+def slack_process_env(slack: FakeSlack, anthropic_base_url: str, **extra: str) -> dict[str, str]:
+    """:func:`clean_env` for ``selfmind slack --http`` against the fakes (fast edits, INFO
+    logs); ``extra`` overrides any of it."""
+    values = {
+        "ANTHROPIC_BASE_URL": anthropic_base_url,
+        "SLACK_BOT_TOKEN": slack.bot_token,
+        "SLACK_SIGNING_SECRET": slack.signing_secret,
+        "SLACK_API_URL": slack.api_url,
+        "SELFMIND_SLACK_HTTP_HOST": "127.0.0.1",
+        "SELFMIND_SLACK_EDIT_INTERVAL_S": "0.05",
+        "SELFMIND_LOG_LEVEL": "INFO",
+    }
+    return clean_env(**(values | extra))
+
+
 @asynccontextmanager
 async def running_bot(settings: Settings, *, http: bool = True) -> AsyncIterator[RunningSlackBot]:
     """The bot as ``selfmind slack`` composes it; HTTP on a free port, or Socket Mode."""
     async with open_slack_bot(
         settings, db_url=settings.db_url(), http=http, port=0 if http else None
     ) as running:
+        yield running
+
+
+# Fixtures: a test module imports them (listing them in ``__all__``) and defines ``claude``,
+# the fake Anthropic API with the replies its tests need.
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with running_fake_slack() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def bot(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> AsyncIterator[RunningSlackBot]:
+    """The bot over HTTP against ``slack`` and the module's ``claude``, on ``m.db``."""
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
         yield running
 
 

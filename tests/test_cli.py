@@ -178,3 +178,14 @@ def test_db_url_forms(tmp_path: Path) -> None:
     path = tmp_path / "url.db"
     code, _, _ = cli(f"sqlite:///{path}", "memories", "remember", "--user", "a", "The user x.")
     assert code == 0 and path.exists()
+
+
+def test_read_commands_do_not_create_a_mistyped_database(tmp_path: Path) -> None:
+    missing = tmp_path / "typo" / "memroy.db"
+    for args in (["memories", "list", "--user", "a"], ["memories", "stats"]):
+        code, out, err = cli(missing, *args)
+        assert code == 1 and out == ""
+        assert err == f"error: no memory database at {missing} (nothing stored there yet)\n"
+    assert not missing.parent.exists()
+    code, _, _ = cli(missing, "memories", "remember", "--user", "a", "The user likes tea.")
+    assert code == 0 and missing.exists()  # writing commands create it

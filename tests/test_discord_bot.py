@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -23,20 +21,14 @@ from tests.discord_helpers import (
     no_errors,
     running_bot,
     settled,
-    world,
+    w,
 )
 from tests.fakes.anthropic_server import Reply, overloaded
 from tests.loop_helpers import memories_reply
 
-__all__ = ["no_errors"]  # the fixture, re-exported for pytest
+__all__ = ["no_errors", "w"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
-
-
-@pytest.fixture
-async def w(tmp_path: Path) -> AsyncIterator[World]:
-    async with world(tmp_path) as w:
-        yield w
 
 
 def mention(w: World, text: str) -> str:

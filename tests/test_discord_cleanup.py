@@ -32,6 +32,7 @@ from tests.cleanup_helpers import (
 )
 from tests.discord_helpers import (
     World,
+    bot,
     buttons,
     command,
     final_text,
@@ -43,7 +44,7 @@ from tests.discord_helpers import (
 from tests.fakes.anthropic_server import not_json
 from tests.fakes.discord_server import FakeInteraction, FakeUser
 
-__all__ = ["no_errors"]
+__all__ = ["bot", "no_errors"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
 
@@ -53,12 +54,6 @@ async def w(tmp_path: Path) -> AsyncIterator[World]:
     async with world(tmp_path) as w:
         w.claude.responder = planner
         yield w
-
-
-@pytest.fixture
-async def bot(w: World) -> AsyncIterator[SelfMindBot]:
-    async with running_bot(w) as bot:
-        yield bot
 
 
 async def cleanup(w: World, user: FakeUser) -> tuple[int, str]:

@@ -5,8 +5,6 @@ command touches only the caller's memories."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -15,31 +13,20 @@ from bots.discord_commands import PAGE_SIZE
 from core.controls import NOT_ENABLED
 from tests.discord_helpers import (
     World,
+    bot,
     buttons,
     command,
     final_text,
     key,
     no_errors,
     running_bot,
-    world,
+    w,
 )
 from tests.fakes.discord_server import FLAG_EPHEMERAL
 
-__all__ = ["no_errors"]
+__all__ = ["bot", "no_errors", "w"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
-
-
-@pytest.fixture
-async def w(tmp_path: Path) -> AsyncIterator[World]:
-    async with world(tmp_path) as w:
-        yield w
-
-
-@pytest.fixture
-async def bot(w: World) -> AsyncIterator[SelfMindBot]:
-    async with running_bot(w) as bot:
-        yield bot
 
 
 async def test_commands_are_synced_globally(w: World, bot: SelfMindBot) -> None:

@@ -6,7 +6,6 @@ memories."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import sys
@@ -15,23 +14,12 @@ from pathlib import Path
 import pytest
 
 from core.store import open_store
-from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
-from tests.loop_helpers import API_KEY, memories_reply
-from tests.slack_helpers import PREFERENCE, TEAM, bot_posts
+from tests.loop_helpers import memories_reply
+from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, clean_env, slack_process_env
 
 LISTENING = re.compile(r"slack bot listening on http port (\d+)")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ANTHROPIC_", "SELFMIND_", "SLACK_"))
-    }
-    env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY, **extra)
-    return env
 
 
 async def chat_replica(url: str, base_url: str, cwd: Path) -> asyncio.subprocess.Process:
@@ -105,15 +93,7 @@ async def slack_replica(
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd,
-        env=clean_env(
-            ANTHROPIC_BASE_URL=base_url,
-            SLACK_BOT_TOKEN=slack.bot_token,
-            SLACK_SIGNING_SECRET=slack.signing_secret,
-            SLACK_API_URL=slack.api_url,
-            SELFMIND_SLACK_HTTP_HOST="127.0.0.1",
-            SELFMIND_SLACK_EDIT_INTERVAL_S="0.05",
-            SELFMIND_LOG_LEVEL="INFO",
-        ),
+        env=slack_process_env(slack, base_url),
     )
     assert proc.stderr is not None
     seen: list[str] = []

@@ -21,29 +21,23 @@ from tests.slack_helpers import (
     PREFERENCE,
     TEAM,
     bot_posts,
+    key,
     running_bot,
     settle,
+    slack,
     slack_settings,
     system_text,
 )
 
+__all__ = ["slack"]  # the fixture, re-exported for pytest
+
 WRITING = "still writing"
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with running_fake_slack() as fake:
-        yield fake
 
 
 @pytest.fixture
 async def claude() -> AsyncIterator[FakeAnthropic]:
     async with running_fake_anthropic(chunk_size=4, chunk_delay_s=0.01) as fake:
         yield fake
-
-
-def key(user: str) -> str:
-    return f"slack:{TEAM}:{user}"
 
 
 async def test_dm_streams_by_edits_notice_once_and_a_memory_note(

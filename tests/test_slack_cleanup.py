@@ -36,28 +36,25 @@ from tests.cleanup_helpers import (
     seed_reminders,
 )
 from tests.fakes.anthropic_server import FakeAnthropic, not_json, running_fake_anthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict, running_fake_slack
-from tests.slack_helpers import buttons, click, key, running_bot, settle, slack_settings
+from tests.fakes.slack_server import FakeSlack, JsonDict
+from tests.slack_helpers import (
+    bot,
+    buttons,
+    click,
+    key,
+    running_bot,
+    settle,
+    slack,
+    slack_settings,
+)
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with running_fake_slack() as fake:
-        yield fake
+__all__ = ["bot", "slack"]  # the fixtures, re-exported for pytest
 
 
 @pytest.fixture
 async def claude() -> AsyncIterator[FakeAnthropic]:
     async with running_fake_anthropic(responder=planner) as fake:
         yield fake
-
-
-@pytest.fixture
-async def bot(
-    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
-) -> AsyncIterator[RunningSlackBot]:
-    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
-        yield running
 
 
 async def cleanup(slack: FakeSlack, bot: RunningSlackBot, *, user: str = "U1") -> list[JsonDict]:

@@ -10,10 +10,11 @@ import pytest
 
 from bots.slack_bot import RunningSlackBot
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
-from tests.fakes.slack_server import FakeSlack, running_fake_slack
+from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
     PREFERENCE,
+    bot,
     bot_posts,
     buttons,
     click,
@@ -21,29 +22,18 @@ from tests.slack_helpers import (
     key,
     running_bot,
     settle,
+    slack,
     slack_settings,
     system_text,
 )
 
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with running_fake_slack() as fake:
-        yield fake
+__all__ = ["bot", "slack"]  # the fixtures, re-exported for pytest
 
 
 @pytest.fixture
 async def claude() -> AsyncIterator[FakeAnthropic]:
     async with running_fake_anthropic() as fake:
         yield fake
-
-
-@pytest.fixture
-async def bot(
-    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
-) -> AsyncIterator[RunningSlackBot]:
-    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
-        yield running
 
 
 async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSlackBot) -> None:

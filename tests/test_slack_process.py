@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import signal
 import sys
@@ -19,15 +18,14 @@ from pathlib import Path
 import pytest
 
 from core.sqlite_store import SQLiteStore
-from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     Reply,
     running_fake_anthropic,
 )
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
-from tests.loop_helpers import API_KEY, memories_reply, memory_lines
-from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, system_text
+from tests.loop_helpers import memories_reply, memory_lines
+from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, key, slack_process_env, system_text
 
 READY = re.compile(r"slack bot listening on http port (\d+)")
 
@@ -52,24 +50,7 @@ class BotProcess:
 
 
 def bot_env(slack: FakeSlack, claude: FakeAnthropic, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ANTHROPIC_", "SELFMIND_", "SLACK_"))
-    }
-    env.update(
-        PYTHONPATH=str(REPO_ROOT),
-        ANTHROPIC_API_KEY=API_KEY,
-        ANTHROPIC_BASE_URL=claude.base_url,
-        SLACK_BOT_TOKEN=slack.bot_token,
-        SLACK_SIGNING_SECRET=slack.signing_secret,
-        SLACK_API_URL=slack.api_url,
-        SELFMIND_SLACK_HTTP_HOST="127.0.0.1",
-        SELFMIND_SLACK_EDIT_INTERVAL_S="0.05",
-        SELFMIND_LOG_LEVEL="INFO",
-    )
-    env.update(extra)
-    return env
+    return slack_process_env(slack, claude.base_url, **extra)
 
 
 async def start_bot(db: Path, env: dict[str, str], cwd: Path) -> BotProcess:
@@ -111,10 +92,6 @@ async def fakes() -> AsyncIterator[tuple[FakeSlack, FakeAnthropic]]:
         running_fake_anthropic(chunk_size=6, chunk_delay_s=0.02) as claude,
     ):
         yield slack, claude
-
-
-def key(user: str) -> str:
-    return f"slack:{TEAM}:{user}"
 
 
 @pytest.mark.slow

@@ -59,7 +59,9 @@ def test_the_cli_names_a_missing_setting_in_one_line(
         monkeypatch.delenv(name, raising=False)
     runner = CliRunner()
     result = runner.invoke(app, ["--db", str(tmp_path / "m.db"), "slack"])
-    assert (result.exit_code, result.stderr) == (1, "error: SLACK_BOT_TOKEN is not set\n")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: SLACK_BOT_TOKEN is not set: ")
+    assert result.stderr.count("\n") == 1
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
     result = runner.invoke(app, ["--db", str(tmp_path / "m.db"), "slack", "--http"])
     assert result.exit_code == 1
