@@ -100,8 +100,18 @@ def main_options(
     ctx.obj = Context(settings=settings, db_url=url)
 
 
+async def require_database(ctx: Context) -> None:
+    """A SQLite file that does not exist is an error for commands that only read or change
+    what is stored (a mistyped ``--db`` must not silently become a new, empty store)."""
+    if ctx.db_url.startswith("sqlite:///"):
+        path = Path(ctx.db_url.removeprefix("sqlite:///"))
+        if not await asyncio.to_thread(path.exists):
+            raise MemoryInputError(f"no memory database at {path} (nothing stored there yet)")
+
+
 async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
-    """Open the store (as is, whatever the recall setting), run ``work`` on it, close it."""
+    """Open an existing store (as is, whatever the recall setting), run ``work``, close it."""
+    await require_database(ctx)
     store = await open_store(ctx.db_url)
     try:
         return await work(store)
@@ -112,15 +122,10 @@ async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
 async def with_service(
     ctx: Context, work: Callable[[MemoryService], Awaitable[T]], *, create: bool = False
 ) -> T:
-    """Open the store, run ``work`` with a service over it, close the store.
-
-    Unless ``create``, a SQLite file that does not exist is an error (a mistyped ``--db``
-    must not silently become a new, empty store).
-    """
-    if not create and ctx.db_url.startswith("sqlite:///"):
-        path = Path(ctx.db_url.removeprefix("sqlite:///"))
-        if not await asyncio.to_thread(path.exists):
-            raise MemoryInputError(f"no memory database at {path} (nothing stored there yet)")
+    """Open the store, run ``work`` with a service over it, close the store. Unless
+    ``create``, the database must exist (:func:`require_database`)."""
+    if not create:
+        await require_database(ctx)
     store = await open_store(ctx.db_url, ctx.settings)
     try:
         return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
