@@ -34,7 +34,7 @@ from discord import app_commands
 from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
 from core.models import MAX_MEMORY_CHARS, Memory, Origin
-from core.service import MODE_REPLIES, MODE_WORDS, MemoryService
+from core.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
 from core.store import ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ async def forget_choices(
     limit = MAX_CHOICES - 1
     if not query:
         found = await service.list_memories(user_key=user_key, limit=limit)
-    elif query.isdigit():
+    elif query.isascii() and query.isdigit():
         recent = await service.list_memories(user_key=user_key, limit=1000)
         found = [m for m in recent if str(m.id).startswith(query)][:limit]
     else:
@@ -261,9 +261,9 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
             )
             return
         try:
-            memory_id = int(memory.strip().lstrip("#"))
+            memory_id = parse_memory_id(memory)
             await service.forget(user_key=user_key, memory_id=memory_id)
-        except (ValueError, MemoryNotFound):
+        except MemoryNotFound:
             await reply(interaction, "No such memory of yours; pick one from the list.")
             return
         await reply(interaction, f"Forgot `#{memory_id}`.")

@@ -37,7 +37,7 @@ from core.controls import NOT_ENABLED, Controls, Place
 from core.errors import MemoryInputError, MemoryNotFound
 from core.models import Memory, Origin
 from core.reflection import ReflectionResult
-from core.service import MODE_REPLIES, MODE_WORDS, MemoryService
+from core.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
 from core.store import Store
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ def page_blocks(memories: Sequence[Memory], *, offset: int, total: int) -> list[
     end = offset + len(memories)
     blocks = [
         section(f"*Your memories* ({offset + 1}–{end} of {total}, newest first):"),
-        section("\n".join(memory_line(m) for m in memories)),
+        # One section per memory: a section holds at most 3,000 characters.
+        *(section(memory_line(m)) for m in memories),
     ]
     buttons = []
     if offset > 0:
@@ -236,11 +237,10 @@ class SlackCommands:
                 text=f"Forget all {count} memories?", blocks=blocks, response_type="ephemeral"
             )
             return
-        try:
-            memory_id = int(arg.lstrip("#"))
-        except ValueError:
+        if not arg.strip().removeprefix("#").isdigit():
             await respond(text=FORGET_USAGE, response_type="ephemeral")
             return
+        memory_id = parse_memory_id(arg)
         await self.service.forget(user_key=key, memory_id=memory_id)
         await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
 
@@ -262,7 +262,10 @@ class SlackCommands:
             lines = "\n".join(memory_line(s.memory) for s in found)
             await respond(
                 text=f"Memories matching your search:\n{lines}",
-                blocks=[section("*Memories matching your search*, best first:"), section(lines)],
+                blocks=[
+                    section("*Memories matching your search*, best first:"),
+                    *(section(memory_line(s.memory)) for s in found),
+                ],
                 response_type="ephemeral",
             )
 
@@ -341,10 +344,7 @@ class SlackCommands:
             await respond(text=NOT_ENABLED, response_type="ephemeral")
             return
         if action_id == FORGET_ACTION:
-            try:
-                memory_id = int(value)
-            except ValueError:
-                raise MemoryNotFound(-1) from None
+            memory_id = parse_memory_id(value)
             await self.service.forget(user_key=key, memory_id=memory_id)
             await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
         elif action_id == FORGET_ALL_ACTION:
@@ -356,7 +356,7 @@ class SlackCommands:
         elif action_id == FORGET_ALL_CANCEL_ACTION:
             await respond(text="Kept everything.", replace_original=True)
         elif action_id == PAGE_ACTION:
-            offset = int(value) if value.isdigit() else 0
+            offset = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
             await self.show_page(key, offset, respond, replace=True)
         elif action_id in CLEANUP_ACTIONS and self.cleanup is not None:
             await self.cleanup.action(

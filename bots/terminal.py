@@ -20,7 +20,7 @@ from core.loop import IncomingMessage, TurnLoop
 from core.models import utcnow
 from core.reflection import ReflectionResult
 from core.runtime import open_runtime
-from core.service import MemoryService
+from core.service import MemoryService, parse_memory_id
 from core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -131,11 +131,10 @@ class TerminalChat:
             noun = "memory" if count == 1 else "memories"
             self.say(f"Forgot {count} {noun} and our conversation history.")
             return
-        try:
-            memory_id = int(arg.lstrip("#"))
-        except ValueError:
+        if not arg.strip().removeprefix("#").isdigit():
             self.say("Usage: /forget ID (a number from /memories) or /forget all")
             return
+        memory_id = parse_memory_id(arg)
         await self.service.forget(user_key=self.user_key, memory_id=memory_id)
         self.say(f"Forgot #{memory_id}.")
 

@@ -16,9 +16,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from core.models import Memory
 from core.text import normalize, words
+
+
+class HasText(Protocol):
+    """What dedupe compares: a memory's text."""
+
+    @property
+    def text(self) -> str: ...
+
+
+M = TypeVar("M", bound=HasText)
 
 NEGATIONS = frozenset(
     """not no never none nobody nothing neither nor cannot cant dont doesnt didnt isnt wasnt
@@ -70,11 +80,14 @@ class Deduper:
 
     threshold: float = 0.7
 
-    def match(self, text: str, known: Iterable[Memory]) -> Memory | None:
-        """The known memory ``text`` duplicates, or None when it is new information."""
+    def match(self, text: str, known: Iterable[M]) -> M | None:
+        """The known memory ``text`` duplicates, or None when it is new information.
+
+        ``known`` holds anything with a ``text`` (stored memories, or id/text rows).
+        """
         norm = normalize(text)
         tokens = set(words(text))
-        best: tuple[float, Memory] | None = None
+        best: tuple[float, M] | None = None
         for memory in known:
             if normalize(memory.text) == norm:
                 return memory

@@ -32,6 +32,7 @@ from core.llm import ChatModel, Usage
 from core.models import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 from core.prompt import as_data
 from core.store import Store
+from core.text import visible
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def check_candidate(candidate: MemoryCandidate) -> str | None:
 
 def check_text(raw: str) -> str | None:
     """``raw`` cleaned if it is one third-person sentence under 200 characters, else None."""
-    text = " ".join(raw.split())
+    text = visible(raw)
     if not text or len(text) >= MAX_MEMORY_CHARS:
         return None
     if _FIRST_PERSON.match(text) or text.endswith("?"):
@@ -299,7 +300,14 @@ class Reflector:
     async def _reflect_once(self, turn: Turn, answer: Turn | None) -> ReflectionResult:
         assert turn.user_key is not None
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
-        related = await self.store.search(user_key=turn.user_key, query=query, k=self.related_k)
+        # A message in a shared channel is reflected on beside the user's shared memories
+        # only: private ones must not be copied into (or superseded from) what the team sees.
+        related = await self.store.search(
+            user_key=turn.user_key,
+            query=query,
+            k=self.related_k,
+            origins=["shared"] if turn.origin == "shared" else None,
+        )
         extraction = await self.model.extract(
             system=REFLECTION_RULES,
             prompt=reflection_prompt(turn, answer, related),

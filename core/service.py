@@ -32,6 +32,7 @@ from core.models import (
     Source,
 )
 from core.store import MemoryStore
+from core.text import visible
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +56,10 @@ MODE_REPLIES: dict[MemoryMode, str] = {
 
 
 def clean_memory_text(text: str) -> str:
-    """Strip and collapse whitespace; raise ``MemoryInputError`` if empty or too long.
-
-    A memory is one sentence under ``MAX_MEMORY_CHARS`` (200) characters.
+    """Strip invisible characters, collapse whitespace; raise ``MemoryInputError`` if empty
+    or too long. A memory is one sentence under ``MAX_MEMORY_CHARS`` (200) characters.
     """
-    cleaned = " ".join(text.split())
+    cleaned = visible(text)
     if not cleaned:
         raise MemoryInputError("a memory needs some text")
     if len(cleaned) >= MAX_MEMORY_CHARS:
@@ -67,6 +67,24 @@ def clean_memory_text(text: str) -> str:
             f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
         )
     return cleaned
+
+
+MAX_MEMORY_ID = 2**63 - 1
+"""Ids are SQLite/PostgreSQL 64-bit integers."""
+
+
+def parse_memory_id(text: str) -> int:
+    """A memory id typed by a user (``12`` or ``#12``; ASCII digits only).
+
+    Raises ``MemoryNotFound`` for anything that cannot be one of the user's ids.
+    """
+    digits = text.strip().removeprefix("#")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        raise MemoryNotFound(-1)
+    value = int(digits)
+    if not 0 < value <= MAX_MEMORY_ID:
+        raise MemoryNotFound(value)
+    return value
 
 
 def parse_user_key(value: str) -> str:
@@ -188,6 +206,8 @@ class MemoryService:
 
     async def forget(self, *, user_key: str, memory_id: int) -> None:
         """Forget one of the user's memories. Raises ``MemoryNotFound`` if it is not theirs."""
+        if not 0 < memory_id <= MAX_MEMORY_ID:
+            raise MemoryNotFound(memory_id)
         if not await self.store.forget(user_key=user_key, memory_id=memory_id):
             raise MemoryNotFound(memory_id)
         logger.info("forget user=%s id=%s", user_key, memory_id)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -54,6 +55,14 @@ _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
     "m.updated_at, m.conversation_key, m.superseded_by"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A stored memory as dedupe sees it."""
+
+    id: int
+    text: str
 
 
 def _memory(row: Sequence[Any]) -> Memory:
@@ -190,14 +199,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         self, uid: int, user_key: str, memory: NewMemory, dedupe: Deduper
     ) -> AddResult:
         norm = normalize(memory.text)
-        row = await self._fetchone(
-            "SELECT id FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL",
-            (uid, norm),
-        )
-        if row is not None:
-            return AddResult(id=row[0], status="duplicate")
-        neighbours = await self._search(uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
-        twin = dedupe.match(memory.text, (s.memory for s in neighbours))
+        twin = dedupe.match(memory.text, await self._dedupe_candidates(uid, norm, memory.text))
         if twin is not None:
             return AddResult(id=twin.id, status="duplicate")
         terms = index_terms(uid, memory.text)
@@ -225,6 +227,23 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         memory_id = cast(int, cur.lastrowid)
         await self._event(uid, memory_id, "added", utcnow(), memory.conversation_key)
         return AddResult(id=memory_id, status="added")
+
+    async def _dedupe_candidates(self, uid: int, norm: str, text: str) -> list[_Candidate]:
+        """In one query: the active memory with the same normalised text, if any, then the
+        ``DEDUPE_CANDIDATES`` best BM25 neighbours (FTS5's order is enough for Jaccard)."""
+        terms = query_terms(uid, text)
+        exact = "SELECT id, text FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL"
+        if not terms:
+            rows = await self._fetchall(exact, (uid, norm))
+        else:
+            match = " OR ".join(f'"{t}"' for t in terms)
+            rows = await self._fetchall(
+                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text FROM ("
+                "  SELECT rowid AS id FROM memories_fts WHERE memories_fts MATCH ?"
+                "  ORDER BY bm25(memories_fts) LIMIT ?) f JOIN memories m ON m.id = f.id)",
+                (uid, norm, match, DEDUPE_CANDIDATES),
+            )
+        return [_Candidate(r[0], r[1]) for r in rows]
 
     async def supersede(
         self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None

@@ -38,6 +38,13 @@ STOP_WORDS = frozenset(
 _stemmer = snowballstemmer.stemmer("english")
 
 
+def visible(text: str) -> str:
+    """``text`` without invisible format characters (Unicode category Cf: zero-width spaces
+    and joiners, bidirectional overrides such as U+202E), whitespace collapsed."""
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return " ".join(text.split())
+
+
 def normalize(text: str) -> str:
     """Case- and whitespace-insensitive form used for exact dedupe.
 

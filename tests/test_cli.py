@@ -189,3 +189,9 @@ def test_read_commands_do_not_create_a_mistyped_database(tmp_path: Path) -> None
     assert not missing.parent.exists()
     code, _, _ = cli(missing, "memories", "remember", "--user", "a", "The user likes tea.")
     assert code == 0 and missing.exists()  # writing commands create it
+
+
+def test_forget_an_impossible_id_is_one_line(db_path: Path) -> None:
+    cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
+    code, out, err = cli(db_path, "memories", "forget", "--user", "alice", "9" * 23)
+    assert (code, out, err) == (1, "", "error: no such memory\n")

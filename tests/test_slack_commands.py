@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +90,15 @@ async def test_forget_all_asks_first_and_erases_only_the_clicker(
     assert await bot.runtime.service.count(user_key=key("U1")) == 0
 
 
+def memory_sections(reply: dict[str, Any]) -> str:
+    """The memory lines of a listing: one section block per memory."""
+    return "\n".join(
+        b["text"]["text"]
+        for b in reply["blocks"]
+        if b.get("type") == "section" and "`#" in b["text"]["text"]
+    )
+
+
 async def test_memories_pages_search_and_export_to_the_dm(
     slack: FakeSlack, bot: RunningSlackBot
 ) -> None:
@@ -98,14 +108,15 @@ async def test_memories_pages_search_and_export_to_the_dm(
     await service.remember(user_key=key("U2"), text="The user keeps a secret diary.")
 
     first = await command(slack, bot, "/memories", user="U1")
-    listing = first["blocks"][1]["text"]["text"]
+    listing = memory_sections(first)
     ids = [int(line.split("`#")[1].split("`")[0]) for line in listing.splitlines()]
     assert ids == list(range(12, 2, -1))  # newest first, 10 a page
+    assert all(len(b["text"]["text"]) <= 3000 for b in first["blocks"] if b["type"] == "section")
     assert "1–10 of 12" in first["blocks"][0]["text"]["text"]
     assert buttons(first) == [("selfmind_memories_page", "10")]
     second = await click(slack, bot, "selfmind_memories_page", "10", user="U1")
     assert second["replace_original"] is True
-    assert "`#2` The user owns project number 1." in second["blocks"][1]["text"]["text"]
+    assert "`#2` The user owns project number 1." in memory_sections(second)
     assert buttons(second) == [("selfmind_memories_page", "0")]
     assert "diary" not in json.dumps([first, second])
 

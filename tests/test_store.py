@@ -188,6 +188,11 @@ async def test_remember_validates_input(service: MemoryService) -> None:
         await service.remember(user_key=ALICE, text="   ")
     with pytest.raises(MemoryInputError, match="under 200"):
         await service.remember(user_key=ALICE, text="x" * 20_000)
+    with pytest.raises(MemoryInputError, match="needs some text"):
+        await service.remember(user_key=ALICE, text="\u200b\u200b\u202e\ufeff")  # invisible
+    zwsp = await service.remember(user_key=ALICE, text="The user\u200b likes\u202e tea.")
+    assert (await service.list_memories(user_key=ALICE))[0].text == "The user likes tea."
+    await service.forget(user_key=ALICE, memory_id=zwsp.id)
     assert await service.count(user_key=ALICE) == 0
 
 
