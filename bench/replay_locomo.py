@@ -75,6 +75,7 @@ SLACK_RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 """Slack retries an unacknowledged event three times (after about 0 s, 1 min and 5 min:
 https://api.slack.com/apis/events-api#retries); compressed here."""
 _USER_LINE = re.compile(r'^user: (".*")$', re.M)
+_TALKING_WITH = re.compile(r'You are talking with "<@([A-Z0-9]+)>"')
 _TIME = re.compile(r'message_time="([^"]+)"')
 
 
@@ -102,7 +103,10 @@ class Oracle:
         messages = body.get("messages") or []
         last = messages[-1]["content"] if messages else ""
         last_text = last if isinstance(last, str) else "".join(b.get("text", "") for b in last)
-        tag = self._tag_for(last_text)
+        speaker = _TALKING_WITH.search(volatile)
+        tag = (
+            self.current.get(speaker.group(1), "?") if speaker else self._tag_for(last_text)
+        )
         if tag.startswith("Q"):
             self.prompts[tag] = [
                 json.loads(line)["text"]
@@ -588,7 +592,10 @@ async def load_mode(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         await wait_reflections(db)
         rss = bot.peak_rss_mb()
         await bot.stop(signal.SIGTERM)
-    tally.errors += count_log_errors(log)
+    for _ in range(count_log_errors(log)):
+        tally.error(f"ERROR or traceback in {log.name}")
+    if tally.reasons or tally.dropped:
+        print(f"load errors: {dict(tally.reasons)} dropped={tally.dropped}", file=sys.stderr)
     o = sorted(tally.overheads) or [0.0]
     return {
         "concurrent": args.concurrent,

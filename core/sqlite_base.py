@@ -1,9 +1,13 @@
 """The SQLite connection every SQLite store part shares: one aiosqlite connection, WAL,
 numbered migrations, and serialised write transactions.
 
-Durability: ``journal_mode=WAL`` with ``synchronous=FULL``; a write confirmed to the caller
-has been committed and synced and survives SIGKILL or power loss. ``secure_delete`` is on, so
-erased text is overwritten in the file, not just unlinked.
+Durability: ``journal_mode=WAL``. With ``synchronous=NORMAL`` (the default,
+``SELFMIND_SQLITE_SYNCHRONOUS``) a write confirmed to the caller is committed and survives the
+process crashing or being killed (SIGKILL); a power loss or OS crash can roll back the last
+commits but never corrupts the file (https://www.sqlite.org/pragma.html#pragma_synchronous).
+``full`` also survives power loss, at the price of an fsync per commit, which serialises a busy
+bot on the disk (about 2.5 s of added latency per turn with 200 concurrent users here).
+``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ class SQLiteBase:
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    async def open(cls, path: str) -> Self:
+    async def open(cls, path: str, *, synchronous: str = "normal") -> Self:
         """Open or create the file at ``path`` and apply pending migrations.
 
         Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
@@ -60,7 +64,7 @@ class SQLiteBase:
             raise StoreError(f"cannot open database {path}: {exc}") from exc
         store = cls(conn, path)
         try:
-            await store._configure()
+            await store._configure(synchronous)
             await store._migrate()
         except sqlite3.Error as exc:
             await conn.close()
@@ -70,10 +74,12 @@ class SQLiteBase:
             raise
         return store
 
-    async def _configure(self) -> None:
+    async def _configure(self, synchronous: str) -> None:
+        if synchronous.lower() not in ("normal", "full"):
+            raise StoreError(f"synchronous must be normal or full, not {synchronous!r}")
         for pragma in (
             "PRAGMA journal_mode=WAL",
-            "PRAGMA synchronous=FULL",
+            f"PRAGMA synchronous={synchronous.upper()}",
             "PRAGMA busy_timeout=30000",
             "PRAGMA foreign_keys=ON",
             "PRAGMA secure_delete=ON",

@@ -308,7 +308,10 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
     if url.startswith("sqlite:///"):
         from core.sqlite_store import SQLiteStore
 
-        store = await SQLiteStore.open(url.removeprefix("sqlite:///"))
+        store = await SQLiteStore.open(
+            url.removeprefix("sqlite:///"),
+            synchronous=settings.sqlite_synchronous if settings is not None else "normal",
+        )
     elif url.startswith(("postgresql://", "postgres://")):
         from core.postgres_store import PostgresStore
 
