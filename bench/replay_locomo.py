@@ -75,7 +75,8 @@ SLACK_RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 """Slack retries an unacknowledged event three times (after about 0 s, 1 min and 5 min:
 https://api.slack.com/apis/events-api#retries); compressed here."""
 _USER_LINE = re.compile(r'^user: (".*")$', re.M)
-_TALKING_WITH = re.compile(r'You are talking with "<@([A-Z0-9]+)>"')
+# The prompt names the speaker as JSON data, "<" and ">" escaped: "\u003c@U123\u003e".
+_TALKING_WITH = re.compile(r'You are talking with "(?:<|\\u003c)@([A-Z0-9]+)(?:>|\\u003e)"')
 _TIME = re.compile(r'message_time="([^"]+)"')
 
 
