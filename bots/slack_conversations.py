@@ -51,7 +51,7 @@ from bots.slack_commands import user_key
 from bots.slack_sink import SlackReplySink, StatusIndicator
 from core.controls import NOT_ENABLED, Place
 from core.errors import LimitReached
-from core.loop import ContextMessage, IncomingMessage, TurnLoop
+from core.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
 from core.models import Turn
 from core.settings import Settings
 from core.store import Store
@@ -363,18 +363,24 @@ class SlackConversations:
             status=self.status,
             status_thread_ts=message.thread_ts or message.ts,
         )
+        delivery = Delivery()
         answer = (
             _failing(limit)
             if limit is not None
-            else self.loop.answer(self.incoming(message), turn_id=turn_id)
+            else self.loop.answer(self.incoming(message), turn_id=turn_id, delivery=delivery)
         )
         deltas = with_prefix(notice, answer)
-        result = await stream_reply(
-            sink,
-            deltas,
-            self.stream_config,
-            limiter=self.budgets.for_scope(f"slack:{message.team}"),
-        )
+        try:
+            result = await stream_reply(
+                sink,
+                deltas,
+                self.stream_config,
+                limiter=self.budgets.for_scope(f"slack:{message.team}"),
+            )
+        finally:
+            # Stored once Slack shows the whole answer (its final edit): a crash before
+            # this leaves the message to be answered again at the next start-up.
+            await delivery.done()
         logger.info(
             "slack event %s answered: messages=%d edits=%d error=%s",
             message.event_id,

@@ -21,8 +21,9 @@ propagates to the adapter, which shows ``error.user_message``.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -70,6 +71,20 @@ class ContextMessage:
     author: str | None = None
     user_key: str | None = None
     sent_at: datetime | None = None
+
+
+class Delivery:
+    """Defers storing an answer until the platform shows it (see :meth:`TurnLoop.answer`)."""
+
+    def __init__(self) -> None:
+        self.finish: Callable[[], Awaitable[None]] | None = None
+
+    async def done(self) -> None:
+        """Store the answer and queue its reflection; call once the platform shows it.
+        Does nothing when the answer never started (e.g. a daily cap)."""
+        finish, self.finish = self.finish, None
+        if finish is not None:
+            await finish()
 
 
 class TurnLoop:
@@ -156,7 +171,11 @@ class TurnLoop:
         )
 
     async def answer(
-        self, message: IncomingMessage, *, turn_id: int | None = None
+        self,
+        message: IncomingMessage,
+        *,
+        turn_id: int | None = None,
+        delivery: Delivery | None = None,
     ) -> AsyncIterator[str]:
         """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure
         and ``LimitReached`` at a daily cap.
@@ -164,6 +183,11 @@ class TurnLoop:
         ``turn_id`` names the user turn already stored by :meth:`receive` (or left
         ``answering`` by a crash and redelivered by the platform): it is answered without
         being stored twice.
+
+        With a ``delivery``, the answer is stored only when the adapter calls
+        ``delivery.done()`` after the platform shows it whole: a crash before that leaves the
+        message unanswered in the store, so it is answered again after a restart rather than
+        left cut on screen.
         """
         if turn_id is None:
             turn_id = await self.receive(message)
@@ -211,7 +235,13 @@ class TurnLoop:
         finally:
             await stream.aclose()
             await self._record_usage(stream, message, turn_id)
-            await self._finish(turn_id, message.user_key, "".join(parts), failed)
+            text = "".join(parts)
+            if delivery is None:
+                await self._finish(turn_id, message.user_key, text, failed)
+            else:
+                delivery.finish = functools.partial(
+                    self._finish, turn_id, message.user_key, text, failed
+                )
 
     async def _record_usage(
         self, stream: AnswerStream, message: IncomingMessage, turn_id: int
