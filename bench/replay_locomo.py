@@ -105,9 +105,7 @@ class Oracle:
         last = messages[-1]["content"] if messages else ""
         last_text = last if isinstance(last, str) else "".join(b.get("text", "") for b in last)
         speaker = _TALKING_WITH.search(volatile)
-        tag = (
-            self.current.get(speaker.group(1), "?") if speaker else self._tag_for(last_text)
-        )
+        tag = self.current.get(speaker.group(1), "?") if speaker else self._tag_for(last_text)
         if tag.startswith("Q"):
             self.prompts[tag] = [
                 json.loads(line)["text"]
