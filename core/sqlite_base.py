@@ -1,12 +1,12 @@
 """The SQLite connection every SQLite store part shares: one aiosqlite connection, WAL,
 numbered migrations, and serialised write transactions.
 
-Durability: ``journal_mode=WAL``. With ``synchronous=NORMAL`` (the default,
-``SELFMIND_SQLITE_SYNCHRONOUS``) a write confirmed to the caller is committed and survives the
-process crashing or being killed (SIGKILL); a power loss or OS crash can roll back the last
-commits but never corrupts the file (https://www.sqlite.org/pragma.html#pragma_synchronous).
-``full`` also survives power loss, at the price of an fsync per commit, which serialises a busy
-bot on the disk (about 2.5 s of added latency per turn with 200 concurrent users here).
+Durability: ``journal_mode=WAL``. With ``synchronous=FULL`` (the default,
+``SELFMIND_SQLITE_SYNCHRONOUS``) a write confirmed to the caller has been synced and survives
+SIGKILL, an OS crash and power loss. ``normal`` skips the fsync at each commit: still durable
+across the process crashing or being killed, but a power loss can roll back the last commits
+(never corrupting the file; https://www.sqlite.org/pragma.html#pragma_synchronous). With 200
+simultaneous users the two measured the same here (``bench/replay_locomo.py --concurrent``).
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 """
 
@@ -50,7 +50,7 @@ class SQLiteBase:
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    async def open(cls, path: str, *, synchronous: str = "normal") -> Self:
+    async def open(cls, path: str, *, synchronous: str = "full") -> Self:
         """Open or create the file at ``path`` and apply pending migrations.
 
         Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a

@@ -310,7 +310,7 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
 
         store = await SQLiteStore.open(
             url.removeprefix("sqlite:///"),
-            synchronous=settings.sqlite_synchronous if settings is not None else "normal",
+            synchronous=settings.sqlite_synchronous if settings is not None else "full",
         )
     elif url.startswith(("postgresql://", "postgres://")):
         from core.postgres_store import PostgresStore
