@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
 
-from core.models import Category, Kind
+from core.models import Category, Kind, Origin, Source
+
+When = TypeVar("When", str, datetime)
 
 
 @dataclass(frozen=True)
@@ -43,3 +48,14 @@ class AppliedChange:
     added: tuple[int, ...]
     superseded: tuple[int, ...]
     retired: tuple[int, ...]
+
+
+def merged_labels(parts: Iterable[tuple[str, str, When]]) -> tuple[Source, Origin, When]:
+    """Source, origin and creation time of a memory merged from ``parts`` (each its
+    ``(source, origin, created_at)``): ``remember`` when the user added any part (cleanup
+    keeps protecting it), ``private`` when any part was private (never widened to shared),
+    and the earliest creation time."""
+    rows = list(parts)
+    source: Source = "remember" if any(r[0] == "remember" for r in rows) else "reflection"
+    origin: Origin = "private" if any(r[1] == "private" for r in rows) else "shared"
+    return source, origin, min(r[2] for r in rows)

@@ -133,6 +133,18 @@ class Turn:
 
 CallKind = Literal["chat", "reflection", "cleanup"]
 
+_USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
+
+
+def usage_group_column(by: str) -> str:
+    """The SQL expression that groups usage ``by`` user, workspace or kind (both backends).
+
+    Raises ``ValueError`` for anything else.
+    """
+    if by not in _USAGE_GROUPS:
+        raise ValueError(f"by must be one of {', '.join(_USAGE_GROUPS)}")
+    return _USAGE_GROUPS[by]
+
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:

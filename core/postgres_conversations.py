@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from core.models import CallKind, MemoryMode, Origin, ReflectionState, Turn, UsageRow, utcnow
+from core.models import (
+    CallKind,
+    MemoryMode,
+    Origin,
+    ReflectionState,
+    Turn,
+    UsageRow,
+    usage_group_column,
+    utcnow,
+)
 from core.postgres_base import LOCK_REPLICA, PostgresBase
 
 # Replicas alive now: those holding their liveness lock in this database ($1 = LOCK_REPLICA).
@@ -325,12 +334,10 @@ class PostgresConversations(PostgresBase):
         user_key: str | None = None,
         workspace: str | None = None,
     ) -> list[UsageRow]:
-        column = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
-        if by not in column:
-            raise ValueError(f"by must be one of {', '.join(column)}")
+        group = usage_group_column(by)
         where, params = _usage_filter(since, user_key, workspace)
         rows = await self._fetch(
-            f"SELECT {column[by]}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
+            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
             " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
             f" WHERE {where} GROUP BY 1 ORDER BY 1",
             *params,

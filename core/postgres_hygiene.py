@@ -14,8 +14,15 @@ from datetime import datetime
 import asyncpg
 
 from core.errors import MemoryNotFound, StoreError
-from core.hygiene_ops import AppliedChange, ChangeOp, MergeOp, RetireOp, SupersedeOp
-from core.models import Origin, Source, utcnow
+from core.hygiene_ops import (
+    AppliedChange,
+    ChangeOp,
+    MergeOp,
+    RetireOp,
+    SupersedeOp,
+    merged_labels,
+)
+from core.models import utcnow
 from core.postgres_base import PostgresBase
 from core.text import index_terms, normalize
 
@@ -129,11 +136,7 @@ class PostgresHygiene(PostgresBase):
         found: dict[int, tuple[str, str, datetime]],
         now: datetime,
     ) -> int:
-        sources = {found[i][0] for i in op.ids}
-        origins = {found[i][1] for i in op.ids}
-        source: Source = "remember" if "remember" in sources else "reflection"
-        origin: Origin = "private" if "private" in origins else "shared"
-        created = min(found[i][2] for i in op.ids)
+        source, origin, created = merged_labels(found[i][:3] for i in op.ids)
         # Out of recall first (frees the normalised text if the new sentence equals one).
         for old in op.ids:
             await self._retire(conn, uid, old, now)

@@ -9,7 +9,16 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any, cast
 
-from core.models import CallKind, MemoryMode, Origin, ReflectionState, Turn, UsageRow, utcnow
+from core.models import (
+    CallKind,
+    MemoryMode,
+    Origin,
+    ReflectionState,
+    Turn,
+    UsageRow,
+    usage_group_column,
+    utcnow,
+)
 from core.sqlite_base import SQLiteBase, dt, ts
 
 _TURN_COLUMNS = (
@@ -279,12 +288,10 @@ class SQLiteConversations(SQLiteBase):
         user_key: str | None = None,
         workspace: str | None = None,
     ) -> list[UsageRow]:
-        column = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
-        if by not in column:
-            raise ValueError(f"by must be one of {', '.join(column)}")
+        group = usage_group_column(by)
         where, params = _usage_filter(since, user_key, workspace)
         rows = await self._fetchall(
-            f"SELECT {column[by]}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
+            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
             " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
             f" WHERE {where} GROUP BY 1 ORDER BY 1",
             params,

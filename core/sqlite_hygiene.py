@@ -18,8 +18,15 @@ from collections.abc import Sequence
 from typing import Literal, cast
 
 from core.errors import MemoryNotFound, StoreError
-from core.hygiene_ops import AppliedChange, ChangeOp, MergeOp, RetireOp, SupersedeOp
-from core.models import Origin, Source, utcnow
+from core.hygiene_ops import (
+    AppliedChange,
+    ChangeOp,
+    MergeOp,
+    RetireOp,
+    SupersedeOp,
+    merged_labels,
+)
+from core.models import utcnow
 from core.sqlite_base import SQLiteBase, ts
 from core.text import index_terms, normalize
 
@@ -114,11 +121,7 @@ class SQLiteHygiene(SQLiteBase):
     async def _merge(
         self, uid: int, op: MergeOp, found: dict[int, tuple[str, str, str, str]], now: str
     ) -> int:
-        sources = {found[i][0] for i in op.ids}
-        origins = {found[i][1] for i in op.ids}
-        source: Source = "remember" if "remember" in sources else "reflection"
-        origin: Origin = "private" if "private" in origins else "shared"
-        created = min(found[i][2] for i in op.ids)
+        source, origin, created = merged_labels(found[i][:3] for i in op.ids)
         # Out of recall first (frees the normalised text if the new sentence equals one).
         for old in op.ids:
             await self._retire(uid, old, now)
