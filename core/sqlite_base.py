@@ -111,12 +111,17 @@ class SQLiteBase:
                 raise MigrationError(f"migration {name} failed: {exc}") from exc
 
     async def close(self) -> None:
-        """Checkpoint the WAL and close the connection; a second call does nothing."""
+        """Checkpoint the WAL (best effort) and close the connection; a second call does
+        nothing. Writes in flight in this process finish or roll back first."""
         if self._closed:
             return
         self._closed = True
         try:
-            await self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            async with self._write_lock:
+                await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:
+            # Nothing is lost: the WAL is checkpointed at the next open.
+            logger.info("WAL checkpoint at close skipped: %s", exc)
         finally:
             await self._conn.close()
 
