@@ -11,7 +11,8 @@ answering instantly. Reports:
 - time to a complete answer with a reflection that takes 5 s against one that takes 0 s, in
   the same run; they must be within 10 % (the reply never waits for reflection). Turns are
   ``--gap-s`` apart (a user reading and typing), so a 0 s reflection's own CPU work does not
-  land inside the next answer.
+  land inside the next answer, and the two configurations take turns, so drift on a shared
+  machine hits both alike.
 """
 
 from __future__ import annotations
@@ -142,47 +143,55 @@ def start_fake(responder: str) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
-async def run_config(
-    base_url: str, db: Path, turns: int, memories: int, gap_s: float
-) -> dict[str, Any]:
-    settings = load_settings(anthropic_api_key="sk-bench", anthropic_base_url=base_url, db=str(db))
-    store = await SQLiteStore.open(str(db))
-    await store.add_many(
-        user_key="bench:user",
-        memories=[
-            NewMemory(text=f"The user noted fact number {i} about topic {i % 97}.")
-            for i in range(memories)
-        ],
-        dedupe=None,
-    )
-    claude = ClaudeChatModel.from_settings(settings)
-    model = TimedModel(claude)
-    service = MemoryService(store)
-    reflector = Reflector(store=store, model=model, deduper=service.deduper)
-    loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
-    await loop.start()
-    totals, overheads = [], []
-    try:
-        for i in range(turns):
-            message = IncomingMessage(
-                user_key="bench:user",
-                conversation_key="bench:dm",
-                text=f"What did I note about topic {i % 97}? Please remind me.",
-                origin="private",
-                sent_at=datetime.now(UTC),
-            )
-            t0 = time.perf_counter()
-            async for _ in loop.answer(message):
-                pass
-            total = time.perf_counter() - t0
-            totals.append(total * 1000)
-            overheads.append((total - model.waits[-1]) * 1000)
-            await asyncio.sleep(gap_s)  # the user reads and types
-    finally:
-        await reflector.close()
-        await claude.aclose()
-        await store.close()
-    return {"totals": totals, "overheads": overheads}
+class Bot:
+    """One turn loop (its own store, client and fake server) that the bench drives."""
+
+    def __init__(self, base_url: str, db: Path) -> None:
+        self.settings = load_settings(
+            anthropic_api_key="sk-bench", anthropic_base_url=base_url, db=str(db)
+        )
+        self.db = db
+        self.totals: list[float] = []
+        self.overheads: list[float] = []
+
+    async def open(self, memories: int) -> None:
+        self.store = await SQLiteStore.open(str(self.db))
+        await self.store.add_many(
+            user_key="bench:user",
+            memories=[
+                NewMemory(text=f"The user noted fact number {i} about topic {i % 97}.")
+                for i in range(memories)
+            ],
+            dedupe=None,
+        )
+        self.claude = ClaudeChatModel.from_settings(self.settings)
+        self.model = TimedModel(self.claude)
+        service = MemoryService(self.store)
+        self.reflector = Reflector(store=self.store, model=self.model, deduper=service.deduper)
+        self.loop = TurnLoop(
+            store=self.store, model=self.model, reflector=self.reflector, settings=self.settings
+        )
+        await self.loop.start()
+
+    async def turn(self, i: int) -> None:
+        message = IncomingMessage(
+            user_key="bench:user",
+            conversation_key="bench:dm",
+            text=f"What did I note about topic {i % 97}? Please remind me.",
+            origin="private",
+            sent_at=datetime.now(UTC),
+        )
+        t0 = time.perf_counter()
+        async for _ in self.loop.answer(message):
+            pass
+        total = time.perf_counter() - t0
+        self.totals.append(total * 1000)
+        self.overheads.append((total - self.model.waits[-1]) * 1000)
+
+    async def close(self) -> None:
+        await self.reflector.close()
+        await self.claude.aclose()
+        await self.store.close()
 
 
 def pct(values: list[float], p: float) -> float:
@@ -195,25 +204,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     slow_proc, slow_url = start_fake("bench.turn:responder_slow")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            # Warm-up (imports, connection pools), then interleave the two configurations.
-            await run_config(fast_url, Path(tmp) / "warm.db", 5, 10, 0)
-            fast = await run_config(
-                fast_url, Path(tmp) / "fast.db", args.turns, args.memories, args.gap_s
-            )
-            slow_ = await run_config(
-                slow_url, Path(tmp) / "slow.db", args.turns, args.memories, args.gap_s
-            )
+            fast, slow_ = Bot(fast_url, Path(tmp) / "fast.db"), Bot(slow_url, Path(tmp) / "slow.db")
+            await fast.open(args.memories)
+            await slow_.open(args.memories)
+            try:
+                for bot in (fast, slow_):  # warm-up: imports, connection pools
+                    for i in range(3):
+                        await bot.turn(i)
+                    bot.totals.clear()
+                    bot.overheads.clear()
+                # Interleaved, each going first every other turn, so drift on a shared
+                # machine hits both the same.
+                for i in range(args.turns):
+                    for bot in (fast, slow_) if i % 2 == 0 else (slow_, fast):
+                        await bot.turn(i)
+                        await asyncio.sleep(args.gap_s)  # the user reads and types
+            finally:
+                await fast.close()
+                await slow_.close()
     finally:
         for proc in (fast_proc, slow_proc):
             proc.terminate()
             proc.wait(10)
-    fast_p50 = statistics.median(fast["totals"])
-    slow_p50 = statistics.median(slow_["totals"])
+    fast_p50 = statistics.median(fast.totals)
+    slow_p50 = statistics.median(slow_.totals)
     return {
         "turns": args.turns,
         "user_memories": args.memories,
-        "overhead_ms_p50": round(statistics.median(fast["overheads"]), 2),
-        "overhead_ms_p95": round(pct(fast["overheads"], 95), 2),
+        "overhead_ms_p50": round(statistics.median(fast.overheads), 2),
+        "overhead_ms_p95": round(pct(fast.overheads, 95), 2),
         "answer_ms_p50_reflection_0s": round(fast_p50, 2),
         "answer_ms_p50_reflection_5s": round(slow_p50, 2),
         "ratio_5s_to_0s": round(slow_p50 / fast_p50, 3),
