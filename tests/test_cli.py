@@ -195,3 +195,23 @@ def test_forget_an_impossible_id_is_one_line(db_path: Path) -> None:
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
     code, out, err = cli(db_path, "memories", "forget", "--user", "alice", "9" * 23)
     assert (code, out, err) == (1, "", "error: no such memory\n")
+
+
+def test_new_commands_refuse_bad_input_with_one_line(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
+    code, _, err = cli(db_path, "usage", "--by", "planet")
+    assert code == 2 and err == "error: --by must be user, workspace or kind\n"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.chdir(db_path.parent)  # no .env
+    code, _, err = cli(db_path, "memories", "cleanup", "--user", "alice", "--dry-run")
+    assert code == 1 and err == "error: ANTHROPIC_API_KEY is not set\n"
+    code, _, err = cli(db_path, "memories", "undo", "--user", "alice", "nope")
+    assert code == 1 and err.startswith("error: no change 'nope'") and err.count("\n") == 1
+    monkeypatch.setenv("SELFMIND_SQLITE_SYNCHRONOUS", "sometimes")
+    code, _, err = cli(db_path, "memories", "list", "--user", "alice")
+    assert code == 1 and err.startswith("error: SELFMIND_SQLITE_SYNCHRONOUS:")
+    monkeypatch.delenv("SELFMIND_SQLITE_SYNCHRONOUS")
+    code, out, _ = cli(db_path, "memories", "list", "--user", "alice", "--json")
+    assert code == 0 and [r["text"] for r in json.loads(out)] == ["The user likes tea."]
