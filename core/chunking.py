@@ -16,7 +16,8 @@ keeps for a "still writing" marker and the fence lines added here. A message tha
 a fenced code block gets a closing fence; the next one reopens it with the same opening line
 (so the same language tag). A cut prefers a paragraph boundary, then a line boundary, then a
 word boundary, each only if it keeps the message at least half full; otherwise it cuts hard,
-never inside a fence line and never between the code points of one emoji or accented letter.
+never inside a fence line, never where the rest of the line would read as a fence line in the
+next message, and never between the code points of one emoji or accented letter.
 The bodies of the messages, concatenated, equal the text exactly.
 """
 
@@ -230,6 +231,16 @@ def _no_break_before(text: str, pos: int) -> bool:
     return False
 
 
+def _starts_fence(text: str, pos: int, line: _Line) -> bool:
+    """True if a mid-line cut at ``pos`` would make the rest of the line a fence line.
+
+    The next message begins with that rest, so a chat renders it as a line of its own: after
+    ``aaa```x`` a cut before the backticks would open (or close) a code block there.
+    """
+    rest = text[pos : line.end].rstrip("\n")
+    return _step(rest, line.before)[1]
+
+
 def _grapheme_safe(text: str, pos: int, low: int) -> int:
     """``pos`` moved back (not below ``low``) so that it does not split a character."""
     cut = pos
@@ -288,11 +299,16 @@ def _find_cut(text: str, start: Position, budget: int, max_chars: int) -> Split:
         mid_suffix = closing_suffix(line.before, after_newline=False, max_chars=max_chars)
         high = min(line.end - 1, limit - len(mid_suffix))
         for pos in range(high, low - 1, -1):
-            if text[pos - 1] in _WORD_BREAKS:
+            if text[pos - 1] in _WORD_BREAKS and not _starts_fence(text, pos, line):
                 offer("word", pos, line.before, line)
                 break
-        if high >= low:
-            offer("hard", _grapheme_safe(text, high, low), line.before, line)
+        hard = high
+        while hard >= low:
+            hard = _grapheme_safe(text, hard, low)
+            if not _starts_fence(text, hard, line):
+                offer("hard", hard, line.before, line)
+                break
+            hard -= 1
 
     for kind in ("paragraph", "line", "word"):
         if kind in best and best[kind].cut.pos >= half:

@@ -177,6 +177,17 @@ def test_inline_triple_backticks_are_not_a_fence() -> None:
     assert all(chunk.prefix == "" and chunk.suffix == "" for chunk in chunks)
 
 
+def test_a_cut_never_turns_mid_line_backticks_into_a_fence() -> None:
+    # Found by the property test below: "aaa```" mid-line is text, but a hard cut just before
+    # the backticks made the next message begin with a fence line that opened a code block.
+    text = "a" * 100 + "```\nthe\n\n" + "b" * 100 + "the\n\n"
+    for max_chars in range(60, 140):
+        check_chunks(text, chunk_markdown(text, max_chars), max_chars)
+    inside = "```\ncode " + "c" * 90 + "```\nmore\n```\n"
+    for max_chars in range(60, 140):
+        check_chunks(inside, chunk_markdown(inside, max_chars), max_chars)
+
+
 @pytest.mark.parametrize(("max_chars", "reserve"), [(31, 0), (100, 70), (100, -1)])
 def test_impossible_limits_are_refused(max_chars: int, reserve: int) -> None:
     with pytest.raises(ValueError, match="max_chars"):
