@@ -44,7 +44,7 @@ Measured on the labelled pairs shipped in ``core/data/dedupe_pairs.jsonl`` by
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Protocol, TypeVar
@@ -59,7 +59,18 @@ class HasText(Protocol):
     def text(self) -> str: ...
 
 
+class HasIdText(Protocol):
+    """A stored memory as dedupe sees it: its id and text."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+
 M = TypeVar("M", bound=HasText)
+R = TypeVar("R", bound=HasIdText)
 
 NEGATIONS = frozenset(
     """not no never none nobody nothing neither nor cannot cant dont doesnt didnt isnt wasnt
@@ -297,3 +308,19 @@ class Deduper:
             ):
                 best = (score, memory)
         return best[1] if best else None
+
+    def resolve(
+        self, text: str, known: Iterable[R], *, replacing: Collection[int] = ()
+    ) -> R | None:
+        """:meth:`match` for a candidate that supersedes the memories whose ids are in
+        ``replacing``: supersede comes before dedupe, so those are not compared (a
+        correction is never discarded as a duplicate of what it corrects). The one
+        exception is a replaced memory with the same text after normalisation, which is
+        returned: replacing a memory by its own words changes nothing.
+        """
+        rows = list(known)
+        norm = normalize(text)
+        for row in rows:
+            if row.id in replacing and normalize(row.text) == norm:
+                return row
+        return self.match(text, [row for row in rows if row.id not in replacing])

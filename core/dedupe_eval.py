@@ -32,6 +32,7 @@ Label = Literal["duplicate", "distinct"]
 Split = Literal["tune", "holdout"]
 SPLITS: tuple[str, ...] = ("tune", "holdout", "all")
 DEFAULT_JACCARD: tuple[float, ...] = (0.6, 0.7, 0.8)
+PAIRS_FILE = "data/dedupe_pairs.jsonl"  # inside the ``core`` package
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +107,17 @@ def load_pairs() -> list[LabelledPair]:
 
     Raises ValueError naming the line when a line is malformed.
     """
-    text = resources.files("core").joinpath("data/dedupe_pairs.jsonl").read_text("utf-8")
-    pairs = []
+    return parse_pairs(resources.files("core").joinpath(PAIRS_FILE).read_text("utf-8"))
+
+
+def parse_pairs(text: str) -> list[LabelledPair]:
+    """Labelled pairs from JSON Lines ``text`` (blank lines skipped).
+
+    Raises ValueError naming the line when a line is malformed, has an unknown label or
+    split, or repeats an earlier id.
+    """
+    pairs: list[LabelledPair] = []
+    ids: set[int] = set()
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -122,9 +132,14 @@ def load_pairs() -> list[LabelledPair]:
                 split=raw["split"],
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"dedupe_pairs.jsonl line {n}: {exc}") from exc
+            raise ValueError(f"dedupe pairs line {n}: {exc!r}") from exc
         if pair.label not in ("duplicate", "distinct") or pair.split not in ("tune", "holdout"):
-            raise ValueError(f"dedupe_pairs.jsonl line {n}: bad label or split")
+            raise ValueError(f"dedupe pairs line {n}: bad label or split")
+        if not pair.a.strip() or not pair.b.strip():
+            raise ValueError(f"dedupe pairs line {n}: empty text")
+        if pair.id in ids:
+            raise ValueError(f"dedupe pairs line {n}: id {pair.id} repeated")
+        ids.add(pair.id)
         pairs.append(pair)
     return pairs
 
