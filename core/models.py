@@ -77,10 +77,12 @@ class ScoredMemory:
 
 @dataclass(frozen=True, slots=True)
 class AddResult:
-    """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``."""
+    """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
+    ``superseded``: the ids of the memories ``id`` replaced in the same write."""
 
     id: int
     status: Literal["added", "duplicate"]
+    superseded: tuple[int, ...] = ()
 
     @property
     def duplicate_of(self) -> int | None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Literal
 
@@ -110,11 +111,13 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key, create=True)
             assert uid is not None
-            result = await self._add_one(conn, uid, user_key, memory, dedupe)
-            if result.status == "added":
-                for old_id in supersedes:
-                    await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
-            return result
+            result = await self._add_one(conn, uid, user_key, memory, dedupe, supersedes)
+            done = [
+                old_id
+                for old_id in dict.fromkeys(supersedes)
+                if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
+            ]
+            return replace(result, superseded=tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
@@ -194,6 +197,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         user_key: str,
         memory: NewMemory,
         dedupe: Deduper,
+        supersedes: Sequence[int] = (),
     ) -> AddResult:
         norm = normalize(memory.text)
         twin_sql = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
@@ -201,7 +205,9 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         if existing is not None:
             return AddResult(id=int(existing), status="duplicate")
         neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
-        twin = dedupe.match(memory.text, (s.memory for s in neighbours))
+        twin = dedupe.resolve(
+            memory.text, (s.memory for s in neighbours), replacing=frozenset(supersedes)
+        )
         if twin is not None:
             return AddResult(id=twin.id, status="duplicate")
         terms = index_terms(uid, memory.text)

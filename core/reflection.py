@@ -5,8 +5,9 @@ Flow for one user turn (its answer already stored, so nothing is lost on a crash
 load the exchange -> skip when the user's memory is paused or off -> recall the stored
 memories most related to it -> ``ChatModel.extract`` with :class:`ReflectionOutput` ->
 check every candidate against the memory rules in code (the API refuses length
-constraints in schemas) -> write through the store's dedupe, superseding what the model
-marked -> mark the turn ``done``.
+constraints in schemas) -> write through the store, superseding what the model marked
+before deduping (so "light mode" replacing "dark mode" is stored, not dropped as its
+near-twin) -> mark the turn ``done``.
 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
@@ -344,10 +345,13 @@ class Reflector:
                 dedupe=self.deduper,
                 supersedes=supersedes,
             )
+            # The store supersedes before it dedupes: a correction is never dropped as a
+            # duplicate of the memory it replaces (a duplicate of another memory still
+            # retires the ones it names).
+            superseded += len(result.superseded)
             if result.status == "duplicate":
                 duplicates += 1
                 continue
-            superseded += len(supersedes)
             stored = await self.store.get(user_key=turn.user_key, memory_id=result.id)
             if stored is not None:
                 added.append(stored)

@@ -173,7 +173,7 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
 class MemoryService:
     """The memory operations, always on behalf of one ``user_key``."""
 
-    def __init__(self, store: MemoryStore, *, dedupe_threshold: float = 0.7) -> None:
+    def __init__(self, store: MemoryStore, *, dedupe_threshold: float = 0.55) -> None:
         self.store = store
         self.deduper = Deduper(dedupe_threshold)
 

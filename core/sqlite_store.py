@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -122,11 +122,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
     ) -> AddResult:
         async with self._write():
             uid = cast(int, await self._uid(user_key, create=True))
-            result = await self._add_one(uid, user_key, memory, dedupe)
-            if result.status == "added":
-                for old_id in supersedes:
-                    await self._supersede(uid, old_id, result.id, memory.conversation_key)
-            return result
+            result = await self._add_one(uid, user_key, memory, dedupe, supersedes)
+            done = [
+                old_id
+                for old_id in dict.fromkeys(supersedes)
+                if await self._supersede(uid, old_id, result.id, memory.conversation_key)
+            ]
+            return replace(result, superseded=tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
@@ -196,10 +198,19 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         return results
 
     async def _add_one(
-        self, uid: int, user_key: str, memory: NewMemory, dedupe: Deduper
+        self,
+        uid: int,
+        user_key: str,
+        memory: NewMemory,
+        dedupe: Deduper,
+        supersedes: Sequence[int] = (),
     ) -> AddResult:
         norm = normalize(memory.text)
-        twin = dedupe.match(memory.text, await self._dedupe_candidates(uid, norm, memory.text))
+        twin = dedupe.resolve(
+            memory.text,
+            await self._dedupe_candidates(uid, norm, memory.text),
+            replacing=frozenset(supersedes),
+        )
         if twin is not None:
             return AddResult(id=twin.id, status="duplicate")
         terms = index_terms(uid, memory.text)

@@ -43,8 +43,11 @@ class MemoryStore(Protocol):
     ) -> AddResult:
         """Write ``memory`` unless ``dedupe`` finds it among the user's active memories.
 
-        ``supersedes`` names the user's memories the new one replaces (ignored when the new
-        one is a duplicate; ids of other users are ignored). Atomic.
+        ``supersedes`` names the user's memories the new one replaces (ids of other users
+        are ignored). Supersede comes before dedupe: those memories are not compared with
+        the new one (:meth:`core.dedupe.Deduper.resolve`), and when the new one duplicates
+        another active memory, that one replaces them. ``AddResult.superseded`` lists the
+        ids actually superseded. Atomic.
         """
         ...
 
