@@ -32,7 +32,7 @@ from core.models import (
     Source,
 )
 from core.store import MemoryStore
-from core.text import visible
+from core.text import clean_text
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +56,11 @@ MODE_REPLIES: dict[MemoryMode, str] = {
 
 
 def clean_memory_text(text: str) -> str:
-    """Strip invisible characters, collapse whitespace; raise ``MemoryInputError`` if empty
-    or too long. A memory is one sentence under ``MAX_MEMORY_CHARS`` (200) characters.
+    """Clean (:func:`core.text.clean_text`, one line), collapse whitespace; raise
+    ``MemoryInputError`` if empty or too long. A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
     """
-    cleaned = visible(text)
+    cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
         raise MemoryInputError("a memory needs some text")
     if len(cleaned) >= MAX_MEMORY_CHARS:
