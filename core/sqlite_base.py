@@ -109,8 +109,11 @@ class SQLiteBase:
             logger.info("applying migration %s", name)
             try:
                 await self._conn.execute("BEGIN IMMEDIATE")
-                for statement in _split_sql(sql):
-                    await self._conn.execute(statement)
+                if callable(sql):
+                    await sql(self._conn)
+                else:
+                    for statement in _split_sql(sql):
+                        await self._conn.execute(statement)
                 await self._conn.execute(
                     "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
                     (number, name, ts(utcnow())),

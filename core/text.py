@@ -48,9 +48,7 @@ _stemmer = snowballstemmer.stemmer("english")
 # U+1F469 U+200D U+1F4BB), U+200E/U+200F (LRM/RLM marks) and every other character. NUL must
 # go before the store: PostgreSQL refuses it in text outright.
 _LINE_ENDS = str.maketrans({"\r": "\n", "\x0b": "\n", "\x0c": "\n", "\x85": "\n"})
-REMOVED_CHARS = (
-    "\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\u202a-\u202e\u2066-\u2069\ufeff"
-)
+REMOVED_CHARS = "\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\u202a-\u202e\u2066-\u2069\ufeff"
 """The characters :func:`clean_text` removes, as a regular-expression class body (after CR,
 VT, FF and NEL became newlines); lone surrogates are removed as well."""
 _REMOVED = re.compile(f"[{REMOVED_CHARS}\ud800-\udfff]")
