@@ -38,12 +38,12 @@ REMOVED = [NUL, ESC, CSI, RLO, ZWSP, BOM, "\x07", "\x7f", "\u202a", "\u2066", "\
 
 def assert_clean(text: str) -> None:
     assert not needs_cleaning(text), repr(text)
-    for ch in REMOVED + [NEL, "\r"]:
+    for ch in [*REMOVED, NEL, "\r"]:
         assert ch not in text, (ch, text)
 
 
 # ---------------------------------------------------------------- the rule itself
-@pytest.mark.parametrize("ch", REMOVED + ["\x01", "\x1f", "\x80", "\x9f", "\u202c", "\u2067"])
+@pytest.mark.parametrize("ch", [*REMOVED, "\x01", "\x1f", "\x80", "\x9f", "\u202c", "\u2067"])
 def test_removed_characters(ch: str) -> None:
     assert clean_text(f"a{ch}b", keep_newlines=True) == "ab"
     assert clean_text(f"a{ch}b", keep_newlines=False) == "ab"
