@@ -32,7 +32,7 @@ from core.models import (
     Source,
 )
 from core.store import MemoryStore
-from core.text import clean_text
+from core.text import clean_text, needs_cleaning
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +91,14 @@ def parse_memory_id(text: str) -> int:
 def parse_user_key(value: str) -> str:
     """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME``.
 
-    Raises ``MemoryInputError`` for an empty key or one with blank parts.
+    Raises ``MemoryInputError`` for an empty key, one with blank parts, or one holding
+    control or invisible formatting characters (:func:`core.text.needs_cleaning`).
     """
     value = value.strip()
     if not value:
         raise MemoryInputError("a user is required")
     key = value if ":" in value else f"cli:{value}"
-    if any(not part.strip() for part in key.split(":")):
+    if any(not part.strip() for part in key.split(":")) or needs_cleaning(key):
         raise MemoryInputError(f"malformed user key {value!r}")
     return key
 

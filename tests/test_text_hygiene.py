@@ -17,7 +17,8 @@ import pytest
 from core.errors import ImportFormatError, MemoryInputError
 from core.loop import EMPTY_MESSAGE, ContextMessage
 from core.postgres_admin import copy_sqlite_to_postgres
-from core.service import MemoryService
+from core.reflection import check_text
+from core.service import MemoryService, parse_user_key
 from core.sqlite_store import SQLiteStore
 from core.store import Store, open_store
 from core.text import clean_text, index_terms, needs_cleaning, stems, words
@@ -389,3 +390,23 @@ async def test_db_copy_of_rows_with_nul(tmp_path: Path) -> None:
             assert [(t.text, t.author) for t in turns] == [(f"ab\nc {CODER}", "Alice")]
         finally:
             await target.close()
+
+
+async def test_queries_and_user_keys_with_controls(service: MemoryService) -> None:
+    await service.remember(user_key=ALICE, text="The user likes green tea.")
+    for query in (NUL, f"green{NUL}tea", f"{RLO}tea{ESC}", f"{ZWSP}{BOM}"):
+        hits = await service.search(user_key=ALICE, query=query)
+        assert all(h.memory.user_key == ALICE for h in hits)
+    assert [h.memory.text for h in await service.search(user_key=ALICE, query=f"tea{NUL}")] == [
+        "The user likes green tea."
+    ]
+    for key in (f"al{NUL}ice", f"slack:T1:U{RLO}1", f"{ZWSP}bob"):
+        with pytest.raises(MemoryInputError, match="malformed user key"):
+            parse_user_key(key)
+
+
+def test_cleanup_and_reflection_sentences_are_cleaned() -> None:
+    # core.cleanup checks merged sentences with the same function as reflection.
+    assert check_text(f"The user{NUL} likes {CODER}{RLO} tea.") == f"The user likes {CODER} tea."
+    assert check_text(f"The user says {PERSIAN}.") == f"The user says {PERSIAN}."
+    assert check_text(f"{NUL}{BOM}") is None
