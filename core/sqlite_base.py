@@ -197,7 +197,7 @@ def _private_files(path: str, created: bool) -> None:
     """0600 for a new store's side files; one warning for an existing store that group or
     others can read or write."""
     db = str(Path(path).expanduser())
-    shared = []
+    shared: list[tuple[str, int]] = []
     for name in (db + suffix for suffix in DB_FILE_SUFFIXES):
         try:
             mode = stat.S_IMODE(os.stat(name).st_mode)
@@ -206,13 +206,14 @@ def _private_files(path: str, created: bool) -> None:
         if created:
             os.chmod(name, 0o600)
         elif mode & 0o077:
-            shared.append(name)
+            shared.append((name, mode))
     if shared:
         logger.warning(
-            "database files readable by other accounts (mode %o): %s; fix: chmod 600 %s",
-            stat.S_IMODE(os.stat(shared[0]).st_mode),
-            shared[0],
-            " ".join(shared),
+            "database files readable or writable by other accounts (mode %o): %s;"
+            " fix: chmod 600 %s",
+            shared[0][1],
+            shared[0][0],
+            " ".join(name for name, _ in shared),
         )
 
 

@@ -41,7 +41,7 @@ def mode_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.levelno == logging.WARNING and "readable by other accounts" in r.getMessage()
+        if r.levelno == logging.WARNING and "by other accounts" in r.getMessage()
     ]
 
 
