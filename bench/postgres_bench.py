@@ -103,7 +103,15 @@ async def ensure_synthetic(
     server: str, batches: Batches, pool: Sequence[str], users: int, per_user: int
 ) -> str:
     """The name of the synthetic template database, built first if it does not exist."""
-    key = json.dumps([list(pool), users, per_user, [m[2] for m in MIGRATIONS], BUILD_VERSION])
+    key = json.dumps(
+        [
+            list(pool),
+            users,
+            per_user,
+            [m[2] if isinstance(m[2], str) else m[1] for m in MIGRATIONS],
+            BUILD_VERSION,
+        ]
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"selfmind_bench_{users}x{per_user}_{digest}"
     if await admin(server, "SELECT 1 FROM pg_database WHERE datname = $1", name):

@@ -35,10 +35,23 @@ from core.prompt import history_messages, system_blocks
 from core.reflection import Reflector
 from core.settings import Settings
 from core.store import Store
+from core.text import clean_text
 
 logger = logging.getLogger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)
+
+EMPTY_MESSAGE = "(a message with no text)"
+"""The text of a message left with nothing once cleaned (it held only control characters)."""
+
+
+def _clean_message(text: str) -> str:
+    cleaned = clean_text(text, keep_newlines=True)
+    return cleaned if cleaned.strip() or not text else EMPTY_MESSAGE
+
+
+def _clean_name(name: str | None) -> str | None:
+    return None if name is None else clean_text(name, keep_newlines=False)
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class IncomingMessage:
     ``conversation_key``: the DM, the thread root, or the terminal session;
     ``origin``: ``private`` (DM, terminal) or ``shared`` (a channel);
     ``where``: one line for the prompt, e.g. "a Slack channel thread".
+    ``text`` and ``author`` are cleaned on construction (:func:`core.text.clean_text`); a
+    text left blank by that becomes ``EMPTY_MESSAGE``.
     """
 
     user_key: str
@@ -61,6 +76,13 @@ class IncomingMessage:
     where: str = "a private conversation"
     workspace: str | None = None
 
+    def __post_init__(self) -> None:
+        # Message text enters the core here, whatever the adapter: cleaned once
+        # (core.text.clean_text, newlines and tabs kept), so the store, recall and the
+        # prompt all see the same text.
+        object.__setattr__(self, "text", _clean_message(self.text))
+        object.__setattr__(self, "author", _clean_name(self.author))
+
 
 @dataclass(frozen=True)
 class ContextMessage:
@@ -71,6 +93,10 @@ class ContextMessage:
     author: str | None = None
     user_key: str | None = None
     sent_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", _clean_message(self.text))
+        object.__setattr__(self, "author", _clean_name(self.author))
 
 
 class Delivery:
@@ -263,6 +289,7 @@ class TurnLoop:
         self, turn_id: int, user_key: str, answer: str, failed: ModelError | None
     ) -> None:
         reflect = await self.store.get_mode(user_key=user_key) == "on"
+        answer = clean_text(answer, keep_newlines=True)
         await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect)
         if failed is not None:
             logger.info("turn=%s answer failed: %s", turn_id, type(failed).__name__)

@@ -11,6 +11,11 @@ statistics are recomputed by the target's triggers. At the end every table is co
 both sides (and the users' active-memory totals compared); a mismatch is reported, not
 hidden. Turns that were waiting for a reflection arrive unclaimed, so the first replica that
 starts takes them over.
+
+Text is cleaned on the way (:mod:`core.text_repair`, the rule of migration
+``m007_clean_text``): a SQLite file may hold NUL or control characters written by an older
+version, and PostgreSQL refuses NUL in text. Memories get their normalised text remade from
+the clean text (the index terms are words only, already clean); turns keep their newlines.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncpg
 from core.errors import ConfigError, StoreError
 from core.postgres_base import DB_ERRORS, describe_error, mask_url, migrate
 from core.sqlite_base import dt
+from core.text_repair import memory_text, turn_text
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,19 @@ class _Table:
     times: tuple[str, ...] = ()  # ISO text in SQLite, timestamptz in PostgreSQL
     order: str = "rowid"
     identity: str | None = None  # column whose sequence continues after the copy
+    clean: Callable[[list[Any]], None] | None = None  # rewrites one row's text in place
+
+
+def _clean_memory(row: list[Any]) -> None:
+    # id, uid, text, norm, ...: the index terms stay the source's (words only, so already
+    # clean), which keeps the BM25 totals the copy compares equal on both sides.
+    new = memory_text(int(row[1]), row[2])
+    row[2:4] = [new.text, new.norm]
+
+
+def _clean_turn(row: list[Any]) -> None:
+    # id, conversation_key, user_key, role, author, text, ...
+    row[5], row[4] = turn_text(row[5], row[4])
 
 
 # In dependency order (users before memories ...).
@@ -72,6 +91,7 @@ TABLES: tuple[_Table, ...] = (
         ("created_at", "updated_at", "superseded_at"),
         "id",
         "id",
+        _clean_memory,
     ),
     _Table(
         "memory_events",
@@ -102,6 +122,7 @@ TABLES: tuple[_Table, ...] = (
         ("sent_at", "created_at"),
         "id",
         "id",
+        _clean_turn,
     ),
     _Table("processed_events", ("event_key", "claimed_at"), ("claimed_at",), "event_key"),
     _Table("memory_modes", ("user_key", "mode", "updated_at"), ("updated_at",), "user_key"),
@@ -294,7 +315,7 @@ async def _copy_table(
         ) as cur:
             while rows := list(await cur.fetchmany(BATCH_ROWS)):
                 for row in rows:
-                    yield _convert(row, times)
+                    yield _convert(row, times, table.clean)
                 done += len(rows)
                 if progress is not None:
                     progress(table.name, done, total)
@@ -310,8 +331,12 @@ async def _sqlite_value(src: aiosqlite.Connection, sql: str) -> int:
     return int(rows[0][0])
 
 
-def _convert(row: Sequence[Any], times: Sequence[int]) -> tuple[Any, ...]:
+def _convert(
+    row: Sequence[Any], times: Sequence[int], clean: Callable[[list[Any]], None] | None
+) -> tuple[Any, ...]:
     values = list(row)
+    if clean is not None:
+        clean(values)
     for i in times:
         if values[i] is not None:
             values[i] = _time(values[i])

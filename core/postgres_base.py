@@ -310,7 +310,10 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             logger.info("applying migration %s", name)
             try:
                 async with conn.transaction():
-                    await conn.execute(sql)
+                    if callable(sql):
+                        await sql(conn)
+                    else:
+                        await conn.execute(sql)
                     await conn.execute(
                         "INSERT INTO schema_migrations(number, name, applied_at)"
                         " VALUES ($1, $2, now())",

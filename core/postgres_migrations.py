@@ -7,10 +7,21 @@ The schema mirrors :mod:`core.sqlite_migrations` with native types (``bigint`` i
 (``u{uid}_{stem}``, :func:`core.text.index_terms`) built by ``array_to_tsvector``: each term
 is one lexeme, as it is (``to_tsvector`` would split ``u17_prefer`` at the underscore).
 
-Never edit a released migration: add ``m00N_...`` at the end.
+Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
+async function of the connection when it needs Python (``m006_clean_text``); either runs in
+the migration's transaction.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from core.text_repair import clean_stored_text
 
 M001_MEMORIES = """
 CREATE TABLE users (
@@ -186,9 +197,36 @@ CREATE TABLE memory_embeddings (
 CREATE INDEX memory_embeddings_by_user ON memory_embeddings(uid);
 """
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def numbered(sql: str) -> str:
+    """``sql`` with its ``?`` placeholders as PostgreSQL's ``$1, $2, ...``."""
+    count = iter(range(1, sql.count("?") + 1))
+    return _PLACEHOLDER.sub(lambda _: f"${next(count)}", sql)
+
+
+async def m006_clean_text(conn: asyncpg.Connection) -> None:
+    """Clean memories and turns stored before text hygiene (:mod:`core.text_repair`):
+    control characters, bidirectional overrides, zero-width spaces, BOMs (PostgreSQL never
+    held NUL: it refuses it)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
+
+
+Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
+"""The SQL of a migration, or the async function that applies it."""
+
+MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_memories", M001_MEMORIES),
     (2, "m002_conversations", M002_CONVERSATIONS),
     (3, "m003_usage", M003_USAGE),
     (4, "m004_embeddings", M004_EMBEDDINGS),
+    (6, "m006_clean_text", m006_clean_text),
 ]

@@ -33,7 +33,7 @@ from core.llm import ChatModel, Usage
 from core.models import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 from core.prompt import as_data
 from core.store import Store
-from core.text import visible
+from core.text import clean_text
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def check_candidate(candidate: MemoryCandidate) -> str | None:
 
 def check_text(raw: str) -> str | None:
     """``raw`` cleaned if it is one third-person sentence under 200 characters, else None."""
-    text = visible(raw)
+    text = clean_text(raw, keep_newlines=False)
     if not text or len(text) >= MAX_MEMORY_CHARS:
         return None
     if _FIRST_PERSON.match(text) or text.endswith("?"):

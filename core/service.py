@@ -32,7 +32,7 @@ from core.models import (
     Source,
 )
 from core.store import MemoryStore
-from core.text import visible
+from core.text import clean_text, needs_cleaning
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +56,11 @@ MODE_REPLIES: dict[MemoryMode, str] = {
 
 
 def clean_memory_text(text: str) -> str:
-    """Strip invisible characters, collapse whitespace; raise ``MemoryInputError`` if empty
-    or too long. A memory is one sentence under ``MAX_MEMORY_CHARS`` (200) characters.
+    """Clean (:func:`core.text.clean_text`, one line), collapse whitespace; raise
+    ``MemoryInputError`` if empty or too long. A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
     """
-    cleaned = visible(text)
+    cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
         raise MemoryInputError("a memory needs some text")
     if len(cleaned) >= MAX_MEMORY_CHARS:
@@ -90,13 +91,14 @@ def parse_memory_id(text: str) -> int:
 def parse_user_key(value: str) -> str:
     """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME``.
 
-    Raises ``MemoryInputError`` for an empty key or one with blank parts.
+    Raises ``MemoryInputError`` for an empty key, one with blank parts, or one holding
+    control or invisible formatting characters (:func:`core.text.needs_cleaning`).
     """
     value = value.strip()
     if not value:
         raise MemoryInputError("a user is required")
     key = value if ":" in value else f"cli:{value}"
-    if any(not part.strip() for part in key.split(":")):
+    if any(not part.strip() for part in key.split(":")) or needs_cleaning(key):
         raise MemoryInputError(f"malformed user key {value!r}")
     return key
 

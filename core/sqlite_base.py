@@ -8,13 +8,20 @@ across the process crashing or being killed, but a power loss can roll back the 
 (never corrupting the file; https://www.sqlite.org/pragma.html#pragma_synchronous). With 200
 simultaneous users the two measured the same here (``bench/replay_locomo.py --concurrent``).
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
+
+Private files: a store folder the bot creates is made 0700 and a new database file 0600,
+whatever the umask; SQLite gives ``-wal``, ``-shm`` and ``-journal`` the main file's mode
+(its unix VFS copies it), and they are set to 0600 after open as well. An existing store that
+other accounts can read gets one warning at open, naming the ``chmod`` that fixes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -56,8 +63,9 @@ class SQLiteBase:
         Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
         migration fails (that migration is rolled back).
         """
+        created = False
         if path != ":memory:":
-            await asyncio.to_thread(_make_parent, path)
+            created = await asyncio.to_thread(_make_parent, path)
         try:
             conn = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
         except sqlite3.Error as exc:
@@ -65,6 +73,8 @@ class SQLiteBase:
         store = cls(conn, path)
         try:
             await store._configure(synchronous)
+            if path != ":memory:":
+                await asyncio.to_thread(_private_files, path, created)
             await store._migrate()
         except sqlite3.Error as exc:
             await conn.close()
@@ -99,8 +109,11 @@ class SQLiteBase:
             logger.info("applying migration %s", name)
             try:
                 await self._conn.execute("BEGIN IMMEDIATE")
-                for statement in _split_sql(sql):
-                    await self._conn.execute(statement)
+                if callable(sql):
+                    await sql(self._conn)
+                else:
+                    for statement in _split_sql(sql):
+                        await self._conn.execute(statement)
                 await self._conn.execute(
                     "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
                     (number, name, ts(utcnow())),
@@ -153,8 +166,55 @@ class SQLiteBase:
         return next(iter(rows), None)
 
 
-def _make_parent(path: str) -> None:
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+DB_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+"""The files of one SQLite store: the database, its WAL, its shared-memory index, and the
+rollback journal (https://www.sqlite.org/tempfiles.html)."""
+
+
+def _make_parent(path: str) -> bool:
+    """Create the store's folder (0700) and an empty database file (0600) when missing,
+    whatever the umask; True when the file is new. Raises ``StoreError``."""
+    db = Path(path).expanduser()
+    try:
+        if not db.parent.exists():
+            db.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(db.parent, 0o700)
+        # O_EXCL: an existing file (another process's store) is left as it is. An empty
+        # file is a valid empty SQLite database.
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot create database {path}: {exc}") from exc
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _private_files(path: str, created: bool) -> None:
+    """0600 for a new store's side files; one warning for an existing store that group or
+    others can read or write."""
+    db = str(Path(path).expanduser())
+    shared: list[tuple[str, int]] = []
+    for name in (db + suffix for suffix in DB_FILE_SUFFIXES):
+        try:
+            mode = stat.S_IMODE(os.stat(name).st_mode)
+        except FileNotFoundError:
+            continue
+        if created:
+            os.chmod(name, 0o600)
+        elif mode & 0o077:
+            shared.append((name, mode))
+    if shared:
+        logger.warning(
+            "database files readable or writable by other accounts (mode %o): %s;"
+            " fix: chmod 600 %s",
+            shared[0][1],
+            shared[0][0],
+            " ".join(name for name, _ in shared),
+        )
 
 
 def _split_sql(script: str) -> list[str]:

@@ -1,9 +1,19 @@
 """Numbered SQLite migrations, applied in order, each in one transaction.
 
-Never edit a released migration: add ``m00N_...`` at the end.
+Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
+async function of the connection when it needs Python (``m007_clean_text``); either runs in
+the migration's transaction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import aiosqlite
+
+from core.text_repair import clean_stored_text
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -203,10 +213,29 @@ CREATE TRIGGER memories_ad_embedding AFTER DELETE ON memories BEGIN
 END;
 """
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+
+async def m007_clean_text(conn: aiosqlite.Connection) -> None:
+    """Clean memories and turns stored before text hygiene (:mod:`core.text_repair`): NUL,
+    control characters, bidirectional overrides, zero-width spaces, BOMs."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await clean_stored_text(fetch=fetch, execute=execute, now=now)
+
+
+Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
+"""The SQL of a migration, or the async function that applies it."""
+
+MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_initial", M001_INITIAL),
     (2, "m002_conversations", M002_CONVERSATIONS),
     (3, "m003_usage", M003_USAGE),
     (4, "m004_cleanup", M004_CLEANUP),
     (5, "m005_embeddings", M005_EMBEDDINGS),
+    (7, "m007_clean_text", m007_clean_text),
 ]

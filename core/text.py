@@ -38,11 +38,45 @@ STOP_WORDS = frozenset(
 _stemmer = snowballstemmer.stemmer("english")
 
 
+# Text hygiene (the one rule for every path into the store: remember, reflection, import,
+# cleanup, messages, turns). Removed: C0 and C1 control characters (U+0000-001F, U+007F-009F)
+# but tab and newline; bidirectional embeddings, overrides and isolates (U+202A-202E,
+# U+2066-2069, which can make stored text read differently from what it says); U+200B (zero
+# width space); U+FEFF (BOM / zero width no-break space); lone surrogates (from JSON "\ud800":
+# not encodable as UTF-8, so neither SQLite nor PostgreSQL could store them). Kept: U+200C/
+# U+200D (ZWNJ/ZWJ: part of Persian and Indic spelling and of emoji sequences such as
+# U+1F469 U+200D U+1F4BB), U+200E/U+200F (LRM/RLM marks) and every other character. NUL must
+# go before the store: PostgreSQL refuses it in text outright.
+_LINE_ENDS = str.maketrans({"\r": "\n", "\x0b": "\n", "\x0c": "\n", "\x85": "\n"})
+REMOVED_CHARS = "\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\u202a-\u202e\u2066-\u2069\ufeff"
+"""The characters :func:`clean_text` removes, as a regular-expression class body (after CR,
+VT, FF and NEL became newlines); lone surrogates are removed as well."""
+_REMOVED = re.compile(f"[{REMOVED_CHARS}\ud800-\udfff]")
+_DIRTY = re.compile(f"[{REMOVED_CHARS}\r\x0b\x0c\x85\ud800-\udfff]")
+
+
+def clean_text(text: str, *, keep_newlines: bool) -> str:
+    """``text`` as it may be stored: control and invisible formatting characters removed.
+
+    Line ends become ``\\n`` (CRLF, CR, VT, FF and NEL U+0085 alike); with
+    ``keep_newlines`` (messages, turns) newlines and tabs stay and nothing else changes;
+    without it (memories: one line) all whitespace runs collapse to one space and the ends
+    are stripped. See ``REMOVED_CHARS`` for what goes and why ZWJ/ZWNJ stay. Idempotent.
+    """
+    if _DIRTY.search(text):
+        text = _REMOVED.sub("", text.replace("\r\n", "\n").translate(_LINE_ENDS))
+    return text if keep_newlines else " ".join(text.split())
+
+
+def needs_cleaning(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`clean_text` removes or rewrites (a line end
+    other than ``\\n``), whatever the whitespace; cheap, for scanning stored rows."""
+    return _DIRTY.search(text) is not None
+
+
 def visible(text: str) -> str:
-    """``text`` without invisible format characters (Unicode category Cf: zero-width spaces
-    and joiners, bidirectional overrides such as U+202E), whitespace collapsed."""
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    return " ".join(text.split())
+    """``clean_text(text, keep_newlines=False)``: the one-line form memories take."""
+    return clean_text(text, keep_newlines=False)
 
 
 def normalize(text: str) -> str:
