@@ -96,7 +96,7 @@ def error_kind(error: BaseException, cause: BaseException | None = None) -> str:
     name = type(cause).__name__
     if "Timeout" in name:
         return "timeout"
-    if "Connection" in name or "Transport" in name:
+    if "Connection" in name:
         return "connection"
     status = getattr(cause, "status_code", None)
     error_type = getattr(cause, "type", None)

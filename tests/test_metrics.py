@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2
 import pytest
 from aiohttp import ClientSession
 from prometheus_client.parser import text_string_to_metric_families
 
 from bots.discord_bot import SelfMindBot, start_bot
-from core.errors import ConfigError
+from core.errors import ConfigError, ModelError
 from core.health import HealthServer
 from core.metrics import Metrics, Readiness, error_kind
 from core.runtime import open_runtime
@@ -363,7 +365,9 @@ def test_disabled_metrics_record_nothing_and_never_import_prometheus_client() ->
     metrics = Metrics()
     metrics.message_received("cli:alice")
     metrics.memories_forgotten(2)
-    assert metrics.claude_error(ValueError("x")) is not None and not metrics.enabled
+    error = ValueError("x")
+    assert metrics.claude_error(error) is error
+    assert metrics.registry is None and not metrics.enabled
     code = (
         "import sys, core.runtime, core.loop, core.service;"
         "print('prometheus_client' in sys.modules, 'aiohttp' in sys.modules)"
@@ -398,32 +402,30 @@ def test_only_the_platform_of_a_key_can_become_a_label(user_key: str, platform: 
     )
 
 
-class _Status(Exception):
-    def __init__(self, status_code: int, type: str | None = None) -> None:
-        self.status_code, self.type = status_code, type
+_REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/messages")
 
 
-class APITimeoutError(Exception):
-    pass
-
-
-class APIConnectionError(Exception):
-    pass
+def _status(cls: type[anthropic.APIStatusError], code: int, error_type: str | None = None) -> Any:
+    body = {"type": "error", "error": {"type": error_type}} if error_type else None
+    return cls("refused", response=httpx2.Response(code, request=_REQUEST), body=body)
 
 
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (_Status(429, "rate_limit_error"), "rate_limit"),
-        (_Status(529), "overloaded"),
-        (_Status(200, "overloaded_error"), "overloaded"),  # an in-stream error event
-        (_Status(500), "server"),
-        (_Status(401), "auth"),
-        (_Status(400, "invalid_request_error"), "refused"),
-        (APITimeoutError(), "timeout"),
-        (APIConnectionError(), "connection"),
-        (ValueError(), "other"),
+        (_status(anthropic.RateLimitError, 429, "rate_limit_error"), "rate_limit"),
+        (_status(anthropic.InternalServerError, 529, "overloaded_error"), "overloaded"),
+        (_status(anthropic.APIStatusError, 200, "overloaded_error"), "overloaded"),  # in-stream
+        (_status(anthropic.InternalServerError, 500), "server"),
+        (_status(anthropic.AuthenticationError, 401), "auth"),
+        (_status(anthropic.BadRequestError, 400, "invalid_request_error"), "refused"),
+        (anthropic.APITimeoutError(request=_REQUEST), "timeout"),
+        (anthropic.APIConnectionError(request=_REQUEST), "connection"),
+        (ValueError("odd"), "other"),
     ],
 )
-def test_error_kinds_follow_the_sdk_exception(error: Exception, kind: str) -> None:
-    assert error_kind(ValueError("wrapped"), error) == kind
+def test_error_kinds_follow_the_real_sdk_exceptions(error: Exception, kind: str) -> None:
+    wrapped = ModelError("failed", user_message="x")
+    assert error_kind(wrapped, error) == kind
+    wrapped.__cause__ = error  # as core.llm raises them: ``raise ModelError(...) from exc``
+    assert error_kind(wrapped) == kind
