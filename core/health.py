@@ -93,4 +93,5 @@ class HealthServer:
         return cls(runner, bound)
 
     async def close(self) -> None:
+        """Stop listening."""
         await self._runner.cleanup()

@@ -139,9 +139,11 @@ class Readiness:
         self._changed_wall = now()
 
     def store_opened(self) -> None:
+        """The store is open (called by the runtime once migrations ran)."""
         self.store_open = True
 
     def store_closed(self) -> None:
+        """The store is closing (called by the runtime on the way out)."""
         self.store_open = False
 
     def connected(self, platform: str) -> None:
@@ -168,6 +170,7 @@ class Readiness:
 
     @property
     def ready(self) -> bool:
+        """Store open and platform connected."""
         return self.store_open and self.is_connected
 
     @property
@@ -258,6 +261,7 @@ class Metrics:
 
     @property
     def enabled(self) -> bool:
+        """True when recording into a registry."""
         return self.registry is not None
 
     def watch(self, *, readiness: Readiness, queue_depth: Callable[[], int] | None) -> None:
@@ -276,10 +280,12 @@ class Metrics:
             self._latency.observe(max(0.0, time.monotonic() - started))
 
     def reflection_failed(self) -> None:
+        """One reflection attempt failed (a Claude error, or a crash)."""
         if self.registry is not None:
             self._failed.inc()
 
     def reflection_skipped(self) -> None:
+        """A reflection was given up after its last attempt."""
         if self.registry is not None:
             self._skipped.inc()
 
@@ -310,6 +316,7 @@ class Metrics:
             self._stored.labels(source=source).inc(count)
 
     def memories_forgotten(self, count: int = 1) -> None:
+        """``count`` memories forgotten by their user."""
         if self.registry is not None and count > 0:
             self._forgotten.inc(count)
 
