@@ -151,9 +151,16 @@ class SelfMindBot(discord.Client):
 
     async def on_ready(self) -> None:
         assert self.user is not None
+        self.rt.readiness.connected("discord")
         logger.info(
             "connected as %s (id %s), %d servers", self.user, self.user.id, len(self.guilds)
         )
+
+    async def on_resumed(self) -> None:
+        self.rt.readiness.connected("discord")
+
+    async def on_disconnect(self) -> None:
+        self.rt.readiness.disconnected("discord")
 
     async def close(self) -> None:
         """Stop taking messages, let answers in flight and reflections finish (each bounded by
@@ -345,7 +352,9 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
     # SelfMind has no voice features: skip discord.py's start-up warnings about voice libraries.
     discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
     with discord_endpoints(settings):
-        async with open_runtime(settings, db_url=db_url, require_model=True, start=False) as rt:
+        async with open_runtime(
+            settings, db_url=db_url, require_model=True, start=False, serve_health=True
+        ) as rt:
             bot = SelfMindBot(rt)
             loop = asyncio.get_running_loop()
             stops: list[asyncio.Task[None]] = []

@@ -49,6 +49,7 @@ from bots.slack_conversations import BotIdentity, SlackConversations
 from bots.slack_sink import slack_error
 from core.cleanup_review import CleanupReviews
 from core.errors import ConfigError
+from core.health import healthz_handler
 from core.models import Turn, utcnow
 from core.runtime import Runtime, open_runtime
 from core.settings import Settings
@@ -232,16 +233,13 @@ class SlackBot:
         """The aiohttp app: ``POST /slack/events`` (events, commands, interactions; signed)
         and ``GET /healthz``."""
         app = web.Application()
-        app.add_routes([web.post(EVENTS_PATH, self._http_events), web.get(HEALTH_PATH, _healthz)])
+        healthz = healthz_handler(self.runtime.readiness)
+        app.add_routes([web.post(EVENTS_PATH, self._http_events), web.get(HEALTH_PATH, healthz)])
         return app
 
     async def _http_events(self, request: web.Request) -> web.Response:
         response = await self.app.async_dispatch(await to_bolt_request(request))
         return await to_aiohttp_response(response)
-
-
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
 
 
 @dataclass(frozen=True)
@@ -358,7 +356,13 @@ async def open_slack_bot(
             )
 
         rt = await stack.enter_async_context(
-            open_runtime(settings, db_url=db_url, require_model=True, before_start=find_unanswered)
+            open_runtime(
+                settings,
+                db_url=db_url,
+                require_model=True,
+                before_start=find_unanswered,
+                serve_health=True,
+            )
         )
         bot = SlackBot(
             settings=settings,
@@ -372,15 +376,18 @@ async def open_slack_bot(
             if http:
                 async with _serve_http(bot, settings.slack_http_host, port) as bound:
                     logger.info("slack bot listening on http port %d", bound)
+                    rt.readiness.connected("slack")
                     await bot.recover(unanswered)
                     yield RunningSlackBot(bot, rt, bound)
             else:
                 assert secrets.app_token is not None
                 async with _socket_mode(bot, secrets.app_token):
                     logger.info("slack bot connected in socket mode")
+                    rt.readiness.connected("slack")
                     await bot.recover(unanswered)
                     yield RunningSlackBot(bot, rt, None)
         finally:
+            rt.readiness.disconnected("slack")  # not ready while draining
             await bot.shutdown(settings.shutdown_timeout_s)
 
 

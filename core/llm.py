@@ -55,6 +55,7 @@ from anthropic.types import (
 from anthropic.types import Usage as ApiUsage
 
 from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
+from core.metrics import Metrics
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -169,7 +170,9 @@ class ClaudeChatModel:
         base_url: str | None = None,
         max_retries: int = 2,
         timeout_s: float = 600.0,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
         )
@@ -179,7 +182,9 @@ class ClaudeChatModel:
         self.memory_max_tokens = memory_max_tokens
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ClaudeChatModel:
+    def from_settings(
+        cls, settings: Settings, *, metrics: Metrics | None = None
+    ) -> ClaudeChatModel:
         """Build from :class:`core.settings.Settings`; ``ConfigError`` if the key is missing."""
         if settings.anthropic_api_key is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
@@ -192,6 +197,7 @@ class ClaudeChatModel:
             memory_max_tokens=settings.memory_max_tokens,
             max_retries=settings.anthropic_max_retries,
             timeout_s=settings.anthropic_timeout_s,
+            metrics=metrics,
         )
 
     async def aclose(self) -> None:
@@ -235,8 +241,9 @@ class ClaudeChatModel:
                 output_config={"format": {"type": "json_schema", "schema": _schema(output)}},
             )
         except anthropic.APIError as exc:
-            raise _model_error(exc, call="extract") from exc
+            raise self.metrics.claude_error(_model_error(exc, call="extract"), exc) from exc
         usage = Usage.from_api(message.usage)
+        self.metrics.tokens(call="extract", usage=usage)
         text = "".join(block.text for block in message.content if block.type == "text")
         logger.info(
             "extract done: model=%s output=%s stop_reason=%s usage=%s request_id=%s",
@@ -252,7 +259,7 @@ class ClaudeChatModel:
         except pydantic.ValidationError as exc:
             reason = _validation_summary(exc, stop_reason=message.stop_reason)
             logger.warning("extract reply malformed: output=%s %s", output.__name__, reason)
-            raise MalformedOutput(reason) from None
+            raise self.metrics.claude_error(MalformedOutput(reason)) from None
         return Extraction(value=value, usage=usage)
 
 
@@ -277,7 +284,11 @@ class _ClaudeAnswerStream:
         return self
 
     async def __anext__(self) -> str:
-        return await self._gen.__anext__()
+        try:
+            return await self._gen.__anext__()
+        except ModelError as exc:
+            self._model.metrics.claude_error(exc)
+            raise
 
     async def aclose(self) -> None:
         """Stop the stream and release its connection; safe to call twice."""
@@ -316,6 +327,7 @@ class _ClaudeAnswerStream:
             raise _cut(parts, type(exc).__name__) from exc
         self.stop_reason = final.stop_reason
         self.usage = Usage.from_api(final.usage)
+        model.metrics.tokens(call="chat", usage=self.usage)
         logger.info(
             "stream done: model=%s stop_reason=%s chars=%d usage=%s",
             model.chat_model,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 from core.controls import Controls, record_call
 from core.errors import ModelError, StreamCutError
 from core.llm import AnswerStream, ChatModel
+from core.metrics import Metrics
 from core.models import Origin, ScoredMemory, utcnow
 from core.prompt import history_messages, system_blocks
 from core.reflection import Reflector
@@ -124,7 +126,9 @@ class TurnLoop:
         reflector: Reflector,
         settings: Settings,
         clock: Callable[[], datetime] = utcnow,
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self.store = store
         self.model = model
         self.reflector = reflector
@@ -183,7 +187,7 @@ class TurnLoop:
             user_key=message.user_key, workspace=message.workspace, now=self.clock()
         )
         await self._maybe_prune()
-        return await self.store.add_turn(
+        turn_id = await self.store.add_turn(
             conversation_key=message.conversation_key,
             user_key=message.user_key,
             role="user",
@@ -195,6 +199,8 @@ class TurnLoop:
             platform_ref=message.platform_ref,
             workspace=message.workspace,
         )
+        self.metrics.message_received(message.user_key)
+        return turn_id
 
     async def answer(
         self,
@@ -215,6 +221,7 @@ class TurnLoop:
         message unanswered in the store, so it is answered again after a restart rather than
         left cut on screen.
         """
+        started = time.monotonic()
         if turn_id is None:
             turn_id = await self.receive(message)
         history = await self.store.recent_turns(
@@ -250,6 +257,7 @@ class TurnLoop:
             async for delta in stream:
                 parts.append(delta)
                 yield delta
+            self.metrics.answered(started)
         except StreamCutError as exc:
             failed = exc
             if exc.partial and not parts:

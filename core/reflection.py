@@ -30,6 +30,7 @@ from core.controls import record_call
 from core.dedupe import Deduper
 from core.errors import ModelError
 from core.llm import ChatModel, Usage
+from core.metrics import Metrics
 from core.models import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 from core.prompt import as_data
 from core.store import Store
@@ -153,7 +154,9 @@ class Reflector:
         retry_delay_s: float = 1.0,
         on_learned: LearnedCallback | None = None,
         model_name: str = "unknown",
+        metrics: Metrics | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
         self.store = store
         self.model = model
         self.deduper = deduper
@@ -242,6 +245,7 @@ class Reflector:
                         await self.reflect(turn_id)
                 except Exception:
                     logger.exception("reflection of turn %s crashed", turn_id)
+                    self.metrics.reflection_failed()
                 finally:
                     queue.popleft()
                     self._queued.discard(turn_id)
@@ -265,6 +269,7 @@ class Reflector:
             try:
                 result = await self._reflect_once(turn, answer)
             except ModelError as exc:
+                self.metrics.reflection_failed()
                 if attempts >= self.max_attempts:
                     logger.warning(
                         "reflection skipped: turn=%s user=%s attempts=%s error=%s",
@@ -276,12 +281,14 @@ class Reflector:
                     await self.store.set_reflection(
                         turn_id=turn_id, state="skipped", attempts=attempts
                     )
+                    self.metrics.reflection_skipped()
                     return None
                 await self.store.set_reflection(turn_id=turn_id, state="pending", attempts=attempts)
                 await asyncio.sleep(self.retry_delay_s * attempts)
                 continue
             await self.store.set_reflection(turn_id=turn_id, state="done", attempts=attempts)
             break
+        self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
             "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d superseded=%d",
             turn_id,

@@ -11,23 +11,33 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.cleanup import Cleaner
 from core.errors import SelfMindError
 from core.llm import ChatModel, ClaudeChatModel
 from core.loop import TurnLoop
+from core.metrics import Metrics, Readiness
 from core.reflection import Reflector
 from core.service import MemoryService
 from core.settings import Settings
 from core.store import Store, open_store
+
+if TYPE_CHECKING:
+    from core.health import HealthServer
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class Runtime:
-    """Long-lived resources of one bot process. ``loop`` is None without an API key."""
+    """Long-lived resources of one bot process. ``loop`` is None without an API key.
+
+    ``readiness``: adapters report their platform connection on it (``/healthz``);
+    ``metrics``: recording a no-op unless ``SELFMIND_METRICS_PORT`` is set; ``health``: the
+    ``/healthz`` + ``/metrics`` server when ``open_runtime(serve_health=True)`` started one.
+    """
 
     settings: Settings
     store: Store
@@ -35,6 +45,9 @@ class Runtime:
     model: ChatModel | None
     reflector: Reflector | None
     loop: TurnLoop | None
+    metrics: Metrics = field(default_factory=Metrics)
+    readiness: Readiness = field(default_factory=Readiness)
+    health: HealthServer | None = None
 
 
 async def scheduled_cleanups(rt: Runtime) -> None:
@@ -75,21 +88,37 @@ async def open_runtime(
     require_model: bool = False,
     start: bool = True,
     before_start: Callable[[Runtime], Awaitable[None]] | None = None,
+    serve_health: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Open everything; on exit drain reflections (bounded by ``shutdown_timeout_s``) and close.
 
     Without ``ANTHROPIC_API_KEY`` the runtime has no model (memory commands still work);
     with ``require_model`` that is a ``ConfigError`` naming the variable. ``before_start``
     runs after the store opens and before start-up work (resuming reflections), e.g. to find
-    messages a crash left unanswered.
+    messages a crash left unanswered. With ``serve_health`` (the bot modes) and
+    ``SELFMIND_METRICS_PORT`` set, ``/healthz`` and ``/metrics`` are served until exit
+    (``ConfigError`` naming the variable when the port cannot be listened on).
     """
+    metrics = Metrics.create() if settings.metrics_port is not None else Metrics()
+    readiness = Readiness()
     store = await open_store(db_url, settings)
+    readiness.store_opened()
     model: ClaudeChatModel | None = None
+    health: HealthServer | None = None
     try:
-        service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold)
+        if serve_health and settings.metrics_port is not None:
+            from core.health import HealthServer  # aiohttp: only the bot modes need it
+
+            health = await HealthServer.start(
+                host=settings.metrics_host,
+                port=settings.metrics_port,
+                readiness=readiness,
+                metrics=metrics,
+            )
+        service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics)
         reflector = loop = None
         if settings.anthropic_api_key is not None or require_model:
-            model = ClaudeChatModel.from_settings(settings)
+            model = ClaudeChatModel.from_settings(settings, metrics=metrics)
             reflector = Reflector(
                 store=store,
                 model=model,
@@ -97,9 +126,16 @@ async def open_runtime(
                 related_k=settings.reflection_related_k,
                 max_attempts=settings.reflection_max_attempts,
                 model_name=settings.reflection_model,
+                metrics=metrics,
             )
-            loop = TurnLoop(store=store, model=model, reflector=reflector, settings=settings)
-        rt = Runtime(settings, store, service, model, reflector, loop)
+            loop = TurnLoop(
+                store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
+            )
+        metrics.watch(
+            readiness=readiness,
+            queue_depth=(lambda: reflector.pending) if reflector is not None else None,
+        )
+        rt = Runtime(settings, store, service, model, reflector, loop, metrics, readiness, health)
         if before_start is not None:
             await before_start(rt)
         if start and loop is not None:
@@ -116,6 +152,9 @@ async def open_runtime(
             if rt.loop is not None:
                 await rt.loop.shutdown()
     finally:
+        readiness.store_closed()
+        if health is not None:
+            await health.close()
         if model is not None:
             await model.aclose()
         await store.close()

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from core.dedupe import Deduper
 from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
+from core.metrics import Metrics
 from core.models import (
     CATEGORIES,
     KINDS,
@@ -175,9 +176,12 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
 class MemoryService:
     """The memory operations, always on behalf of one ``user_key``."""
 
-    def __init__(self, store: MemoryStore, *, dedupe_threshold: float = 0.55) -> None:
+    def __init__(
+        self, store: MemoryStore, *, dedupe_threshold: float = 0.55, metrics: Metrics | None = None
+    ) -> None:
         self.store = store
         self.deduper = Deduper(dedupe_threshold)
+        self.metrics = metrics or Metrics()
 
     async def remember(
         self,
@@ -204,6 +208,7 @@ class MemoryService:
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
         logger.info("remember user=%s id=%s status=%s", user_key, result.id, result.status)
+        self.metrics.memories_stored(source, int(result.status == "added"))
         return result
 
     async def forget(self, *, user_key: str, memory_id: int) -> None:
@@ -213,11 +218,13 @@ class MemoryService:
         if not await self.store.forget(user_key=user_key, memory_id=memory_id):
             raise MemoryNotFound(memory_id)
         logger.info("forget user=%s id=%s", user_key, memory_id)
+        self.metrics.memories_forgotten()
 
     async def forget_all(self, *, user_key: str) -> int:
         """Forget all of the user's memories and conversation history; returns the count."""
         count = await self.store.forget_all(user_key=user_key)
         logger.info("forget_all user=%s count=%s", user_key, count)
+        self.metrics.memories_forgotten(count)
         return count
 
     async def list_memories(
@@ -270,4 +277,5 @@ class MemoryService:
         )
         added = sum(r.status == "added" for r in results)
         logger.info("import user=%s added=%s duplicates=%s", user_key, added, len(results) - added)
+        self.metrics.memories_stored("import", added)
         return ImportResult(added=added, duplicates=len(results) - added)

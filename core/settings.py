@@ -134,6 +134,10 @@ class Settings(BaseSettings):
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
+    # --- health and metrics (GET /healthz, GET /metrics); no port = no server, 0 = any free
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+
     def db_url(self) -> str:
         """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
         return normalize_db_url(self.db)

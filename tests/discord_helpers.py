@@ -76,7 +76,7 @@ async def running_bot(w: World, **overrides: Any) -> AsyncIterator[SelfMindBot]:
     until ``on_ready``; closed (answers and reflections finished) on exit."""
     settings = w.settings(**overrides)
     async with open_runtime(
-        settings, db_url=settings.db_url(), require_model=True, start=False
+        settings, db_url=settings.db_url(), require_model=True, start=False, serve_health=True
     ) as rt:
         assert rt.reflector is not None
         rt.reflector.retry_delay_s = 0.0

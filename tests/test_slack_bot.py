@@ -331,7 +331,7 @@ async def test_acknowledged_before_the_answer_is_written(
         assert slack.calls("chat.postMessage")[0].params["markdown_text"] == "_thinking…_"
         async with ClientSession() as http:
             health = await http.get(f"http://127.0.0.1:{running.port}/healthz")
-            assert (health.status, await health.json()) == (200, {"ok": True})
+            assert (health.status, (await health.json())["ready"]) == (200, True)
 
 
 async def test_a_429_on_chat_update_is_waited_out(
