@@ -171,91 +171,13 @@ def _text(content: object) -> str:
     return "".join(str(b.get("text", "")) for b in content)
 
 
-SYNTHETIC: dict[str, Any] = {
-    "speaker_a": "Ada",
-    "speaker_b": "Ben",
-    "session_1_date_time": "10:00 am on 3 March, 2025",
-    "session_1": [
-        {
-            "speaker": "Ada",
-            "dia_id": "D1:1",
-            "text": "Hi Ben! Long week. I finally started my new job as a data engineer at a bakery chain, which is a funny mix of flour and pipelines.",
-        },
-        {
-            "speaker": "Ben",
-            "dia_id": "D1:2",
-            "text": "Congrats Ada! You should try bouldering to unwind after work, it clears the head. What do you do on weekends?",
-        },
-        {
-            "speaker": "Ada",
-            "dia_id": "D1:3",
-            "text": "On weekends I volunteer at the animal shelter in my town. I have been walking the older dogs there every Saturday for two years now.",
-        },
-        {
-            "speaker": "Ben",
-            "dia_id": "D1:4",
-            "text": "That is lovely. I would adopt a greyhound if I had a garden, they are so calm and elegant indoors.",
-        },
-        {
-            "speaker": "Ada",
-            "dia_id": "D1:5",
-            "text": "I also adopted a cat named Miso last spring. She sleeps on my keyboard whenever I try to write code at home.",
-        },
-        {
-            "speaker": "Ben",
-            "dia_id": "D1:6",
-            "text": "Ha, cats know exactly where the warm spots are. Maybe get a heated pad for her so the keyboard stays free.",
-        },
-    ],
-    "session_1_observation": {
-        "Ada": [
-            ["Ada started a new job as a data engineer at a bakery chain.", "D1:1"],
-            ["Ada volunteers at the animal shelter walking older dogs every Saturday.", "D1:3"],
-            ["Ada adopted a cat named Miso last spring.", "D1:5"],
-        ],
-        "Ben": [
-            ["Ben would adopt a greyhound if he had a garden.", "D1:4"],
-        ],
-    },
-    "session_2_date_time": "6:30 pm on 17 March, 2025",
-    "session_2": [
-        {
-            "speaker": "Ben",
-            "dia_id": "D2:1",
-            "text": "Hey Ada, how is the bakery job going? I just signed up for a pottery class on Thursday evenings, my first hobby in years.",
-        },
-        {
-            "speaker": "Ada",
-            "dia_id": "D2:2",
-            "text": "It is going well, I am building their sales dashboard in Python. And I am training for a half marathon in June, running three times a week.",
-        },
-        {
-            "speaker": "Ben",
-            "dia_id": "D2:3",
-            "text": "Impressive. You could try interval training on the track near the river, it helps with pace a lot.",
-        },
-        {
-            "speaker": "Ada",
-            "dia_id": "D2:4",
-            "text": "Maybe. My sister Lena is visiting from Lisbon next month, so I will have less time for running then.",
-        },
-    ],
-    "session_2_observation": {
-        "Ada": [
-            ["Ada is building a sales dashboard in Python for the bakery chain.", "D2:2"],
-            ["Ada is training for a half marathon in June.", "D2:2"],
-            ["Ada's sister Lena lives in Lisbon.", "D2:4"],
-        ],
-        "Ben": [
-            ["Ben signed up for a pottery class on Thursday evenings.", "D2:1"],
-        ],
-    },
-}
+SYNTHETIC = Path(__file__).parent / "data" / "eval_conversation.json"
+"""A two-session conversation in LoCoMo's format written for these tests (Ada and Ben)."""
 
 
 def write_synthetic(folder: Path, name: str = "conv-90") -> Path:
     """The synthetic two-session conversation as a LoCoMo file in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
-    path.write_text(json.dumps(SYNTHETIC), encoding="utf-8")
+    path.write_text(SYNTHETIC.read_text(encoding="utf-8"), encoding="utf-8")
     return path

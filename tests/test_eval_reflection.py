@@ -185,7 +185,7 @@ async def test_interrupted_and_resumed_run_equals_one_run(
         for stop_at in (7, 40):  # mid-session, then inside the negative suite
             calls = {"n": 0}
 
-            def stop(at: int = stop_at) -> bool:
+            def stop(at: int = stop_at, calls: dict[str, int] = calls) -> bool:
                 calls["n"] += 1
                 return calls["n"] > at
 
