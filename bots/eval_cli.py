@@ -333,6 +333,11 @@ def _print_estimate(estimates: dict[str, Estimate], judge_model: str | None) -> 
         )
 
 
+def _names(names: list[str], limit: int = 8) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -364,13 +369,13 @@ def _print_report(report: ModelReport) -> None:
     typer.echo(
         f"negative suite: {report.negative.cases} cases, false-store rate"
         f" {_pct(report.false_store_rate)}"
-        + (f" (stored in {', '.join(report.negative.failing)})" if report.negative.failing else "")
+        + (f" (stored in {_names(report.negative.failing)})" if report.negative.failing else "")
     )
     typer.echo(
         f"correction suite: {report.correction.cases} cases, supersede rate"
         f" {_pct(report.supersede_rate)}"
         + (
-            f" (not superseded: {', '.join(report.correction.failing)})"
+            f" (not superseded: {_names(report.correction.failing)})"
             if report.correction.failing
             else ""
         )
