@@ -74,7 +74,7 @@ def reflection(
     ] = None,
     conversations: Annotated[
         list[str] | None,
-        typer.Option("--conversations", help="Only these (conv-26 ...); repeat the option."),
+        typer.Option("--conversations", help="Only these: conv-26,conv-30 (or repeat it)."),
     ] = None,
     sessions: Annotated[
         int | None, typer.Option("--sessions", min=1, help="Only the first N sessions of each.")
@@ -104,11 +104,12 @@ def reflection(
         raise _fail("ANTHROPIC_API_KEY is not set")
     if data is None:
         raise _fail("give --data DIR: a folder of LoCoMo conv-*.json files", 2)
+    names = [n.strip() for value in conversations or [] for n in value.split(",") if n.strip()]
     try:
-        convs = load_all(data, conversations or None)
+        convs = load_all(data, names or None)
     except (OSError, ValueError, KeyError) as exc:
         raise _fail(f"cannot load LoCoMo from {data}: {exc}") from None
-    missing = sorted(set(conversations or []) - {c.name for c in convs})
+    missing = sorted(set(names) - {c.name for c in convs})
     if missing:
         raise _fail(f"not in {data}: {', '.join(missing)}", 2)
     chosen = list(dict.fromkeys(models or [settings.reflection_model]))
@@ -322,8 +323,8 @@ def _print_estimate(estimates: dict[str, Estimate], judge_model: str | None) -> 
         err=True,
     )
     for model, e in estimates.items():
-        price = price_of(model)
-        note = " (price assumed)" if price is not None and price.assumed else ""
+        assumed = [m for m in (model, judge_model) if m and (p := price_of(m)) and p.assumed]
+        note = f" (price assumed for {', '.join(assumed)})" if assumed else ""
         typer.echo(
             f"  {model}: {e.reflection_calls} reflections, {e.reflection_input:,} input +"
             f" ~{e.reflection_output:,} output tokens; judge {judge_model or 'none'}:"

@@ -150,6 +150,16 @@ async def test_refusals(data: Path, tmp_path: Path) -> None:
         (broken / "conv-1.json").write_text('{"speaker_a": "A"', encoding="utf-8")
         code, _, err = await selfmind(*base, "--data", str(broken), env=env_for(fake), cwd=tmp_path)
         assert code == 1 and "cannot load" in err
+        code, _, err = await selfmind(
+            *base, "--data", str(data), "--conversations", "conv-90,conv-91", "--yes",
+            env=env_for(fake), cwd=tmp_path,
+        )  # fmt: skip
+        assert code == 2 and "not in" in err and "conv-91" in err
+        code, _, err = await selfmind(
+            *base, "--data", str(data), "--yes", "--out", str(tmp_path / "no" / "such" / "f"),
+            env=env_for(fake), cwd=tmp_path,
+        )  # fmt: skip
+        assert code == 1 and "--out" in err
         # Not a terminal and no --yes: estimate shown, nothing run.
         code, _, err = await selfmind(*base, "--data", str(data), env=env_for(fake), cwd=tmp_path)
         assert code == 1 and "pass --yes" in err and "estimate" in err
