@@ -14,7 +14,9 @@ Resumable: with a checkpoint file, every finished unit (one reflected turn, one 
 speaker-session, one suite case) is appended as a JSON line, and the store lives beside it
 (``FILE.<model>.db``); a second run with the same file and options skips what is done and
 gives the same totals as one run (:func:`totals` reads only the file and the store). The run
-stops between units when ``should_stop()`` turns true (Ctrl-C in the CLI).
+stops between units when ``should_stop()`` turns true (Ctrl-C in the CLI). A process killed
+outright between a reflection's store write and its line (a few milliseconds) leaves that
+turn reflected but unrecorded: the resumed run counts it as a failed reflection.
 """
 
 from __future__ import annotations
