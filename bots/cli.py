@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from bots.eval_cli import eval_app
 from core.cleanup import Cleaner, CleanupRun
 from core.errors import MemoryInputError, SelfMindError
 from core.models import Memory, ScoredMemory, UsageRow
@@ -42,6 +43,7 @@ app = typer.Typer(
 )
 memories_app = typer.Typer(help="Manage one user's memories.", no_args_is_help=True)
 app.add_typer(memories_app, name="memories")
+app.add_typer(eval_app, name="eval")
 
 
 @dataclass

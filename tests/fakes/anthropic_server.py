@@ -34,6 +34,9 @@ schemas the API refuses (see :data:`REFUSED_SCHEMA_KEYWORDS`; also ``minItems`` 
 0 or 1, string ``format`` outside :data:`SUPPORTED_STRING_FORMATS`, and any object schema
 without ``"additionalProperties": false``).
 
+``POST /v1/messages/count_tokens`` answers ``{"input_tokens": N}``, N being what
+``/v1/messages`` counts as the same body's prompt (:func:`prompt_tokens`).
+
 Usage is deterministic: tokens are ``ceil(len(text) / 4)``. Prompt caching: each system
 block carrying ``cache_control`` is a breakpoint; the longest breakpoint prefix (same model,
 same block texts) seen in an earlier successful request counts as ``cache_read_input_tokens``,
@@ -224,6 +227,17 @@ def count_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def prompt_tokens(body: Mapping[str, Any]) -> int:
+    """A request's prompt size as the fake counts it: :func:`count_tokens` of every system
+    block and every message's text (``/v1/messages`` and ``/v1/messages/count_tokens``)."""
+    texts = [str(b.get("text", "")) for b in _system_blocks(body)]
+    return sum(map(count_tokens, texts)) + sum(
+        count_tokens(_content_text(m.get("content")))
+        for m in body.get("messages") or []
+        if isinstance(m, dict)
+    )
+
+
 def request_kind(body: Mapping[str, Any]) -> Kind:
     """``"extract"`` when the body asks for structured output, else ``"chat"``."""
     config = body.get("output_config")
@@ -257,6 +271,7 @@ class FakeAnthropic:
         self.first_token_delay_s, self.ping_every = first_token_delay_s, ping_every
         self.responder = responder
         self.requests: list[RecordedRequest] = []
+        self.count_requests: list[RecordedRequest] = []
         self.totals = UsageTotals()
         self._queues: dict[str, deque[ReplyLike]] = {
             "chat": deque(),
@@ -273,6 +288,7 @@ class FakeAnthropic:
         """Listen on ``host:port`` (0 = ephemeral) and set ``base_url``."""
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/_fake/enqueue", self._control_enqueue)
         app.router.add_get("/_fake/requests", self._control_requests)
         app.router.add_get("/_fake/totals", self._control_totals)
@@ -318,6 +334,7 @@ class FakeAnthropic:
     def reset(self) -> None:
         """Forget recorded requests, queued replies, totals and the prompt cache."""
         self.requests.clear()
+        self.count_requests.clear()
         for queue in self._queues.values():
             queue.clear()
         self.totals = UsageTotals()
@@ -391,9 +408,7 @@ class FakeAnthropic:
         blocks = _system_blocks(body)
         texts = [str(b.get("text", "")) for b in blocks]
         model = str(body.get("model"))
-        total = sum(map(count_tokens, texts)) + sum(
-            count_tokens(_content_text(m.get("content"))) for m in body.get("messages", [])
-        )
+        total = prompt_tokens(body)
         # Like the API: a breakpoint whose prefix is shorter than the model's minimum
         # cacheable length is ignored silently (no cache write, no read).
         prefixes = [
@@ -507,6 +522,32 @@ class FakeAnthropic:
         except (ConnectionResetError, ConnectionError):
             pass
         return response
+
+    # --- the token counting endpoint
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` where N is what
+        ``/v1/messages`` would count as the prompt's total (input + cache reads + writes) for
+        the same body. Refused like ``/v1/messages`` (``max_tokens`` is not required);
+        recorded in :attr:`count_requests`, never in ``requests`` or ``totals``."""
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        record = RecordedRequest(
+            path=request.path,
+            body=body if isinstance(body, dict) else {},
+            headers={k.lower(): v for k, v in request.headers.items()},
+            kind=request_kind(body) if isinstance(body, dict) else "chat",
+        )
+        self.count_requests.append(record)
+        checked = {"max_tokens": 1, **body} if isinstance(body, dict) else body
+        refusal = self._refusal(record, checked)
+        if refusal is not None:
+            record.status = refusal[0]
+            return _error_response(refusal[0], refusal[1], refusal[2])
+        record.status = 200
+        return web.json_response({"input_tokens": prompt_tokens(record.body)})
 
     # --- control endpoints for out-of-process use
     async def _control_enqueue(self, request: web.Request) -> web.Response:
