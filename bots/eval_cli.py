@@ -46,8 +46,35 @@ from core.sqlite_store import SQLiteStore
 logger = logging.getLogger(__name__)
 
 eval_app = typer.Typer(help="Measure memory quality (uses your Claude key).", no_args_is_help=True)
-# `selfmind eval dedupe` (the labelled dedupe pairs, offline) is registered here by the lead,
-# over core/dedupe_eval.py (issue 19).
+
+
+@eval_app.command("dedupe")
+def eval_dedupe(
+    ctx: typer.Context,
+    threshold: Annotated[
+        float | None,
+        typer.Option(help="The rule's Jaccard screen (default: SELFMIND_DEDUPE_THRESHOLD)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Also print the report as one JSON object, last.")
+    ] = False,
+) -> None:
+    """Score the dedupe rule on the labelled pairs shipped with SelfMind (offline, no key).
+
+    The same table as ``python bench/dedupe.py``: false merges (distinct pairs called
+    duplicates) and duplicate recall, for the rule and for plain Jaccard at 0.6 / 0.7 / 0.8,
+    on the tune and holdout splits and on all pairs.
+    """
+    from core.dedupe_eval import evaluate, format_table, load_pairs
+
+    if threshold is None:
+        threshold = _settings(ctx).dedupe_threshold
+    if not 0.0 < threshold <= 1.0:
+        raise _fail(f"--threshold must be in (0, 1], got {threshold}")
+    report = evaluate(load_pairs(), threshold=threshold)
+    typer.echo(format_table(report))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict()))
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
