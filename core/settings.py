@@ -42,6 +42,8 @@ class Settings(BaseSettings):
         env_prefix="SELFMIND_",
         env_file=".env",
         env_file_encoding="utf-8",
+        # An empty value (``DISCORD_GUILD_ID=`` as .env.example has it) means "not set".
+        env_ignore_empty=True,
         extra="ignore",
         frozen=True,
         populate_by_name=True,
@@ -133,6 +135,7 @@ class Settings(BaseSettings):
     workspace_daily_tokens: int = Field(default=0, ge=0)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
 
     def db_url(self) -> str:
         """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
@@ -159,19 +162,28 @@ def normalize_db_url(value: str) -> str:
     return "sqlite:///" + str(Path(value).expanduser().resolve())
 
 
+def env_name(field: str) -> str:
+    """The variable a user sets for ``field``: ``SELFMIND_TOP_K`` or ``ANTHROPIC_API_KEY``."""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return "SELFMIND_" + field.upper()
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build the settings from the environment and ``.env``; overrides win.
 
-    Raises ``ConfigError`` naming the first invalid variable.
+    Raises ``ConfigError`` naming the first invalid variable as the user sets it
+    (``SELFMIND_SLACK_HTTP_PORT``, ``ANTHROPIC_API_KEY``) and what it expects.
     """
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "?"
-        name = (
-            loc.upper()
-            if loc.upper().startswith(("ANTHROPIC_", "SLACK_", "DISCORD_"))
-            else ("SELFMIND_" + loc.upper())
+        field = next(
+            (n for n in Settings.model_fields if loc in (n, env_name(n), env_name(n).lower())),
+            loc,
         )
-        raise ConfigError(f"{name}: {err['msg']}") from None
+        raise ConfigError(f"{env_name(field)}: {err['msg']} (fix it in .env or the environment)") from None

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from core.settings import Settings
 from core.hygiene_ops import AppliedChange, ChangeOp
 from core.models import (
+    UserSummary,
     AddResult,
     CallKind,
     Memory,
@@ -122,6 +123,10 @@ class MemoryStore(Protocol):
 
     async def close(self) -> None:
         """Flush and close."""
+        ...
+
+    async def users(self) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key."""
         ...
 
 
