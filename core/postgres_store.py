@@ -449,7 +449,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
             "   (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
             "   (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
             "    WHERE u.user_key = k.user_key)) AS last_active"
-            " FROM k ORDER BY k.user_key COLLATE \"C\""
+            ' FROM k ORDER BY k.user_key COLLATE "C"'
         )
         return [
             UserSummary(

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.errors import ConfigError
 
 DEFAULT_MODEL = "claude-opus-4-8"
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 
 
 def _split(value: object) -> object:
@@ -98,7 +99,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=_env("SLACK_SIGNING_SECRET")
     )
     slack_api_url: str = Field(
-        default="https://slack.com/api/", validation_alias=_env("SLACK_API_URL")
+        default=DEFAULT_SLACK_API_URL, validation_alias=_env("SLACK_API_URL")
     )
     slack_memory_notes: bool = True
     slack_http_host: str = "0.0.0.0"
@@ -136,6 +137,17 @@ class Settings(BaseSettings):
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
+
+    def require_model_key(self) -> str:
+        """The Anthropic API key; ``ConfigError`` naming ``ANTHROPIC_API_KEY`` when it is not
+        set (an empty value counts as not set)."""
+        key = self.anthropic_api_key.get_secret_value().strip() if self.anthropic_api_key else ""
+        if not key:
+            raise ConfigError(
+                "ANTHROPIC_API_KEY is not set: put your Anthropic API key (sk-ant-...) in .env"
+                " or the environment (console.anthropic.com, API keys)"
+            )
+        return key
 
     def db_url(self) -> str:
         """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
@@ -186,4 +198,6 @@ def load_settings(**overrides: object) -> Settings:
             (n for n in Settings.model_fields if loc in (n, env_name(n), env_name(n).lower())),
             loc,
         )
-        raise ConfigError(f"{env_name(field)}: {err['msg']} (fix it in .env or the environment)") from None
+        raise ConfigError(
+            f"{env_name(field)}: {err['msg']} (fix it in .env or the environment)"
+        ) from None

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from core.settings import Settings
 from core.hygiene_ops import AppliedChange, ChangeOp
 from core.models import (
-    UserSummary,
     AddResult,
     CallKind,
     Memory,
@@ -33,6 +32,7 @@ from core.models import (
     ScoredMemory,
     Turn,
     UsageRow,
+    UserSummary,
 )
 
 

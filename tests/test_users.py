@@ -10,9 +10,7 @@ from core.store import Store
 SENT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-async def test_users_lists_memory_owners_and_speakers(
-    store: Store, service: MemoryService
-) -> None:
+async def test_users_lists_memory_owners_and_speakers(store: Store, service: MemoryService) -> None:
     assert await store.users() == []
     first = await service.remember(user_key="slack:T1:U1", text="The user likes tea.")
     await service.remember(user_key="slack:T1:U1", text="The user lives in Oslo.")
