@@ -1,7 +1,11 @@
 """Loading the LoCoMo conversations (ACL 2024, snap-research/locomo; CC BY-NC 4.0).
 
-The data is read from a folder (default ``../shared/data/locomo`` from the repository root)
-and never copied into this repository. File shape: ``../shared/data/locomo/README.md``.
+LoCoMo: Maharana et al., "Evaluating Very Long-Term Conversational Memory of LLM Agents",
+ACL 2024 (https://github.com/snap-research/locomo), licensed CC BY-NC 4.0. The data is read
+from a folder (default ``../shared/data/locomo`` from the repository root, or a bench's
+``--data DIR``) and never copied into this repository. File shape:
+``../shared/data/locomo/README.md``. Without it a bench ends with one line and exit 1
+(:class:`LoCoMoMissing`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,23 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo"
+SOURCE = (
+    "LoCoMo (Maharana et al. 2024, https://github.com/snap-research/locomo, CC BY-NC 4.0)"
+)
+
+
+class LoCoMoMissing(SystemExit):
+    """No LoCoMo conversations where a bench looked: uncaught, the bench exits 1 printing
+    one line (what is missing, where it comes from, and the ``--data`` flag)."""
+
+    def __init__(self, data: Path, names: list[str] | None = None) -> None:
+        wanted = f" ({', '.join(names)})" if names else ""
+        super().__init__(
+            f"error: no LoCoMo conversations{wanted} in {data}: get {SOURCE}"
+            f" into {DEFAULT_DATA} or pass --data DIR"
+        )
+
+
 _DIA = re.compile(r"D\d+:\d+")
 _SESSION = re.compile(r"session_(\d+)")
 
@@ -104,11 +125,11 @@ def load_conversation(path: Path) -> Conversation:
 def load_all(data: Path, names: list[str] | None = None) -> list[Conversation]:
     """Every ``conv-*.json`` in ``data`` (or just ``names``), sorted by name.
 
-    Raises ``FileNotFoundError`` when the folder has none.
+    Raises :class:`LoCoMoMissing` (a ``SystemExit``: one line, exit 1) when it has none.
     """
     files = sorted(data.glob("conv-*.json"))
     if names:
         files = [f for f in files if f.stem in names]
     if not files:
-        raise FileNotFoundError(f"no LoCoMo conversations in {data}")
+        raise LoCoMoMissing(data, names)
     return [load_conversation(f) for f in files]
