@@ -19,9 +19,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo"
-SOURCE = (
-    "LoCoMo (Maharana et al. 2024, https://github.com/snap-research/locomo, CC BY-NC 4.0)"
-)
+SOURCE = "LoCoMo (Maharana et al. 2024, https://github.com/snap-research/locomo, CC BY-NC 4.0)"
 
 
 class LoCoMoMissing(SystemExit):

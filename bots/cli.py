@@ -440,6 +440,7 @@ def memories_cleanup(
     settings: Settings = ctx.obj.settings
 
     async def work() -> CleanupRun:
+        settings.require_model_key()  # before the database is opened
         from core.cleanup import Cleaner
         from core.runtime import open_runtime
 

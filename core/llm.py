@@ -54,7 +54,7 @@ from anthropic.types import (
 )
 from anthropic.types import Usage as ApiUsage
 
-from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
+from core.errors import MalformedOutput, ModelError, StreamCutError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -181,10 +181,8 @@ class ClaudeChatModel:
     @classmethod
     def from_settings(cls, settings: Settings) -> ClaudeChatModel:
         """Build from :class:`core.settings.Settings`; ``ConfigError`` if the key is missing."""
-        if settings.anthropic_api_key is None:
-            raise ConfigError("ANTHROPIC_API_KEY is not set")
         return cls(
-            api_key=settings.anthropic_api_key.get_secret_value(),
+            api_key=settings.require_model_key(),
             base_url=settings.anthropic_base_url,
             chat_model=settings.chat_model,
             reflection_model=settings.reflection_model,

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from core.settings import DEFAULT_SLACK_API_URL, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import running_fake_anthropic
 from tests.fakes.slack_server import running_fake_slack
-from tests.slack_helpers import clean_env, running_bot, slack_settings
+from tests.slack_helpers import running_bot, slack_settings
 
 runner = CliRunner()
 SETTINGS_PREFIXES = ("SELFMIND_", "ANTHROPIC_", "SLACK_", "DISCORD_")
@@ -55,16 +54,6 @@ def selfmind(
         input=stdin,
         timeout=120,
     )
-
-
-@pytest.fixture
-def no_settings_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """In-process CLI runs with no SelfMind variable and no .env (cwd is a temp folder)."""
-    for name in list(os.environ):
-        if name.startswith(SETTINGS_PREFIXES):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    yield tmp_path
 
 
 # --------------------------------------------------------------------- version, users
@@ -283,9 +272,9 @@ def test_bots_check_the_anthropic_key_before_network_and_database(tmp_path: Path
 
 def test_port_out_of_range_is_a_usage_error_before_anything(tmp_path: Path) -> None:
     db = tmp_path / "never.db"
-    proc = selfmind("--db", str(db), "slack", "--http", "--port", "99999", cwd=tmp_path,
-                    env={"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s",
-                         "ANTHROPIC_API_KEY": "sk-test", "SLACK_API_URL": "http://127.0.0.1:9/"})  # fmt: skip
+    env = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "ANTHROPIC_API_KEY": "sk-1"}
+    env["SLACK_API_URL"] = "http://127.0.0.1:9/"
+    proc = selfmind("--db", str(db), "slack", "--http", "--port", "99999", cwd=tmp_path, env=env)
     assert proc.returncode == 2
     assert "--port" in proc.stderr and "65535" in proc.stderr
     assert "Traceback" not in proc.stderr and not db.exists()
