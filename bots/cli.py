@@ -623,10 +623,10 @@ def chat(
 
 
 def preflight(settings: Settings) -> None:
-    """What a bot checks before it touches the network or the database: the Anthropic key,
-    and the semantic extra when ``SELFMIND_RECALL=hybrid``. One line and exit 1 otherwise."""
+    """What the CLI checks for a bot before it touches the network or the database, beyond
+    the adapter's own checks (tokens, the Anthropic key): the semantic extra when
+    ``SELFMIND_RECALL=hybrid``. One line and exit 1 otherwise."""
     try:
-        settings.require_model_key()
         if settings.recall == "hybrid":
             from core.embeddings import load_embedder
 
@@ -638,7 +638,7 @@ def preflight(settings: Settings) -> None:
 @app.command("discord")
 def discord_bot(ctx: typer.Context) -> None:
     """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
-    # DISCORD_BOT_TOKEN is checked by run_discord, also before any network or database.
+    # run_discord checks DISCORD_BOT_TOKEN and the Anthropic key before network or database.
     preflight(ctx.obj.settings)
     from bots.discord_bot import run_discord
 

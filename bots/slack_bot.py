@@ -264,7 +264,8 @@ class SlackSecrets:
 
 
 def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
-    """The secrets the mode needs; ``ConfigError`` naming the first one missing."""
+    """The secrets the mode needs (and the Anthropic key, before any network); ``ConfigError``
+    naming the first one missing."""
     if settings.slack_bot_token is None or not settings.slack_bot_token.get_secret_value():
         raise ConfigError(
             "SLACK_BOT_TOKEN is not set: install the app to your workspace (README, Slack) and"
@@ -275,6 +276,7 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
         secret = settings.slack_signing_secret
         if secret is None or not secret.get_secret_value():
             raise ConfigError("SLACK_SIGNING_SECRET is not set (HTTP mode needs it)")
+        settings.require_model_key()
         return SlackSecrets(bot_token, None, secret.get_secret_value())
     app_token = settings.slack_app_token
     if app_token is None or not app_token.get_secret_value():
@@ -282,6 +284,7 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
             "SLACK_APP_TOKEN is not set (Socket Mode needs an app-level xapp- token; "
             "or run with --http)"
         )
+    settings.require_model_key()
     return SlackSecrets(bot_token, app_token.get_secret_value(), None)
 
 
