@@ -14,7 +14,6 @@ discord.py, numpy) are imported by the commands that need them, not by this modu
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
@@ -614,6 +613,8 @@ def chat(
     ] = None,
 ) -> None:
     """Chat in the terminal (one message per line when stdin is not a terminal)."""
+    import getpass
+
     from bots.terminal import run_terminal
 
     name = user or getpass.getuser()
