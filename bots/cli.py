@@ -193,7 +193,7 @@ async def with_service(
 async def require_user(store: MemoryStore, user_key: str) -> None:
     """A key the store has never seen is a ``MemoryInputError`` pointing at ``selfmind
     users`` (a mistyped ``slack:T1`` must not read as "no memories")."""
-    if user_key not in {u.user_key for u in await store.users()}:
+    if not await store.users(user_key=user_key):
         raise MemoryInputError(
             f"no user {user_key} in this database (selfmind users lists the keys it holds)"
         )

@@ -436,11 +436,12 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         return await search_user(conn, uid, user_key, query, k, origins)
 
     # ---------------------------------------------------------------- operators
-    async def users(self) -> list[UserSummary]:
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        only, args = ("= $1", (user_key,)) if user_key is not None else ("IS NOT NULL", ())
         rows = await self._fetch(
             "WITH k(user_key) AS ("
-            "  SELECT user_key FROM users"
-            "  UNION SELECT user_key FROM turns WHERE user_key IS NOT NULL)"
+            f"  SELECT user_key FROM users WHERE user_key {only}"
+            f"  UNION SELECT user_key FROM turns WHERE user_key {only})"
             " SELECT k.user_key,"
             "  (SELECT COUNT(*) FROM memories m JOIN users u ON u.uid = m.uid"
             "   WHERE u.user_key = k.user_key AND m.superseded_by IS NULL) AS memories,"
@@ -449,7 +450,8 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
             "   (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
             "   (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
             "    WHERE u.user_key = k.user_key)) AS last_active"
-            ' FROM k ORDER BY k.user_key COLLATE "C"'
+            ' FROM k ORDER BY k.user_key COLLATE "C"',
+            *args,
         )
         return [
             UserSummary(

@@ -460,11 +460,14 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         return scored[:k]
 
     # ---------------------------------------------------------------- operators
-    async def users(self) -> list[UserSummary]:
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        only, params = (
+            ("= ?", (user_key, user_key)) if user_key is not None else ("IS NOT NULL", ())
+        )
         rows = await self._fetchall(
             "WITH k(user_key) AS ("
-            "  SELECT user_key FROM users"
-            "  UNION SELECT user_key FROM turns WHERE user_key IS NOT NULL)"
+            f"  SELECT user_key FROM users WHERE user_key {only}"
+            f"  UNION SELECT user_key FROM turns WHERE user_key {only})"
             " SELECT k.user_key,"
             "  (SELECT COUNT(*) FROM memories m JOIN users u ON u.uid = m.uid"
             "   WHERE u.user_key = k.user_key AND m.superseded_by IS NULL),"
@@ -472,7 +475,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             "  (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
             "  (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
             "   WHERE u.user_key = k.user_key)"
-            " FROM k ORDER BY k.user_key"
+            " FROM k ORDER BY k.user_key",
+            params,
         )
         return [
             UserSummary(

@@ -125,8 +125,9 @@ class MemoryStore(Protocol):
         """Flush and close."""
         ...
 
-    async def users(self) -> list[UserSummary]:
-        """Every user key with memories, memory events or stored messages, sorted by key."""
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key
+        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
         ...
 
 

@@ -32,3 +32,17 @@ async def test_users_lists_memory_owners_and_speakers(store: Store, service: Mem
     assert (speaker.memories, speaker.turns, speaker.last_active) == (0, 1, SENT)
     assert (owner.memories, owner.turns) == (1, 0)  # the forgotten one does not count
     assert owner.last_active is not None and owner.last_active > SENT
+
+
+async def test_users_for_one_key(store: Store, service: MemoryService) -> None:
+    await service.remember(user_key="cli:alice", text="The user likes tea.")
+    await store.add_turn(
+        conversation_key="cli:bob", user_key="cli:bob", role="user", text="hi",
+        origin="private", sent_at=SENT,
+    )  # fmt: skip
+    assert [u.user_key for u in await store.users(user_key="cli:alice")] == ["cli:alice"]
+    assert [(u.user_key, u.turns) for u in await store.users(user_key="cli:bob")] == [
+        ("cli:bob", 1)
+    ]
+    assert await store.users(user_key="cli:al") == []
+    assert await store.users(user_key="cli:alice' OR 1=1 --") == []
