@@ -699,8 +699,10 @@ def db_backup(
     path: Annotated[Path, typer.Argument(help="The new file to write (must not exist).")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Copy the SQLite store (--db) to PATH while bots keep running: SQLite's online backup
-    gives a consistent snapshot; PATH is written 0600 and opens with --db PATH at once."""
+    """Back up the SQLite store (--db) to PATH, also while bots run.
+
+    SQLite's online backup gives a consistent snapshot; PATH is written 0600, checked, and
+    opens with --db PATH at once."""
     if not ctx.obj.db_url.startswith("sqlite:///"):
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
     source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
@@ -750,8 +752,9 @@ async def backup_sqlite(ctx: Context, source: Path, target: Path) -> int:
 
 @app.command("users")
 def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Every user key in the database with its active memories, stored messages and last
-    activity (UTC), to find the key other commands take (--user)."""
+    """List every user key with its memories, messages and last activity (UTC).
+
+    The keys are what --user takes in the other commands."""
     rows = run(with_store(ctx.obj, lambda store: store.users()))
     if as_json:
         typer.echo(
