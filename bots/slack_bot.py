@@ -35,6 +35,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -52,7 +53,7 @@ from core.errors import ConfigError
 from core.health import healthz_handler
 from core.models import Turn, utcnow
 from core.runtime import Runtime, open_runtime
-from core.settings import Settings
+from core.settings import DEFAULT_SLACK_API_URL, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,11 @@ def fixed_authorize(identity: BotIdentity, token: str | None) -> Authorize:
         )
 
     return authorize
+
+
+def _drop_client_token_warning(record: logging.LogRecord) -> bool:
+    """Logging filter: drop bolt's "As you gave `client` as well, `token` will be unused."."""
+    return record.getMessage() != warning_client_prioritized_and_token_skipped()
 
 
 class SlackBot:
@@ -142,20 +148,24 @@ class SlackBot:
         self.app = self._build_app(signing_secret)
 
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
+        # Bolt reads SLACK_BOT_TOKEN from the environment itself and, given a client too,
+        # warns that it goes unused (it must: ours carries the URL, session and retries).
+        bolt_logger = logging.getLogger("slack_bolt.selfmind")
+        bolt_logger.addFilter(_drop_client_token_warning)
         app = AsyncApp(
             name="selfmind",
             # Acknowledge after the listener: event listeners store the message first and
             # return at once (answers and commands run in background tasks).
             process_before_response=True,
+            signing_secret=signing_secret or "",
+            request_verification_enabled=signing_secret is not None,
             client=AsyncWebClient(
                 base_url=self.client.base_url,
                 session=self.client.session,
                 retry_handlers=self.client.retry_handlers,
             ),
-            signing_secret=signing_secret or "",
-            request_verification_enabled=signing_secret is not None,
             authorize=fixed_authorize(self.identity, self._token),
-            logger=logging.getLogger("slack_bolt.selfmind"),
+            logger=bolt_logger,
         )
         app.event("app_mention")(self.on_event)
         app.event("message")(self.on_event)
@@ -252,7 +262,8 @@ class SlackSecrets:
 
 
 def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
-    """The secrets the mode needs; ``ConfigError`` naming the first one missing."""
+    """The secrets the mode needs (and the Anthropic key, before any network); ``ConfigError``
+    naming the first one missing."""
     if settings.slack_bot_token is None or not settings.slack_bot_token.get_secret_value():
         raise ConfigError(
             "SLACK_BOT_TOKEN is not set: install the app to your workspace (README, Slack) and"
@@ -263,6 +274,7 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
         secret = settings.slack_signing_secret
         if secret is None or not secret.get_secret_value():
             raise ConfigError("SLACK_SIGNING_SECRET is not set (HTTP mode needs it)")
+        settings.require_model_key()
         return SlackSecrets(bot_token, None, secret.get_secret_value())
     app_token = settings.slack_app_token
     if app_token is None or not app_token.get_secret_value():
@@ -270,6 +282,7 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
             "SLACK_APP_TOKEN is not set (Socket Mode needs an app-level xapp- token; "
             "or run with --http)"
         )
+    settings.require_model_key()
     return SlackSecrets(bot_token, app_token.get_secret_value(), None)
 
 
@@ -306,7 +319,12 @@ async def authenticate(client: AsyncWebClient, api_url: str) -> BotIdentity:
     except SlackApiError as exc:
         raise ConfigError(f"SLACK_BOT_TOKEN was refused by Slack ({slack_error(exc)})") from None
     except (ClientError, OSError, TimeoutError) as exc:
-        raise ConfigError(f"SLACK_API_URL: cannot reach {api_url} ({type(exc).__name__})") from None
+        # Name SLACK_API_URL only when the user pointed it somewhere; else it is the network.
+        setting = "SLACK_API_URL: " if api_url != DEFAULT_SLACK_API_URL else ""
+        raise ConfigError(
+            f"{setting}cannot reach Slack at {api_url} ({type(exc).__name__}):"
+            " check the network connection"
+        ) from None
     return BotIdentity(
         team_id=str(auth["team_id"]),
         user_id=str(auth["user_id"]),

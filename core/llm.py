@@ -54,7 +54,7 @@ from anthropic.types import (
 )
 from anthropic.types import Usage as ApiUsage
 
-from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
+from core.errors import MalformedOutput, ModelError, StreamCutError
 from core.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -186,10 +186,8 @@ class ClaudeChatModel:
         cls, settings: Settings, *, metrics: Metrics | None = None
     ) -> ClaudeChatModel:
         """Build from :class:`core.settings.Settings`; ``ConfigError`` if the key is missing."""
-        if settings.anthropic_api_key is None:
-            raise ConfigError("ANTHROPIC_API_KEY is not set")
         return cls(
-            api_key=settings.anthropic_api_key.get_secret_value(),
+            api_key=settings.require_model_key(),
             base_url=settings.anthropic_base_url,
             chat_model=settings.chat_model,
             reflection_model=settings.reflection_model,

@@ -174,3 +174,14 @@ class UsageRow:
         """Cache-read tokens as a share of all input tokens (0..1)."""
         prompt = self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
         return self.cache_read_input_tokens / prompt if prompt else 0.0
+
+
+@dataclass(frozen=True)
+class UserSummary:
+    """One user key the store knows (``selfmind users``): active memories, the user's own
+    stored messages, and the latest of any of those (or a memory event), UTC; None if none."""
+
+    user_key: str
+    memories: int
+    turns: int
+    last_active: datetime | None

@@ -60,6 +60,7 @@ from core.models import (
     NewMemory,
     Origin,
     ScoredMemory,
+    UserSummary,
     utcnow,
 )
 from core.postgres_conversations import PostgresConversations
@@ -439,3 +440,31 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         origins: Sequence[Origin] | None,
     ) -> list[ScoredMemory]:
         return await search_user(conn, uid, user_key, query, k, origins)
+
+    # ---------------------------------------------------------------- operators
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        only, args = ("= $1", (user_key,)) if user_key is not None else ("IS NOT NULL", ())
+        rows = await self._fetch(
+            "WITH k(user_key) AS ("
+            f"  SELECT user_key FROM users WHERE user_key {only}"
+            f"  UNION SELECT user_key FROM turns WHERE user_key {only})"
+            " SELECT k.user_key,"
+            "  (SELECT COUNT(*) FROM memories m JOIN users u ON u.uid = m.uid"
+            "   WHERE u.user_key = k.user_key AND m.superseded_by IS NULL) AS memories,"
+            "  (SELECT COUNT(*) FROM turns t WHERE t.user_key = k.user_key) AS turns,"
+            "  GREATEST("
+            "   (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
+            "   (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
+            "    WHERE u.user_key = k.user_key)) AS last_active"
+            ' FROM k ORDER BY k.user_key COLLATE "C"',
+            *args,
+        )
+        return [
+            UserSummary(
+                user_key=r["user_key"],
+                memories=int(r["memories"]),
+                turns=int(r["turns"]),
+                last_active=r["last_active"],
+            )
+            for r in rows
+        ]

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from core.errors import ConfigError
 
 DEFAULT_MODEL = "claude-opus-4-8"
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 
 
 def _split(value: object) -> object:
@@ -42,6 +43,8 @@ class Settings(BaseSettings):
         env_prefix="SELFMIND_",
         env_file=".env",
         env_file_encoding="utf-8",
+        # An empty value (``DISCORD_GUILD_ID=`` as .env.example has it) means "not set".
+        env_ignore_empty=True,
         extra="ignore",
         frozen=True,
         populate_by_name=True,
@@ -96,7 +99,7 @@ class Settings(BaseSettings):
         default=None, validation_alias=_env("SLACK_SIGNING_SECRET")
     )
     slack_api_url: str = Field(
-        default="https://slack.com/api/", validation_alias=_env("SLACK_API_URL")
+        default=DEFAULT_SLACK_API_URL, validation_alias=_env("SLACK_API_URL")
     )
     slack_memory_notes: bool = True
     slack_http_host: str = "0.0.0.0"
@@ -133,6 +136,18 @@ class Settings(BaseSettings):
     workspace_daily_tokens: int = Field(default=0, ge=0)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    def require_model_key(self) -> str:
+        """The Anthropic API key; ``ConfigError`` naming ``ANTHROPIC_API_KEY`` when it is not
+        set (an empty value counts as not set)."""
+        key = self.anthropic_api_key.get_secret_value().strip() if self.anthropic_api_key else ""
+        if not key:
+            raise ConfigError(
+                "ANTHROPIC_API_KEY is not set: put your Anthropic API key (sk-ant-...) in .env"
+                " or the environment (console.anthropic.com, API keys)"
+            )
+        return key
 
     # --- health and metrics (GET /healthz, GET /metrics); no port = no server, 0 = any free
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -163,19 +178,30 @@ def normalize_db_url(value: str) -> str:
     return "sqlite:///" + str(Path(value).expanduser().resolve())
 
 
+def env_name(field: str) -> str:
+    """The variable a user sets for ``field``: ``SELFMIND_TOP_K`` or ``ANTHROPIC_API_KEY``."""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return "SELFMIND_" + field.upper()
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build the settings from the environment and ``.env``; overrides win.
 
-    Raises ``ConfigError`` naming the first invalid variable.
+    Raises ``ConfigError`` naming the first invalid variable as the user sets it
+    (``SELFMIND_SLACK_HTTP_PORT``, ``ANTHROPIC_API_KEY``) and what it expects.
     """
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "?"
-        name = (
-            loc.upper()
-            if loc.upper().startswith(("ANTHROPIC_", "SLACK_", "DISCORD_"))
-            else ("SELFMIND_" + loc.upper())
+        field = next(
+            (n for n in Settings.model_fields if loc in (n, env_name(n), env_name(n).lower())),
+            loc,
         )
-        raise ConfigError(f"{name}: {err['msg']}") from None
+        raise ConfigError(
+            f"{env_name(field)}: {err['msg']} (fix it in .env or the environment)"
+        ) from None

@@ -38,6 +38,7 @@ from core.models import (
     NewMemory,
     Origin,
     ScoredMemory,
+    UserSummary,
     utcnow,
 )
 from core.sqlite_base import dt, ts
@@ -468,3 +469,32 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         scored = [ScoredMemory(memory=_memory(r), score=best[r[0]]) for r in found]
         scored.sort(key=lambda s: (-s.score, -s.memory.id))
         return scored[:k]
+
+    # ---------------------------------------------------------------- operators
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        only, params = (
+            ("= ?", (user_key, user_key)) if user_key is not None else ("IS NOT NULL", ())
+        )
+        rows = await self._fetchall(
+            "WITH k(user_key) AS ("
+            f"  SELECT user_key FROM users WHERE user_key {only}"
+            f"  UNION SELECT user_key FROM turns WHERE user_key {only})"
+            " SELECT k.user_key,"
+            "  (SELECT COUNT(*) FROM memories m JOIN users u ON u.uid = m.uid"
+            "   WHERE u.user_key = k.user_key AND m.superseded_by IS NULL),"
+            "  (SELECT COUNT(*) FROM turns t WHERE t.user_key = k.user_key),"
+            "  (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
+            "  (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
+            "   WHERE u.user_key = k.user_key)"
+            " FROM k ORDER BY k.user_key",
+            params,
+        )
+        return [
+            UserSummary(
+                user_key=r[0],
+                memories=r[1],
+                turns=r[2],
+                last_active=max((dt(v) for v in (r[3], r[4]) if v is not None), default=None),
+            )
+            for r in rows
+        ]

@@ -32,6 +32,7 @@ from core.models import (
     ScoredMemory,
     Turn,
     UsageRow,
+    UserSummary,
 )
 
 
@@ -125,6 +126,11 @@ class MemoryStore(Protocol):
 
     async def close(self) -> None:
         """Flush and close."""
+        ...
+
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key
+        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
         ...
 
 

@@ -206,7 +206,8 @@ def test_new_commands_refuse_bad_input_with_one_line(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(db_path.parent)  # no .env
     code, _, err = cli(db_path, "memories", "cleanup", "--user", "alice", "--dry-run")
-    assert code == 1 and err == "error: ANTHROPIC_API_KEY is not set\n"
+    assert code == 1 and err.startswith("error: ANTHROPIC_API_KEY is not set: ")
+    assert err.count("\n") == 1
     code, _, err = cli(db_path, "memories", "undo", "--user", "alice", "nope")
     assert code == 1 and err.startswith("error: no change 'nope'") and err.count("\n") == 1
     monkeypatch.setenv("SELFMIND_SQLITE_SYNCHRONOUS", "sometimes")

@@ -46,7 +46,9 @@ def test_missing_anthropic_key_is_one_line(
     monkeypatch.setenv("DISCORD_BOT_TOKEN", "some-token")
     result = runner.invoke(app, ["--db", str(clean_env / "m.db"), "discord"])
     assert result.exit_code == 1
-    assert result.stderr == "error: ANTHROPIC_API_KEY is not set\n"
+    assert result.stderr.startswith("error: ANTHROPIC_API_KEY is not set: ")
+    assert result.stderr.count("\n") == 1
+    assert not (clean_env / "m.db").exists()  # checked before the database is opened
 
 
 async def run_against(fake: FakeDiscord, tmp_path: Path, **overrides: object) -> None:

@@ -67,3 +67,119 @@ def test_db_urls(tmp_path: Path) -> None:
     for bad in ("", "mysql://x"):
         with pytest.raises(ConfigError, match="SELFMIND_DB"):
             normalize_db_url(bad)
+
+
+def test_empty_values_mean_not_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in Settings.model_fields:
+        monkeypatch.setenv(env_name(name), "")
+    s = load_settings()
+    assert s == Settings.model_construct(**{n: f.default for n, f in Settings.model_fields.items()})
+    assert s.anthropic_api_key is None and s.discord_guild_id is None
+    assert s.allowed_users == () and s.slack_http_port == 3000
+
+
+def test_an_empty_anthropic_key_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("ANTHROPIC_API_KEY=\n")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    s = load_settings()
+    assert s.anthropic_api_key is None
+    with pytest.raises(ConfigError, match=r"^ANTHROPIC_API_KEY is not set: "):
+        s.require_model_key()
+    assert load_settings(anthropic_api_key="sk-x").require_model_key() == "sk-x"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SELFMIND_SLACK_HTTP_PORT", "abc"),
+        ("SELFMIND_SLACK_HTTP_PORT", "99999"),
+        ("SELFMIND_DISCORD_EDIT_INTERVAL_S", "-1"),
+        ("SELFMIND_SLACK_MAX_REPLY_CHARS", "5"),
+        ("SELFMIND_RECALL", "magic"),
+        ("SELFMIND_LOG_FORMAT", "xml"),
+        ("DISCORD_GUILD_ID", "abc"),
+        ("ANTHROPIC_ANTHROPIC_TIMEOUT_S", None),
+    ],
+)
+def test_errors_name_the_variable_the_user_sets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str | None
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if value is None:  # a field name that looks like a platform prefix keeps SELFMIND_
+        variable, value = "SELFMIND_ANTHROPIC_TIMEOUT_S", "0"
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"{variable}: ")
+    assert message.endswith("(fix it in .env or the environment)")
+
+
+def test_env_example_copied_as_is_runs_every_command(tmp_path: Path) -> None:
+    """The README's ``cp .env.example .env``, then every command, HOME in a temp folder."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "home").mkdir()
+    (tmp_path / ".env").write_text((REPO_ROOT / ".env.example").read_text(encoding="utf-8"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SELFMIND_", "ANTHROPIC_", "SLACK_", "DISCORD_"))
+    }
+    env.update(PYTHONPATH=str(REPO_ROOT), HOME=str(tmp_path / "home"))
+    db = tmp_path / "home" / ".selfmind" / "memory.db"  # SELFMIND_DB of .env.example
+
+    def selfmind(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bots.cli", *args],
+            capture_output=True, text=True, cwd=tmp_path, env=env, input=stdin, timeout=120,
+        )  # fmt: skip
+
+    dump = tmp_path / "dump.jsonl"
+    no_key = "error: ANTHROPIC_API_KEY is not set: "
+    runs: list[tuple[list[str], int, str]] = [
+        (["--help"], 0, ""),
+        (["--version"], 0, ""),
+        (["memories", "remember", "--user", "alice", "The user likes tea."], 0, ""),
+        (["memories", "list", "--user", "alice"], 0, ""),
+        (["memories", "search", "tea", "--user", "alice"], 0, ""),
+        (["memories", "stats"], 0, ""),
+        (["memories", "history", "--user", "alice"], 0, ""),
+        (["memories", "export", "--user", "alice"], 0, ""),
+        (["memories", "import", str(dump), "--user", "bob"], 0, ""),
+        (["memories", "forget", "--user", "alice", "1"], 0, ""),
+        (["memories", "cleanup", "--user", "bob", "--dry-run"], 1, no_key),
+        (["memories", "undo", "--user", "bob", "c-none"], 1, "error: "),
+        (["usage"], 0, ""),
+        (["users"], 0, ""),
+        (["chat", "--user", "alice"], 0, ""),
+        (["discord"], 1, "error: DISCORD_BOT_TOKEN is not set: "),
+        (["slack"], 1, "error: SLACK_BOT_TOKEN is not set: "),
+        (["db", "migrate"], 0, ""),
+        (["db", "backup", str(tmp_path / "backup.db")], 0, ""),
+        (["db", "copy", "--from", str(db), "--to", "postgresql://x@127.0.0.1:9/x"], 1, "error: "),
+    ]  # fmt: skip
+    try:
+        import numpy  # noqa: F401
+
+        runs.append((["memories", "reindex"], 0, ""))
+    except ImportError:
+        runs.append((["memories", "reindex"], 1, "error: memories reindex: this needs"))
+    for args, code, err in runs:
+        if args[:2] == ["memories", "import"]:
+            dump.write_text(selfmind("memories", "export", "--user", "alice").stdout)
+        proc = selfmind(*args, stdin="/memories\n" if args[0] == "chat" else "")
+        where = f"selfmind {' '.join(args)}: {proc.stderr!r}"
+        assert proc.returncode == code, where
+        assert proc.stderr.startswith(err), where
+        assert "Input should" not in proc.stderr and "Traceback" not in proc.stderr, where
+        if code:
+            assert proc.stderr.count("\n") == 1, where
+    assert db.exists()
+    listed = json.loads(selfmind("--db", str(tmp_path / "backup.db"), "users", "--json").stdout)
+    assert [u["user"] for u in listed] == ["cli:alice", "cli:bob"]
