@@ -91,7 +91,9 @@ class SlackReplySink:
 
     ``thread_ts`` is the thread the reply goes to (None: the channel itself, e.g. a DM);
     ``status_thread_ts`` the thread whose status shows "is thinking…" (the user's message
-    when it starts no thread).
+    when it starts no thread). ``reuse_ts``: a message of the bot's to take over (an answer
+    a crash left on screen): the first ``post`` edits it instead of posting a new one, and
+    falls back to posting when it can no longer be edited.
     """
 
     def __init__(
@@ -102,14 +104,24 @@ class SlackReplySink:
         thread_ts: str | None,
         status: StatusIndicator | None = None,
         status_thread_ts: str | None = None,
+        reuse_ts: str | None = None,
     ) -> None:
         self.client = client
+        self.reuse_ts = reuse_ts
         self.channel = channel
         self.thread_ts = thread_ts
         self.status_indicator = status
         self.status_thread_ts = status_thread_ts or thread_ts
 
     async def post(self, *, text: str) -> str:
+        reuse, self.reuse_ts = self.reuse_ts, None
+        if reuse is not None:
+            try:
+                await self.edit(handle=reuse, text=text)
+            except EditFailed:
+                logger.info("could not take over reply message %s; posting anew", reuse)
+            else:
+                return reuse
         try:
             response = await self.client.chat_postMessage(
                 channel=self.channel, thread_ts=self.thread_ts, markdown_text=text
