@@ -32,7 +32,13 @@ import discord
 from discord import app_commands
 
 from core.controls import NOT_ENABLED, Controls, Place
-from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
+from core.errors import (
+    NOT_SAVED_COMMAND,
+    MemoryInputError,
+    MemoryNotFound,
+    SelfMindError,
+    storage_failed,
+)
 from core.models import MAX_MEMORY_CHARS, Memory, Origin
 from core.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
 from core.store import ConversationStore
@@ -348,7 +354,10 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
 async def on_tree_error(interaction: Interaction, error: app_commands.AppCommandError) -> None:
     """The slash-command edge: a short, true ephemeral line; unexpected errors are logged."""
     cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
-    if isinstance(cause, SelfMindError):
+    if storage_failed(cause):
+        logger.warning("command not saved: %s", type(cause).__name__)
+        message = NOT_SAVED_COMMAND
+    elif isinstance(cause, SelfMindError):
         logger.warning("command failed: %s", type(cause).__name__)
         message = f"That didn't work: {cause}."
     else:

@@ -49,7 +49,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_commands import user_key
-from bots.slack_sink import SlackReplySink, StatusIndicator
+from bots.slack_sink import SlackReplySink, StatusIndicator, answers_of
 from core.controls import NOT_ENABLED, Place
 from core.errors import IntakeFailed, LimitReached
 from core.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
@@ -69,6 +69,8 @@ DM_NOTICE = (
 EMPTY_TEXT = "(a message with no text)"
 MAX_THREAD_CONTEXT_READ = 1000
 """At most this many thread messages are read when the bot joins a thread late."""
+MAX_REPLY_SCAN = 1000
+"""At most this many messages are read to find an answer a crash left on screen."""
 
 
 @dataclass(frozen=True)
@@ -375,43 +377,49 @@ class SlackConversations:
         )
 
     async def shown_reply(self, message: SlackMessage) -> list[str]:
-        """The ``ts`` of the bot's messages already on Slack in reply to ``message``: what a
-        crash between showing an answer and storing it (``Delivery.done``) left on screen.
+        """The ``ts`` of the bot's messages already on Slack in answer to ``message``, oldest
+        first: what a crash between showing an answer and storing it (``Delivery.done``)
+        left on screen.
 
         Read from Slack itself (``conversations.history`` after the message in a DM,
-        ``conversations.replies`` in a thread): the bot's own messages after ``message`` and
-        before the next message of anyone else, file shares excluded. Empty when there are
-        none or Slack cannot be read (then the answer goes to a new message, as before).
+        ``conversations.replies`` in a thread; at most :data:`MAX_REPLY_SCAN` messages):
+        the bot's own messages whose metadata says they answer ``message.ts``
+        (:func:`bots.slack_sink.answers_of`). Empty when there are none or Slack cannot be
+        read (then the answer goes to a new message, as before).
         """
+        found: list[JsonDict] = []
+        cursor: str | None = None
+        scanned = 0
         try:
-            if message.is_dm:
-                page = await self.client.conversations_history(
-                    channel=message.channel, oldest=message.ts, inclusive=False, limit=50
-                )
-            else:
-                page = await self.client.conversations_replies(
-                    channel=message.channel,
-                    ts=message.thread_ts or message.ts,
-                    oldest=message.ts,
-                    inclusive=False,
-                    limit=50,
-                )
+            while scanned < MAX_REPLY_SCAN:
+                if message.is_dm:
+                    page = await self.client.conversations_history(
+                        channel=message.channel,
+                        oldest=message.ts,
+                        inclusive=False,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                else:
+                    page = await self.client.conversations_replies(
+                        channel=message.channel,
+                        ts=message.thread_ts or message.ts,
+                        oldest=message.ts,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                messages = cast(list[JsonDict], page.get("messages") or [])
+                scanned += len(messages)
+                found += [m for m in messages if self._is_own(m) and answers_of(m) == message.ts]
+                cursor = cast(JsonDict, page.get("response_metadata") or {}).get("next_cursor")
+                if not page.get("has_more") or not cursor:
+                    break
         except (SlackApiError, ClientError) as exc:
             logger.warning("could not read the reply to %s: %s", message.event_id, exc)
             return []
-        later = sorted(
-            (m for m in cast(list[JsonDict], page.get("messages") or []) if m.get("ts")),
-            key=lambda m: float(m["ts"]),
-        )
-        shown: list[str] = []
-        for m in later:
-            if float(m["ts"]) <= float(message.ts):
-                continue
-            if not self._is_own(m):
-                break
-            if not m.get("files"):
-                shown.append(str(m["ts"]))
-        return shown
+        return [str(m["ts"]) for m in sorted(found, key=lambda m: float(m["ts"]))]
 
     def _is_own(self, m: JsonDict) -> bool:
         return m.get("user") == self.identity.user_id or (
@@ -452,6 +460,7 @@ class SlackConversations:
             status=self.status,
             status_thread_ts=message.thread_ts or message.ts,
             reuse_ts=reuse[0] if reuse else None,
+            answers_ts=message.ts,
         )
         for stale in reuse[1:]:
             try:

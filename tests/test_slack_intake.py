@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bots.slack_bot import RunningSlackBot
+from bots.slack_sink import reply_metadata
 from core.errors import NOT_SAVED_COMMAND
 from core.sqlite_store import SQLiteStore
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
@@ -214,13 +215,25 @@ async def test_remember_is_stored_before_the_acknowledgement(
 # --- exactly once across a crash between showing an answer and storing it
 
 
+EARLIER_ANSWER = "An earlier answer, to an earlier message."
+
+
 async def crashed_after_showing(slack: FakeSlack, db: Path, event_id: str) -> dict[str, str]:
     """What a process killed between the answer's last edit and storing it leaves: the
-    claim, the user's turn without an answer, and the whole answer on Slack."""
+    claim, the user's turn without an answer, and the whole answer on Slack (with the
+    metadata the bot posts it with). Before it, an earlier exchange, answered and stored."""
+    earlier = slack.seed_message("D1", "An earlier message", user="U1")
+    slack.seed_message(
+        "D1", EARLIER_ANSWER, user=BOT_USER, bot_id="B0BOT", metadata=reply_metadata(earlier["ts"])
+    )
     event = slack.events.message("What did we decide about the launch?", user="U1")
     slack.seed_message("D1", event["text"], user="U1", ts=event["ts"], channel_type="im")
     slack.seed_message(
-        "D1", "You said: What did we decide about the launch?", user=BOT_USER, bot_id="B0BOT"
+        "D1",
+        "You said: What did we decide about the launch?",
+        user=BOT_USER,
+        bot_id="B0BOT",
+        metadata=reply_metadata(event["ts"]),
     )
     store = await SQLiteStore.open(str(db))
     try:
@@ -268,6 +281,6 @@ async def test_an_answer_shown_but_not_stored_is_not_given_twice_after_a_restart
         )
     answers = [p for p in bot_posts(slack, "D1") if "What did we decide" in p["text"]]
     assert len(answers) == 1
-    assert len(bot_posts(slack, "D1")) == 1
+    assert [p["text"] for p in bot_posts(slack, "D1")] == [EARLIER_ANSWER, answers[0]["text"]]
     assert len(claude.requests_of("chat")) == 1
     assert [t.role for t in turns] == ["user", "assistant"]

@@ -809,9 +809,12 @@ class FakeSlack:
             for m in self._history.get(channel, [])
             if m.get("thread_ts") in (None, m["ts"]) and inside(m["ts"])
         ]
-        limit = int(params.get("limit") or 100)
-        page = list(reversed(top))[:limit]
-        return {"messages": page, "has_more": len(top) > limit}
+        newest_first = list(reversed(top))
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+        page = newest_first[start : start + limit]
+        more = start + limit < len(newest_first)
+        cursor = str(start + limit) if more else ""
+        return {"messages": page, "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
     def _conversations_open(self, params: JsonDict) -> JsonDict:
         if params.get("channel"):
