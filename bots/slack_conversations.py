@@ -24,11 +24,23 @@ too, and so are messages another live process sharing the store has claimed
 (the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
 the stored turn.
 
-Durable intake: the event is acknowledged only after the message is claimed and stored
-(a few milliseconds of SQLite; Slack allows 3 s), and the answer runs after the
-acknowledgement. A crash before the acknowledgement makes Slack redeliver the event; after
-it, Slack will not, so the next start-up answers stored messages left without an answer
+Durable intake (never acknowledge what was not stored): the event is acknowledged only
+after the message is claimed and stored (a few milliseconds of SQLite; Slack allows 3 s;
+an unseen thread is read first, within :data:`THREAD_READ_BEFORE_ACK_S`), and the answer
+runs after the acknowledgement. When storing fails (disk full, the database locked past its
+busy timeout, any store error) :meth:`SlackConversations.receive` raises ``IntakeFailed``
+and the event is not acknowledged (HTTP 500 / no Socket Mode ack), so Slack redelivers it;
+a retry that arrives while the first delivery is still being stored shares its outcome. A
+crash before the acknowledgement makes Slack redeliver the event; after it, Slack will not,
+so the next start-up answers stored messages left without an answer
 (:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot``).
+
+An interrupted answer (the process died after showing some or all of it, before storing it
+when Slack showed it whole) is answered again, by a redelivery or the start-up recovery,
+only if the turn still has no answer, and into the message it left on screen: every answer
+message carries Slack message metadata naming the message it answers
+(:func:`bots.slack_sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
+it, so the user sees one answer, never a second copy.
 
 Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 :class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
@@ -69,6 +81,9 @@ DM_NOTICE = (
 EMPTY_TEXT = "(a message with no text)"
 MAX_THREAD_CONTEXT_READ = 1000
 """At most this many thread messages are read when the bot joins a thread late."""
+THREAD_READ_BEFORE_ACK_S = 1.5
+"""At most this long is spent reading an unseen thread before the acknowledgement (of
+Slack's 3 s); what is not read by then is left out of its history."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
 
@@ -141,7 +156,6 @@ class _Prepared:
     """What :meth:`SlackConversations.receive` decided before the acknowledgement."""
 
     turn_id: int | None
-    read_thread: bool
     refused: bool = False
     limit: LimitReached | None = None
     resume: bool = False
@@ -308,7 +322,7 @@ class SlackConversations:
             return None
         self._in_flight.add(flight_key)
         logger.info("answering message %s left unanswered by a crash", turn.id)
-        prepared = _Prepared(turn_id=turn.id, read_thread=False, resume=True)
+        prepared = _Prepared(turn_id=turn.id, resume=True)
         return self._finish(flight_key, message, prepared)
 
     async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
@@ -342,17 +356,24 @@ class SlackConversations:
                 turn_id, resume = turn.id, True
             logger.info("slack event %s: answering an interrupted message", message.event_id)
         if not allowed:
-            return _Prepared(turn_id=None, read_thread=False, refused=True)
-        read_thread = shared_thread and not known and turn_id is None
+            return _Prepared(turn_id=None, refused=True)
+        if shared_thread and not known and turn_id is None:
+            # First mention in a thread the bot has not seen: its earlier messages are
+            # stored first (they come first in its history), bounded so that the message
+            # itself is still stored before Slack's 3 s acknowledgement deadline.
+            try:
+                async with asyncio.timeout(THREAD_READ_BEFORE_ACK_S):
+                    await self.read_thread(message)
+            except TimeoutError:
+                logger.warning("thread %s read cut short to store the message in time", key)
         limit: LimitReached | None = None
-        if turn_id is None and not read_thread:
-            # Stored now, before the acknowledgement (the thread case stores it after the
-            # thread's earlier messages, so that they come first in its history).
+        if turn_id is None:
+            # Stored now, before the acknowledgement.
             try:
                 turn_id = await self.loop.receive(self.incoming(message))
             except LimitReached as exc:
                 limit = exc
-        return _Prepared(turn_id=turn_id, read_thread=read_thread, limit=limit, resume=resume)
+        return _Prepared(turn_id=turn_id, limit=limit, resume=resume)
 
     async def _respond(self, message: SlackMessage, prepared: _Prepared) -> None:
         if prepared.refused:
@@ -367,8 +388,6 @@ class SlackConversations:
                 logger.info("slack event %s: answered meanwhile", message.event_id)
                 return
             reuse = await self.shown_reply(message)
-        if prepared.read_thread:
-            await self.read_thread(message)
         notice = None
         if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
             notice = DM_NOTICE

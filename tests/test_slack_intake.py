@@ -19,7 +19,7 @@ from bots.slack_bot import RunningSlackBot
 from bots.slack_sink import reply_metadata
 from core.errors import NOT_SAVED_COMMAND
 from core.sqlite_store import SQLiteStore
-from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import (
     BOT_USER,
@@ -284,3 +284,27 @@ async def test_an_answer_shown_but_not_stored_is_not_given_twice_after_a_restart
     assert [p["text"] for p in bot_posts(slack, "D1")] == [EARLIER_ANSWER, answers[0]["text"]]
     assert len(claude.requests_of("chat")) == 1
     assert [t.role for t in turns] == ["user", "assistant"]
+
+
+async def test_a_first_mention_in_an_unseen_thread_is_stored_before_the_ack(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    root = slack.seed_message("C0GENERAL", "Which queue for the billing jobs?", user="U2")
+    claude.enqueue(slow("Use the durable one.", 1.0), kind="chat")
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        ask = slack.events.app_mention(
+            f"{slack.identity.mention} what do you suggest?", thread_ts=root["ts"]
+        )
+        ask["user"] = "U1"
+        sent = await slack.send_event(running.events_url, ask)
+        assert sent.status == 200
+        # Acknowledged: the thread so far and the message are stored, the answer not yet.
+        turns = await running.runtime.store.recent_turns(
+            conversation_key=f"slack:{TEAM}:C0GENERAL:{root['ts']}", limit=10
+        )
+        assert [(t.user_key, t.text) for t in turns] == [
+            (key("U2"), "Which queue for the billing jobs?"),
+            (key("U1"), "what do you suggest?"),
+        ]
+        await settle(running)
+    assert len(bot_posts(slack, "C0GENERAL")) == 1

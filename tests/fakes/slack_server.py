@@ -25,6 +25,13 @@ carrying the same data (the SDK reads ``sdk-ping-pong:<t>`` back to judge stalen
 ``{envelope_id, payload?}`` are recorded. The SDK treats ``{"type": "disconnect"}`` and a
 server close alike: apps.connections.open again, then a new connection.
 
+Redelivery, as Slack does it (https://docs.slack.dev/apis/events-api/#retries):
+``deliver_event`` (HTTP) sends an event again after a non-2xx answer, no answer within 3 s or
+a refused connection, with ``X-Slack-Retry-Num`` 1-3 and ``X-Slack-Retry-Reason``;
+``deliver_socket_event`` (Socket Mode) sends a new envelope with ``retry_attempt`` 1-3 when
+the last one was not acknowledged in time. The retry delays (about 0 s, 1 min, 5 min at Slack)
+are compressed; ``deliveries[event_id]`` records each attempt's outcome.
+
 Web API replies are ``{"ok": true, ...}`` or HTTP 200 ``{"ok": false, "error": "..."}``; only
 ``ratelimited`` is HTTP 429 with ``Retry-After`` (seconds, an integer). Wire shapes follow
 docs.slack.dev and slack_sdk 3.48 (``web/async_client.py``, ``socket_mode/aiohttp``).
