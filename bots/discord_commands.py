@@ -165,6 +165,10 @@ class OwnedView(discord.ui.View):
     async def on_error(
         self, interaction: Interaction, error: Exception, item: discord.ui.Item[Any]
     ) -> None:
+        if storage_failed(error):
+            logger.warning("button %s not saved: %s", type(item).__name__, type(error).__name__)
+            await reply(interaction, NOT_SAVED_COMMAND)
+            return
         logger.error("button %s failed", type(item).__name__, exc_info=error)
         await reply(interaction, "Something went wrong; nothing was changed.")
 
