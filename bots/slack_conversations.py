@@ -63,7 +63,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_commands import user_key
 from bots.slack_sink import SlackReplySink, StatusIndicator, answers_of
 from core.controls import NOT_ENABLED, Place
-from core.errors import IntakeFailed, LimitReached
+from core.errors import IntakeFailed, LimitReached, storage_failed
 from core.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
 from core.models import Turn
 from core.settings import Settings
@@ -300,6 +300,7 @@ class SlackConversations:
                 "slack event %s not stored, so not acknowledged: %s",
                 message.event_id,
                 type(exc).__name__,
+                exc_info=not storage_failed(exc),  # a bug: keep its traceback
             )
             raise IntakeFailed(f"slack event {message.event_id} could not be stored") from exc
         finally:
