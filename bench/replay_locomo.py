@@ -1,6 +1,7 @@
 """Replay real long-term conversations through the running Slack bot, end to end.
 
     python bench/replay_locomo.py [--data DIR] [--conversations conv-26 ...] [--sessions N]
+                                  [--seed N] [--restarts kill term ...] [--questions N]
                                   [--json] [--concurrent N]
 
 For each LoCoMo conversation (``../shared/data/locomo``, CC BY-NC 4.0; never copied here):
@@ -15,9 +16,10 @@ For each LoCoMo conversation (``../shared/data/locomo``, CC BY-NC 4.0; never cop
    as an oracle: LoCoMo's human-checked observations listed under the speaker that cite the
    turn, in the product's own schema (observations listed under one speaker that cite the
    other's turn are not offered: "not attributable");
-4. the bot is restarted twice at random points mid-session on the same database, once with
-   SIGTERM and once with SIGKILL; events sent while it is down are retried as Slack retries
-   them (``X-Slack-Retry-Num``, compressed in time);
+4. the bot is restarted at random points mid-session on the same database (``--restarts``,
+   default once with SIGTERM and once with SIGKILL; the points and the delay before each kill
+   come from ``--seed``, so a run is repeatable); events sent while it is down are retried as
+   Slack retries them (``X-Slack-Retry-Num``, compressed in time);
 5. every question of categories 1-4 with evidence is then asked as a DM from the speaker it
    names first (speaker_a if none), and the memories the bot put into the system prompt are
    read from the request the fake received, in order.
@@ -227,6 +229,10 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------------------ replay
+restart_log: dict[str, list[str]] = {}
+"""Per conversation, the turn indexes the bot was restarted at (and how), for the report."""
+
+
 @dataclass
 class Tally:
     turns_sent: int = 0
@@ -378,6 +384,7 @@ async def replay_conversation(
             else []
         )
         kinds = dict(zip(points, wanted, strict=False))
+        restart_log[conv.name] = [f"{i}:{signal.Signals(k).name}" for i, k in kinds.items()]
         counts: Counter[str] = Counter()
         for index, (s_index, t_index, turn) in enumerate(turns):
             ts = epoch(conv, s_index) + t_index
@@ -427,7 +434,7 @@ async def replay_conversation(
             else:
                 tally.error("turn neither answered nor stored")
         # Questions.
-        for q_index, question in enumerate(conv.questions):
+        for q_index, question in enumerate(conv.questions[: args.questions]):
             speaker = named_speaker(question.text, speakers)
             user = users[speaker]
             tag = f"Q{q_index}"
@@ -452,9 +459,10 @@ async def replay_conversation(
         if code != 0:
             tally.error(f"bot exited {code} on SIGTERM")
         missing = usage_missing(db, claude)
-        # A call cut by the SIGKILL was made (and billed) but never recorded: at most the
-        # answer and the reflection in flight at that moment.
-        if not 0 <= missing <= 2:
+        # A call cut by a SIGKILL was made (and billed) but never recorded: at most the
+        # answer and the reflection in flight at that moment, for each SIGKILL.
+        kills = sum(1 for k in kinds.values() if k == signal.SIGKILL)
+        if not 0 <= missing <= 2 * kills:
             tally.error(f"usage table misses {missing} of the fake's calls")
     for _ in range(count_log_errors(log)):
         tally.error(f"ERROR or traceback in {log.name}")
@@ -614,6 +622,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if args.concurrent:
         return {"load": await load_mode(args, workdir)}
     rng = random.Random(args.seed)
+    restart_log.clear()
     per: dict[str, dict[str, Any]] = {}
     total = Tally()
     for conv in load_all(Path(args.data), args.conversations):
@@ -622,7 +631,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         total.add(tally)
         if tally.reasons:
             print(f"{conv.name} errors: {dict(tally.reasons)}", file=sys.stderr)
-    return {"conversations": per, "total": total.row(), "workdir": str(workdir)}
+    return {
+        "conversations": per,
+        "total": total.row(),
+        "seed": args.seed,
+        "restart_points": restart_log,
+        "workdir": str(workdir),
+    }
 
 
 COLUMNS = [
@@ -649,6 +664,7 @@ def print_table(result: dict[str, Any]) -> None:
         r = result["load"]
         print("load: " + ", ".join(f"{k} {v}" for k, v in r.items()))
         return
+    print(f"seed {result['seed']}, restarts at {result['restart_points']}")
     rows = {**result["conversations"], "total": result["total"]}
     short = [
         "turns",
@@ -677,7 +693,12 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--conversations", nargs="*", default=None)
     parser.add_argument("--sessions", type=int, default=None, help="replay only the first N")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--seed", type=int, default=7, help="seeds the restart points and kill delays"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=None, help="ask only the first N questions (0: none)"
+    )
     parser.add_argument(
         "--restarts",
         nargs="*",
@@ -692,7 +713,8 @@ def main() -> None:
     result = asyncio.run(main_async(args))
     print_table(result)
     if args.json:
-        print(json.dumps({k: v for k, v in (result.get("total") or result["load"]).items()}))
+        total = result.get("total") or result["load"]
+        print(json.dumps({"seed": args.seed, **total} if "total" in result else total))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from bots.discord_conversations import Conversations, Route, channel_of, message
 from bots.discord_sink import NO_MENTIONS, DiscordSink
 from core.cleanup_review import CleanupReviews
 from core.controls import NOT_ENABLED, Place
-from core.errors import ConfigError, SelfMindError
+from core.errors import NOT_SAVED, ConfigError, LimitReached, SelfMindError, storage_failed
 from core.locks import KeyedLocks
 from core.loop import IncomingMessage, TurnLoop
 from core.reflection import ReflectionResult, Reflector
@@ -212,7 +212,7 @@ class SelfMindBot(discord.Client):
             await self.answer(message, route, workspace=place.workspace)
         except SelfMindError as exc:
             logger.warning("message %s failed: %s", message.id, type(exc).__name__)
-            await self._tell(message, exc.user_message)
+            await self._tell(message, NOT_SAVED if storage_failed(exc) else exc.user_message)
         except discord.Forbidden as exc:
             logger.warning(
                 "message %s: missing permission in channel %s (code %s); give the bot View "
@@ -222,7 +222,11 @@ class SelfMindBot(discord.Client):
                 message.channel.id,
                 exc.code,
             )
-        except Exception:
+        except Exception as exc:
+            if storage_failed(exc):
+                logger.warning("message %s not saved: %s", message.id, type(exc).__name__)
+                await self._tell(message, NOT_SAVED)
+                return
             logger.exception("message %s failed", message.id)
             await self._tell(message, GENERIC_ERROR)
         finally:
@@ -253,6 +257,9 @@ class SelfMindBot(discord.Client):
         )
         async with self._locks.hold(route.key):
             await self.conversations.seed_once(message, route, me=me)
+            # Stored before any answer shows (after the thread's earlier messages, so they
+            # come first in its history); a store failure ends here, answered NOT_SAVED.
+            turn_id = await self._receive(incoming)
             if route.origin == "private" and await self.rt.store.mark_once(
                 mark=f"discord:first-dm:{message.author.id}"
             ):
@@ -263,7 +270,8 @@ class SelfMindBot(discord.Client):
                 on_post=lambda message_id: self.conversations.remember(message_id, route.key),
             )
             try:
-                result = await stream_reply(sink, self.turns.answer(incoming), self.stream_config)
+                answer = self.turns.answer(incoming, turn_id=turn_id)
+                result = await stream_reply(sink, answer, self.stream_config)
             finally:
                 await sink.close()
         logger.info(
@@ -274,6 +282,15 @@ class SelfMindBot(discord.Client):
             len(result.text),
             type(result.error).__name__ if result.error else None,
         )
+
+    async def _receive(self, incoming: IncomingMessage) -> int | None:
+        """Store the user's message (``TurnLoop.receive``); None at a daily cap, which the
+        answer then reports as its note. Store errors propagate (the user is told
+        :data:`core.errors.NOT_SAVED`: Discord does not redeliver a message)."""
+        try:
+            return await self.turns.receive(incoming)
+        except LimitReached:
+            return None
 
     # --- memory reactions and errors
 

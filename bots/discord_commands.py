@@ -32,7 +32,13 @@ import discord
 from discord import app_commands
 
 from core.controls import NOT_ENABLED, Controls, Place
-from core.errors import MemoryInputError, MemoryNotFound, SelfMindError
+from core.errors import (
+    NOT_SAVED_COMMAND,
+    MemoryInputError,
+    MemoryNotFound,
+    SelfMindError,
+    storage_failed,
+)
 from core.models import MAX_MEMORY_CHARS, Memory, Origin
 from core.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
 from core.store import ConversationStore
@@ -159,6 +165,10 @@ class OwnedView(discord.ui.View):
     async def on_error(
         self, interaction: Interaction, error: Exception, item: discord.ui.Item[Any]
     ) -> None:
+        if storage_failed(error):
+            logger.warning("button %s not saved: %s", type(item).__name__, type(error).__name__)
+            await reply(interaction, NOT_SAVED_COMMAND)
+            return
         logger.error("button %s failed", type(item).__name__, exc_info=error)
         await reply(interaction, "Something went wrong; nothing was changed.")
 
@@ -348,7 +358,10 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
 async def on_tree_error(interaction: Interaction, error: app_commands.AppCommandError) -> None:
     """The slash-command edge: a short, true ephemeral line; unexpected errors are logged."""
     cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
-    if isinstance(cause, SelfMindError):
+    if storage_failed(cause):
+        logger.warning("command not saved: %s", type(cause).__name__)
+        message = NOT_SAVED_COMMAND
+    elif isinstance(cause, SelfMindError):
         logger.warning("command failed: %s", type(cause).__name__)
         message = f"That didn't work: {cause}."
     else:

@@ -10,8 +10,10 @@ one :class:`SlackBot`:
   "I'll remember" notes; :mod:`bots.slack_cleanup`: ``/memories cleanup``;
 - :mod:`bots.slack_sink`: the streamed reply's posts and edits.
 
-Every event, command and click is acknowledged at once; the work runs in a background task
-that shutdown waits for. Modes: Socket Mode (``SLACK_APP_TOKEN``, no public URL) or HTTP
+Every event is acknowledged once its message is stored (never before: an event whose intake
+fails gets HTTP 500 or no Socket Mode ack, so Slack redelivers it), commands and clicks at
+once; the work runs in a background task that shutdown waits for. Modes: Socket Mode
+(``SLACK_APP_TOKEN``, no public URL) or HTTP
 (``SLACK_SIGNING_SECRET``; events, commands and interactions at ``POST /slack/events``, a
 health check at ``GET /healthz``). ``SLACK_API_URL`` is the Web API base URL. SIGTERM stops
 intake, lets answers in flight finish and drains reflections, within
@@ -49,7 +51,7 @@ from bots.slack_commands import SlackCommands
 from bots.slack_conversations import BotIdentity, SlackConversations
 from bots.slack_sink import slack_error
 from core.cleanup_review import CleanupReviews
-from core.errors import ConfigError
+from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
 from core.models import Turn, utcnow
 from core.runtime import Runtime, open_runtime
@@ -171,7 +173,17 @@ class SlackBot:
         app.event("message")(self.on_event)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
+        app.error(self.on_error)
         return app
+
+    async def on_error(self, error: Exception) -> None:
+        """Bolt's error handler: the request is answered HTTP 500 (HTTP mode) or left
+        unacknowledged (Socket Mode), so Slack redelivers it (``X-Slack-Retry-Num`` /
+        ``retry_attempt``); Slack retries an event three times."""
+        if isinstance(error, IntakeFailed):
+            logger.warning("slack request not acknowledged, Slack will redeliver it: %s", error)
+        else:
+            logger.error("slack request failed", exc_info=error)
 
     async def on_event(self, body: JsonDict, request: AsyncBoltRequest) -> None:
         """Bolt listener: filter and store the message, then answer in the background."""
@@ -183,6 +195,7 @@ class SlackBot:
             logger.info("slack event %s is retry %d", message.event_id, retry)
         # The app acknowledges after this listener returns (process_before_response): the
         # message is stored first, and only the answering runs after the acknowledgement.
+        # IntakeFailed (not stored) propagates: no acknowledgement, Slack redelivers.
         work = await self.conversations.receive(message)
         if work is not None:
             self.spawn(work, f"slack-event-{message.event_id}")

@@ -1,7 +1,8 @@
 """Slack slash commands, their buttons, and the ephemeral "I'll remember" notes.
 
-Commands (all acknowledged at once, answered through ``response_url`` as ephemeral messages,
-so only the caller sees them; memory listings never go to a channel)::
+Commands (acknowledged at once, ``/remember`` once its memory is stored; answered through
+``response_url`` as ephemeral messages, so only the caller sees them; memory listings never
+go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVED_COMMAND`)::
 
     /remember TEXT                      store a memory (through dedupe)
     /forget ID | /forget all            forget one of your memories, or all (after a confirm)
@@ -18,6 +19,8 @@ forget or export another user's memories. Outside the team allow-lists
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
@@ -34,7 +37,7 @@ from bots.slack_cleanup import ACTIONS as CLEANUP_ACTIONS
 from bots.slack_cleanup import SlackCleanup
 from core.cleanup_review import NO_MODEL
 from core.controls import NOT_ENABLED, Controls, Place
-from core.errors import MemoryInputError, MemoryNotFound
+from core.errors import NOT_SAVED_COMMAND, MemoryInputError, MemoryNotFound, storage_failed
 from core.models import Memory, Origin
 from core.reflection import ReflectionResult
 from core.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
@@ -52,6 +55,9 @@ FORGET_ACTION = "selfmind_forget"
 FORGET_ALL_ACTION = "selfmind_forget_all"
 FORGET_ALL_CANCEL_ACTION = "selfmind_forget_all_cancel"
 PAGE_ACTION = "selfmind_memories_page"
+
+REMEMBER_BEFORE_ACK_S = 2.0
+"""How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
 
 SOMETHING_WRONG = "Something went wrong on my side; please try again."
 FORGET_USAGE = "Usage: `/forget ID` (a number from `/memories`) or `/forget all`."
@@ -152,9 +158,26 @@ class SlackCommands:
     # --- listeners: acknowledge at once, work in a tracked background task
 
     async def on_command(self, ack: AsyncAck, command: JsonDict, respond: AsyncRespond) -> None:
-        await ack()
         name = str(command.get("command", ""))
+        if name == "/remember":
+            await self.on_remember(ack, command, respond)
+            return
+        await ack()
         self.spawn(self._guarded(self.run_command(command, respond), respond), f"slack{name}")
+
+    async def on_remember(self, ack: AsyncAck, command: JsonDict, respond: AsyncRespond) -> None:
+        """``/remember``: store first, acknowledge after (within
+        :data:`REMEMBER_BEFORE_ACK_S` of Slack's 3 s), then reply through ``response_url``.
+        A store that takes longer goes on after the acknowledgement; a store that fails is
+        answered with :data:`core.errors.NOT_SAVED_COMMAND`, never with "Remembered"."""
+        stored = asyncio.ensure_future(self.remember(command))
+        with contextlib.suppress(Exception):  # its outcome is reported by the reply below
+            await asyncio.wait_for(asyncio.shield(stored), REMEMBER_BEFORE_ACK_S)
+        await ack()
+        self.spawn(self._guarded(self._reply(stored, respond), respond), "slack/remember")
+
+    async def _reply(self, reply: asyncio.Future[str], respond: AsyncRespond) -> None:
+        await respond(text=await reply, response_type="ephemeral")
 
     async def on_action(self, ack: AsyncAck, body: JsonDict, respond: AsyncRespond) -> None:
         await ack()
@@ -165,7 +188,11 @@ class SlackCommands:
             await work
         except (MemoryInputError, MemoryNotFound) as exc:
             await respond(text=_sentence(str(exc)), response_type="ephemeral")
-        except Exception:
+        except Exception as exc:
+            if storage_failed(exc):
+                logger.warning("slack command not saved: %s", type(exc).__name__)
+                await respond(text=NOT_SAVED_COMMAND, response_type="ephemeral")
+                return
             logger.exception("slack command failed")
             await respond(text=SOMETHING_WRONG, response_type="ephemeral")
 
@@ -195,14 +222,7 @@ class SlackCommands:
             return
         match name:
             case "/remember":
-                origin: Origin = "private" if channel.startswith("D") else "shared"
-                result = await self.service.remember(user_key=key, text=text, origin=origin)
-                reply = (
-                    f"Remembered (`#{result.id}`)."
-                    if result.status == "added"
-                    else f"I already knew that (`#{result.id}`)."
-                )
-                await respond(text=reply, response_type="ephemeral")
+                await respond(text=await self.remember(command), response_type="ephemeral")
             case "/forget":
                 await self.forget(key, text, respond)
             case "/memories" if text.lower() == "cleanup":
@@ -216,6 +236,21 @@ class SlackCommands:
                 await self.memory_mode(key, text, respond)
             case _:
                 await respond(text=f"Unknown command {name}.", response_type="ephemeral")
+
+    async def remember(self, command: JsonDict) -> str:
+        """Store the ``/remember`` text for the caller (through dedupe); the reply to show.
+        Raises ``MemoryInputError`` for unusable text and the store's error when it fails."""
+        team, user = str(command.get("team_id", "")), str(command.get("user_id", ""))
+        key = user_key(team, user)
+        channel = str(command.get("channel_id") or "")
+        if not self.allowed(key, team, channel):
+            return NOT_ENABLED
+        origin: Origin = "private" if channel.startswith("D") else "shared"
+        text = str(command.get("text") or "").strip()
+        result = await self.service.remember(user_key=key, text=text, origin=origin)
+        if result.status == "added":
+            return f"Remembered (`#{result.id}`)."
+        return f"I already knew that (`#{result.id}`)."
 
     async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
         if arg.lower() == "all":

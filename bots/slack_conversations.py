@@ -24,11 +24,23 @@ too, and so are messages another live process sharing the store has claimed
 (the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
 the stored turn.
 
-Durable intake: the event is acknowledged only after the message is claimed and stored
-(a few milliseconds of SQLite; Slack allows 3 s), and the answer runs after the
-acknowledgement. A crash before the acknowledgement makes Slack redeliver the event; after
-it, Slack will not, so the next start-up answers stored messages left without an answer
+Durable intake (never acknowledge what was not stored): the event is acknowledged only
+after the message is claimed and stored (a few milliseconds of SQLite; Slack allows 3 s;
+an unseen thread is read first, within :data:`THREAD_READ_BEFORE_ACK_S`), and the answer
+runs after the acknowledgement. When storing fails (disk full, the database locked past its
+busy timeout, any store error) :meth:`SlackConversations.receive` raises ``IntakeFailed``
+and the event is not acknowledged (HTTP 500 / no Socket Mode ack), so Slack redelivers it;
+a retry that arrives while the first delivery is still being stored shares its outcome. A
+crash before the acknowledgement makes Slack redeliver the event; after it, Slack will not,
+so the next start-up answers stored messages left without an answer
 (:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot``).
+
+An interrupted answer (the process died after showing some or all of it, before storing it
+when Slack showed it whole) is answered again, by a redelivery or the start-up recovery,
+only if the turn still has no answer, and into the message it left on screen: every answer
+message carries Slack message metadata naming the message it answers
+(:func:`bots.slack_sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
+it, so the user sees one answer, never a second copy.
 
 Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 :class:`bots.slack_sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
@@ -36,6 +48,7 @@ Answers stream by ``chat.update`` edits (:mod:`core.streaming` over
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Coroutine
@@ -48,9 +61,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_commands import user_key
-from bots.slack_sink import SlackReplySink, StatusIndicator
+from bots.slack_sink import SlackReplySink, StatusIndicator, answers_of
 from core.controls import NOT_ENABLED, Place
-from core.errors import LimitReached
+from core.errors import IntakeFailed, LimitReached, storage_failed
 from core.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
 from core.models import Turn
 from core.settings import Settings
@@ -68,6 +81,11 @@ DM_NOTICE = (
 EMPTY_TEXT = "(a message with no text)"
 MAX_THREAD_CONTEXT_READ = 1000
 """At most this many thread messages are read when the bot joins a thread late."""
+THREAD_READ_BEFORE_ACK_S = 1.5
+"""At most this long is spent reading an unseen thread before the acknowledgement (of
+Slack's 3 s); what is not read by then is left out of its history."""
+MAX_REPLY_SCAN = 1000
+"""At most this many messages are read to find an answer a crash left on screen."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +156,11 @@ class _Prepared:
     """What :meth:`SlackConversations.receive` decided before the acknowledgement."""
 
     turn_id: int | None
-    read_thread: bool
     refused: bool = False
     limit: LimitReached | None = None
+    resume: bool = False
+    """An interrupted answer (a crash, then a redelivery or the start-up recovery): answer
+    it only if it still has none, into the reply the crash left on screen, if any."""
 
 
 async def _failing(error: LimitReached) -> AsyncIterator[str]:
@@ -204,6 +224,7 @@ class SlackConversations:
         self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
         self._in_flight: set[str] = set()
+        self._intakes: dict[str, asyncio.Future[bool]] = {}
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
@@ -238,7 +259,8 @@ class SlackConversations:
         )
 
     async def handle(self, message: SlackMessage) -> None:
-        """Answer ``message`` once (see the module docstring); never raises."""
+        """Answer ``message`` once (see the module docstring); raises ``IntakeFailed`` when
+        it could not be stored, else never."""
         work = await self.receive(message)
         if work is not None:
             await work
@@ -246,22 +268,47 @@ class SlackConversations:
     async def receive(self, message: SlackMessage) -> Coroutine[Any, Any, None] | None:
         """Before the event is acknowledged: decide, claim, and store the user's message.
 
-        Returns the work that answers it (to run after the acknowledgement), or None. Once
-        the acknowledgement is sent the message is in the store, so a crash after it loses
-        nothing: the message is reflected on at the next start-up. Never raises.
+        Returns the work that answers it (to run after the acknowledgement), or None when
+        there is nothing to answer (ignored, a duplicate, already answered). Once it returns
+        the message is in the store, so a crash after the acknowledgement loses nothing.
+
+        Raises ``IntakeFailed`` when the message could not be stored (disk full, database
+        locked, any store error): the caller must not acknowledge the event, so that Slack
+        redelivers it. A duplicate delivery that arrives while the first one is still being
+        stored waits for it and shares its outcome (acknowledged only if it was stored).
         """
         flight_key = f"{message.channel}:{message.ts}"
+        pending = self._intakes.get(flight_key)
+        if pending is not None:
+            if not await asyncio.shield(pending):
+                raise IntakeFailed(f"slack event {message.event_id}: its first delivery failed")
+            logger.info("slack event %s: duplicate of a message just stored", message.event_id)
+            return None
         if flight_key in self._in_flight:
             logger.info("slack event %s: duplicate of a message in flight", message.event_id)
             return None
         self._in_flight.add(flight_key)
+        stored: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._intakes[flight_key] = stored
+        prepared: _Prepared | None = None
+        handled = False  # stored, or rightly ignored: either way the event may be acked
         try:
             prepared = await self._intake(message)
-        except Exception:
-            logger.exception("slack event %s failed", message.event_id)
-            prepared = None
+            handled = True
+        except Exception as exc:
+            logger.warning(
+                "slack event %s not stored, so not acknowledged: %s",
+                message.event_id,
+                type(exc).__name__,
+                exc_info=not storage_failed(exc),  # a bug: keep its traceback
+            )
+            raise IntakeFailed(f"slack event {message.event_id} could not be stored") from exc
+        finally:
+            del self._intakes[flight_key]
+            stored.set_result(handled)
+            if prepared is None:
+                self._in_flight.discard(flight_key)
         if prepared is None:
-            self._in_flight.discard(flight_key)
             return None
         return self._finish(flight_key, message, prepared)
 
@@ -276,7 +323,8 @@ class SlackConversations:
             return None
         self._in_flight.add(flight_key)
         logger.info("answering message %s left unanswered by a crash", turn.id)
-        return self._finish(flight_key, message, _Prepared(turn_id=turn.id, read_thread=False))
+        prepared = _Prepared(turn_id=turn.id, resume=True)
+        return self._finish(flight_key, message, prepared)
 
     async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
         try:
@@ -296,6 +344,7 @@ class SlackConversations:
         if not (message.is_dm or message.mentioned or known):
             return None
         turn_id: int | None = None
+        resume = False
         if not await self.store.claim_event(keys=message.claim_keys):
             if await self.store.event_claimed_elsewhere(keys=message.claim_keys):
                 logger.info("slack event %s: another live process has it", message.event_id)
@@ -305,20 +354,27 @@ class SlackConversations:
                 logger.info("slack event %s: already answered", message.event_id)
                 return None
             if turn is not None:
-                turn_id = turn.id
+                turn_id, resume = turn.id, True
             logger.info("slack event %s: answering an interrupted message", message.event_id)
         if not allowed:
-            return _Prepared(turn_id=None, read_thread=False, refused=True)
-        read_thread = shared_thread and not known and turn_id is None
+            return _Prepared(turn_id=None, refused=True)
+        if shared_thread and not known and turn_id is None:
+            # First mention in a thread the bot has not seen: its earlier messages are
+            # stored first (they come first in its history), bounded so that the message
+            # itself is still stored before Slack's 3 s acknowledgement deadline.
+            try:
+                async with asyncio.timeout(THREAD_READ_BEFORE_ACK_S):
+                    await self.read_thread(message)
+            except TimeoutError:
+                logger.warning("thread %s read cut short to store the message in time", key)
         limit: LimitReached | None = None
-        if turn_id is None and not read_thread:
-            # Stored now, before the acknowledgement (the thread case stores it after the
-            # thread's earlier messages, so that they come first in its history).
+        if turn_id is None:
+            # Stored now, before the acknowledgement.
             try:
                 turn_id = await self.loop.receive(self.incoming(message))
             except LimitReached as exc:
                 limit = exc
-        return _Prepared(turn_id=turn_id, read_thread=read_thread, limit=limit)
+        return _Prepared(turn_id=turn_id, limit=limit, resume=resume)
 
     async def _respond(self, message: SlackMessage, prepared: _Prepared) -> None:
         if prepared.refused:
@@ -326,12 +382,69 @@ class SlackConversations:
                 channel=message.channel, thread_ts=message.thread_ts, markdown_text=NOT_ENABLED
             )
             return
-        if prepared.read_thread:
-            await self.read_thread(message)
+        reuse: list[str] = []
+        if prepared.resume and prepared.turn_id is not None:
+            if await self.store.answer_to(turn_id=prepared.turn_id) is not None:
+                # Answered meanwhile (a redelivery and the start-up recovery of one message).
+                logger.info("slack event %s: answered meanwhile", message.event_id)
+                return
+            reuse = await self.shown_reply(message)
         notice = None
         if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
             notice = DM_NOTICE
-        await self.answer(message, turn_id=prepared.turn_id, notice=notice, limit=prepared.limit)
+        await self.answer(
+            message, turn_id=prepared.turn_id, notice=notice, limit=prepared.limit, reuse=reuse
+        )
+
+    async def shown_reply(self, message: SlackMessage) -> list[str]:
+        """The ``ts`` of the bot's messages already on Slack in answer to ``message``, oldest
+        first: what a crash between showing an answer and storing it (``Delivery.done``)
+        left on screen.
+
+        Read from Slack itself (``conversations.history`` after the message in a DM,
+        ``conversations.replies`` in a thread; at most :data:`MAX_REPLY_SCAN` messages):
+        the bot's own messages whose metadata says they answer ``message.ts``
+        (:func:`bots.slack_sink.answers_of`). Empty when there are none or Slack cannot be
+        read (then the answer goes to a new message, as before).
+        """
+        found: list[JsonDict] = []
+        cursor: str | None = None
+        scanned = 0
+        try:
+            while scanned < MAX_REPLY_SCAN:
+                if message.is_dm:
+                    page = await self.client.conversations_history(
+                        channel=message.channel,
+                        oldest=message.ts,
+                        inclusive=False,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                else:
+                    page = await self.client.conversations_replies(
+                        channel=message.channel,
+                        ts=message.thread_ts or message.ts,
+                        oldest=message.ts,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                messages = cast(list[JsonDict], page.get("messages") or [])
+                scanned += len(messages)
+                found += [m for m in messages if self._is_own(m) and answers_of(m) == message.ts]
+                cursor = cast(JsonDict, page.get("response_metadata") or {}).get("next_cursor")
+                if not page.get("has_more") or not cursor:
+                    break
+        except (SlackApiError, ClientError) as exc:
+            logger.warning("could not read the reply to %s: %s", message.event_id, exc)
+            return []
+        return [str(m["ts"]) for m in sorted(found, key=lambda m: float(m["ts"]))]
+
+    def _is_own(self, m: JsonDict) -> bool:
+        return m.get("user") == self.identity.user_id or (
+            self.identity.bot_id is not None and m.get("bot_id") == self.identity.bot_id
+        )
 
     def incoming(self, message: SlackMessage) -> IncomingMessage:
         """The core's view of ``message``."""
@@ -354,15 +467,26 @@ class SlackConversations:
         turn_id: int | None = None,
         notice: str | None = None,
         limit: LimitReached | None = None,
+        reuse: list[str] | None = None,
     ) -> None:
-        """Stream the answer to ``message`` into its DM or thread."""
+        """Stream the answer to ``message`` into its DM or thread; ``reuse``: the messages
+        an interrupted answer left (:meth:`shown_reply`): the first is edited into the new
+        answer instead of posting a new message, the rest are deleted."""
+        reuse = reuse or []
         sink = SlackReplySink(
             self.stream_client,
             channel=message.channel,
             thread_ts=message.reply_thread_ts,
             status=self.status,
             status_thread_ts=message.thread_ts or message.ts,
+            reuse_ts=reuse[0] if reuse else None,
+            answers_ts=message.ts,
         )
+        for stale in reuse[1:]:
+            try:
+                await self.stream_client.chat_delete(channel=message.channel, ts=stale)
+            except (SlackApiError, ClientError) as exc:
+                logger.warning("could not delete a cut reply message: %s", exc)
         delivery = Delivery()
         answer = (
             _failing(limit)
@@ -427,10 +551,7 @@ class SlackConversations:
             return None
         sent_at = slack_time(str(m["ts"]))
         user = m.get("user")
-        own = user == self.identity.user_id or (
-            self.identity.bot_id is not None and m.get("bot_id") == self.identity.bot_id
-        )
-        if own:
+        if self._is_own(m):
             return ContextMessage(text=text, role="assistant", sent_at=sent_at)
         if m.get("bot_id") or not user:
             name = str(m.get("username") or m.get("bot_id") or "a bot")

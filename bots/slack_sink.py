@@ -20,6 +20,7 @@ and a failure that says the app cannot use the method at all switches it off for
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -27,6 +28,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from core.errors import EditFailed, RateLimited
 
 logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
 
 EDIT_FAILED_ERRORS = frozenset(
     {"msg_too_long", "message_not_found", "cant_update_message", "edit_window_closed"}
@@ -39,6 +42,25 @@ STATUS_UNAVAILABLE_ERRORS = frozenset(
 """``assistant.threads.setStatus`` errors that mean the app cannot use the status at all."""
 
 DEFAULT_RETRY_AFTER_S = 1.0
+
+REPLY_EVENT_TYPE = "selfmind_reply"
+"""Slack message metadata ``event_type`` of the bot's answer messages
+(https://docs.slack.dev/messaging/message-metadata); the payload names the message answered."""
+
+
+def reply_metadata(answers_ts: str) -> JsonDict:
+    """The metadata of an answer message to the user message ``answers_ts``."""
+    return {"event_type": REPLY_EVENT_TYPE, "event_payload": {"answers_ts": answers_ts}}
+
+
+def answers_of(message: JsonDict) -> str | None:
+    """The ``ts`` of the user message a bot message answers (its metadata), or None."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != REPLY_EVENT_TYPE:
+        return None
+    payload = metadata.get("event_payload")
+    value = payload.get("answers_ts") if isinstance(payload, dict) else None
+    return str(value) if value else None
 
 
 def slack_error(exc: SlackApiError) -> str:
@@ -91,7 +113,12 @@ class SlackReplySink:
 
     ``thread_ts`` is the thread the reply goes to (None: the channel itself, e.g. a DM);
     ``status_thread_ts`` the thread whose status shows "is thinking…" (the user's message
-    when it starts no thread).
+    when it starts no thread). ``reuse_ts``: a message of the bot's to take over (an answer
+    a crash left on screen): the first ``post`` edits it instead of posting a new one, and
+    falls back to posting when it can no longer be edited. ``answers_ts``: the user message
+    this reply answers, carried by every posted message as Slack message metadata
+    (:data:`REPLY_EVENT_TYPE`, ``{"answers_ts": ts}``) so that a reply a crash cut can be
+    found on Slack again (:func:`answers_of`).
     """
 
     def __init__(
@@ -102,17 +129,32 @@ class SlackReplySink:
         thread_ts: str | None,
         status: StatusIndicator | None = None,
         status_thread_ts: str | None = None,
+        reuse_ts: str | None = None,
+        answers_ts: str | None = None,
     ) -> None:
         self.client = client
+        self.reuse_ts = reuse_ts
+        self.answers_ts = answers_ts
         self.channel = channel
         self.thread_ts = thread_ts
         self.status_indicator = status
         self.status_thread_ts = status_thread_ts or thread_ts
 
     async def post(self, *, text: str) -> str:
+        reuse, self.reuse_ts = self.reuse_ts, None
+        if reuse is not None:
+            try:
+                await self.edit(handle=reuse, text=text)
+            except EditFailed:
+                logger.info("could not take over reply message %s; posting anew", reuse)
+            else:
+                return reuse
         try:
             response = await self.client.chat_postMessage(
-                channel=self.channel, thread_ts=self.thread_ts, markdown_text=text
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                markdown_text=text,
+                metadata=reply_metadata(self.answers_ts) if self.answers_ts else None,
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)

@@ -6,6 +6,7 @@
     ├── ConfigError          a setting is missing or wrong (names the variable)
     ├── StoreError           the memory store failed or holds data it cannot read
     │   └── MigrationError   a numbered migration failed; the file is left as it was
+    ├── IntakeFailed         a platform message could not be stored: do not acknowledge it
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
     │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
@@ -49,6 +50,36 @@ class StoreError(SelfMindError):
 
 class MigrationError(StoreError):
     """A numbered migration failed and was rolled back."""
+
+
+class IntakeFailed(SelfMindError):
+    """A platform message (event, command) could not be stored (disk full, database
+    locked past its busy timeout, any store error): the adapter must not tell the platform
+    it was delivered. Slack then redelivers the event; where a platform cannot (Discord, a
+    slash command) the user is shown :data:`NOT_SAVED`. The cause is ``__cause__``."""
+
+    @property
+    def user_message(self) -> str:
+        return NOT_SAVED
+
+
+NOT_SAVED = "Sorry, I could not save that message, so I did not read it; please send it again."
+"""The one sentence a user sees when their message could not be stored."""
+
+NOT_SAVED_COMMAND = "Sorry, that was not saved (my storage failed); please try again."
+"""The one sentence a user sees when a command could not store what it was asked to."""
+
+
+def storage_failed(error: BaseException) -> bool:
+    """True when ``error`` is the store failing rather than a bug or bad input:
+    ``StoreError``, ``IntakeFailed``, an ``OSError`` (disk full, permissions), or a driver
+    error (``sqlite3.Error``: "database or disk is full", "database is locked";
+    ``asyncpg.PostgresError`` / ``InterfaceError``), told apart by module so that this module
+    imports no driver."""
+    if isinstance(error, StoreError | IntakeFailed | OSError):
+        return True
+    module = type(error).__module__
+    return module == "sqlite3" or module.startswith(("asyncpg", "aiosqlite"))
 
 
 class MemoryInputError(SelfMindError):

@@ -22,7 +22,7 @@ from tests.conftest import locomo_or_skip
 async def test_replay_three_sessions_with_a_sigkill(tmp_path: Path) -> None:
     data = locomo_or_skip()
     (conv,) = load_all(data, ["conv-26"])
-    args = argparse.Namespace(sessions=3, restarts=["kill"])
+    args = argparse.Namespace(sessions=3, restarts=["kill"], questions=None)
     tally = await replay_conversation(conv, args, tmp_path, random.Random(11))
     row = tally.row()
     assert row["errors"] == 0, dict(tally.reasons)

@@ -25,6 +25,13 @@ carrying the same data (the SDK reads ``sdk-ping-pong:<t>`` back to judge stalen
 ``{envelope_id, payload?}`` are recorded. The SDK treats ``{"type": "disconnect"}`` and a
 server close alike: apps.connections.open again, then a new connection.
 
+Redelivery, as Slack does it (https://docs.slack.dev/apis/events-api/#retries):
+``deliver_event`` (HTTP) sends an event again after a non-2xx answer, no answer within 3 s or
+a refused connection, with ``X-Slack-Retry-Num`` 1-3 and ``X-Slack-Retry-Reason``;
+``deliver_socket_event`` (Socket Mode) sends a new envelope with ``retry_attempt`` 1-3 when
+the last one was not acknowledged in time. The retry delays (about 0 s, 1 min, 5 min at Slack)
+are compressed; ``deliveries[event_id]`` records each attempt's outcome.
+
 Web API replies are ``{"ok": true, ...}`` or HTTP 200 ``{"ok": false, "error": "..."}``; only
 ``ratelimited`` is HTTP 429 with ``Retry-After`` (seconds, an integer). Wire shapes follow
 docs.slack.dev and slack_sdk 3.48 (``web/async_client.py``, ``socket_mode/aiohttp``).
@@ -56,6 +63,12 @@ from multidict import CIMultiDict
 
 JsonDict = dict[str, Any]
 Signature = Literal["valid", "forged", "stale", "missing"]
+
+SLACK_RETRY_DELAYS_S = (0.2, 0.5, 1.0)
+"""Delays before Slack's three retries of an event (about 0 s, 1 min and 5 min in Slack;
+https://docs.slack.dev/apis/events-api/#retries), compressed for tests."""
+ACK_TIMEOUT_S = 3.0
+"""Slack waits this long for an event's acknowledgement before it retries it."""
 
 _JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages")
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
@@ -408,6 +421,7 @@ class FakeSlack:
         self.files: dict[str, UploadedFile] = {}
         self.envelopes: list[JsonDict] = []
         self.acks: list[JsonDict] = []
+        self.deliveries: dict[str, list[int]] = defaultdict(list)
         self.socket_connections = 0
         self.channel_names: dict[str, str] = {}
         self._history: dict[str, list[JsonDict]] = defaultdict(list)
@@ -427,6 +441,7 @@ class FakeSlack:
             "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.delete": self._chat_delete,
             "conversations.replies": self._conversations_replies,
+            "conversations.history": self._conversations_history,
             "conversations.open": self._conversations_open,
             "conversations.info": self._conversations_info,
             "assistant.threads.setStatus": self._assistant_set_status,
@@ -776,6 +791,38 @@ class FakeSlack:
         cursor = str(start + limit) if more else ""
         return {"messages": page, "has_more": more, "response_metadata": {"next_cursor": cursor}}
 
+    def _conversations_history(self, params: JsonDict) -> JsonDict:
+        """Top-level messages (thread replies left out), newest first, between ``oldest``
+        and ``latest`` (exclusive unless ``inclusive``), ``limit`` at most, as Slack does."""
+        channel = self._required(params, "channel", "channel_not_found")
+        inclusive = str(params.get("inclusive", "")).lower() in ("1", "true")
+        oldest, latest = params.get("oldest"), params.get("latest")
+
+        def inside(ts: str) -> bool:
+            low = oldest is None or (
+                _ts_key(ts) >= _ts_key(str(oldest))
+                if inclusive
+                else _ts_key(ts) > _ts_key(str(oldest))
+            )
+            high = latest is None or (
+                _ts_key(ts) <= _ts_key(str(latest))
+                if inclusive
+                else _ts_key(ts) < _ts_key(str(latest))
+            )
+            return low and high
+
+        top = [
+            m
+            for m in self._history.get(channel, [])
+            if m.get("thread_ts") in (None, m["ts"]) and inside(m["ts"])
+        ]
+        newest_first = list(reversed(top))
+        start, limit = int(params.get("cursor") or 0), int(params.get("limit") or 100)
+        page = newest_first[start : start + limit]
+        more = start + limit < len(newest_first)
+        cursor = str(start + limit) if more else ""
+        return {"messages": page, "has_more": more, "response_metadata": {"next_cursor": cursor}}
+
     def _conversations_open(self, params: JsonDict) -> JsonDict:
         if params.get("channel"):
             return {"channel": {"id": params["channel"]}}
@@ -1023,6 +1070,95 @@ class FakeSlack:
         return await self.post_signed(
             app_url, body, content_type="application/json", sent=envelope, **kwargs
         )
+
+    async def deliver_event(
+        self,
+        app_url: str,
+        event: JsonDict,
+        *,
+        event_id: str | None = None,
+        retry_delays_s: tuple[float, ...] = SLACK_RETRY_DELAYS_S,
+        timeout_s: float = ACK_TIMEOUT_S,
+    ) -> list[int]:
+        """Deliver an event over HTTP as Slack does, with its retries: a delivery answered
+        with a non-2xx status, not answered within ``timeout_s`` (Slack: 3 s) or refused a
+        connection is sent again after each of ``retry_delays_s`` (Slack: three retries,
+        after about 0 s, 1 min and 5 min, compressed here) with ``X-Slack-Retry-Num`` 1, 2, 3
+        and ``X-Slack-Retry-Reason`` ``http_error`` / ``http_timeout`` /
+        ``connection_failed``; the first 2xx ends it. Returns each attempt's status (0: timed
+        out, -1: connection refused). https://docs.slack.dev/apis/events-api/#retries
+        """
+        envelope = (
+            event
+            if event.get("type") == "event_callback"
+            else self.events.event_callback(event, event_id=event_id)
+        )
+        statuses: list[int] = []
+        reason: str | None = None
+        for attempt, delay in enumerate((0.0, *retry_delays_s)):
+            await asyncio.sleep(delay)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    sent = await self.send_event(
+                        app_url,
+                        envelope,
+                        retry_num=attempt or None,
+                        retry_reason=reason,
+                    )
+            except TimeoutError:
+                statuses.append(0)
+                reason = "http_timeout"
+            except OSError:
+                statuses.append(-1)
+                reason = "connection_failed"
+            else:
+                statuses.append(sent.status)
+                if 200 <= sent.status < 300:
+                    break
+                reason = "http_error"
+            finally:
+                self.deliveries[str(envelope["event_id"])] = list(statuses)
+                await self._notify()
+        return statuses
+
+    async def deliver_socket_event(
+        self,
+        event: JsonDict,
+        *,
+        event_id: str | None = None,
+        retry_delays_s: tuple[float, ...] = SLACK_RETRY_DELAYS_S,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
+    ) -> list[str]:
+        """Deliver an event over Socket Mode as Slack does, with its retries: an envelope
+        not acknowledged (``{envelope_id}`` sent back) within ``ack_timeout_s`` is sent again,
+        as a new envelope with ``retry_attempt`` 1, 2, 3 and ``retry_reason: "timeout"``,
+        after each of ``retry_delays_s``. Returns the envelope ids sent; the last one is
+        acknowledged unless every attempt failed (check ``ack_for``)."""
+        payload = (
+            event
+            if event.get("type") == "event_callback"
+            else self.events.event_callback(event, event_id=event_id)
+        )
+        sent: list[str] = []
+        for attempt, delay in enumerate((0.0, *retry_delays_s)):
+            await asyncio.sleep(delay)
+            envelope_id = await self.push_envelope(
+                "events_api",
+                payload,
+                retry_attempt=attempt,
+                retry_reason="timeout" if attempt else "",
+            )
+            sent.append(envelope_id)
+            try:
+                await self.wait_for_ack(envelope_id, timeout_s=ack_timeout_s)
+            except TimeoutError:
+                self.deliveries[str(payload["event_id"])].append(0)
+                await self._notify()
+                continue
+            self.deliveries[str(payload["event_id"])].append(200)
+            await self._notify()
+            break
+        return sent
 
     async def send_slash_command(
         self, app_url: str, command: str, text: str = "", **kwargs: Any
