@@ -164,11 +164,9 @@ class _Tail:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         lines = console.render_lines(self.renderable, options, pad=False)
         room = max(1, console.size.height - self.reserve)
-        shown = lines[-room:]
-        for i, line in enumerate(shown):
+        for line in lines[-room:]:
             yield from line
-            if i < len(shown) - 1:
-                yield Segment.line()
+            yield Segment.line()
 
 
 class LiveSink:
