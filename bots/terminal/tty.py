@@ -231,23 +231,26 @@ async def until_stopped(stop: asyncio.Event, deltas: AsyncIterator[str]) -> Asyn
     (the turn loop stores the answer so far and reflects on it) and ``AnswerStopped`` is
     raised. ``deltas`` is closed in any case."""
     waiter: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
+    step: asyncio.Future[object] | None = None
     try:
         while True:
-            step: asyncio.Future[object] = asyncio.ensure_future(anext(deltas))
-            await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
-                step.cancel()
-                await asyncio.wait({step})
-                if not step.cancelled():
-                    step.exception()  # the answer is stopped: a late delta or error is moot
+            current: asyncio.Future[object] = asyncio.ensure_future(anext(deltas))
+            step = current
+            await asyncio.wait({current, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not current.done():
                 raise AnswerStopped(STOPPED)
             try:
-                delta = step.result()
+                delta = current.result()
             except StopAsyncIteration:
                 return
             yield str(delta)
     finally:
         waiter.cancel()
+        if step is not None and not step.done():  # stopped, or our caller was cancelled
+            step.cancel()
+            await asyncio.wait({step})
+            if not step.cancelled():
+                step.exception()  # the answer is stopped: a late delta or error is moot
         close = getattr(deltas, "aclose", None)
         if close is not None:
             await close()
