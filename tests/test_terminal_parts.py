@@ -22,6 +22,7 @@ from bots.terminal.tty import (
     ChatFiles,
     LiveSink,
     PrivateHistory,
+    PrivateLogHandler,
     logs_to_file,
     until_stopped,
 )
@@ -176,3 +177,19 @@ def test_logs_go_to_the_file_and_handlers_come_back(tmp_path: Path) -> None:
     assert "a library warning" in written
     with logs_to_file(None, level="INFO"):
         assert root.handlers == before
+
+
+def test_the_log_rolls_over_into_private_files(tmp_path: Path) -> None:
+    log = tmp_path / "chat.log"
+    handler = PrivateLogHandler(log, maxBytes=40, backupCount=1, encoding="utf-8")
+    try:
+        for i in range(20):
+            handler.emit(logging.LogRecord("core.loop", logging.INFO, "", 0, "turn=%d", (i,), None))
+    finally:
+        handler.close()
+    rolled = tmp_path / "chat.log.1"
+    assert rolled.exists() and log.stat().st_size <= 40
+    assert "turn=19" in log.read_text()
+    assert not (tmp_path / "chat.log.2").exists()  # one older file kept
+    for path in (log, rolled):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import TextIO
 
@@ -63,6 +65,8 @@ STOPPED = "Stopped (Ctrl-C)."
 HISTORY_FILE = "chat_history"
 LOG_FILE = "chat.log"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: The log file rolls over at this size, keeping one older file (``chat.log.1``).
+LOG_MAX_BYTES = 5_000_000
 
 
 class AnswerStopped(SelfMindError):
@@ -121,6 +125,14 @@ class PrivateHistory(FileHistory):
         self._loaded_strings.clear()
 
 
+class PrivateLogHandler(RotatingFileHandler):
+    """A rotating log file whose every file (the new one after a roll-over too) is 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        private_file(Path(self.baseFilename))
+        return super()._open()
+
+
 @contextlib.contextmanager
 def logs_to_file(path: Path | None, *, level: str) -> Iterator[None]:
     """Send every log record at ``level`` or above (and Python warnings) to ``path``
@@ -131,7 +143,7 @@ def logs_to_file(path: Path | None, *, level: str) -> Iterator[None]:
         return
     root = logging.getLogger()
     saved, saved_level = list(root.handlers), root.level
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = PrivateLogHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=1, encoding="utf-8")
     formatter = next((h.formatter for h in saved if h.formatter is not None), None)
     handler.setFormatter(formatter or logging.Formatter(LOG_FORMAT))
     for old in saved:
