@@ -182,7 +182,7 @@ def mode(path: Path) -> int:
 def test_answer_renders_as_markdown_while_it_streams(tmp_path: Path, fake: FakeAnthropic) -> None:
     answer = "# Plan\n\nUse **bold** words, then a list:\n\n- first item\n- second item\n"
     fake.enqueue(
-        Reply(text=answer, first_token_delay_s=2.0, chunk_size=3, chunk_delay_s=0.15),
+        Reply(text=answer, first_token_delay_s=2.0, chunk_size=3, chunk_delay_s=0.25),
         kind="chat",
     )
     fake.enqueue(
@@ -257,6 +257,26 @@ def test_ctrl_c_stops_an_answer_then_the_next_is_answered(
         query = "SELECT text FROM turns WHERE role = 'assistant' ORDER BY id"
         stored = db.execute(query).fetchall()
     assert [t for (t,) in stored] == [cut_text, "The second answer."]
+
+
+def test_ctrl_c_while_waiting_for_the_first_token(tmp_path: Path, fake: FakeAnthropic) -> None:
+    fake.enqueue(Reply(text="Too late.", first_token_delay_s=60.0), kind="chat")
+    term = spawn(tmp_path, fake)
+    try:
+        term.say("are you there?")
+        term.wait_for("thinking…")
+        answered(fake, 1)  # the request is out; its first token is 60 s away
+        started = time.monotonic()
+        term.child.sendintr()
+        term.wait_for("Stopped (Ctrl-C).")
+        assert time.monotonic() - started < 30  # not the 60 s the first token would take
+        assert "thinking…" not in term.text() and "Too late." not in term.text()
+        fake.enqueue("Here now.", kind="chat")
+        term.wait_prompt(after=term.row_of("Stopped (Ctrl-C)."))
+        term.say("hello?")
+        term.wait_for("Here now.")
+    finally:
+        term.close()
 
 
 def test_paste_is_one_message_and_esc_enter_adds_a_line(
