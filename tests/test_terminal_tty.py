@@ -21,7 +21,7 @@ import pyte
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.fakes.anthropic_server import FakeAnthropic, Reply
+from tests.fakes.anthropic_server import FakeAnthropic, Reply, slow
 from tests.loop_helpers import API_KEY, memories_reply
 
 pytestmark = pytest.mark.slow
@@ -275,6 +275,32 @@ def test_ctrl_c_while_waiting_for_the_first_token(tmp_path: Path, fake: FakeAnth
         term.wait_prompt(after=term.row_of("Stopped (Ctrl-C)."))
         term.say("hello?")
         term.wait_for("Here now.")
+    finally:
+        term.close()
+
+
+def test_a_note_from_reflection_keeps_the_line_being_typed(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
+    fake.enqueue("Noted.", kind="chat")
+    fake.enqueue(
+        slow(memories_reply(("The user drinks green tea.", "preference", "general")), 4.0),
+        kind="extract",
+    )
+    term = spawn(tmp_path, fake)
+    try:
+        term.say("I drink green tea")
+        term.wait_for("Noted.")
+        term.wait_prompt(after=term.row_of("Noted."))
+        term.child.send("half a li")  # typing while the reflection runs
+        term.wait_for("> half a li")
+        term.wait_for("(remembered #1: The user drinks green tea.)")
+        term.pump(0.5)
+        lines = term.text().splitlines()
+        assert lines[-1] == "> half a li"  # the prompt is redrawn under the note, text kept
+        assert lines.index("(remembered #1: The user drinks green tea.)") < len(lines) - 1
+        term.child.send("ne\r")
+        assert answered(fake, 2)[-1]["content"] == "half a line"
     finally:
         term.close()
 
