@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
+from tests.fakes.anthropic_server import running_fake_anthropic
+from tests.loop_helpers import API_KEY
 
 
 def chat(tmp_path: Path, script: str, user: str = "alice") -> subprocess.CompletedProcess[str]:
@@ -70,3 +73,40 @@ def test_memories_persist_between_sessions_and_users_are_separate(tmp_path: Path
 def test_empty_input_exits_zero(tmp_path: Path) -> None:
     proc = chat(tmp_path, "")
     assert proc.returncode == 0 and proc.stdout == ""
+
+
+async def test_piped_chat_stays_plain_text(tmp_path: Path) -> None:
+    """Not a terminal: one message per line, Markdown as sent, no ANSI, no files, no question
+    before /forget all (a script means it), plurals right."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SELFMIND_"))}
+    async with running_fake_anthropic() as fake:
+        env.update(
+            PYTHONPATH=str(REPO_ROOT),
+            HOME=str(home),
+            ANTHROPIC_API_KEY=API_KEY,
+            ANTHROPIC_BASE_URL=fake.base_url,
+            TERM="xterm-256color",
+        )
+        fake.enqueue("# Plan\n\nUse **bold** words.", kind="chat")
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "bots.cli", "--db", str(tmp_path / "t.db")],
+            *["chat", "--user", "alice"],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=tmp_path,
+            env=env,
+        )
+        script = "line one\n/remember The user likes tea.\n/stats\n/forget all\n/stats\n"
+        out, err = await asyncio.wait_for(proc.communicate(script.encode()), 60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode() == (
+        "# Plan\n\nUse **bold** words.\n"
+        "Remembered (#1).\n"
+        "1 memory (fact 1)\n"
+        "Forgot 1 memory and our conversation history.\n"
+        "0 memories\n"
+    )
+    assert [r.body["messages"][-1]["content"] for r in fake.requests_of("chat")] == ["line one"]
+    assert not home.exists()  # no history or log file outside a terminal

@@ -1,0 +1,65 @@
+"""Terminal chat: the third thin adapter (``selfmind chat``).
+
+Inputs starting with ``/`` are memory commands and need no API key::
+
+    /remember TEXT   /forget ID   /forget all   /memories [QUERY]   /stats   /help   /quit
+
+Anything else is a chat message for Claude.
+
+- In a terminal (standard input and output both ttys): line editing and a history file,
+  the answer rendered as Markdown while it streams, Ctrl-C to stop an answer, ``/forget
+  all`` asks first; logs go to a file named in ``/help`` (see :mod:`bots.terminal.tty`).
+- Otherwise (a pipe, a script): one message per line, plain text, no ANSI, logs on
+  standard error as configured; at end of input pending work is finished and the program
+  exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+from bots.terminal.chat import PlainScreen, TerminalChat, read_line
+from core.errors import SelfMindError
+from core.runtime import open_runtime
+from core.settings import Settings
+
+__all__ = ["TerminalChat", "run_terminal"]
+
+logger = logging.getLogger(__name__)
+
+
+async def run_terminal(
+    settings: Settings,
+    *,
+    db_url: str,
+    user_key: str,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+) -> int:
+    """Run the chat until /quit, Ctrl-D or end of input; returns the exit code (0)."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    if stdin.isatty() and stdout.isatty():
+        from bots.terminal.tty import run_interactive
+
+        return await run_interactive(
+            settings, db_url=db_url, user_key=user_key, stdin=stdin, stdout=stdout
+        )
+    async with open_runtime(settings, db_url=db_url) as rt:
+        chat = TerminalChat(rt.service, user_key=user_key, screen=PlainScreen(stdout), loop=rt.loop)
+        if rt.reflector is not None:
+            rt.reflector.on_learned = chat.learned
+        while True:
+            line = await read_line(stdin, None, stdout)
+            if line is None:
+                break
+            try:
+                if not await chat.handle(line):
+                    break
+            except SelfMindError as exc:
+                chat.screen.say(f"Error: {exc}")
+        if rt.reflector is not None and rt.reflector.pending:
+            await rt.reflector.drain(settings.shutdown_timeout_s)
+    return 0

@@ -1,0 +1,234 @@
+"""The terminal chat's words: memory commands, chat messages, and the plain (scripted) screen.
+
+:class:`TerminalChat` handles one input (a line, or a multi-line message typed or pasted in
+a terminal) and says what happened through a :class:`Screen`. :class:`PlainScreen` is the
+screen when standard input is not a terminal: plain text, answers written as their deltas
+arrive, no ANSI; :mod:`bots.terminal.tty` is the interactive one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Protocol, TextIO
+
+from core.errors import MemoryInputError, MemoryNotFound, ModelError
+from core.loop import IncomingMessage, TurnLoop
+from core.models import utcnow
+from core.reflection import ReflectionResult
+from core.service import MemoryService, parse_memory_id
+
+HELP = (
+    "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, /help, "
+    "/quit. Anything else is a message for Claude."
+)
+NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /commands work now."
+
+
+def count(n: int, one: str, many: str) -> str:
+    """``1 memory``, ``2 memories``, ``0 memories``."""
+    return f"{n} {one if n == 1 else many}"
+
+
+class Screen(Protocol):
+    """Where the chat's words go (plain text for scripts, or an interactive terminal)."""
+
+    @property
+    def help_extra(self) -> str:
+        """Extra lines for ``/help`` (keys, files), or ""."""
+        ...
+
+    def say(self, text: str) -> None:
+        """One line (or block) of plain text, shown as is."""
+        ...
+
+    async def note(self, text: str) -> None:
+        """A line from a background task (reflection), shown without breaking the input."""
+        ...
+
+    async def answer(self, deltas: AsyncIterator[str]) -> None:
+        """Show one answer from its text deltas. Raises what iterating ``deltas`` raises,
+        except what the screen shows itself (see each screen)."""
+        ...
+
+    async def confirm(self, question: str) -> bool:
+        """Ask a yes/no question; True only for an explicit yes."""
+        ...
+
+    async def forget_history(self) -> None:
+        """Clear the saved input history (``/forget all``)."""
+        ...
+
+
+class PlainScreen:
+    """Plain text for pipes and scripts: what ``selfmind chat`` always printed.
+
+    Answers are written delta by delta; a ``ModelError`` ends the answer with
+    ``[its user_message]`` on a line of its own. ``confirm`` answers yes without asking (a
+    script that says ``/forget all`` means it); there is no input history to clear.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    @property
+    def help_extra(self) -> str:
+        return ""
+
+    def say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    async def note(self, text: str) -> None:
+        self.say(text)
+
+    async def answer(self, deltas: AsyncIterator[str]) -> None:
+        wrote = False
+        try:
+            async for delta in deltas:
+                self.out.write(delta)
+                self.out.flush()
+                wrote = True
+        except ModelError as exc:
+            if wrote:
+                self.out.write("\n")
+            self.say(f"[{exc.user_message}]")
+            return
+        self.out.write("\n" if wrote else "")
+        self.out.flush()
+
+    async def confirm(self, question: str) -> bool:
+        return True
+
+    async def forget_history(self) -> None:
+        return None
+
+
+class TerminalChat:
+    """One terminal session of one user (memory key ``cli:NAME``, origin ``private``)."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        *,
+        user_key: str,
+        screen: Screen,
+        loop: TurnLoop | None = None,
+        session: str | None = None,
+    ) -> None:
+        self.service = service
+        self.user_key = user_key
+        self.screen = screen
+        self.loop = loop
+        self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
+
+    @property
+    def help(self) -> str:
+        extra = self.screen.help_extra
+        return HELP + (f"\n{extra}" if extra else "")
+
+    async def handle(self, text: str) -> bool:
+        """Handle one input (a line, or a multi-line message); False means quit."""
+        text = text.strip()
+        if not text:
+            return True
+        if text.startswith("/"):
+            return await self.command(text)
+        await self.message(text)
+        return True
+
+    async def message(self, text: str) -> None:
+        """A chat message: run the turn loop and show the answer as it streams."""
+        if self.loop is None:
+            self.screen.say(NO_KEY)
+            return
+        message = IncomingMessage(
+            user_key=self.user_key,
+            conversation_key=self.conversation_key,
+            text=text,
+            origin="private",
+            sent_at=utcnow(),
+            where="a private terminal chat",
+        )
+        await self.screen.answer(self.loop.answer(message))
+
+    async def learned(self, result: ReflectionResult) -> None:
+        """Reflection callback: a short note of what was remembered."""
+        for memory in result.added:
+            await self.screen.note(f"(remembered #{memory.id}: {memory.text})")
+
+    async def command(self, line: str) -> bool:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        say = self.screen.say
+        try:
+            match name.lower():
+                case "/quit" | "/exit":
+                    return False
+                case "/help":
+                    say(self.help)
+                case "/remember":
+                    result = await self.service.remember(user_key=self.user_key, text=arg)
+                    if result.status == "added":
+                        say(f"Remembered (#{result.id}).")
+                    else:
+                        say(f"I already knew that (#{result.id}).")
+                case "/forget":
+                    await self.forget(arg)
+                case "/memories":
+                    await self.memories(arg)
+                case "/stats":
+                    stats = await self.service.stats(user_key=self.user_key)
+                    kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_kind.items()))
+                    total = count(stats.total, "memory", "memories")
+                    say(total + (f" ({kinds})" if kinds else ""))
+                case _:
+                    say(f"Unknown command {name}. {HELP}")
+        except (MemoryInputError, MemoryNotFound) as exc:
+            say(str(exc).capitalize() + ".")
+        return True
+
+    async def forget(self, arg: str) -> None:
+        if arg.lower() == "all":
+            total = (await self.service.stats(user_key=self.user_key)).total
+            question = (
+                f"Forget all {count(total, 'memory', 'memories')}, our conversation history "
+                "and your input history?"
+            )
+            if not await self.screen.confirm(question):
+                self.screen.say("Nothing forgotten.")
+                return
+            forgotten = await self.service.forget_all(user_key=self.user_key)
+            await self.screen.forget_history()
+            self.screen.say(
+                f"Forgot {count(forgotten, 'memory', 'memories')} and our conversation history."
+            )
+            return
+        if not arg.strip().removeprefix("#").isdigit():
+            self.screen.say("Usage: /forget ID (a number from /memories) or /forget all")
+            return
+        memory_id = parse_memory_id(arg)
+        await self.service.forget(user_key=self.user_key, memory_id=memory_id)
+        self.screen.say(f"Forgot #{memory_id}.")
+
+    async def memories(self, query: str) -> None:
+        if query:
+            found = await self.service.search(user_key=self.user_key, query=query, k=10)
+            rows = [f.memory for f in found]
+        else:
+            rows = await self.service.list_memories(user_key=self.user_key, limit=50)
+        if not rows:
+            self.screen.say(
+                "No memories match." if query else "I don't remember anything about you yet."
+            )
+        for m in rows:
+            self.screen.say(f"#{m.id} {m.text}")
+
+
+async def read_line(stream: TextIO, prompt: str | None, out: TextIO) -> str | None:
+    """The next line, or None at end of input; reading happens off the event loop."""
+    if prompt:
+        out.write(prompt)
+        out.flush()
+    line = await asyncio.to_thread(stream.readline)
+    return line if line else None
