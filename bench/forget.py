@@ -40,8 +40,8 @@ from core.models import NewMemory
 from core.service import MemoryService
 from core.sqlite_migrations import FTS_SHARDS
 from core.sqlite_store import SQLiteStore
-from core.text import index_terms
 from core.store import Store, open_store
+from core.text import index_terms
 
 MARKER = "quizzaciously"
 PG_ENV = "SELFMIND_BENCH_DATABASE_URL"
@@ -215,7 +215,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         return ""
     cols = list(dict.fromkeys(k for r in rows for k in r))
     lines = ["  ".join(f"{c:>18}" for c in cols)]
-    lines += ["  ".join(f"{str(r.get(c, '')):>18}" for c in cols) for r in rows]
+    lines += ["  ".join(f"{r.get(c, '')!s:>18}" for c in cols) for r in rows]
     return "\n".join(lines)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -72,15 +71,19 @@ async def one(n: int, mechanism: str) -> dict[str, Any]:
         path = f"{tmp}/memory.db"
         store = await SQLiteStore.open(path)
         service = MemoryService(store)
-        bot = subprocess.Popen(
-            [sys.executable, "-c", _BOT, path, str(ROOT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        bot = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _BOT,
+            path,
+            str(ROOT),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
-        assert bot.stdin is not None and bot.stdout is not None
-        assert bot.stdout.readline().strip() == "ready"
-        feeder = asyncio.create_task(_feed(bot))
+        assert bot.stdin is not None
+        assert bot.stdout is not None
+        assert (await bot.stdout.readline()).strip() == b"ready"
+        feeder = asyncio.create_task(_feed(bot.stdin))
         t = time.perf_counter()
         if mechanism == "batched":
             result = await service.import_lines(user_key="cli:importer", lines=lines)
@@ -94,8 +97,8 @@ async def one(n: int, mechanism: str) -> dict[str, Any]:
         took = time.perf_counter() - t
         feeder.cancel()
         bot.stdin.close()
-        out = await asyncio.to_thread(bot.stdout.read)
-        bot.wait()
+        out = (await bot.stdout.read()).decode()
+        await bot.wait()
         await store.close()
     report = json.loads(out.strip().splitlines()[-1])
     return {
@@ -110,11 +113,11 @@ async def one(n: int, mechanism: str) -> dict[str, Any]:
     }
 
 
-async def _feed(bot: subprocess.Popen[str]) -> None:
-    assert bot.stdin is not None
+async def _feed(stdin: asyncio.StreamWriter) -> None:
+    """Keep the bot process running: it stops when its stdin closes."""
     while True:
-        bot.stdin.write("\n")
-        bot.stdin.flush()
+        stdin.write(b"\n")
+        await stdin.drain()
         await asyncio.sleep(0.1)
 
 
@@ -135,7 +138,7 @@ async def main() -> None:
     cols = list(rows[0])
     print("  ".join(f"{c:>15}" for c in cols))
     for r in rows:
-        print("  ".join(f"{str(r[c]):>15}" for c in cols))
+        print("  ".join(f"{r[c]!s:>15}" for c in cols))
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ def sentences(n: int, *, seed: int = 1, vocab: int = 3000) -> list[str]:
     out: dict[str, None] = {}
     while len(out) < n:
         t = rnd.choice(_TEMPLATES)
-        s = t.format(a=rnd.choice(words), b=rnd.choice(words), c=rnd.choice(words),
-                     d=rnd.choice(words))
+        s = t.format(
+            a=rnd.choice(words), b=rnd.choice(words), c=rnd.choice(words), d=rnd.choice(words)
+        )
         out.setdefault(s[0].upper() + s[1:], None)
     return list(out)
 

@@ -10,8 +10,8 @@ prefix and a new text probes with its prefix: the candidates are a superset of e
 at or above the threshold. One shortcut keeps it linear: a prefix token held by more than
 ``LONG_LIST`` memories is not probed when a rarer one is, so a twin that shares with the
 new text none of its rarer prefix tokens, only common ones, is missed (the store's own path
-is bounded the same way: it compares the 50 best BM25 neighbours). The decision itself stays :meth:`Deduper.match`
-(exact normalised text first, then the Jaccard screen and the information guards).
+is bounded the same way: it compares the 50 best BM25 neighbours). The decision itself stays
+:meth:`Deduper.match` (exact normalised text first, then the Jaccard screen and the guards).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from core.dedupe import Deduper
 from core.text import normalize, words
-
 
 LONG_LIST = 256
 """A prefix token held by more memories than this is skipped when the text has a rarer one

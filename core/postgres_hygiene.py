@@ -3,8 +3,9 @@
 The same semantics as :mod:`core.sqlite_hygiene` (read its docstring): merge, supersede and
 retire operations in one transaction, every event tagged with the change id; ``undo_change``
 restores the exact previous rows; after ``UNDO_WINDOW`` (7 days) ``purge_retired`` deletes
-the retired and superseded rows and the change can no longer be undone. Both take the user's row lock first
-(:meth:`core.postgres_base.PostgresBase._lock_user`), like every write to a user's memories.
+the retired and superseded rows and the change can no longer be undone. Both take the user's
+row lock first (:meth:`core.postgres_base.PostgresBase._lock_user`), like every write to a
+user's memories.
 """
 
 from __future__ import annotations

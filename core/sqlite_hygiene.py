@@ -191,10 +191,10 @@ class SQLiteHygiene(SQLiteBase):
             if undone is not None:
                 raise StoreError(f"change {change_id!r} was already undone")
             before = {r[0] for r in rows if r[1] != "added"}
-            marks = ",".join("?" * len(before))
             kept = await self._fetchone(
-                f"SELECT count(*) FROM memories WHERE uid = ? AND id IN ({marks})",
-                (uid, *before),
+                "SELECT count(*) FROM memories WHERE uid = ?"
+                " AND id IN (SELECT value FROM json_each(?))",
+                (uid, json.dumps(sorted(before))),
             )
             if kept is not None and kept[0] < len(before):
                 raise StoreError(f"change {change_id!r} {PAST_UNDO_WINDOW}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -52,7 +51,7 @@ async def test_forget_all_crosses_batches_and_spares_others(store: Store) -> Non
 
 
 async def test_import_malformed_last_line_writes_nothing(service: MemoryService) -> None:
-    lines = _lines(IMPORT_BATCH * 3) + ['{"text": "The user is fine."', ""]
+    lines = [*_lines(IMPORT_BATCH * 3), '{"text": "The user is fine."', ""]
     with pytest.raises(ImportFormatError, match=f"line {IMPORT_BATCH * 3 + 1}"):
         await service.import_lines(user_key=USER, lines=lines)
     assert await service.count(user_key=USER) == 0
@@ -75,8 +74,11 @@ async def test_import_batches_report_progress_and_dedupe(service: MemoryService)
     # Every line but the stored twin (#3), the qualifier twin and the repeat is new.
     assert (result.added, result.duplicates) == (IMPORT_BATCH * 2 + 5 - 1 + 1, 3)
     assert await service.count(user_key=USER) == 1 + result.added
-    assert seen == [(IMPORT_BATCH, result.added), (IMPORT_BATCH * 2, result.added),
-                    (result.added, result.added)]
+    assert seen == [
+        (IMPORT_BATCH, result.added),
+        (IMPORT_BATCH * 2, result.added),
+        (result.added, result.added),
+    ]
     # Importing the same file again adds nothing.
     again = await service.import_lines(user_key=USER, lines=lines)
     assert again.added == 0
@@ -118,19 +120,24 @@ async def test_import_while_another_process_writes(db_path: Path) -> None:
     store = await SQLiteStore.open(str(db_path))
     service = MemoryService(store)
     await service.remember(user_key=USER, text="The user starts here.")
-    writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(db_path), str(REPO_ROOT), "60"],
-        stdout=subprocess.PIPE,
-        text=True,
+    writer = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _WRITER,
+        str(db_path),
+        str(REPO_ROOT),
+        "60",
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert writer.stdout is not None
-        assert writer.stdout.readline().strip() == "ready"
+        assert (await writer.stdout.readline()).strip() == b"ready"
         result = await service.import_lines(user_key=USER, lines=_lines(4000, "marble"))
-        out, _ = await asyncio.to_thread(writer.communicate, timeout=120)
+        out = (await asyncio.wait_for(writer.communicate(), timeout=120))[0].decode()
     finally:
-        if writer.poll() is None:
+        if writer.returncode is None:
             writer.kill()
+            await writer.wait()
     report = json.loads(out.strip().splitlines()[-1])
     assert report["errors"] == []
     assert result.added == 4000

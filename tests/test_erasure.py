@@ -117,13 +117,18 @@ async def test_postgres_rows_hold_no_text_after_forget(store: Store, backend: st
     for table, column in (("memories", "text"), ("memories", "norm"), ("memories", "terms")):
         n = await store._fetchval(f"SELECT count(*) FROM {table} WHERE {column} ILIKE $1", pattern)
         assert n == 0, table
-    assert await store._fetchval(
-        "SELECT count(*) FROM memory_events e WHERE e::text ILIKE $1", pattern
-    ) == 0
+    assert (
+        await store._fetchval(
+            "SELECT count(*) FROM memory_events e WHERE e::text ILIKE $1", pattern
+        )
+        == 0
+    )
     assert (await service.list_memories(user_key=USER))[0].id == kept.id
 
 
-async def test_retired_text_erased_after_undo_window(store: Store, backend: str, db_path: Path) -> None:
+async def test_retired_text_erased_after_undo_window(
+    store: Store, backend: str, db_path: Path
+) -> None:
     service = MemoryService(store)
     await service.remember(user_key=USER, text="The user sails on Sundays.")
     old = await service.remember(user_key=USER, text=f"The user collects {MARKER}.")
