@@ -11,7 +11,7 @@ users of 100 each. One memory of one user is forgotten by three mechanisms in th
 - ``optimize-all`` (the obvious fix): the same on one unsharded index of every memory, then
   ``optimize``: the whole index is rewritten while the write lock is held;
 - ``sharded`` (this store, :meth:`core.sqlite_store.SQLiteStore.forget`): the user's index
-  is one of 16; only it is rewritten, then the WAL is truncated.
+  is one of 32; only it is rewritten, then the WAL is truncated.
 
 Part 2, both backends: ``forget_all`` of a user with 5,000 and of one with 50,000 memories
 (the store also holds ``--others`` memories of other users) while another user runs a

