@@ -359,7 +359,8 @@ def memories_import(
     user: UserKey,
     as_json: JsonFlag = False,
 ) -> None:
-    """Import JSON Lines memories; all or nothing (a bad line names its number)."""
+    """Import JSON Lines memories. The file is checked first: a bad line names its number
+    and nothing is imported. Then memories go in short transactions, with a progress bar."""
     key = _key(user)
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
@@ -368,13 +369,18 @@ def memories_import(
     lines = text.splitlines()
 
     async def work(s: MemoryService) -> Any:
-        if sys.stderr.isatty() and len(lines) > 1000:
-            from rich.progress import Progress
+        if not sys.stderr.isatty() or len(lines) <= 1000:
+            return await s.import_lines(user_key=key, lines=lines)
+        from rich.console import Console
+        from rich.progress import Progress
 
-            with Progress(transient=True) as bar:
-                bar.add_task("importing", total=None)
-                return await s.import_lines(user_key=key, lines=lines)
-        return await s.import_lines(user_key=key, lines=lines)
+        with Progress(console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("importing", total=None)
+            return await s.import_lines(
+                user_key=key,
+                lines=lines,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
 
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:

@@ -204,6 +204,11 @@ def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float
     return len(a & b) / len(a | b)
 
 
+def screen_tokens(text: str) -> frozenset[str]:
+    """The token set the Jaccard screen compares: the Snowball stems of ``text``'s words."""
+    return frozenset(_parse(text).stem_set)
+
+
 def similarity(a: str, b: str) -> float:
     """The screen's score: Jaccard of the two texts' Snowball stem sets, in [0, 1]."""
     return jaccard(_parse(a).stem_set, _parse(b).stem_set)

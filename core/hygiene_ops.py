@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from core.models import Category, Kind, Origin, Source
 
 When = TypeVar("When", str, datetime)
+
+UNDO_WINDOW = timedelta(days=7)
+"""How long a cleanup change can be undone: its retired and superseded memories keep their
+text this long, then ``purge_retired`` erases them like a forget (run by the bot with the
+history pruning, :meth:`core.loop.TurnLoop`), and ``undo_change`` refuses the change."""
+
+PAST_UNDO_WINDOW = "is past the undo window (its memories were erased)"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from core.controls import Controls, record_call
 from core.errors import ModelError, StreamCutError
+from core.hygiene_ops import UNDO_WINDOW
 from core.llm import AnswerStream, ChatModel
 from core.metrics import Metrics
 from core.models import Origin, ScoredMemory, utcnow
@@ -311,6 +312,9 @@ class TurnLoop:
         self._last_prune = now
         cutoff = now - timedelta(days=self.settings.history_retention_days)
         pruned = await self.store.prune_turns(older_than=cutoff)
+        erased = await self.store.purge_retired(older_than=now - UNDO_WINDOW)
+        if erased:
+            logger.info("erased %d memories retired by cleanups past the undo window", erased)
         if pruned:
             logger.info(
                 "pruned %d turns older than %s days", pruned, self.settings.history_retention_days

@@ -2,8 +2,10 @@
 
 The same semantics as :mod:`core.sqlite_hygiene` (read its docstring): merge, supersede and
 retire operations in one transaction, every event tagged with the change id; ``undo_change``
-restores the exact previous rows. Both take the user's row lock first
-(:meth:`core.postgres_base.PostgresBase._lock_user`), like every write to a user's memories.
+restores the exact previous rows; after ``UNDO_WINDOW`` (7 days) ``purge_retired`` deletes
+the retired and superseded rows and the change can no longer be undone. Both take the user's
+row lock first (:meth:`core.postgres_base.PostgresBase._lock_user`), like every write to a
+user's memories.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncpg
 
 from core.errors import MemoryNotFound, StoreError
 from core.hygiene_ops import (
+    PAST_UNDO_WINDOW,
     AppliedChange,
     ChangeOp,
     MergeOp,
@@ -201,6 +204,14 @@ class PostgresHygiene(PostgresBase):
             )
             if undone is not None:
                 raise StoreError(f"change {change_id!r} was already undone")
+            before = sorted({int(r[0]) for r in rows if r[1] != "added"})
+            kept = await conn.fetchval(
+                "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
+                uid,
+                before,
+            )
+            if kept < len(before):
+                raise StoreError(f"change {change_id!r} {PAST_UNDO_WINDOW}")
             added = sorted({int(r[0]) for r in rows if r[1] == "added"})
             if added:
                 later = await conn.fetchval(
@@ -231,3 +242,62 @@ class PostgresHygiene(PostgresBase):
                     restored += 1
                     await _log(conn, uid, memory_id, "restored", f"undo:{change_id}")
             return restored
+
+    async def purge_retired(self, *, older_than: datetime) -> int:
+        """Delete memories a cleanup change retired or superseded before ``older_than`` (and
+        still out of recall), one user per transaction, as ``forget`` does."""
+        rows = await self._fetch(
+            "SELECT DISTINCT m.uid, m.id FROM memory_events e JOIN memories m ON m.id = e.memory_id"
+            " WHERE e.change_id IS NOT NULL AND e.event IN ('retired', 'superseded')"
+            " AND m.superseded_by IS NOT NULL AND m.superseded_at < $1 ORDER BY m.uid, m.id",
+            older_than,
+        )
+        by_user: dict[int, list[int]] = {}
+        for uid, memory_id in rows:
+            by_user.setdefault(int(uid), []).append(int(memory_id))
+        erased = 0
+        for uid, ids in by_user.items():
+            async with self._tx() as conn:
+                await conn.execute("SELECT 1 FROM users WHERE uid = $1 FOR UPDATE", uid)
+                erased += await self._erase_ids(conn, uid, ids)
+        return erased
+
+    async def _erase_ids(self, conn: asyncpg.Connection, uid: int, ids: Sequence[int]) -> int:
+        """Delete the user's memories ``ids`` (others' ids are ignored) in three set-based
+        statements inside the caller's transaction; returns how many were deleted. Each gets
+        a ``forgotten`` event (actives first, then superseded); events of other memories
+        that pointed at them lose the pointer. Embeddings go by ``ON DELETE CASCADE``."""
+        if not ids:
+            return 0
+        where = "uid = $1 AND id = ANY($2::bigint[])"
+        await conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            f" SELECT uid, id, 'forgotten', $3 FROM memories WHERE {where}"
+            " ORDER BY superseded_by IS NOT NULL, id",
+            uid,
+            list(ids),
+            utcnow(),
+        )
+        await conn.execute(
+            "UPDATE memory_events SET related_id = NULL"
+            " WHERE uid = $1 AND related_id IS NOT NULL AND related_id = ANY($2::bigint[])",
+            uid,
+            list(ids),
+        )
+        status = await conn.execute(f"DELETE FROM memories WHERE {where}", uid, list(ids))
+        return int(status.split()[-1])
+
+    async def _erase_user(self, conn: asyncpg.Connection, uid: int) -> None:
+        """Delete all memories of user ``uid`` as :meth:`_erase_ids` does, without id lists."""
+        await conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT uid, id, 'forgotten', $2 FROM memories WHERE uid = $1"
+            " ORDER BY superseded_by IS NOT NULL, id",
+            uid,
+            utcnow(),
+        )
+        await conn.execute(
+            "UPDATE memory_events SET related_id = NULL WHERE uid = $1 AND related_id IS NOT NULL",
+            uid,
+        )
+        await conn.execute("DELETE FROM memories WHERE uid = $1", uid)

@@ -197,6 +197,12 @@ CREATE TABLE memory_embeddings (
 CREATE INDEX memory_embeddings_by_user ON memory_embeddings(uid);
 """
 
+M005_FORGET_INDEX = """
+-- forget: "events that pointed at this memory" by index, not by scanning the user's events.
+CREATE INDEX memory_events_by_related ON memory_events(uid, related_id)
+    WHERE related_id IS NOT NULL;
+"""
+
 _PLACEHOLDER = re.compile(r"\?")
 
 
@@ -228,5 +234,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (2, "m002_conversations", M002_CONVERSATIONS),
     (3, "m003_usage", M003_USAGE),
     (4, "m004_embeddings", M004_EMBEDDINGS),
+    (5, "m005_forget_index", M005_FORGET_INDEX),
     (6, "m006_clean_text", m006_clean_text),
 ]

@@ -281,54 +281,28 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         return True
 
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
+        """Delete one memory (its embedding by cascade); events keep no text."""
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key)
             if uid is None:
                 return False
-            return await self._forget_ids(conn, uid, [memory_id]) == 1
-
-    async def _forget_ids(self, conn: asyncpg.Connection, uid: int, ids: Sequence[int]) -> int:
-        if not ids:
-            return 0
-        deleted = {
-            int(r[0])
-            for r in await conn.fetch(
-                "DELETE FROM memories WHERE uid = $1 AND id = ANY($2::bigint[]) RETURNING id",
-                uid,
-                list(ids),
-            )
-        }
-        gone = [i for i in ids if i in deleted]
-        if gone:
-            # Other memories that pointed at them keep their own state.
-            await conn.execute(
-                "UPDATE memory_events SET related_id = NULL"
-                " WHERE uid = $1 AND related_id = ANY($2::bigint[])",
-                uid,
-                gone,
-            )
-            await conn.execute(
-                "INSERT INTO memory_events(uid, memory_id, event, at)"
-                " SELECT $1, x.id, 'forgotten', $3 FROM unnest($2::bigint[])"
-                " WITH ORDINALITY AS x(id, n) ORDER BY x.n",
-                uid,
-                gone,
-                utcnow(),
-            )
-        return len(gone)
+            return await self._erase_ids(conn, uid, [memory_id]) == 1
 
     async def forget_all(self, *, user_key: str) -> int:
+        """Delete all the user's memories (superseded ones too) and turns in one transaction
+        of set-based statements (linear in the user's rows; other users' rows are not
+        locked); returns how many active memories there were."""
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key)
             count = 0
             if uid is not None:
-                rows = await conn.fetch(
-                    "SELECT id, superseded_by IS NULL FROM memories WHERE uid = $1 ORDER BY id",
-                    uid,
+                count = int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM memories WHERE uid = $1 AND superseded_by IS NULL",
+                        uid,
+                    )
                 )
-                # Superseded rows go too (with their own event): none of the text stays.
-                count = await self._forget_ids(conn, uid, [r[0] for r in rows if r[1]])
-                await self._forget_ids(conn, uid, [r[0] for r in rows if not r[1]])
+                await self._erase_user(conn, uid)
             await conn.execute(
                 "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = $1)",
                 user_key,

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
 from core.dedupe import Deduper
+from core.dedupe_index import DedupeIndex, Known
 from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
 from core.metrics import Metrics
 from core.models import (
@@ -39,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 MAX_IMPORT_LINES = 100_000
 """An import file holds at most this many memories."""
+
+IMPORT_BATCH = 200
+"""Memories written per transaction by an import (a few tens of ms of write lock each, so a
+bot sharing the database waits at most that long; ``bench/import_lines.py``)."""
 
 MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
 """The words of ``/memory pause | resume | off | on`` (Slack and Discord) and the mode each sets."""
@@ -259,11 +264,24 @@ class MemoryService:
         """Active memories as export records, oldest first."""
         return [memory_to_export(m) for m in await self.store.export(user_key=user_key)]
 
-    async def import_lines(self, *, user_key: str, lines: Iterable[str]) -> ImportResult:
-        """Import JSON Lines: all or nothing.
+    async def import_lines(
+        self,
+        *,
+        user_key: str,
+        lines: Iterable[str],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportResult:
+        """Import JSON Lines: the whole file is validated before anything is written.
 
-        Every line is validated first; a malformed one raises ``ImportFormatError`` naming
-        its number and nothing is written.
+        A malformed line raises ``ImportFormatError`` naming its number and nothing is
+        written. Each line is deduped (:class:`core.dedupe.Deduper`, every candidate of its
+        Jaccard screen found by :class:`core.dedupe_index.DedupeIndex`) against the user's
+        stored memories and the lines before it. The new ones go in ``IMPORT_BATCH`` at a
+        time, each batch its own short transaction, so a bot sharing the database keeps
+        answering; ``progress(done, total)`` is called after each batch (``total`` = the new
+        memories).
+        A failure mid-way (disk full) leaves the batches already written: importing the
+        same file again adds only the rest (they are duplicates).
         """
         memories = []
         for number, raw in enumerate(lines, start=1):
@@ -272,10 +290,27 @@ class MemoryService:
             parsed = parse_import_line(raw, number)
             if parsed is not None:
                 memories.append(parsed)
-        results = await self.store.add_many(
-            user_key=user_key, memories=memories, dedupe=self.deduper
-        )
-        added = sum(r.status == "added" for r in results)
-        logger.info("import user=%s added=%s duplicates=%s", user_key, added, len(results) - added)
+        if not memories:
+            return ImportResult(added=0, duplicates=0)
+        # Dedupe in memory against the stored memories and the lines before (all candidates
+        # of the Jaccard screen, core.dedupe_index), then write the new ones in short batches.
+        stored = await self.store.export(user_key=user_key)
+        index = DedupeIndex(self.deduper, [m.text for m in stored] + [m.text for m in memories])
+        for m in stored:
+            index.add(Known(m.id, m.text))
+        fresh = []
+        for memory in memories:
+            if index.match(memory.text) is None:
+                index.add(Known(None, memory.text))
+                fresh.append(memory)
+        added = 0
+        for start in range(0, len(fresh), IMPORT_BATCH):
+            batch = fresh[start : start + IMPORT_BATCH]
+            results = await self.store.add_many(user_key=user_key, memories=batch, dedupe=None)
+            added += sum(r.status == "added" for r in results)
+            if progress is not None:
+                progress(start + len(batch), len(fresh))
+        duplicates = len(memories) - added
         self.metrics.memories_stored("import", added)
-        return ImportResult(added=added, duplicates=len(results) - added)
+        logger.info("import user=%s added=%s duplicates=%s", user_key, added, duplicates)
+        return ImportResult(added=added, duplicates=duplicates)

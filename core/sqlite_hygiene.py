@@ -10,15 +10,22 @@ the change id:
 ``undo_change`` restores the exact previous rows: merged-in memories are deleted, superseded
 and retired ones become active again with their original columns (``updated_at`` included);
 ``restored`` events (change id ``undo:<id>``) record it.
+
+Undo window: retired and superseded memories keep their text for ``UNDO_WINDOW`` (7 days,
+:mod:`core.hygiene_ops`); then ``purge_retired`` erases them as ``forget`` does (row,
+embedding, FTS5 postings, WAL) and the change can no longer be undone.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal, cast
 
 from core.errors import MemoryNotFound, StoreError
 from core.hygiene_ops import (
+    PAST_UNDO_WINDOW,
     AppliedChange,
     ChangeOp,
     MergeOp,
@@ -183,6 +190,14 @@ class SQLiteHygiene(SQLiteBase):
             )
             if undone is not None:
                 raise StoreError(f"change {change_id!r} was already undone")
+            before = {r[0] for r in rows if r[1] != "added"}
+            kept = await self._fetchone(
+                "SELECT count(*) FROM memories WHERE uid = ?"
+                " AND id IN (SELECT value FROM json_each(?))",
+                (uid, json.dumps(sorted(before))),
+            )
+            if kept is not None and kept[0] < len(before):
+                raise StoreError(f"change {change_id!r} {PAST_UNDO_WINDOW}")
             added = {r[0] for r in rows if r[1] == "added"}
             if added:
                 marks = ",".join("?" * len(added))
@@ -211,3 +226,50 @@ class SQLiteHygiene(SQLiteBase):
                         restored += 1
                         await self._log(uid, memory_id, "restored", f"undo:{change_id}")
             return restored
+
+    async def purge_retired(self, *, older_than: datetime) -> int:
+        """Erase memories a cleanup change retired or superseded before ``older_than`` (and
+        still out of recall), one user per transaction; see the module docstring."""
+        rows = await self._fetchall(
+            "SELECT DISTINCT m.uid, m.id FROM memory_events e JOIN memories m ON m.id = e.memory_id"
+            " WHERE e.change_id IS NOT NULL AND e.event IN ('retired', 'superseded')"
+            " AND m.superseded_by IS NOT NULL AND m.superseded_at < ? ORDER BY m.uid, m.id",
+            (ts(older_than),),
+        )
+        by_user: dict[int, list[int]] = {}
+        for uid, memory_id in rows:
+            by_user.setdefault(uid, []).append(memory_id)
+        erased = 0
+        for uid, ids in by_user.items():
+            async with self._write():
+                erased += await self._erase_ids(uid, ids)
+                await self._erase_index(uid)
+        if erased:
+            await self._truncate_wal()
+        return erased
+
+    async def _erase_ids(self, uid: int, ids: Sequence[int]) -> int:
+        """Delete the user's memories ``ids`` (others' ids are ignored) in three set-based
+        statements inside the caller's write; returns how many were deleted. Each gets a
+        ``forgotten`` event (actives first, then superseded); events of other memories that
+        pointed at them lose the pointer (their own state stays). Embeddings go by trigger."""
+        if not ids:
+            return 0
+        chosen = json.dumps(list(ids))
+        await self._conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT uid, id, 'forgotten', ? FROM memories"
+            " WHERE uid = ? AND id IN (SELECT value FROM json_each(?))"
+            " ORDER BY superseded_by IS NOT NULL, id",
+            (ts(utcnow()), uid, chosen),
+        )
+        await self._conn.execute(
+            "UPDATE memory_events SET related_id = NULL WHERE uid = ? AND related_id IS NOT NULL"
+            " AND related_id IN (SELECT value FROM json_each(?))",
+            (uid, chosen),
+        )
+        cur = await self._conn.execute(
+            "DELETE FROM memories WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
+            (uid, chosen),
+        )
+        return cur.rowcount

@@ -213,6 +213,95 @@ CREATE TRIGGER memories_ad_embedding AFTER DELETE ON memories BEGIN
 END;
 """
 
+FTS_SHARDS = 32
+"""How many FTS5 indexes the memories are spread over (m006): user ``uid`` lives in
+``memories_fts_{uid % FTS_SHARDS}``. Fixed by the migration; changing it needs a new one."""
+
+
+def fts_table(uid: int) -> str:
+    """The FTS5 table holding user ``uid``'s index terms (``memories_vocab_N`` is its vocab)."""
+    return f"memories_fts_{uid % FTS_SHARDS}"
+
+
+def _m006_sharded_fts() -> str:
+    # Why shards. FTS5 (3.40, no 'secure-delete' option) removes a row by writing a delete
+    # marker; the row's terms stay in the segment that holds them until a merge rewrites it.
+    # Erasing therefore means rewriting the segments ('optimize'), which costs the size of
+    # the index: about 1.2 us per memory, 1.2 s for one index of 1,000,000 memories, during
+    # which the write lock is held. Spread over 32 indexes by user, a forget rewrites only
+    # its user's index: 1/32 of the other users' memories (bench/forget.py). Why not more:
+    # each index costs every insert and delete one trigger check (about 0.45 us a row), so
+    # 64 shards made a 50,000-memory forget-all 1.4 s slower than 1 index did.
+    parts = [
+        "DROP TRIGGER memories_ai;",
+        "DROP TRIGGER memories_ad;",
+        "DROP TRIGGER memories_superseded;",
+        "DROP TRIGGER memories_restored;",
+        "DROP TRIGGER memories_reworded;",
+        "DROP TABLE memories_vocab;",
+        "DROP TABLE memories_fts;",
+        # forget: "events that pointed at this memory" by index, not by scanning the user's.
+        "CREATE INDEX memory_events_by_related ON memory_events(uid, related_id)"
+        " WHERE related_id IS NOT NULL;",
+    ]
+    row = "' u' || {r}.uid || '__' || {r}.origin"
+    for n in range(FTS_SHARDS):
+        fts = f"memories_fts_{n}"
+        new_row = f"new.terms || {row.format(r='new')}"
+        old_row = f"old.terms || {row.format(r='old')}"
+        on = f"new.uid % {FTS_SHARDS} = {n}"
+        on_old = f"old.uid % {FTS_SHARDS} = {n}"
+        parts += [
+            f"CREATE VIRTUAL TABLE {fts} USING fts5("
+            " terms, content='', columnsize=0, tokenize=\"unicode61 tokenchars '_'\");",
+            f"CREATE VIRTUAL TABLE memories_vocab_{n} USING fts5vocab({fts}, 'row');",
+            f"INSERT INTO {fts}(rowid, terms) SELECT id, terms || ' u' || uid || '__' || origin"
+            f" FROM memories WHERE superseded_by IS NULL AND uid % {FTS_SHARDS} = {n};",
+            f"CREATE TRIGGER memories_ai_{n} AFTER INSERT ON memories"
+            f" WHEN new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+            f"CREATE TRIGGER memories_ad_{n} AFTER DELETE ON memories"
+            f" WHEN old.superseded_by IS NULL AND {on_old} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});"
+            "\nEND;",
+            f"CREATE TRIGGER memories_superseded_{n} AFTER UPDATE OF superseded_by ON memories"
+            f" WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});"
+            "\nEND;",
+            f"CREATE TRIGGER memories_restored_{n} AFTER UPDATE OF superseded_by ON memories"
+            f" WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+            f"CREATE TRIGGER memories_reworded_{n} AFTER UPDATE OF terms ON memories"
+            f" WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+        ]
+    # The per-user counts, once per row (not once per shard).
+    parts += [
+        "CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.superseded_by IS NULL"
+        " BEGIN\n    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+        "CREATE TRIGGER memories_ad AFTER DELETE ON memories WHEN old.superseded_by IS NULL"
+        " BEGIN\n    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms"
+        " WHERE uid = old.uid;\nEND;",
+        "CREATE TRIGGER memories_superseded AFTER UPDATE OF superseded_by ON memories"
+        " WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN\n"
+        "    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms"
+        " WHERE uid = old.uid;\nEND;",
+        "CREATE TRIGGER memories_restored AFTER UPDATE OF superseded_by ON memories"
+        " WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL BEGIN\n"
+        "    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+        "CREATE TRIGGER memories_reworded AFTER UPDATE OF terms ON memories"
+        " WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL BEGIN\n"
+        "    UPDATE users SET total_len = total_len - old.n_terms + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+    ]
+    return "\n".join(parts)
+
+
+M006_SHARDED_FTS = _m006_sharded_fts()
+
 
 async def m007_clean_text(conn: aiosqlite.Connection) -> None:
     """Clean memories and turns stored before text hygiene (:mod:`core.text_repair`): NUL,
@@ -237,5 +326,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (3, "m003_usage", M003_USAGE),
     (4, "m004_cleanup", M004_CLEANUP),
     (5, "m005_embeddings", M005_EMBEDDINGS),
+    (6, "m006_sharded_fts", M006_SHARDED_FTS),
     (7, "m007_clean_text", m007_clean_text),
 ]

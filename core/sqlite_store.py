@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, cast
@@ -44,6 +44,7 @@ from core.models import (
 from core.sqlite_base import dt, ts
 from core.sqlite_conversations import SQLiteConversations
 from core.sqlite_hygiene import SQLiteHygiene
+from core.sqlite_migrations import FTS_SHARDS, fts_table
 from core.sqlite_vectors import SQLiteVectors
 from core.text import index_terms, normalize, query_terms
 
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 DEDUPE_CANDIDATES = 50
 """How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
+
+FORGET_BATCH = 5000
+"""Memories deleted per transaction by ``forget_all`` (about 0.2 s of write lock each)."""
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
@@ -249,10 +253,11 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             rows = await self._fetchall(exact, (uid, norm))
         else:
             match = " OR ".join(f'"{t}"' for t in terms)
+            fts = fts_table(uid)
             rows = await self._fetchall(
                 f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text FROM ("
-                "  SELECT rowid AS id FROM memories_fts WHERE memories_fts MATCH ?"
-                "  ORDER BY bm25(memories_fts) LIMIT ?) f JOIN memories m ON m.id = f.id)",
+                f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
+                f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
                 (uid, norm, match, DEDUPE_CANDIDATES),
             )
         return [_Candidate(r[0], r[1]) for r in rows]
@@ -288,45 +293,51 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         return True
 
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
+        """Erase one memory: its row, embedding and index terms (the user's FTS5 index is
+        rewritten, :meth:`_erase_index`), then the WAL is checkpointed and truncated, so no
+        byte of its text stays in the database, ``-wal`` or ``-shm`` file."""
         async with self._write():
             uid = await self._uid(user_key)
             if uid is None:
                 return False
-            return await self._forget_ids(uid, [memory_id]) == 1
-
-    async def _forget_ids(self, uid: int, ids: Iterable[int]) -> int:
-        now = utcnow()
-        count = 0
-        for memory_id in ids:
-            cur = await self._conn.execute(
-                "DELETE FROM memories WHERE id = ? AND uid = ?", (memory_id, uid)
-            )
-            if cur.rowcount == 1:
-                count += 1
-                # Other memories that pointed at it keep their own state.
-                await self._conn.execute(
-                    "UPDATE memory_events SET related_id = NULL WHERE uid = ? AND related_id = ?",
-                    (uid, memory_id),
-                )
-                await self._event(uid, memory_id, "forgotten", now, None)
-        return count
+            gone = await self._erase_ids(uid, [memory_id]) == 1
+            if gone:
+                await self._erase_index(uid)
+        if gone:
+            await self._truncate_wal()
+        return gone
 
     async def forget_all(self, *, user_key: str) -> int:
+        """Erase all the user's memories (superseded ones too) and conversation turns; returns
+        how many active memories there were.
+
+        Deleted in batches of ``FORGET_BATCH`` rows, each its own short transaction, so other
+        users' writes interleave; the user's FTS5 index is rewritten once at the end and the
+        WAL truncated (:meth:`forget`). Linear in the user's memories (indexed lookups only).
+        """
+        uid = await self._uid(user_key)
+        count = 0
+        if uid is not None:
+            for active in (True, False):
+                last = 0
+                while True:
+                    async with self._write():
+                        rows = await self._fetchall(
+                            "SELECT id FROM memories WHERE uid = ? AND id > ?"
+                            f" AND superseded_by IS {'' if active else 'NOT '}NULL"
+                            " ORDER BY id LIMIT ?",
+                            (uid, last, FORGET_BATCH),
+                        )
+                        if not rows:
+                            break
+                        last = rows[-1][0]
+                        deleted = await self._erase_ids(uid, [r[0] for r in rows])
+                        count += deleted if active else 0
         async with self._write():
-            uid = await self._uid(user_key)
-            count = 0
-            if uid is not None:
-                rows = await self._fetchall(
-                    "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NULL", (uid,)
-                )
-                # Superseded rows go too (with their own event): none of the text stays.
-                hidden = await self._fetchall(
-                    "SELECT id FROM memories WHERE uid = ? AND superseded_by IS NOT NULL", (uid,)
-                )
-                count = await self._forget_ids(uid, [r[0] for r in rows])
-                await self._forget_ids(uid, [r[0] for r in hidden])
             await self._erase_conversations(user_key)
-        await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if uid is not None:
+                await self._erase_index(uid)
+        await self._truncate_wal()
         return count
 
     async def _erase_conversations(self, user_key: str) -> None:
@@ -442,10 +453,11 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
                 marks = " OR ".join(f'"u{uid}__{o}"' for o in sorted(set(origins)))
                 match = f"({match}) AND ({marks})"
         # Candidates by FTS5's bm25() over this user's postings only, then exact re-scoring.
+        fts = fts_table(uid)
         rows = await self._fetchall(
             "SELECT m.id, m.terms, m.n_terms FROM ("
-            "  SELECT rowid AS id FROM memories_fts"
-            "  WHERE memories_fts MATCH ? ORDER BY bm25(memories_fts) LIMIT ?"
+            f"  SELECT rowid AS id FROM {fts}"
+            f"  WHERE {fts} MATCH ? ORDER BY bm25({fts}) LIMIT ?"
             ") f JOIN memories m ON m.id = f.id",
             (match, candidate_pool(k)),
         )
@@ -453,7 +465,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             return []
         stats = await self._fetchall(
             "SELECT NULL, n_docs, total_len FROM users WHERE uid = ? UNION ALL"
-            " SELECT term, doc, 0 FROM memories_vocab"
+            f" SELECT term, doc, 0 FROM memories_vocab_{uid % FTS_SHARDS}"
             f" WHERE term IN ({','.join('?' * len(terms))})",
             (uid, *terms),
         )

@@ -120,6 +120,12 @@ class MemoryStore(Protocol):
         """Restore the exact state before a change; returns the memories restored."""
         ...
 
+    async def purge_retired(self, *, older_than: datetime) -> int:
+        """Erase, as ``forget`` does, memories a cleanup change retired or superseded before
+        ``older_than`` (``utcnow() - UNDO_WINDOW``) and that are still out of recall;
+        returns how many."""
+        ...
+
     async def users_with_memories(self, *, at_least: int) -> list[str]:
         """User keys holding at least ``at_least`` active memories."""
         ...

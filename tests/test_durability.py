@@ -98,7 +98,7 @@ async def test_sigkill_mid_writes_keeps_every_confirmed_write(tmp_path: Path) ->
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         stored = {row[0] for row in conn.execute("SELECT id FROM memories")}
         assert conn.execute(
-            "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'u1_item'"
+            "SELECT count(*) FROM memories_fts_1 WHERE memories_fts_1 MATCH 'u1_item'"
         ).fetchone()[0] == len(stored)
     assert set(confirmed) <= stored
     assert len(stored) < 1000

@@ -19,6 +19,7 @@ from core.loop import EMPTY_MESSAGE, ContextMessage
 from core.postgres_admin import copy_sqlite_to_postgres
 from core.reflection import check_text
 from core.service import MemoryService, parse_user_key
+from core.sqlite_migrations import FTS_SHARDS
 from core.sqlite_store import SQLiteStore
 from core.store import Store, open_store
 from core.text import clean_text, index_terms, needs_cleaning, stems, words
@@ -309,7 +310,9 @@ async def test_migration_cleans_stored_rows(db_url: str) -> None:
     if sqlite:
         conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
         try:
-            conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+            for shard in range(FTS_SHARDS):
+                fts = f"memories_fts_{shard}"
+                conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('integrity-check')")
             rows = conn.execute("SELECT text FROM memories").fetchall()
             for (text,) in rows:
                 assert_clean(text)
