@@ -15,6 +15,7 @@ Tests about SQLite itself (file bytes, PRAGMAs, SIGKILL of a SQLite writer) take
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -119,6 +120,24 @@ async def _truncate(url: str) -> None:
         await conn.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
     finally:
         await conn.close()
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """Put the root logger back as each test found it: a command run in process
+    (``configure_logging``) replaces its handlers with one bound to that test's captured
+    stderr, which is closed once the test ends; later records would then print a
+    "Logging error" wherever stderr goes."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
