@@ -448,18 +448,11 @@ def memories_cleanup(
 
     async def work() -> CleanupRun:
         settings.require_model_key()  # before the database is opened
-        from core.cleanup import Cleaner
         from core.runtime import open_runtime
 
         async with open_runtime(settings, db_url=ctx.obj.db_url, require_model=True) as rt:
-            assert rt.model is not None
-            cleaner = Cleaner(
-                store=rt.store,
-                model=rt.model,
-                model_name=settings.reflection_model,
-                batch_size=settings.cleanup_batch_size,
-                max_batches=settings.cleanup_max_batches,
-            )
+            cleaner = rt.cleaner
+            assert cleaner is not None  # require_model=True
             run = await cleaner.plan(user_key=key)
             return run if dry_run else await cleaner.apply(run)
 

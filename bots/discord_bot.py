@@ -41,7 +41,6 @@ from bots.discord_cleanup import add_cleanup_command
 from bots.discord_commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
 from bots.discord_conversations import Conversations, Route, channel_of, message_text
 from bots.discord_sink import NO_MENTIONS, DiscordSink
-from core.cleanup_review import CleanupReviews
 from core.controls import NOT_ENABLED, Place
 from core.errors import NOT_SAVED, ConfigError, LimitReached, SelfMindError, storage_failed
 from core.locks import KeyedLocks
@@ -115,7 +114,8 @@ class SelfMindBot(discord.Client):
         self.tree = GuardedTree(self, controls=rt.loop.controls)
         self.tree.error(on_tree_error)
         add_memory_commands(self.tree, service=rt.service, store=rt.store)
-        add_cleanup_command(self.tree, reviews=CleanupReviews(rt))
+        self.reviews = rt.cleanup_reviews()
+        add_cleanup_command(self.tree, reviews=self.reviews)
         self.conversations = Conversations(
             store=rt.store, turns=rt.loop, history_turns=self.settings.history_turns
         )

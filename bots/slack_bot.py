@@ -50,7 +50,6 @@ from bots.slack_cleanup import SlackCleanup
 from bots.slack_commands import SlackCommands
 from bots.slack_conversations import BotIdentity, SlackConversations
 from bots.slack_sink import slack_error
-from core.cleanup_review import CleanupReviews
 from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
 from core.models import Turn, utcnow
@@ -143,7 +142,7 @@ class SlackBot:
             client=client,
             spawn=self.spawn,
             controls=runtime.loop.controls,
-            cleanup=SlackCleanup(CleanupReviews(runtime)),
+            cleanup=SlackCleanup(runtime.cleanup_reviews()),
         )
         if runtime.reflector is not None and settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note

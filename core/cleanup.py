@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,9 @@ from core.models import MAX_MEMORY_CHARS, Category, Kind, Memory
 from core.prompt import as_data
 from core.reflection import check_text
 from core.store import Store
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +156,18 @@ class Cleaner:
         self.model_name = model_name
         self.batch_size = max(2, batch_size)
         self.max_batches = max(1, max_batches)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, store: Store, model: ChatModel) -> Cleaner:
+        """The one way the bot builds a cleaner: the reflection model's name (for usage) and
+        the batch settings ``SELFMIND_CLEANUP_BATCH_SIZE`` / ``SELFMIND_CLEANUP_MAX_BATCHES``."""
+        return cls(
+            store=store,
+            model=model,
+            model_name=settings.reflection_model,
+            batch_size=settings.cleanup_batch_size,
+            max_batches=settings.cleanup_max_batches,
+        )
 
     async def batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
         """Groups of related memories: each seed with its nearest unassigned neighbours."""

@@ -29,9 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.cleanup import Cleaner, CleanupRun
+from core.controls import Controls
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
 from core.hygiene_ops import ChangeOp, MergeOp, SupersedeOp
-from core.runtime import Runtime
+from core.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +95,17 @@ class CleanupReviews:
 
     def __init__(
         self,
-        runtime: Runtime,
         *,
+        store: Store,
+        cleaner: Cleaner | None,
+        controls: Controls | None = None,
         ttl_s: float = PLAN_TTL_S,
         max_pending: int = MAX_PENDING_PLANS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.runtime = runtime
+        self.store = store
+        self.cleaner = cleaner
+        self.controls = controls
         self.ttl_s = ttl_s
         self.max_pending = max(1, max_pending)
         self.clock = clock
@@ -109,38 +114,28 @@ class CleanupReviews:
     @property
     def available(self) -> bool:
         """False without a Claude model (no ``ANTHROPIC_API_KEY``)."""
-        return self.runtime.model is not None
+        return self.cleaner is not None
 
     async def precheck(self, *, user_key: str, workspace: str | None) -> str | None:
         """The one line to answer instead of planning (no model, a daily cap reached, no
         memories), or None to go ahead."""
         if not self.available:
             return NO_MODEL
-        if self.runtime.loop is not None:
+        if self.controls is not None:
             try:
-                await self.runtime.loop.controls.check_limits(
-                    user_key=user_key, workspace=workspace
-                )
+                await self.controls.check_limits(user_key=user_key, workspace=workspace)
             except LimitReached as exc:
                 return str(exc)
-        if await self.runtime.store.count(user_key=user_key) == 0:
+        if await self.store.count(user_key=user_key) == 0:
             return NO_MEMORIES
         return None
 
     async def propose(self, *, user_key: str) -> Proposal:
         """Plan a cleanup of the user's memories (Claude calls; nothing changed) and keep it
         pending when it has operations. ``ConfigError`` without a model."""
-        model = self.runtime.model
-        if model is None:
+        cleaner = self.cleaner
+        if cleaner is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
-        s = self.runtime.settings
-        cleaner = Cleaner(
-            store=self.runtime.store,
-            model=model,
-            model_name=s.reflection_model,
-            batch_size=s.cleanup_batch_size,
-            max_batches=s.cleanup_max_batches,
-        )
         run = await cleaner.plan(user_key=user_key)
         touched = {i for p in run.planned for i in _shown_ids(p.op)}
         run.texts = {i: t for i, t in run.texts.items() if i in touched}  # keep only what shows
@@ -164,7 +159,7 @@ class CleanupReviews:
         nothing changed) when the plan is gone, someone else's, or the memories changed."""
         pending = self._take(plan_id, user_key)
         run = pending.run
-        run.before = await self.runtime.store.count(user_key=user_key)
+        run.before = await self.store.count(user_key=user_key)
         try:
             await pending.cleaner.apply(run)
         except (MemoryNotFound, StoreError) as exc:
@@ -199,7 +194,7 @@ class CleanupReviews:
     async def undo(self, *, user_key: str, change_id: str) -> int:
         """Undo the user's change; the memories restored. ``StoreError`` when the change is
         not this user's, already undone, or a later change builds on it."""
-        restored = await self.runtime.store.undo_change(user_key=user_key, change_id=change_id)
+        restored = await self.store.undo_change(user_key=user_key, change_id=change_id)
         logger.info("cleanup change %s undone: user=%s restored=%d", change_id, user_key, restored)
         return restored
 

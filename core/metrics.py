@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.errors import MalformedOutput, StreamCutError
 
@@ -49,7 +49,19 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from core.llm import Usage
+
+class TokenCounts(Protocol):
+    """What :meth:`Metrics.tokens` reads of a call's usage (``core.llm.Usage`` has it)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_read_input_tokens(self) -> int: ...
+    @property
+    def cache_creation_input_tokens(self) -> int: ...
+
 
 E = TypeVar("E", bound=BaseException)
 
@@ -297,7 +309,7 @@ class Metrics:
             self._errors.labels(kind=error_kind(error, cause)).inc()
         return error
 
-    def tokens(self, *, call: str, usage: Usage) -> None:
+    def tokens(self, *, call: str, usage: TokenCounts) -> None:
         """Count one call's reported ``usage``; ``call`` is ``chat`` or ``extract``."""
         if self.registry is None:
             return

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.cleanup import Cleaner
+from core.cleanup_review import CleanupReviews
 from core.errors import SelfMindError
 from core.llm import ChatModel, ClaudeChatModel
 from core.loop import TurnLoop
@@ -45,23 +46,25 @@ class Runtime:
     model: ChatModel | None
     reflector: Reflector | None
     loop: TurnLoop | None
+    cleaner: Cleaner | None = None
     metrics: Metrics = field(default_factory=Metrics)
     readiness: Readiness = field(default_factory=Readiness)
     health: HealthServer | None = None
+
+    def cleanup_reviews(self) -> CleanupReviews:
+        """The cleanup plans shown in chats, over this runtime's store, cleaner and caps."""
+        return CleanupReviews(
+            store=self.store,
+            cleaner=self.cleaner,
+            controls=self.loop.controls if self.loop is not None else None,
+        )
 
 
 async def scheduled_cleanups(rt: Runtime) -> None:
     """Every ``cleanup_interval_hours``, clean up each user with enough memories (applied as
     undoable changes; see ``selfmind memories history``)."""
-    assert rt.model is not None
-    s = rt.settings
-    cleaner = Cleaner(
-        store=rt.store,
-        model=rt.model,
-        model_name=s.reflection_model,
-        batch_size=s.cleanup_batch_size,
-        max_batches=s.cleanup_max_batches,
-    )
+    assert rt.cleaner is not None
+    s, cleaner = rt.settings, rt.cleaner
     while True:
         await asyncio.sleep(s.cleanup_interval_hours * 3600)
         for user_key in await rt.store.users_with_memories(at_least=s.cleanup_min_memories):
@@ -116,7 +119,7 @@ async def open_runtime(
                 metrics=metrics,
             )
         service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics)
-        reflector = loop = None
+        reflector = loop = cleaner = None
         if settings.anthropic_api_key is not None or require_model:
             model = ClaudeChatModel.from_settings(settings, metrics=metrics)
             reflector = Reflector(
@@ -131,17 +134,20 @@ async def open_runtime(
             loop = TurnLoop(
                 store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
             )
+            cleaner = Cleaner.from_settings(settings, store=store, model=model)
         metrics.watch(
             readiness=readiness,
             queue_depth=(lambda: reflector.pending) if reflector is not None else None,
         )
-        rt = Runtime(settings, store, service, model, reflector, loop, metrics, readiness, health)
+        rt = Runtime(
+            settings, store, service, model, reflector, loop, cleaner, metrics, readiness, health
+        )
         if before_start is not None:
             await before_start(rt)
         if start and loop is not None:
             await loop.start()
         scheduler = None
-        if start and model is not None and settings.cleanup_interval_hours > 0:
+        if start and cleaner is not None and settings.cleanup_interval_hours > 0:
             scheduler = asyncio.create_task(scheduled_cleanups(rt), name="cleanup-scheduler")
         try:
             yield rt

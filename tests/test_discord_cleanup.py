@@ -170,11 +170,11 @@ async def test_one_line_answers(w: World, bot: SelfMindBot) -> None:
     # The bot refuses to start without ANTHROPIC_API_KEY; a runtime without a model (what
     # open_runtime gives then) still answers the command with one line.
     calls = len(w.claude.requests_of("extract"))
-    model, bot.rt.model = bot.rt.model, None
+    cleaner, bot.reviews.cleaner = bot.reviews.cleaner, None
     try:
         message_id, answer = await cleanup(w, w.alice)
     finally:
-        bot.rt.model = model
+        bot.reviews.cleaner = cleaner
     assert answer == NO_MODEL and w.discord.message(message_id)["components"] == []
     assert len(w.claude.requests_of("extract")) == calls
 

@@ -207,11 +207,12 @@ async def test_one_line_answers(
     # The bot refuses to start without ANTHROPIC_API_KEY; a runtime without a model (what
     # open_runtime gives then) still answers the command with one line.
     calls = len(claude.requests_of("extract"))
-    model, bot.runtime.model = bot.runtime.model, None
+    reviews = bot.bot.commands.cleanup.reviews
+    cleaner, reviews.cleaner = reviews.cleaner, None
     try:
         [answer] = await cleanup(slack, bot)
     finally:
-        bot.runtime.model = model
+        reviews.cleaner = cleaner
     assert answer["text"] == NO_MODEL
     assert len(claude.requests_of("extract")) == calls
 
