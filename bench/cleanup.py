@@ -25,13 +25,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA, load_all
-from core.cleanup import Cleaner
-from core.dedupe import carries_new_information, jaccard
-from core.llm import ClaudeChatModel
-from core.models import NewMemory
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
-from core.text import words
+from core.memory.cleanup import Cleaner
+from core.memory.service import MemoryService
+from core.model.claude import ClaudeChatModel
+from core.rules.dedupe import carries_new_information, jaccard
+from core.rules.text import words
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 from tests.fakes.anthropic_server import running_fake_anthropic
 
 MERGE_JACCARD = 0.5

@@ -2,7 +2,7 @@
 
     python bench/dedupe.py [--json] [--threshold 0.7]
 
-Prints the table of :func:`core.dedupe_eval.format_table` (false merges and duplicate recall
+Prints the table of :func:`core.evaluation.dedupe.format_table` (false merges and duplicate recall
 per method, for the tune and holdout splits and all pairs); with ``--json`` also the report
 as one JSON object on the last line. Reads the pairs packaged with :mod:`core`.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.dedupe import DEFAULT_THRESHOLD
-from core.dedupe_eval import evaluate, format_table, load_pairs
+from core.evaluation.dedupe import evaluate, format_table, load_pairs
+from core.rules.dedupe import DEFAULT_THRESHOLD
 
 
 def main(argv: list[str] | None = None) -> int:

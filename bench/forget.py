@@ -10,7 +10,7 @@ users of 100 each. One memory of one user is forgotten by three mechanisms in th
   stays in the file (checked by searching the file's bytes after a WAL truncate);
 - ``optimize-all`` (the obvious fix): the same on one unsharded index of every memory, then
   ``optimize``: the whole index is rewritten while the write lock is held;
-- ``sharded`` (this store, :meth:`core.sqlite_store.SQLiteStore.forget`): the user's index
+- ``sharded`` (this store, :meth:`core.store.sqlite.store.SQLiteStore.forget`): the user's index
   is one of 32; only it is rewritten, then the WAL is truncated.
 
 Part 2, both backends: ``forget_all`` of a user with 5,000 and of one with 50,000 memories
@@ -36,12 +36,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.synthetic import sentences
-from core.models import NewMemory
-from core.service import MemoryService
-from core.sqlite_migrations import FTS_SHARDS
-from core.sqlite_store import SQLiteStore
-from core.store import Store, open_store
-from core.text import index_terms
+from core.memory.service import MemoryService
+from core.rules.text import index_terms
+from core.runtime import open_store
+from core.store.seams import Store
+from core.store.sqlite.migrations import FTS_SHARDS
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 MARKER = "quizzaciously"
 PG_ENV = "SELFMIND_BENCH_DATABASE_URL"

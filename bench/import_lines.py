@@ -3,7 +3,7 @@
     python bench/import_lines.py [--lines 50000] [--baseline-lines 2000] [--json]
 
 Imports ``--lines`` synthetic memories (:mod:`bench.synthetic`) with
-:meth:`core.service.MemoryService.import_lines` (validate all, dedupe in memory, write in
+:meth:`core.memory.service.MemoryService.import_lines` (validate all, dedupe in memory, write in
 transactions of ``IMPORT_BATCH``) while a second process on the same file runs a
 ``/remember`` plus a recall every 10 ms, as a running bot would. Baseline in the same run:
 the old mechanism (every line through the store's per-memory dedupe in one transaction,
@@ -27,8 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.synthetic import jsonl, sentences
-from core.service import MemoryService, parse_import_line
-from core.sqlite_store import SQLiteStore
+from core.memory.service import MemoryService, parse_import_line
+from core.store.sqlite.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,8 +36,8 @@ _BOT = textwrap.dedent(
     """
     import asyncio, json, statistics, sys, time
     sys.path.insert(0, sys.argv[2])
-    from core.service import MemoryService
-    from core.sqlite_store import SQLiteStore
+    from core.memory.service import MemoryService
+    from core.store.sqlite.store import SQLiteStore
 
     async def main() -> None:
         store = await SQLiteStore.open(sys.argv[1])

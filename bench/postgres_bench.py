@@ -24,10 +24,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from core.postgres_migrations import MIGRATIONS
-from core.postgres_store import PostgresStore
-from core.store import Store
-from core.text import index_terms, normalize
+from core.rules.text import index_terms, normalize
+from core.store.postgres.migrations import MIGRATIONS
+from core.store.postgres.store import PostgresStore
+from core.store.seams import Store
 
 BUILD_VERSION = 1
 """Bump when the way the synthetic database is built changes."""

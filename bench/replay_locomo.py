@@ -64,9 +64,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
-from core.dedupe import Deduper
-from core.models import Memory, utcnow
-from core.text import normalize
+from core.rules.dedupe import Deduper
+from core.rules.text import normalize
+from core.types import Memory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 

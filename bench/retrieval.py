@@ -19,9 +19,10 @@ or ``SELFMIND_TEST_DATABASE_URL``) as a template database named by a hash of its
 loaded with ``COPY`` and cloned for each run (:mod:`bench.postgres_bench`). Both backends get
 the same synthetic memories.
 
-``--recall bm25,hybrid`` measures hybrid recall (:mod:`core.hybrid`, needs the semantic extra)
-in the same run: its Hit@k in both stores, its latency for the same synthetic user (whose
-10,000 memories are embedded first), and the process's peak memory with the model loaded.
+``--recall bm25,hybrid`` measures hybrid recall (:mod:`core.memory.hybrid`, needs the
+semantic extra) in the same run: its Hit@k in both stores, its latency for the same synthetic
+user (whose 10,000 memories are embedded first), and the process's peak memory with the model
+loaded.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import reference_bm25
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
-from core.dedupe import Deduper
-from core.models import NewMemory
-from core.sqlite_store import SQLiteStore
-from core.store import Store
+from core.rules.dedupe import Deduper
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 KS = (1, 6, 10)
 CACHE = REPO_ROOT / "bench" / ".cache"
@@ -219,8 +220,8 @@ def open_stores(
 
 def hybrid_of(store: Store) -> Store:
     """``store`` wrapped for hybrid recall (needs the semantic extra)."""
-    from core.embeddings import load_embedder
-    from core.hybrid import HybridStore
+    from core.memory.embeddings import load_embedder
+    from core.memory.hybrid import HybridStore
 
     return cast(Store, HybridStore(store, load_embedder(None)))
 

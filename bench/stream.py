@@ -3,14 +3,14 @@
     python bench/stream.py [--json] [--chars 6000] [--duration-s 30] [--replies 10]
 
 A Markdown answer (paragraphs, lists, a code block, emoji, CJK) arrives token by token,
-evenly over ``--duration-s`` seconds of simulated time, through :func:`core.streaming.
+evenly over ``--duration-s`` seconds of simulated time, through :func:`core.streaming.reply.
 stream_reply` into a fake Slack workspace. The fake refuses a ``chat.update`` beyond
 ``--updates-per-minute`` in any 60-second window with ``RateLimited`` (HTTP 429), as Slack's
 tier 3 does (https://api.slack.com/methods/chat.update). Three runs:
 
 - ``single``: one reply (the edit throttle alone: at most ``duration / interval + 1`` edits);
 - ``shared budget``: ``--replies`` concurrent replies in one workspace sharing
-  :class:`core.streaming.EditBudgets` (they should see no 429);
+  :class:`core.streaming.reply.EditBudgets` (they should see no 429);
 - ``no budget``: the same load without it (for comparison: 429s, waited out).
 
 The event loop runs on virtual time (its clock jumps to the next timer when idle), so the
@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.streaming import (
+from core.streaming.reply import (
     DEFAULT_WRITING_MARKER,
     EditBudgets,
     ReplyResult,

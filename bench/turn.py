@@ -33,7 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.llm import (
+from core.chat.loop import IncomingMessage, TurnLoop
+from core.memory.reflection import Reflector
+from core.memory.service import MemoryService
+from core.model.claude import (
     AnswerStream,
     ChatMessage,
     ChatModel,
@@ -42,12 +45,9 @@ from core.llm import (
     SystemBlock,
     Usage,
 )
-from core.loop import IncomingMessage, TurnLoop
-from core.models import NewMemory
-from core.reflection import Reflector
-from core.service import MemoryService
 from core.settings import load_settings
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 REFLECTION = {
     "memories": [

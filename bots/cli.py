@@ -32,11 +32,11 @@ from core.logs import configure_logging
 
 if TYPE_CHECKING:
     # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
-    from core.cleanup import CleanupRun
-    from core.models import Memory, ScoredMemory
-    from core.service import MemoryService
+    from core.memory.cleanup import CleanupRun
+    from core.memory.service import MemoryService
     from core.settings import Settings
-    from core.store import MemoryStore, Store
+    from core.store.seams import MemoryStore, Store
+    from core.types import Memory, ScoredMemory
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -165,7 +165,7 @@ async def require_database(ctx: Context) -> None:
 
 async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
     """Open an existing store (as is, whatever the recall setting), run ``work``, close it."""
-    from core.store import open_store
+    from core.runtime import open_store
 
     await require_database(ctx)
     store = await open_store(ctx.db_url)
@@ -180,8 +180,8 @@ async def with_service(
 ) -> T:
     """Open the store, run ``work`` with a service over it, close the store. Unless
     ``create``, the database must exist (:func:`require_database`)."""
-    from core.service import MemoryService
-    from core.store import open_store
+    from core.memory.service import MemoryService
+    from core.runtime import open_store
 
     if not create:
         await require_database(ctx)
@@ -224,7 +224,7 @@ UserKey = Annotated[str, user_option()]
 
 
 def _key(value: str) -> str:
-    from core.service import parse_user_key
+    from core.memory.service import parse_user_key
 
     try:
         return parse_user_key(value)
@@ -509,8 +509,8 @@ def memories_reindex(
 
         if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
             raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
-        from core.embeddings import load_embedder
-        from core.hybrid import HybridStore
+        from core.memory.embeddings import load_embedder
+        from core.memory.hybrid import HybridStore
 
         embedder = load_embedder(settings.embedding_model_dir)
         return await with_store(
@@ -558,7 +558,7 @@ def usage(
     except ValueError:
         raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
 
-    from core.models import UsageRow
+    from core.types import UsageRow
 
     rows = run(with_store(ctx.obj, lambda store: store.usage_report(since=start, by=by)))
     total = UsageRow(
@@ -630,7 +630,7 @@ def preflight(settings: Settings) -> None:
     ``SELFMIND_RECALL=hybrid``. One line and exit 1 otherwise."""
     try:
         if settings.recall == "hybrid":
-            from core.embeddings import load_embedder
+            from core.memory.embeddings import load_embedder
 
             load_embedder(settings.embedding_model_dir)
     except SelfMindError as exc:
@@ -642,7 +642,7 @@ def discord_bot(ctx: typer.Context) -> None:
     """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
     # run_discord checks DISCORD_BOT_TOKEN and the Anthropic key before network or database.
     preflight(ctx.obj.settings)
-    from bots.discord_bot import run_discord
+    from bots.discord_bot.client import run_discord
 
     code = run(run_discord(ctx.obj.settings, db_url=ctx.obj.db_url))
     raise typer.Exit(code)
@@ -664,7 +664,7 @@ def slack(
     """Run the Slack bot (Socket Mode by default; --http for the Events API over HTTP)."""
     if port is not None and not http:
         raise fail("--port needs --http", code=2)
-    from bots.slack_bot import check_settings, run_slack
+    from bots.slack_bot.app import check_settings, run_slack
 
     try:
         check_settings(ctx.obj.settings, http=http)
@@ -682,7 +682,7 @@ app.add_typer(db_app, name="db")
 @db_app.command("migrate")
 def db_migrate(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again."""
-    from core.postgres_admin import migrate_database
+    from core.store.postgres.admin import migrate_database
 
     report = run(migrate_database(ctx.obj.db_url))
     if as_json:
@@ -790,8 +790,8 @@ def db_copy(
 ) -> None:
     """Copy a SQLite memory file into an empty PostgreSQL database, then compare the row
     counts of every table (exit 1 when any differs)."""
-    from core.postgres_admin import CopyReport, copy_sqlite_to_postgres
     from core.settings import normalize_db_url
+    from core.store.postgres.admin import CopyReport, copy_sqlite_to_postgres
 
     try:
         source_url = normalize_db_url(source)

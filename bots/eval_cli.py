@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from core.evaluation.locomo import Conversation
     from core.evaluation.reflection_eval import Checkpoint, ModelReport
     from core.settings import Settings
-    from core.sqlite_store import SQLiteStore
+    from core.store.sqlite.store import SQLiteStore
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def eval_dedupe(
     duplicates) and duplicate recall, for the rule and for plain Jaccard at 0.6 / 0.7 / 0.8,
     on the tune and holdout splits and on all pairs.
     """
-    from core.dedupe_eval import evaluate, format_table, load_pairs
+    from core.evaluation.dedupe import evaluate, format_table, load_pairs
 
     if threshold is None:
         threshold = _settings(ctx).dedupe_threshold
@@ -166,8 +166,8 @@ async def _run(
 
     from core.evaluation.estimate import estimate_run
     from core.evaluation.reflection_eval import FORMAT_VERSION, Checkpoint, totals
-    from core.prices import PRICES_AS_OF, PRICES_SOURCE
-    from core.sqlite_store import SQLiteStore
+    from core.model.prices import PRICES_AS_OF, PRICES_SOURCE
+    from core.store.sqlite.store import SQLiteStore
 
     assert settings.anthropic_api_key is not None
     key = settings.anthropic_api_key.get_secret_value()
@@ -285,7 +285,7 @@ async def _one_model(
 
     from core.evaluation.judge import Judge
     from core.evaluation.reflection_eval import EvalRun, unit_count
-    from core.llm import ClaudeChatModel
+    from core.model.claude import ClaudeChatModel
 
     assert settings.anthropic_api_key is not None
     async with ClaudeChatModel(
@@ -355,7 +355,7 @@ def _money(value: float | None) -> str:
 
 
 def _print_estimate(estimates: dict[str, Estimate], judge_model: str | None) -> None:
-    from core.prices import PRICES_AS_OF, PRICES_SOURCE, price_of
+    from core.model.prices import PRICES_AS_OF, PRICES_SOURCE, price_of
 
     typer.echo(
         f"estimate (input tokens counted by the API; output tokens assumed; list prices as of"
@@ -385,7 +385,7 @@ def _pct(value: float | None) -> str:
 
 def _print_report(report: ModelReport) -> None:
     from core.evaluation.scoring import OFFLINE_RULE
-    from core.prices import PRICES_AS_OF
+    from core.model.prices import PRICES_AS_OF
 
     data = report.as_json()
     scoring = f"judge {report.judge_model}" if report.judge_model else OFFLINE_RULE

@@ -146,7 +146,7 @@ class RateLimited(SelfMindError):
     """A reply sink call was refused for now (HTTP 429); retry after ``retry_after_s`` seconds.
 
     Sinks raise it from ``post``/``edit`` with the platform's ``Retry-After`` (Slack) or
-    ``retry_after`` (Discord) value; :mod:`core.streaming` waits and continues.
+    ``retry_after`` (Discord) value; :mod:`core.streaming.reply` waits and continues.
     """
 
     def __init__(self, retry_after_s: float) -> None:
@@ -157,7 +157,7 @@ class RateLimited(SelfMindError):
 class EditFailed(SelfMindError):
     """A reply message cannot be edited any more (e.g. Slack ``msg_too_long``, deleted).
 
-    Raised by sinks from ``edit``; :mod:`core.streaming` posts the rest as a new message.
+    Raised by sinks from ``edit``; :mod:`core.streaming.reply` posts the rest as a new message.
     ``reason`` is the platform's error code or a short phrase.
     """
 
@@ -171,7 +171,7 @@ class LimitReached(SelfMindError):
 
 
 class PlanNotPending(SelfMindError):
-    """A cleanup plan shown in a chat cannot be applied (:mod:`core.cleanup_review`); nothing
+    """A cleanup plan shown in a chat cannot be applied (:mod:`core.memory.cleanup_review`); nothing
     was changed. ``reason``: ``"gone"`` (expired, applied or cancelled), ``"not_yours"``
     (another user's plan) or ``"changed"`` (the memories changed since it was made)."""
 

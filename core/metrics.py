@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 
 class TokenCounts(Protocol):
-    """What :meth:`Metrics.tokens` reads of a call's usage (``core.llm.Usage`` has it)."""
+    """What :meth:`Metrics.tokens` reads of a call's usage (``core.model.claude.Usage`` has it)."""
 
     @property
     def input_tokens(self) -> int: ...
@@ -94,11 +94,10 @@ def error_kind(error: BaseException, cause: BaseException | None = None) -> str:
     """The kind of a failed Claude call, one of :data:`ERROR_KINDS`.
 
     ``StreamCutError`` and ``MalformedOutput`` by class; otherwise from the SDK exception
-    (``cause``, else ``error.__cause__`` of a ``ModelError`` as :mod:`core.llm` raises them)
-    by its HTTP
-    status and error type, the same table as :mod:`core.llm`'s user messages: 401/403 auth,
-    429 rate_limit, 529 overloaded, other 5xx server, other statuses refused; timeouts and
-    connection errors by class name (read without importing the SDK).
+    (``cause``, else ``error.__cause__`` of a ``ModelError`` as :mod:`core.model.claude` raises
+    them) by its HTTP status and error type, the same table as :mod:`core.model.claude`'s user
+    messages: 401/403 auth, 429 rate_limit, 529 overloaded, other 5xx server, other statuses
+    refused; timeouts and connection errors by class name (read without importing the SDK).
     """
     if isinstance(error, StreamCutError):
         return "stream_cut"

@@ -12,18 +12,18 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from core.cleanup import Cleaner
-from core.cleanup_review import CleanupReviews
-from core.errors import SelfMindError
-from core.llm import ChatModel, ClaudeChatModel
-from core.loop import TurnLoop
+from core.chat.loop import TurnLoop
+from core.errors import ConfigError, SelfMindError
+from core.memory.cleanup import Cleaner
+from core.memory.cleanup_review import CleanupReviews
+from core.memory.reflection import Reflector
+from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
-from core.reflection import Reflector
-from core.service import MemoryService
+from core.model.claude import ChatModel, ClaudeChatModel
 from core.settings import Settings
-from core.store import Store, open_store
+from core.store.seams import Store
 
 if TYPE_CHECKING:
     from core.health import HealthServer
@@ -164,3 +164,39 @@ async def open_runtime(
         if model is not None:
             await model.aclose()
         await store.close()
+
+
+async def open_store(url: str, settings: Settings | None = None) -> Store:
+    """Open (creating and migrating) the store named by a ``sqlite:///`` or
+    ``postgresql://`` URL (a pool of ``settings.db_pool_size`` connections).
+
+    With ``settings.recall == "hybrid"`` the store is wrapped for hybrid recall
+    (:mod:`core.memory.hybrid`). Raises ``ConfigError`` for other schemes or a missing semantic
+    extra (checked before anything is opened), ``StoreError`` when the file or server cannot be
+    opened.
+    """
+    embedder = None
+    if settings is not None and settings.recall == "hybrid":
+        from core.memory.embeddings import load_embedder
+
+        embedder = load_embedder(settings.embedding_model_dir)
+    store: Store
+    if url.startswith("sqlite:///"):
+        from core.store.sqlite.store import SQLiteStore
+
+        store = await SQLiteStore.open(
+            url.removeprefix("sqlite:///"),
+            synchronous=settings.sqlite_synchronous if settings is not None else "full",
+        )
+    elif url.startswith(("postgresql://", "postgres://")):
+        from core.store.postgres.store import PostgresStore
+
+        pool_size = settings.db_pool_size if settings is not None else 10
+        store = await PostgresStore.open(url, pool_size=pool_size)
+    else:
+        raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
+    if embedder is not None:
+        from core.memory.hybrid import HybridStore
+
+        return cast(Store, HybridStore(store, embedder))
+    return store

@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.models import NewMemory
-from core.store import Store
+from core.store.seams import Store
+from core.types import NewMemory
 from tests.fakes.anthropic_server import request_kind
 
 DARK = (

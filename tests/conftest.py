@@ -27,9 +27,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
-from core.store import Store, open_store
+from core.memory.service import MemoryService
+from core.runtime import open_store
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = REPO_ROOT.parent / "shared" / "data" / "locomo"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bots.discord_bot import SelfMindBot, start_bot
+from bots.discord_bot.client import SelfMindBot, start_bot
 from core.runtime import open_runtime
 from core.settings import Settings, load_settings
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic

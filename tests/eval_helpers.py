@@ -32,8 +32,8 @@ from core.evaluation.locomo import Conversation
 from core.evaluation.reflection_eval import exchanges
 from core.evaluation.scoring import as_user, containment, terms
 from core.evaluation.suites import correction_cases
-from core.reflection import REFLECTION_RULES, check_text
-from core.text import normalize
+from core.memory.reflection import REFLECTION_RULES, check_text
+from core.rules.text import normalize
 
 Behaviour = Literal["oracle", "silent", "parrot", "stubborn"]
 _USER = re.compile(r'^user: (".*")$', re.M)

@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.llm import ClaudeChatModel
-from core.loop import IncomingMessage, TurnLoop
-from core.reflection import Reflector
-from core.service import MemoryService
+from core.chat.loop import IncomingMessage, TurnLoop
+from core.memory.reflection import Reflector
+from core.memory.service import MemoryService
+from core.model.claude import ClaudeChatModel
+from core.runtime import open_store
 from core.settings import Settings, load_settings
-from core.sqlite_store import SQLiteStore
-from core.store import Store, open_store
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
 from tests.fakes.anthropic_server import FakeAnthropic
 
 API_KEY = "sk-ant-test-key"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bots.slack_bot import RunningSlackBot, open_slack_bot
+from bots.slack_bot.app import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import ImportFormatError
-from core.models import NewMemory
-from core.service import IMPORT_BATCH, MemoryService
-from core.sqlite_store import FORGET_BATCH
-from core.store import Store
+from core.memory.service import IMPORT_BATCH, MemoryService
+from core.store.seams import Store
+from core.store.sqlite.store import FORGET_BATCH
+from core.types import NewMemory
 from tests.conftest import REPO_ROOT
 
 USER = "cli:bulk"
@@ -88,8 +88,8 @@ _WRITER = textwrap.dedent(
     """
     import asyncio, json, sys, time
     sys.path.insert(0, sys.argv[2])
-    from core.service import MemoryService
-    from core.sqlite_store import SQLiteStore
+    from core.memory.service import MemoryService
+    from core.store.sqlite.store import SQLiteStore
 
     async def main() -> None:
         store = await SQLiteStore.open(sys.argv[1])
@@ -115,7 +115,7 @@ _WRITER = textwrap.dedent(
 
 @pytest.mark.sqlite_only
 async def test_import_while_another_process_writes(db_path: Path) -> None:
-    from core.sqlite_store import SQLiteStore
+    from core.store.sqlite.store import SQLiteStore
 
     store = await SQLiteStore.open(str(db_path))
     service = MemoryService(store)
@@ -149,8 +149,8 @@ async def test_import_while_another_process_writes(db_path: Path) -> None:
 def test_dedupe_index_finds_what_comparing_all_pairs_finds() -> None:
     import random
 
-    from core.dedupe import Deduper
-    from core.dedupe_index import DedupeIndex, Known
+    from core.rules.dedupe import Deduper
+    from core.rules.dedupe_index import DedupeIndex, Known
 
     rnd = random.Random(4)
     pool = "tea coffee vim emacs rust go berlin munich dark light mode editor code".split()

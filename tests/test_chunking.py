@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.chunking import (
+from core.streaming.chunking import (
     START,
     Chunk,
     chunk_markdown,

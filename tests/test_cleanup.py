@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from bots.cli import app
-from core.cleanup import Cleaner
-from core.dedupe import Deduper
-from core.models import NewMemory
+from core.memory.cleanup import Cleaner
+from core.rules.dedupe import Deduper
+from core.types import NewMemory
 from tests.fakes.anthropic_server import FakeAnthropic, not_json, running_fake_anthropic
 from tests.loop_helpers import API_KEY, harness
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from bots.cli import app
-from core.controls import Controls, Place
+from core.chat.controls import Controls, Place
 from core.errors import LimitReached
 from core.settings import load_settings
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic

@@ -15,12 +15,18 @@ from pathlib import Path
 import pytest
 
 from bench import dedupe as dedupe_bench
-from core.dedupe import DEFAULT_THRESHOLD, Deduper, carries_new_information, difference, jaccard
-from core.dedupe_eval import evaluate, format_table, load_pairs, parse_pairs
-from core.models import Memory, NewMemory, utcnow
-from core.service import MemoryService
-from core.store import Store
-from core.text import normalize, words
+from core.evaluation.dedupe import evaluate, format_table, load_pairs, parse_pairs
+from core.memory.service import MemoryService
+from core.rules.dedupe import (
+    DEFAULT_THRESHOLD,
+    Deduper,
+    carries_new_information,
+    difference,
+    jaccard,
+)
+from core.rules.text import normalize, words
+from core.store.seams import Store
+from core.types import Memory, NewMemory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply
 
@@ -367,7 +373,7 @@ async def test_reflection_supersede_beats_dedupe(
     old_text: str,
     new_text: str,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="core.reflection")
+    caplog.set_level(logging.INFO, logger="core.memory.reflection")
     async with harness(fake, db_url) as h:
         old = await h.service.remember(user_key=ALICE, text=old_text)
         fake.enqueue(

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from bots.discord_bot import FIRST_DM_NOTICE, MEMORY_REACTION
-from bots.discord_conversations import chain_key, dm_key, thread_key
-from core.controls import NOT_ENABLED
+from bots.discord_bot.client import FIRST_DM_NOTICE, MEMORY_REACTION
+from bots.discord_bot.routing import chain_key, dm_key, thread_key
+from core.chat.controls import NOT_ENABLED
 from tests.discord_helpers import (
     NO_PINGS,
     World,

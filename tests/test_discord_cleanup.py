@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bots.discord_bot import SelfMindBot
-from bots.discord_commands import MAX_CONTENT_CHARS
-from core.cleanup_review import (
+from bots.discord_bot.client import SelfMindBot
+from bots.discord_bot.commands import MAX_CONTENT_CHARS
+from core.chat.controls import NOT_ENABLED
+from core.memory.cleanup_review import (
     CANCELLED,
     CHANGED,
     NO_MEMORIES,
@@ -19,7 +20,6 @@ from core.cleanup_review import (
     UNUSABLE_PLAN,
     USER_ADDED_MARK,
 )
-from core.controls import NOT_ENABLED
 from tests.cleanup_helpers import (
     DARK,
     KEPT,

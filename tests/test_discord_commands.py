@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from bots.discord_bot import SelfMindBot
-from bots.discord_commands import PAGE_SIZE
-from core.controls import NOT_ENABLED
+from bots.discord_bot.client import SelfMindBot
+from bots.discord_bot.commands import PAGE_SIZE
+from core.chat.controls import NOT_ENABLED
 from tests.discord_helpers import (
     World,
     bot,

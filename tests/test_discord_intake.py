@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from bots.discord_bot import SelfMindBot
+from bots.discord_bot.client import SelfMindBot
 from core.errors import NOT_SAVED, NOT_SAVED_COMMAND
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
 from tests.discord_helpers import World, command, eventually, key, running_bot, settled, w
 
 __all__ = ["w"]

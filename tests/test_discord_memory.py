@@ -16,7 +16,7 @@ from typing import IO
 
 import pytest
 
-from bots.discord_bot import MEMORY_REACTION
+from bots.discord_bot.client import MEMORY_REACTION
 from tests.conftest import REPO_ROOT
 from tests.discord_helpers import World, chat_messages, eventually, memory_block, world
 from tests.loop_helpers import API_KEY, memories_reply

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bots.cli import app
-from bots.discord_bot import INTENT_HELP, run_discord
+from bots.discord_bot.client import INTENT_HELP, run_discord
 from core.errors import ConfigError
 from core.settings import Settings, load_settings
 from tests.discord_helpers import running_bot, world

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
+from core.memory.service import MemoryService
+from core.store.sqlite.store import SQLiteStore
 from tests.conftest import REPO_ROOT
 
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from core.service import MemoryService
-    from core.sqlite_store import SQLiteStore
+    from core.memory.service import MemoryService
+    from core.store.sqlite.store import SQLiteStore
 
     async def main(path, n):
         store = await SQLiteStore.open(path)

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from core.errors import StoreError
-from core.hygiene_ops import UNDO_WINDOW, RetireOp
-from core.models import utcnow
-from core.service import MemoryService
-from core.sqlite_base import ts
-from core.sqlite_store import SQLiteStore
-from core.store import Store
-from core.text import index_terms, stem
+from core.memory.service import MemoryService
+from core.rules.cleanup_ops import UNDO_WINDOW, RetireOp
+from core.rules.text import index_terms, stem
+from core.store.seams import Store
+from core.store.sqlite.base import ts
+from core.store.sqlite.store import SQLiteStore
+from core.types import utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import harness
 
@@ -108,7 +108,7 @@ async def test_forgotten_embedding_and_events_go(store: Store) -> None:
 async def test_postgres_rows_hold_no_text_after_forget(store: Store, backend: str) -> None:
     if backend != "postgres":
         pytest.skip("the SQLite file bytes are checked above")
-    from core.postgres_store import PostgresStore
+    from core.store.postgres.store import PostgresStore
 
     assert isinstance(store, PostgresStore)
     service = MemoryService(store)

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from core.dedupe_eval import evaluate, load_pairs
+from core.evaluation.dedupe import evaluate, load_pairs
 from tests.conftest import REPO_ROOT
 
 

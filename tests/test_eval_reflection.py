@@ -20,8 +20,8 @@ from core.evaluation.judge import Judge, judge_instructions
 from core.evaluation.locomo import Conversation, load_all
 from core.evaluation.reflection_eval import Checkpoint, EvalRun, ModelReport, totals
 from core.evaluation.suites import correction_cases, negative_cases
-from core.llm import ClaudeChatModel
-from core.sqlite_store import SQLiteStore
+from core.model.claude import ClaudeChatModel
+from core.store.sqlite.store import SQLiteStore
 from tests.conftest import LOCOMO
 from tests.eval_helpers import Behaviour, ScriptedModels, write_synthetic
 from tests.fakes.anthropic_server import FakeAnthropic, count_tokens, running_fake_anthropic

@@ -8,8 +8,8 @@ import anthropic
 import pytest
 
 from core.evaluation.scoring import as_user, offline_score, terms
-from core.llm import Usage
-from core.prices import PRICES, PRICES_AS_OF, price_of
+from core.model.claude import Usage
+from core.model.prices import PRICES, PRICES_AS_OF, price_of
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 
 LONG = "Stable instructions that are long enough to be cached. " * 100

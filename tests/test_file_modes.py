@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import StoreError
-from core.models import utcnow
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
+from core.types import utcnow
 
 ALICE = "cli:alice"
 
@@ -117,7 +117,7 @@ async def test_readable_store_warns_once_and_still_opens(
     conn.close()
     os.chmod(db, 0o644)
     assert mode(db) == 0o644
-    caplog.set_level(logging.WARNING, logger="core.sqlite_base")
+    caplog.set_level(logging.WARNING, logger="core.store.sqlite.base")
     store = await SQLiteStore.open(str(db))
     try:
         assert await store.count(user_key=ALICE) == 0

@@ -1,4 +1,4 @@
-"""core.llm against the fake Messages API: the real AsyncAnthropic over real sockets."""
+"""core.model.claude against the fake Messages API: the real AsyncAnthropic over real sockets."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import anthropic
 import pytest
 from pydantic import BaseModel, Field
 
-import core.llm
+import core.model.claude
 from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
-from core.llm import AnswerStream, ChatMessage, ClaudeChatModel, SystemBlock, Usage
+from core.model.claude import AnswerStream, ChatMessage, ClaudeChatModel, SystemBlock, Usage
 from core.settings import Settings
 from tests.fakes.anthropic_server import (
     REFUSED_SCHEMA_KEYWORDS,
@@ -312,7 +312,7 @@ async def test_fake_refuses_constrained_schema(fake: FakeAnthropic) -> None:
 async def test_untransformed_schema_would_be_refused(
     fake: FakeAnthropic, model: ClaudeChatModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(core.llm, "_schema", lambda output: output.model_json_schema())
+    monkeypatch.setattr(core.model.claude, "_schema", lambda output: output.model_json_schema())
     with pytest.raises(ModelError) as caught:
         await model.extract(system="Extract.", prompt="x", output=Facts)
     assert caught.value.user_message == "Claude refused the request."

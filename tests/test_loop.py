@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import pytest
 
-from core.dedupe import Deduper
+from core.chat.prompt import PERSONA
 from core.errors import ModelError, StreamCutError
-from core.models import NewMemory, utcnow
-from core.prompt import PERSONA
+from core.rules.dedupe import Deduper
+from core.types import NewMemory, utcnow
 from tests.fakes.anthropic_server import (
     MIN_CACHE_TOKENS,
     FakeAnthropic,

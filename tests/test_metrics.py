@@ -18,7 +18,7 @@ import pytest
 from aiohttp import ClientSession
 from prometheus_client.parser import text_string_to_metric_families
 
-from bots.discord_bot import SelfMindBot, start_bot
+from bots.discord_bot.client import SelfMindBot, start_bot
 from core.errors import ConfigError, ModelError
 from core.health import HealthServer
 from core.metrics import Metrics, Readiness, error_kind
@@ -369,7 +369,7 @@ def test_disabled_metrics_record_nothing_and_never_import_prometheus_client() ->
     assert metrics.claude_error(error) is error
     assert metrics.registry is None and not metrics.enabled
     code = (
-        "import sys, core.runtime, core.loop, core.service;"
+        "import sys, core.runtime, core.chat.loop, core.memory.service;"
         "print('prometheus_client' in sys.modules, 'aiohttp' in sys.modules)"
     )
     out = subprocess.run(
@@ -427,5 +427,7 @@ def _status(cls: type[anthropic.APIStatusError], code: int, error_type: str | No
 def test_error_kinds_follow_the_real_sdk_exceptions(error: Exception, kind: str) -> None:
     wrapped = ModelError("failed", user_message="x")
     assert error_kind(wrapped, error) == kind
-    wrapped.__cause__ = error  # as core.llm raises them: ``raise ModelError(...) from exc``
+    wrapped.__cause__ = (
+        error  # as core.model.claude raises them: ``raise ModelError(...) from exc``
+    )
     assert error_kind(wrapped) == kind

@@ -20,7 +20,7 @@ import typer
 from typer.testing import CliRunner
 
 from bots.cli import app, run
-from bots.slack_bot import authenticate, web_clients
+from bots.slack_bot.app import authenticate, web_clients
 from core.errors import ConfigError
 from core.logs import configure_logging
 from core.settings import DEFAULT_SLACK_API_URL, load_settings
@@ -119,9 +119,9 @@ def test_a_known_user_with_everything_forgotten_reads_as_no_memories(db_path: Pa
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from core.models import NewMemory
-    from core.dedupe import Deduper
-    from core.sqlite_store import SQLiteStore
+    from core.types import NewMemory
+    from core.rules.dedupe import Deduper
+    from core.store.sqlite.store import SQLiteStore
 
     async def main() -> None:
         store = await SQLiteStore.open(sys.argv[1])

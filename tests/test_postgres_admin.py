@@ -11,13 +11,14 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bots.cli import app
-from core.dedupe import Deduper
-from core.hygiene_ops import RetireOp
-from core.models import NewMemory
-from core.postgres_admin import migrate_database
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
-from core.store import Store, open_store
+from core.memory.service import MemoryService
+from core.rules.cleanup_ops import RetireOp
+from core.rules.dedupe import Deduper
+from core.runtime import open_store
+from core.store.postgres.admin import migrate_database
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 from tests.conftest import fresh_pg_database
 
 ALICE, BOB = "slack:T1:UALICE", "discord:42"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.store import open_store
+from core.runtime import open_store
 from tests.fakes.anthropic_server import running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 from tests.loop_helpers import memories_reply

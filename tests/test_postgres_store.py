@@ -12,16 +12,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.bm25 import rescore
-from core.dedupe import Deduper
 from core.errors import StoreError
-from core.models import NewMemory
-from core.postgres_base import LOCK_REPLICA
-from core.postgres_store import PostgresStore
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
-from core.store import open_store
-from core.text import index_terms, query_terms
+from core.memory.service import MemoryService
+from core.rules.bm25 import rescore
+from core.rules.dedupe import Deduper
+from core.rules.text import index_terms, query_terms
+from core.runtime import open_store
+from core.store.postgres.base import LOCK_REPLICA
+from core.store.postgres.store import PostgresStore
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 from tests.conftest import locomo_or_skip
 
 ALICE, BOB = "slack:T1:UALICE", "slack:T1:UBOB"
@@ -249,7 +249,7 @@ async def test_recall_is_per_user_bm25_and_scores_match_sqlite(pg_url: str, tmp_
     """On one LoCoMo conversation: PostgreSQL's top 6 is exact per-user BM25 (every memory
     scored) for nearly every question, and a memory both backends return has the same score
     to the last bit. (SQLite's FTS5 pool is length-blind, so it misses more; see the
-    core.postgres_store docstring.)"""
+    core.store.postgres.store docstring.)"""
     from bench.locomo import load_all
 
     convs = load_all(locomo_or_skip(), ["conv-26"])

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from core.dedupe import Deduper
 from core.errors import ConfigError
-from core.hybrid import RRF_K, rrf
-from core.models import NewMemory
-from core.service import MemoryService
+from core.memory.hybrid import RRF_K, rrf
+from core.memory.service import MemoryService
+from core.rules.dedupe import Deduper
+from core.runtime import open_store
 from core.settings import load_settings
-from core.store import open_store
+from core.types import NewMemory
 
 HAVE_EXTRA = all(
     importlib.util.find_spec(m) is not None

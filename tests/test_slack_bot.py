@@ -13,7 +13,7 @@ import pytest
 from aiohttp import ClientSession
 
 from core.errors import ConfigError
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 from tests.loop_helpers import memories_reply, memory_lines

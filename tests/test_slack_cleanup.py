@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bots.slack_blocks import MAX_BLOCKS, MAX_SECTION_CHARS
-from bots.slack_bot import RunningSlackBot
-from bots.slack_cleanup import APPLY_ACTION, CANCEL_ACTION, UNDO_ACTION
-from core.cleanup_review import (
+from bots.slack_bot.app import RunningSlackBot
+from bots.slack_bot.blocks import MAX_BLOCKS, MAX_SECTION_CHARS
+from bots.slack_bot.cleanup import APPLY_ACTION, CANCEL_ACTION, UNDO_ACTION
+from core.chat.controls import NOT_ENABLED
+from core.memory.cleanup_review import (
     CANCELLED,
     CHANGED,
     GONE,
@@ -24,7 +25,6 @@ from core.cleanup_review import (
     UNUSABLE_PLAN,
     USER_ADDED_MARK,
 )
-from core.controls import NOT_ENABLED
 from tests.cleanup_helpers import (
     DARK,
     KEPT,

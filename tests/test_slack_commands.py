@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bots.slack_bot import RunningSlackBot
+from bots.slack_bot.app import RunningSlackBot
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from bots.slack_bot import RunningSlackBot
-from bots.slack_sink import reply_metadata
+from bots.slack_bot.app import RunningSlackBot
+from bots.slack_bot.sink import reply_metadata
 from core.errors import NOT_SAVED_COMMAND
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.sqlite_store import SQLiteStore
+from core.store.sqlite.store import SQLiteStore
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     Reply,

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bots.cli import app
-from bots.slack_bot import retry_num
-from bots.slack_commands import COMMANDS, escape_mrkdwn
+from bots.slack_bot.app import retry_num
+from bots.slack_bot.commands import COMMANDS, escape_mrkdwn
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import running_fake_anthropic
 from tests.fakes.slack_server import running_fake_slack

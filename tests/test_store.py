@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from core.dedupe import Deduper
 from core.errors import MemoryInputError, MemoryNotFound
-from core.models import NewMemory
-from core.service import MemoryService
-from core.sqlite_store import SQLiteStore
+from core.memory.service import MemoryService
+from core.rules.dedupe import Deduper
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
 

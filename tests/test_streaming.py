@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.chunking import START, fence_at_end
 from core.errors import EditFailed, ModelError, RateLimited, StreamCutError
-from core.streaming import (
+from core.streaming.chunking import START, fence_at_end
+from core.streaming.reply import (
     DEFAULT_WRITING_MARKER,
     GENERIC_ERROR_NOTE,
     EditBudgets,

@@ -27,7 +27,7 @@ from bots.terminal.tty import (
     until_stopped,
 )
 from core.errors import ModelError
-from core.streaming import stream_reply
+from core.streaming.reply import stream_reply
 
 
 def test_plurals() -> None:
@@ -166,14 +166,14 @@ def test_logs_go_to_the_file_and_handlers_come_back(tmp_path: Path) -> None:
     before, level = list(root.handlers), root.level
     with logs_to_file(log, level="INFO"):
         assert root.handlers != before
-        logging.getLogger("core.loop").info("turn=%d", 7)
-        logging.getLogger("core.loop").debug("not at INFO")
+        logging.getLogger("core.chat.loop").info("turn=%d", 7)
+        logging.getLogger("core.chat.loop").debug("not at INFO")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.warn("a library warning", UserWarning, stacklevel=1)
     assert root.handlers == before and root.level == level
     written = log.read_text()
-    assert "core.loop" in written and "turn=7" in written and "not at INFO" not in written
+    assert "core.chat.loop" in written and "turn=7" in written and "not at INFO" not in written
     assert "a library warning" in written
     with logs_to_file(None, level="INFO"):
         assert root.handlers == before
@@ -184,7 +184,9 @@ def test_the_log_rolls_over_into_private_files(tmp_path: Path) -> None:
     handler = PrivateLogHandler(log, maxBytes=40, backupCount=1, encoding="utf-8")
     try:
         for i in range(20):
-            handler.emit(logging.LogRecord("core.loop", logging.INFO, "", 0, "turn=%d", (i,), None))
+            handler.emit(
+                logging.LogRecord("core.chat.loop", logging.INFO, "", 0, "turn=%d", (i,), None)
+            )
     finally:
         handler.close()
     rolled = tmp_path / "chat.log.1"

@@ -217,7 +217,7 @@ def test_answer_renders_as_markdown_while_it_streams(tmp_path: Path, fake: FakeA
     finally:
         term.close()
     logged = log.read_text()
-    assert "core.loop: turn=1" in logged and "reply finished" in logged
+    assert "core.chat.loop: turn=1" in logged and "reply finished" in logged
     assert "make me a plan" not in logged  # message text only at DEBUG
     folder = tmp_path / "home" / ".selfmind"
     assert mode(folder) == 0o700

@@ -14,15 +14,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from core.chat.loop import EMPTY_MESSAGE, ContextMessage
 from core.errors import ImportFormatError, MemoryInputError
-from core.loop import EMPTY_MESSAGE, ContextMessage
-from core.postgres_admin import copy_sqlite_to_postgres
-from core.reflection import check_text
-from core.service import MemoryService, parse_user_key
-from core.sqlite_migrations import FTS_SHARDS
-from core.sqlite_store import SQLiteStore
-from core.store import Store, open_store
-from core.text import clean_text, index_terms, needs_cleaning, stems, words
+from core.memory.reflection import check_text
+from core.memory.service import MemoryService, parse_user_key
+from core.rules.text import clean_text, index_terms, needs_cleaning, stems, words
+from core.runtime import open_store
+from core.store.postgres.admin import copy_sqlite_to_postgres
+from core.store.seams import Store
+from core.store.sqlite.migrations import FTS_SHARDS
+from core.store.sqlite.store import SQLiteStore
 from tests.conftest import fresh_pg_database
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply
@@ -233,7 +234,7 @@ async def write_raw(db_url: str, statements: list[tuple[str, tuple[object, ...]]
         finally:
             conn.close()
         return
-    from core.postgres_migrations import numbered
+    from core.store.postgres.migrations import numbered
 
     pg = await asyncpg.connect(db_url)
     try:
@@ -409,7 +410,7 @@ async def test_queries_and_user_keys_with_controls(service: MemoryService) -> No
 
 
 def test_cleanup_and_reflection_sentences_are_cleaned() -> None:
-    # core.cleanup checks merged sentences with the same function as reflection.
+    # core.memory.cleanup checks merged sentences with the same function as reflection.
     assert check_text(f"The user{NUL} likes {CODER}{RLO} tea.") == f"The user likes {CODER} tea."
     assert check_text(f"The user says {PERSIAN}.") == f"The user says {PERSIAN}."
     assert check_text(f"{NUL}{BOM}") is None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.service import MemoryService
-from core.store import Store
+from core.memory.service import MemoryService
+from core.store.seams import Store
 
 SENT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

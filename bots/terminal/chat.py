@@ -12,11 +12,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol, TextIO
 
+from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError
-from core.loop import IncomingMessage, TurnLoop
-from core.models import utcnow
-from core.reflection import ReflectionResult
-from core.service import MemoryService, parse_memory_id
+from core.memory.reflection import ReflectionResult
+from core.memory.service import MemoryService, parse_memory_id
+from core.types import utcnow
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, /help, "

@@ -3,7 +3,7 @@
 - Input (prompt_toolkit): line editing, Up/Down through a history file, Enter sends,
   Esc+Enter (what Alt+Enter sends) adds a line, a bracketed paste is one message however
   many lines it has, Ctrl-C clears the line, Ctrl-D (on an empty line) leaves.
-- Output (rich): the answer streams through :func:`core.streaming.stream_reply` into a
+- Output (rich): the answer streams through :func:`core.streaming.reply.stream_reply` into a
   :class:`LiveSink`: a spinner while recall and the first token are pending, then the text
   rendered as Markdown and re-rendered at most every :data:`EDIT_INTERVAL_S`, with a
   spinner under it until the answer is whole.
@@ -46,7 +46,7 @@ from bots.terminal.chat import TerminalChat
 from core.errors import SelfMindError
 from core.runtime import open_runtime
 from core.settings import Settings
-from core.streaming import StreamConfig, stream_reply
+from core.streaming.reply import StreamConfig, stream_reply
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class _Tail:
 
 
 class LiveSink:
-    """A :class:`core.streaming.ReplySink` over a ``rich.live.Live`` region.
+    """A :class:`core.streaming.reply.ReplySink` over a ``rich.live.Live`` region.
 
     ``status(text)`` shows a spinner (labelled ``text`` until the first text arrives,
     "writing…" after); ``post``/``edit`` replace the text, rendered as Markdown. Use as a
@@ -354,7 +354,7 @@ class TtyScreen:
 
     async def answer(self, deltas: AsyncIterator[str]) -> None:
         """Stream the answer; ``ModelError``, ``LimitReached`` and a Ctrl-C show as a note
-        under the text so far (:func:`core.streaming.stream_reply`)."""
+        under the text so far (:func:`core.streaming.reply.stream_reply`)."""
         stop = self._stop = asyncio.Event()
         try:
             with no_echo(self._stdin), LiveSink(self.console) as sink:

@@ -13,7 +13,7 @@ per observation of the speaker (each as the JSON the schema asks for) and a judg
 one short JSON object per observation and per new memory. Both are labelled as assumptions
 wherever the estimate is shown.
 
-Cost: :mod:`core.prices`. Judge prompts of one session share a cached prefix (instructions
+Cost: :mod:`core.model.prices`. Judge prompts of one session share a cached prefix (instructions
 and transcript): the first call writes it, the second reads it, when it reaches the judge
 model's cache minimum.
 """
@@ -33,10 +33,10 @@ from core.evaluation.locomo import Conversation
 from core.evaluation.reflection_eval import exchanges, turn_time
 from core.evaluation.scoring import as_user
 from core.evaluation.suites import correction_cases, negative_cases
-from core.llm import Usage
-from core.models import Memory, ScoredMemory, Turn
-from core.prices import price_of
-from core.reflection import REFLECTION_RULES, ReflectionOutput, reflection_prompt
+from core.memory.reflection import REFLECTION_RULES, ReflectionOutput, reflection_prompt
+from core.model.claude import Usage
+from core.model.prices import price_of
+from core.types import Memory, ScoredMemory, Turn
 
 BATCH_CHARS = 200_000
 """Characters per ``count_tokens`` request (well under the context window)."""

@@ -8,7 +8,7 @@ Request layout (``messages.create``, thinking disabled):
 - ``system[1]``: the session transcript (every turn, both speakers), cache breakpoint: the
   second speaker's call of the same session reads instructions and transcript from the
   cache. The API (and the test fake) caches a breakpoint only when its prefix reaches the
-  model's minimum (:attr:`core.prices.Price.min_cache_tokens`);
+  model's minimum (:attr:`core.model.prices.Price.min_cache_tokens`);
 - one user message: the person's name, the session's observations of them, their memories.
 
 The answer is :class:`Verdicts`; malformed answers raise ``MalformedOutput``, API failures
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import MalformedOutput, ModelError
 from core.evaluation.locomo import Turn
 from core.evaluation.scoring import SessionScore
-from core.llm import Usage
+from core.model.claude import Usage
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 For each conversation, session by session, turn by turn in order: each speaker is their own
 user (``cli:eval-<conv>-<speaker>``); for speaker S's turn, S's text is the user message and
 the other speaker's next turn of the session fills the assistant's place. The exchange is
-stored as turns and reflected by :class:`core.reflection.Reflector` (the product's prompt,
+stored as turns and reflected by :class:`core.memory.reflection.Reflector` (the product's prompt,
 schema, rules check, dedupe and supersede, through the ``ChatModel`` seam) into a throwaway
 SQLite store. At the end of each session each speaker's active memories are scored against
 the session's observations of them (:mod:`core.evaluation.judge`, or
@@ -31,17 +31,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core.dedupe import Deduper
 from core.evaluation.judge import Judge, transcript
 from core.evaluation.locomo import Conversation, Session
 from core.evaluation.locomo import Turn as LocomoTurn
 from core.evaluation.scoring import OFFLINE_RULE, SessionScore, offline_score
 from core.evaluation.suites import correction_cases, negative_cases
-from core.llm import ChatModel, Usage
-from core.models import NewMemory
-from core.prices import price_of
-from core.reflection import ReflectionResult, Reflector
-from core.sqlite_store import SQLiteStore
+from core.memory.reflection import ReflectionResult, Reflector
+from core.model.claude import ChatModel, Usage
+from core.model.prices import price_of
+from core.rules.dedupe import Deduper
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Observations name the person ("Caroline attended a support group"); memories say
 :func:`as_user` maps the person's name to "the user" before comparing.
 
 The similarity rule (reported with every offline run, :data:`OFFLINE_RULE`): content terms
-are Snowball stems without stop words (:func:`core.text.stems`), less the words that name
+are Snowball stems without stop words (:func:`core.rules.text.stems`), less the words that name
 the person ("user", their name). ``containment(a, b)`` is the share of ``a``'s terms that
 are also in ``b``.
 
@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.text import stems
+from core.rules.text import stems
 
 COVER_AT = 0.6
 SUPPORT_AT = 0.6

@@ -1,0 +1,395 @@
+"""The Discord adapter (``selfmind discord``): a thin discord.py 2.x client over the core.
+
+One composition root, :func:`run_discord`: the runtime (store, Claude, reflector, turn loop)
+is opened with ``async with`` and injected into :class:`SelfMindBot`, whose ``setup_hook``
+resumes pending reflections and syncs the slash commands (to ``DISCORD_GUILD_ID`` when set,
+instant; globally otherwise).
+
+A message the bot should answer (see :mod:`bots.discord_bot.routing`) is checked against
+the team allow-lists (:mod:`core.chat.controls`: silence in channels outside them, one line in a
+DM), claimed once in the store (``discord:msg:{id}``, so a gateway replay after RESUME never
+answers twice), and answered in its conversation: memory key ``discord:{user_id}``, origin
+``private`` in DMs and ``shared`` in servers, workspace = the guild id. The answer streams by
+message edits through :mod:`core.streaming.reply` (2,000-character roll-over, typing indicator;
+see :mod:`bots.discord_bot.sink`); nothing it says pings anyone. When a reflection stores a
+memory, a 🧠 reaction appears on the user's message (``SELFMIND_DISCORD_MEMORY_REACTIONS``);
+the channel is read back from the conversation key, so reflections resumed after a restart
+react too. A user's first DM gets a one-line notice that the bot remembers and how to manage
+it. Slash commands: :mod:`bots.discord_bot.commands` (``/memories cleanup``:
+:mod:`bots.discord_bot.cleanup`).
+
+``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
+server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
+``DiscordWebSocket.DEFAULT_GATEWAY`` for the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import aiohttp
+import discord
+import discord.gateway
+import discord.http
+import yarl
+
+from bots.discord_bot.cleanup import add_cleanup_command
+from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
+from bots.discord_bot.routing import Conversations, Route, channel_of, message_text
+from bots.discord_bot.sink import NO_MENTIONS, DiscordSink
+from core.chat.controls import NOT_ENABLED, Place
+from core.chat.loop import IncomingMessage, TurnLoop
+from core.errors import NOT_SAVED, ConfigError, LimitReached, SelfMindError, storage_failed
+from core.memory.reflection import ReflectionResult, Reflector
+from core.runtime import Runtime, open_runtime, scheduled_cleanups
+from core.settings import Settings
+from core.store.locks import KeyedLocks
+from core.streaming.reply import StreamConfig, stream_reply
+
+logger = logging.getLogger(__name__)
+
+MEMORY_REACTION = "🧠"
+FIRST_DM_NOTICE = (
+    "I remember useful things you tell me so I can help you better later; "
+    "see them with `/memories list`, delete them with `/forget`, and pause or stop it "
+    "with `/memory pause` or `/memory off`."
+)
+EMPTY_MENTION_REPLY = "Hi! Mention me with a question, or reply to one of my messages."
+GENERIC_ERROR = "Something went wrong while answering; please try again."
+INTENT_HELP = (
+    "Discord refused the MESSAGE CONTENT intent: enable it in the Developer Portal "
+    "(your application > Bot > Privileged Gateway Intents > MESSAGE CONTENT INTENT)"
+)
+MAX_RATELIMIT_WAIT_S = 30.0
+"""A 429 asking for a longer wait reaches the streamer as ``RateLimited`` (discord.py's
+smallest allowed ``max_ratelimit_timeout``)."""
+
+
+def place_of(message: discord.Message) -> Place:
+    """Where a message comes from, for the allow-lists (a thread counts as its channel)."""
+    channel = message.channel
+    channel_id = channel.parent_id if isinstance(channel, discord.Thread) else channel.id
+    return Place(
+        platform="discord",
+        user_key=user_key_of(message.author),
+        workspace=str(message.guild.id) if message.guild is not None else None,
+        channel=str(channel_id),
+        private=message.guild is None,
+    )
+
+
+class SelfMindBot(discord.Client):
+    """The Discord client with the runtime injected (see :func:`run_discord`).
+
+    ``guild_ready_timeout``: seconds discord.py waits for more GUILD_CREATEs before
+    ``on_ready`` (tests lower it).
+    """
+
+    def __init__(self, rt: Runtime, *, guild_ready_timeout: float = 2.0) -> None:
+        if rt.loop is None or rt.reflector is None:
+            raise ConfigError("ANTHROPIC_API_KEY is not set")
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = True
+        super().__init__(
+            intents=intents,
+            allowed_mentions=NO_MENTIONS,
+            guild_ready_timeout=guild_ready_timeout,
+            max_ratelimit_timeout=MAX_RATELIMIT_WAIT_S,
+        )
+        self.rt = rt
+        self.settings: Settings = rt.settings
+        self.turns: TurnLoop = rt.loop
+        self.reflector: Reflector = rt.reflector
+        self.stream_config = StreamConfig.for_discord(
+            max_chars=self.settings.discord_max_reply_chars,
+            edit_interval_s=self.settings.discord_edit_interval_s,
+        )
+        self.tree = GuardedTree(self, controls=rt.loop.controls)
+        self.tree.error(on_tree_error)
+        add_memory_commands(self.tree, service=rt.service, store=rt.store)
+        self.reviews = rt.cleanup_reviews()
+        add_cleanup_command(self.tree, reviews=self.reviews)
+        self.conversations = Conversations(
+            store=rt.store, turns=rt.loop, history_turns=self.settings.history_turns
+        )
+        self._locks = KeyedLocks()  # one per conversation: answers run in message order
+        self._cleanups: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[object]] = set()
+        self._closing = False
+
+    # --- lifecycle
+
+    async def setup_hook(self) -> None:
+        """Resume pending reflections (and scheduled cleanups), then sync the slash commands."""
+        self.reflector.on_learned = self.on_learned
+        await self.turns.start()
+        if self.settings.cleanup_interval_hours > 0:
+            self._cleanups = asyncio.create_task(scheduled_cleanups(self.rt), name="cleanups")
+        guild_id = self.settings.discord_guild_id
+        try:
+            if guild_id is not None:
+                guild = discord.Object(id=guild_id)
+                self.tree.copy_global_to(guild=guild)
+                synced = await self.tree.sync(guild=guild)
+            else:
+                synced = await self.tree.sync()
+        except discord.Forbidden:
+            where = f"DISCORD_GUILD_ID: server {guild_id}" if guild_id is not None else "Discord"
+            raise ConfigError(
+                f"{where} refused the slash commands; invite the bot with the bot and "
+                "applications.commands scopes"
+            ) from None
+        scope = f"server {guild_id}" if guild_id is not None else "all servers (global)"
+        logger.info("synced %d slash commands to %s", len(synced), scope)
+
+    async def on_ready(self) -> None:
+        assert self.user is not None
+        self.rt.readiness.connected("discord")
+        logger.info(
+            "connected as %s (id %s), %d servers", self.user, self.user.id, len(self.guilds)
+        )
+
+    async def on_resumed(self) -> None:
+        self.rt.readiness.connected("discord")
+
+    async def on_disconnect(self) -> None:
+        self.rt.readiness.disconnected("discord")
+
+    async def close(self) -> None:
+        """Stop taking messages, let answers in flight and reflections finish (each bounded by
+        ``shutdown_timeout_s``, so their reactions still land), then disconnect."""
+        if not self._closing:
+            self._closing = True
+            timeout = self.settings.shutdown_timeout_s
+            if not await self.wait_idle(timeout):
+                logger.warning("shutdown: answers still in flight after %s s", timeout)
+            await self.reflector.drain(timeout)
+            if self._cleanups is not None:
+                self._cleanups.cancel()
+                await asyncio.wait({self._cleanups})
+        await super().close()
+
+    async def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Wait until no message is being handled; False if ``timeout_s`` passed first."""
+        pending = {t for t in self._inflight if not t.done()}
+        if not pending:
+            return True
+        _, not_done = await asyncio.wait(pending, timeout=timeout_s)
+        return not not_done
+
+    # --- messages
+
+    async def on_message(self, message: discord.Message) -> None:
+        """The message edge: route, check the allow-lists, claim once, answer; errors end
+        here as one short line in the channel."""
+        me = self.user
+        if self._closing or me is None:
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            place = place_of(message)
+            allowed = self.turns.controls.allows(place)
+            if not allowed and not place.private:
+                return  # outside the allow-lists the bot stays silent in servers
+            route = await self.conversations.route(message, me=me)
+            if route is None:
+                return
+            if not await self.rt.store.claim_event(keys=[f"discord:msg:{message.id}"]):
+                logger.info("message %s already claimed (gateway replay); skipped", message.id)
+                return
+            if not allowed:
+                await message.channel.send(NOT_ENABLED, allowed_mentions=NO_MENTIONS)
+                return
+            await self.answer(message, route, workspace=place.workspace)
+        except SelfMindError as exc:
+            logger.warning("message %s failed: %s", message.id, type(exc).__name__)
+            await self._tell(message, NOT_SAVED if storage_failed(exc) else exc.user_message)
+        except discord.Forbidden as exc:
+            logger.warning(
+                "message %s: missing permission in channel %s (code %s); give the bot View "
+                "Channel, Send Messages, Send Messages in Threads, Read Message History and "
+                "Add Reactions",
+                message.id,
+                message.channel.id,
+                exc.code,
+            )
+        except Exception as exc:
+            if storage_failed(exc):
+                logger.warning("message %s not saved: %s", message.id, type(exc).__name__)
+                await self._tell(message, NOT_SAVED)
+                return
+            logger.exception("message %s failed", message.id)
+            await self._tell(message, GENERIC_ERROR)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def answer(
+        self, message: discord.Message, route: Route, *, workspace: str | None = None
+    ) -> None:
+        """Seed the conversation once, then stream the answer into the channel."""
+        me = self.user
+        assert me is not None
+        self.conversations.remember(message.id, route.key)
+        text = message_text(message, bot_id=me.id)
+        if not text:
+            await message.reply(EMPTY_MENTION_REPLY, allowed_mentions=NO_MENTIONS)
+            return
+        incoming = IncomingMessage(
+            user_key=user_key_of(message.author),
+            conversation_key=route.key,
+            text=text,
+            origin=route.origin,
+            sent_at=message.created_at,
+            author=message.author.display_name,
+            platform_ref=str(message.id),
+            where=route.where,
+            workspace=workspace,
+        )
+        async with self._locks.hold(route.key):
+            await self.conversations.seed_once(message, route, me=me)
+            # Stored before any answer shows (after the thread's earlier messages, so they
+            # come first in its history); a store failure ends here, answered NOT_SAVED.
+            turn_id = await self._receive(incoming)
+            if route.origin == "private" and await self.rt.store.mark_once(
+                mark=f"discord:first-dm:{message.author.id}"
+            ):
+                await message.channel.send(FIRST_DM_NOTICE, allowed_mentions=NO_MENTIONS)
+            sink = DiscordSink(
+                message.channel,
+                reply_to=message,
+                on_post=lambda message_id: self.conversations.remember(message_id, route.key),
+            )
+            try:
+                answer = self.turns.answer(incoming, turn_id=turn_id)
+                result = await stream_reply(sink, answer, self.stream_config)
+            finally:
+                await sink.close()
+        logger.info(
+            "answered message=%s conversation=%s messages=%d chars=%d error=%s",
+            message.id,
+            route.key,
+            len(result.messages),
+            len(result.text),
+            type(result.error).__name__ if result.error else None,
+        )
+
+    async def _receive(self, incoming: IncomingMessage) -> int | None:
+        """Store the user's message (``TurnLoop.receive``); None at a daily cap, which the
+        answer then reports as its note. Store errors propagate (the user is told
+        :data:`core.errors.NOT_SAVED`: Discord does not redeliver a message)."""
+        try:
+            return await self.turns.receive(incoming)
+        except LimitReached:
+            return None
+
+    # --- memory reactions and errors
+
+    async def on_learned(self, result: ReflectionResult) -> None:
+        """Reflection callback: react with 🧠 on the message something was learned from."""
+        turn = result.turn
+        if not self.settings.discord_memory_reactions or turn.platform_ref is None:
+            return
+        channel_id = channel_of(turn.conversation_key)
+        if channel_id is None or not turn.platform_ref.isdigit() or self.is_closed():
+            return
+        channel = self.get_partial_messageable(channel_id)
+        try:
+            await channel.get_partial_message(int(turn.platform_ref)).add_reaction(MEMORY_REACTION)
+        except discord.HTTPException as exc:
+            logger.info(
+                "memory reaction on message %s skipped: HTTP %s", turn.platform_ref, exc.status
+            )
+
+    async def _tell(self, message: discord.Message, text: str) -> None:
+        try:
+            await message.channel.send(text, allowed_mentions=NO_MENTIONS)
+        except (discord.HTTPException, aiohttp.ClientError) as exc:
+            logger.info("could not report an error in channel %s: %s", message.channel.id, exc)
+
+
+@contextlib.contextmanager
+def discord_endpoints(settings: Settings) -> Iterator[None]:
+    """Point discord.py at ``DISCORD_API_BASE_URL`` (REST base with the version, e.g.
+    ``http://localhost:3001/api/v10``) and ``DISCORD_GATEWAY_URL`` (e.g.
+    ``ws://localhost:3002``) when set, for the duration of the block. Process-wide."""
+    previous = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    if settings.discord_api_base_url:
+        discord.http.Route.BASE = settings.discord_api_base_url.rstrip("/")
+    if settings.discord_gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(settings.discord_gateway_url)
+    try:
+        yield
+    finally:
+        discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = previous
+
+
+async def start_bot(bot: SelfMindBot, token: str) -> None:
+    """Log in and run until closed; start-up failures become one-line ``ConfigError``s."""
+    try:
+        await bot.login(token)
+    except discord.LoginFailure:
+        raise ConfigError(
+            "DISCORD_BOT_TOKEN was refused by Discord: copy the bot token again from the "
+            "Developer Portal (your application > Bot > Reset Token)"
+        ) from None
+    except aiohttp.ClientConnectionError as exc:
+        raise ConfigError(
+            f"cannot reach the Discord API at {discord.http.Route.BASE} "
+            f"(DISCORD_API_BASE_URL): {type(exc).__name__}"
+        ) from None
+    try:
+        await bot.connect()
+    except discord.PrivilegedIntentsRequired:
+        raise ConfigError(INTENT_HELP) from None
+
+
+async def run_discord(settings: Settings, *, db_url: str) -> int:
+    """Run the Discord bot until SIGTERM/SIGINT; returns the exit code (0).
+
+    Raises ``ConfigError`` (one line naming what to fix) without ``DISCORD_BOT_TOKEN`` or
+    ``ANTHROPIC_API_KEY``, for a refused token, or when the MESSAGE CONTENT intent is not
+    enabled for the application.
+    """
+    if settings.discord_bot_token is None or not settings.discord_bot_token.get_secret_value():
+        raise ConfigError(
+            "DISCORD_BOT_TOKEN is not set: create a bot in the Discord Developer Portal "
+            "and put its token in the environment or .env"
+        )
+    token = settings.discord_bot_token.get_secret_value()
+    settings.require_model_key()  # before the database and the network
+    # SelfMind has no voice features: skip discord.py's start-up warnings about voice libraries.
+    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+    with discord_endpoints(settings):
+        async with open_runtime(
+            settings, db_url=db_url, require_model=True, start=False, serve_health=True
+        ) as rt:
+            bot = SelfMindBot(rt)
+            loop = asyncio.get_running_loop()
+            stops: list[asyncio.Task[None]] = []
+            handled: list[signal.Signals] = []
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(
+                        sig, lambda: stops.append(loop.create_task(bot.close()))
+                    )
+                    handled.append(sig)
+            try:
+                async with bot:
+                    await start_bot(bot, token)
+            finally:
+                for sig in handled:
+                    loop.remove_signal_handler(sig)
+                if stops:
+                    await asyncio.gather(*stops, return_exceptions=True)
+    logger.info("discord bot stopped")
+    return 0

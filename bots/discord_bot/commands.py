@@ -1,0 +1,374 @@
+"""Discord slash commands (``app_commands``) over :class:`core.memory.service.MemoryService`.
+
+Every answer is ephemeral (only the caller sees it) and every command acts on the caller's
+own memory key ``discord:{user_id}``, never on anyone else's:
+
+- ``/remember text:`` stores a memory (origin ``private`` in a DM, ``shared`` in a server);
+- ``/forget memory:`` forgets one memory; autocomplete offers the caller's own memories
+  (best BM25 matches of what was typed, or the newest) and "All my memories", which asks for
+  confirmation with a button only the caller can press;
+- ``/memories list`` (paginated with buttons), ``/memories search query:``,
+  ``/memories export`` (a JSON Lines attachment), ``/memories cleanup`` (a plan to apply or
+  cancel; :mod:`bots.discord_bot.cleanup`);
+- ``/memory pause | resume | off | on`` sets the memory mode: ``paused`` recalls but learns
+  nothing, ``off`` neither recalls nor learns.
+
+Outside the team allow-lists (:mod:`core.chat.controls`) every command answers one line saying
+SelfMind is not enabled there, and autocomplete offers nothing (:class:`GuardedTree`).
+
+Interactions must be answered within 3 s (https://discord.com/developers/docs/interactions/
+receiving-and-responding#responding-to-an-interaction): the commands whose work grows with
+the number of memories (``export``, forgetting all) defer first and follow up.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Any
+
+import discord
+from discord import app_commands
+
+from core.chat.controls import NOT_ENABLED, Controls, Place
+from core.errors import (
+    NOT_SAVED_COMMAND,
+    MemoryInputError,
+    MemoryNotFound,
+    SelfMindError,
+    storage_failed,
+)
+from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
+from core.store.seams import ConversationStore
+from core.types import MAX_MEMORY_CHARS, Memory, Origin
+
+logger = logging.getLogger(__name__)
+
+Interaction = discord.Interaction[discord.Client]
+Tree = app_commands.CommandTree[discord.Client]
+
+MAX_CONTENT_CHARS = 2000
+"""Discord message content limit, characters."""
+PAGE_SIZE = 8
+"""Memories per ``/memories list`` page: 8 of up to 199 characters fit in 2,000."""
+MAX_CHOICES = 25
+"""Autocomplete choices Discord accepts; one is "All my memories"."""
+CHOICE_NAME_CHARS = 100
+"""Length limit of a choice's name."""
+FORGET_ALL = "all"
+EXPORT_FILENAME = "selfmind-memories.jsonl"
+VIEW_TIMEOUT_S = 600.0
+"""Buttons stop working after 10 minutes (an interaction token lasts 15)."""
+
+
+def user_key_of(user: discord.abc.User) -> str:
+    """The memory key of a Discord user: ``discord:{user_id}``."""
+    return f"discord:{user.id}"
+
+
+def fit_lines(header: str, lines: list[str], limit: int = MAX_CONTENT_CHARS) -> str:
+    """``header`` and as many ``lines`` as fit in ``limit`` characters (then "…")."""
+    out = header
+    for index, line in enumerate(lines):
+        more = "\n…" if index < len(lines) - 1 else ""
+        if len(out) + 1 + len(line) + len(more) > limit:
+            return out + "\n…"
+        out += "\n" + line
+    return out
+
+
+def memory_line(memory: Memory) -> str:
+    return f"`#{memory.id}` {discord.utils.escape_markdown(memory.text)}"
+
+
+def choice_name(memory: Memory) -> str:
+    name = f"#{memory.id} {memory.text}"
+    return name if len(name) <= CHOICE_NAME_CHARS else name[: CHOICE_NAME_CHARS - 1] + "…"
+
+
+async def forget_choices(
+    service: MemoryService, *, user_key: str, current: str
+) -> list[app_commands.Choice[str]]:
+    """Autocomplete for ``/forget memory:``: the caller's memories matching ``current``
+    (an id prefix, or BM25 over the text; the newest when empty), then "All my memories"."""
+    query = current.strip().lstrip("#")
+    limit = MAX_CHOICES - 1
+    if not query:
+        found = await service.list_memories(user_key=user_key, limit=limit)
+    elif query.isascii() and query.isdigit():
+        recent = await service.list_memories(user_key=user_key, limit=1000)
+        found = [m for m in recent if str(m.id).startswith(query)][:limit]
+    else:
+        found = [s.memory for s in await service.search(user_key=user_key, query=query, k=limit)]
+    choices = [app_commands.Choice(name=choice_name(m), value=str(m.id)) for m in found]
+    choices.append(app_commands.Choice(name="All my memories", value=FORGET_ALL))
+    return choices
+
+
+async def reply(interaction: Interaction, content: str, **kwargs: Any) -> None:
+    """An ephemeral answer, as a response or (once deferred or answered) a followup."""
+    if interaction.response.is_done():
+        await interaction.followup.send(content, ephemeral=True, **kwargs)
+    else:
+        await interaction.response.send_message(content, ephemeral=True, **kwargs)
+
+
+def place_of_interaction(interaction: Interaction) -> Place:
+    """Where a command comes from, for the allow-lists (a thread counts as its channel)."""
+    channel = interaction.channel
+    channel_id = (
+        channel.parent_id if isinstance(channel, discord.Thread) else interaction.channel_id
+    )
+    return Place(
+        platform="discord",
+        user_key=user_key_of(interaction.user),
+        workspace=str(interaction.guild_id) if interaction.guild_id is not None else None,
+        channel=str(channel_id) if channel_id is not None else None,
+        private=interaction.guild_id is None,
+    )
+
+
+class GuardedTree(app_commands.CommandTree[discord.Client]):
+    """A command tree that lets only places and users admitted by the allow-lists in."""
+
+    def __init__(self, client: discord.Client, *, controls: Controls) -> None:
+        super().__init__(client)
+        self.controls = controls
+
+    async def interaction_check(self, interaction: Interaction, /) -> bool:
+        if self.controls.allows(place_of_interaction(interaction)):
+            return True
+        logger.info("command refused by the allow-lists: user=%s", user_key_of(interaction.user))
+        if interaction.type is discord.InteractionType.autocomplete:
+            await interaction.response.autocomplete([])
+        else:
+            await interaction.response.send_message(NOT_ENABLED, ephemeral=True)
+        return False
+
+
+class OwnedView(discord.ui.View):
+    """A view whose buttons only ``owner_id`` may press."""
+
+    def __init__(self, *, owner_id: int, timeout: float | None = VIEW_TIMEOUT_S) -> None:
+        super().__init__(timeout=timeout)
+        self.owner_id = owner_id
+
+    async def interaction_check(self, interaction: Interaction) -> bool:
+        if interaction.user.id == self.owner_id:
+            return True
+        await interaction.response.send_message(
+            "These buttons belong to someone else's command.", ephemeral=True
+        )
+        return False
+
+    async def on_error(
+        self, interaction: Interaction, error: Exception, item: discord.ui.Item[Any]
+    ) -> None:
+        if storage_failed(error):
+            logger.warning("button %s not saved: %s", type(item).__name__, type(error).__name__)
+            await reply(interaction, NOT_SAVED_COMMAND)
+            return
+        logger.error("button %s failed", type(item).__name__, exc_info=error)
+        await reply(interaction, "Something went wrong; nothing was changed.")
+
+
+class ForgetAllView(OwnedView):
+    """ "Forget everything?" with Forget and Cancel buttons."""
+
+    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str) -> None:
+        super().__init__(owner_id=owner_id, timeout=120.0)
+        self.service = service
+        self.user_key = user_key
+
+    @discord.ui.button(label="Forget everything", style=discord.ButtonStyle.danger)
+    async def confirm(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
+        await interaction.response.defer()
+        count = await self.service.forget_all(user_key=self.user_key)
+        self.stop()
+        await interaction.edit_original_response(
+            content=f"Forgot all {count} of your memories and our conversation history.",
+            view=None,
+        )
+
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    async def cancel(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
+        self.stop()
+        await interaction.response.edit_message(content="Nothing was forgotten.", view=None)
+
+
+class MemoryPager(OwnedView):
+    """``/memories list``: one page of the caller's memories, newest first, with buttons."""
+
+    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str) -> None:
+        super().__init__(owner_id=owner_id)
+        self.service = service
+        self.user_key = user_key
+        self.page = 0
+        self.pages = 1
+
+    async def render(self) -> str:
+        """The current page's text; also enables or disables the buttons."""
+        total = await self.service.count(user_key=self.user_key)
+        self.pages = max(1, -(-total // PAGE_SIZE))
+        self.page = min(self.page, self.pages - 1)
+        rows = await self.service.list_memories(
+            user_key=self.user_key, limit=PAGE_SIZE, offset=self.page * PAGE_SIZE
+        )
+        self.newer.disabled = self.page == 0
+        self.older.disabled = self.page >= self.pages - 1
+        if not rows:
+            return "I don't remember anything about you yet."
+        header = (
+            f"Your memories, newest first (page {self.page + 1} of {self.pages}, {total} in all):"
+        )
+        return fit_lines(header, [memory_line(m) for m in rows])
+
+    @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)
+    async def newer(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
+        self.page = max(0, self.page - 1)
+        await interaction.response.edit_message(content=await self.render(), view=self)
+
+    @discord.ui.button(label="Older ▶", style=discord.ButtonStyle.secondary)
+    async def older(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
+        self.page += 1
+        await interaction.response.edit_message(content=await self.render(), view=self)
+
+
+def add_memory_commands(tree: Tree, *, service: MemoryService, store: ConversationStore) -> None:
+    """Register ``/remember``, ``/forget``, ``/memories ...`` and ``/memory ...`` on ``tree``."""
+
+    @tree.command(name="remember", description="Remember something about you.")
+    @app_commands.describe(text="One sentence, e.g. 'I prefer answers in bullet points.'")
+    async def remember(
+        interaction: Interaction, text: app_commands.Range[str, 1, MAX_MEMORY_CHARS - 1]
+    ) -> None:
+        origin: Origin = "private" if interaction.guild_id is None else "shared"
+        try:
+            result = await service.remember(
+                user_key=user_key_of(interaction.user), text=text, origin=origin
+            )
+        except MemoryInputError as exc:
+            await reply(interaction, f"I can't remember that: {exc}.")
+            return
+        if result.status == "added":
+            await reply(interaction, f"Remembered (`#{result.id}`).")
+        else:
+            await reply(interaction, f"I already knew that (`#{result.id}`).")
+
+    @tree.command(name="forget", description="Forget one of your memories, or all of them.")
+    @app_commands.describe(memory="Start typing to find a memory, or pick 'All my memories'.")
+    async def forget(interaction: Interaction, memory: str) -> None:
+        user_key = user_key_of(interaction.user)
+        if memory.strip().lower() in (FORGET_ALL, "all my memories"):
+            count = await service.count(user_key=user_key)
+            view = ForgetAllView(service, owner_id=interaction.user.id, user_key=user_key)
+            await reply(
+                interaction,
+                f"Forget all {count} of your memories and our conversation history? "
+                "This cannot be undone.",
+                view=view,
+            )
+            return
+        try:
+            memory_id = parse_memory_id(memory)
+            await service.forget(user_key=user_key, memory_id=memory_id)
+        except MemoryNotFound:
+            await reply(interaction, "No such memory of yours; pick one from the list.")
+            return
+        await reply(interaction, f"Forgot `#{memory_id}`.")
+
+    @forget.autocomplete("memory")
+    async def forget_autocomplete(
+        interaction: Interaction, current: str
+    ) -> list[app_commands.Choice[str]]:
+        return await forget_choices(
+            service, user_key=user_key_of(interaction.user), current=current
+        )
+
+    memories = app_commands.Group(
+        name="memories", description="See, export or clean up your memories."
+    )
+
+    @memories.command(name="list", description="Your memories, newest first.")
+    async def memories_list(interaction: Interaction) -> None:
+        pager = MemoryPager(
+            service, owner_id=interaction.user.id, user_key=user_key_of(interaction.user)
+        )
+        content = await pager.render()
+        if pager.pages > 1:
+            await reply(interaction, content, view=pager)
+        else:
+            await reply(interaction, content)
+
+    @memories.command(name="search", description="Your memories most related to a query.")
+    @app_commands.describe(query="Any text.")
+    async def memories_search(
+        interaction: Interaction, query: app_commands.Range[str, 1, 500]
+    ) -> None:
+        found = await service.search(user_key=user_key_of(interaction.user), query=query, k=10)
+        if not found:
+            await reply(interaction, "None of your memories match.")
+            return
+        lines = [memory_line(s.memory) for s in found]
+        await reply(interaction, fit_lines("Your memories that match, best first:", lines))
+
+    @memories.command(name="export", description="Download your memories as JSON Lines.")
+    async def memories_export(interaction: Interaction) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        records = await service.export(user_key=user_key_of(interaction.user))
+        if not records:
+            await reply(interaction, "You have no memories to export.")
+            return
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+        if len(data) > interaction.filesize_limit:
+            await reply(interaction, "Too many memories to attach here; ask the bot's operator.")
+            return
+        file = discord.File(io.BytesIO(data), filename=EXPORT_FILENAME)
+        await reply(interaction, f"Your {len(records)} memories (JSON Lines).", file=file)
+
+    memory = app_commands.Group(name="memory", description="Pause or turn off your memory.")
+
+    async def set_mode(interaction: Interaction, command: str) -> None:
+        mode = MODE_WORDS[command]
+        await store.set_mode(user_key=user_key_of(interaction.user), mode=mode)
+        logger.info("memory mode user=%s mode=%s", user_key_of(interaction.user), mode)
+        await reply(interaction, MODE_REPLIES[mode])
+
+    @memory.command(name="pause", description="Keep using what I know, but learn nothing new.")
+    async def memory_pause(interaction: Interaction) -> None:
+        await set_mode(interaction, "pause")
+
+    @memory.command(name="resume", description="Learn from our conversations again.")
+    async def memory_resume(interaction: Interaction) -> None:
+        await set_mode(interaction, "resume")
+
+    @memory.command(name="off", description="Neither use nor learn anything about you.")
+    async def memory_off(interaction: Interaction) -> None:
+        await set_mode(interaction, "off")
+
+    @memory.command(name="on", description="Use and learn memories again.")
+    async def memory_on(interaction: Interaction) -> None:
+        await set_mode(interaction, "on")
+
+    tree.add_command(memories)
+    tree.add_command(memory)
+
+
+async def on_tree_error(interaction: Interaction, error: app_commands.AppCommandError) -> None:
+    """The slash-command edge: a short, true ephemeral line; unexpected errors are logged."""
+    cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
+    if storage_failed(cause):
+        logger.warning("command not saved: %s", type(cause).__name__)
+        message = NOT_SAVED_COMMAND
+    elif isinstance(cause, SelfMindError):
+        logger.warning("command failed: %s", type(cause).__name__)
+        message = f"That didn't work: {cause}."
+    else:
+        command = getattr(interaction.command, "qualified_name", "?")
+        logger.error("command %s failed", command, exc_info=cause)
+        message = "Something went wrong; please try again."
+    try:
+        await reply(interaction, message)
+    except discord.HTTPException:
+        logger.info("could not report the command error to the user")

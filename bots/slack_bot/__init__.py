@@ -1,0 +1,1 @@
+"""The Slack adapter: bolt app (Socket Mode / HTTP), events, commands, sink, blocks."""

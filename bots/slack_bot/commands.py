@@ -1,0 +1,424 @@
+"""Slack slash commands, their buttons, and the ephemeral "I'll remember" notes.
+
+Commands (acknowledged at once, ``/remember`` once its memory is stored; answered through
+``response_url`` as ephemeral messages, so only the caller sees them; memory listings never
+go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVED_COMMAND`)::
+
+    /remember TEXT                      store a memory (through dedupe)
+    /forget ID | /forget all            forget one of your memories, or all (after a confirm)
+    /memories [search QUERY | export]   newest first with ids, 10 a page; search; JSON Lines
+                                        file sent to your DM
+    /memories cleanup                   a cleanup plan to apply or cancel (bots.slack_bot.cleanup)
+    /memory pause | resume | off | on   paused: recall only; off: neither recall nor learn
+
+Every operation acts for the user who typed the command or clicked the button
+(``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,
+forget or export another user's memories. Outside the team allow-lists
+(:mod:`core.chat.controls`) every command and button answers :data:`core.chat.controls.NOT_ENABLED`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack_bot.blocks import JsonDict, button, escape_mrkdwn, section
+from bots.slack_bot.cleanup import ACTIONS as CLEANUP_ACTIONS
+from bots.slack_bot.cleanup import SlackCleanup
+from core.chat.controls import NOT_ENABLED, Controls, Place
+from core.errors import NOT_SAVED_COMMAND, MemoryInputError, MemoryNotFound, storage_failed
+from core.memory.cleanup_review import NO_MODEL
+from core.memory.reflection import ReflectionResult
+from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
+from core.store.seams import Store
+from core.types import Memory, Origin
+
+logger = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+
+COMMANDS = ("/remember", "/forget", "/memories", "/memory")
+PAGE_SIZE = 10
+SEARCH_K = 10
+
+FORGET_ACTION = "selfmind_forget"
+FORGET_ALL_ACTION = "selfmind_forget_all"
+FORGET_ALL_CANCEL_ACTION = "selfmind_forget_all_cancel"
+PAGE_ACTION = "selfmind_memories_page"
+
+REMEMBER_BEFORE_ACK_S = 2.0
+"""How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
+
+SOMETHING_WRONG = "Something went wrong on my side; please try again."
+FORGET_USAGE = "Usage: `/forget ID` (a number from `/memories`) or `/forget all`."
+MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
+
+
+def user_key(team_id: str, user_id: str) -> str:
+    """The memory key of a Slack user: ``slack:{team_id}:{user_id}``."""
+    return f"slack:{team_id}:{user_id}"
+
+
+def memory_line(memory: Memory) -> str:
+    """``#12 The user prefers …`` as mrkdwn."""
+    return f"`#{memory.id}` {escape_mrkdwn(memory.text)}"
+
+
+def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
+    """The "I'll remember" note: fallback text and blocks, a Forget button per memory."""
+    lines = "\n".join(f"• {m.text}" for m in memories)
+    blocks: list[JsonDict] = [section("I'll remember this:")]
+    for m in memories:
+        block = section(memory_line(m))
+        block["accessory"] = button("Forget", FORGET_ACTION, str(m.id))
+        blocks.append(block)
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [
+                {
+                    "type": "mrkdwn",
+                    "text": "Only you see this. `/memories` lists everything I keep; "
+                    "`/memory pause` stops me learning.",
+                }
+            ],
+        }
+    )
+    return f"I'll remember this:\n{lines}", blocks
+
+
+def page_blocks(memories: Sequence[Memory], *, offset: int, total: int) -> list[JsonDict]:
+    """One page of ``/memories``, newest first, with Newer/Older buttons."""
+    end = offset + len(memories)
+    blocks = [
+        section(f"*Your memories* ({offset + 1}–{end} of {total}, newest first):"),
+        # One section per memory: a section holds at most 3,000 characters.
+        *(section(memory_line(m)) for m in memories),
+    ]
+    buttons = []
+    if offset > 0:
+        buttons.append(button("◀ Newer", PAGE_ACTION, str(max(0, offset - PAGE_SIZE))))
+    if end < total:
+        buttons.append(button("Older ▶", PAGE_ACTION, str(end)))
+    if buttons:
+        blocks.append({"type": "actions", "elements": buttons})
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": "`/forget ID` deletes one; `/forget all`."}],
+        }
+    )
+    return blocks
+
+
+def export_jsonl(records: Sequence[JsonDict]) -> str:
+    """JSON Lines: one memory a line (the ``selfmind memories import`` format)."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
+class SlackCommands:
+    """The four slash commands, their buttons, and the reflection notes, over one store."""
+
+    def __init__(
+        self,
+        *,
+        service: MemoryService,
+        store: Store,
+        client: AsyncWebClient,
+        spawn: Spawn,
+        controls: Controls | None = None,
+        cleanup: SlackCleanup | None = None,
+    ) -> None:
+        self.service = service
+        self.store = store
+        self.client = client
+        self.spawn = spawn
+        self.controls = controls
+        self.cleanup = cleanup
+
+    def register(self, app: AsyncApp) -> None:
+        """Add the command and button listeners to ``app``."""
+        for command in COMMANDS:
+            app.command(command)(self.on_command)
+        for action in (FORGET_ACTION, FORGET_ALL_ACTION, FORGET_ALL_CANCEL_ACTION, PAGE_ACTION):
+            app.action(action)(self.on_action)
+        for action in CLEANUP_ACTIONS:
+            app.action(action)(self.on_action)
+
+    # --- listeners: acknowledge at once, work in a tracked background task
+
+    async def on_command(self, ack: AsyncAck, command: JsonDict, respond: AsyncRespond) -> None:
+        name = str(command.get("command", ""))
+        if name == "/remember":
+            await self.on_remember(ack, command, respond)
+            return
+        await ack()
+        self.spawn(self._guarded(self.run_command(command, respond), respond), f"slack{name}")
+
+    async def on_remember(self, ack: AsyncAck, command: JsonDict, respond: AsyncRespond) -> None:
+        """``/remember``: store first, acknowledge after (within
+        :data:`REMEMBER_BEFORE_ACK_S` of Slack's 3 s), then reply through ``response_url``.
+        A store that takes longer goes on after the acknowledgement; a store that fails is
+        answered with :data:`core.errors.NOT_SAVED_COMMAND`, never with "Remembered"."""
+        stored = asyncio.ensure_future(self.remember(command))
+        with contextlib.suppress(Exception):  # its outcome is reported by the reply below
+            await asyncio.wait_for(asyncio.shield(stored), REMEMBER_BEFORE_ACK_S)
+        await ack()
+        self.spawn(self._guarded(self._reply(stored, respond), respond), "slack/remember")
+
+    async def _reply(self, reply: asyncio.Future[str], respond: AsyncRespond) -> None:
+        await respond(text=await reply, response_type="ephemeral")
+
+    async def on_action(self, ack: AsyncAck, body: JsonDict, respond: AsyncRespond) -> None:
+        await ack()
+        self.spawn(self._guarded(self.run_action(body, respond), respond), "slack-action")
+
+    async def _guarded(self, work: Coroutine[Any, Any, None], respond: AsyncRespond) -> None:
+        try:
+            await work
+        except (MemoryInputError, MemoryNotFound) as exc:
+            await respond(text=_sentence(str(exc)), response_type="ephemeral")
+        except Exception as exc:
+            if storage_failed(exc):
+                logger.warning("slack command not saved: %s", type(exc).__name__)
+                await respond(text=NOT_SAVED_COMMAND, response_type="ephemeral")
+                return
+            logger.exception("slack command failed")
+            await respond(text=SOMETHING_WRONG, response_type="ephemeral")
+
+    def allowed(self, key: str, team: str, channel: str) -> bool:
+        """The team allow-lists (:mod:`core.chat.controls`); a DM channel id starts with D."""
+        place = Place(
+            platform="slack",
+            user_key=key,
+            workspace=team,
+            channel=channel,
+            private=channel.startswith("D"),
+        )
+        return self.controls is None or self.controls.allows(place)
+
+    # --- commands
+
+    async def run_command(self, command: JsonDict, respond: AsyncRespond) -> None:
+        """Run one slash command payload and answer it through ``respond`` (ephemeral)."""
+        name = str(command.get("command", ""))
+        text = str(command.get("text") or "").strip()
+        team, user = str(command.get("team_id", "")), str(command.get("user_id", ""))
+        key = user_key(team, user)
+        logger.info("slash command %s user=%s", name, key)
+        channel = str(command.get("channel_id") or "")
+        if not self.allowed(key, team, channel):
+            await respond(text=NOT_ENABLED, response_type="ephemeral")
+            return
+        match name:
+            case "/remember":
+                await respond(text=await self.remember(command), response_type="ephemeral")
+            case "/forget":
+                await self.forget(key, text, respond)
+            case "/memories" if text.lower() == "cleanup":
+                if self.cleanup is None:
+                    await respond(text=NO_MODEL, response_type="ephemeral")
+                else:
+                    await self.cleanup.command(user_key=key, team=team, respond=respond)
+            case "/memories":
+                await self.memories(key, user, text, respond)
+            case "/memory":
+                await self.memory_mode(key, text, respond)
+            case _:
+                await respond(text=f"Unknown command {name}.", response_type="ephemeral")
+
+    async def remember(self, command: JsonDict) -> str:
+        """Store the ``/remember`` text for the caller (through dedupe); the reply to show.
+        Raises ``MemoryInputError`` for unusable text and the store's error when it fails."""
+        team, user = str(command.get("team_id", "")), str(command.get("user_id", ""))
+        key = user_key(team, user)
+        channel = str(command.get("channel_id") or "")
+        if not self.allowed(key, team, channel):
+            return NOT_ENABLED
+        origin: Origin = "private" if channel.startswith("D") else "shared"
+        text = str(command.get("text") or "").strip()
+        result = await self.service.remember(user_key=key, text=text, origin=origin)
+        if result.status == "added":
+            return f"Remembered (`#{result.id}`)."
+        return f"I already knew that (`#{result.id}`)."
+
+    async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
+        if arg.lower() == "all":
+            count = await self.service.count(user_key=key)
+            blocks = [
+                section(
+                    f"Forget all {count} of your memories and our conversation history? "
+                    "This cannot be undone."
+                ),
+                {
+                    "type": "actions",
+                    "elements": [
+                        button("Forget everything", FORGET_ALL_ACTION, "confirm", "danger"),
+                        button("Cancel", FORGET_ALL_CANCEL_ACTION, "cancel"),
+                    ],
+                },
+            ]
+            await respond(
+                text=f"Forget all {count} memories?", blocks=blocks, response_type="ephemeral"
+            )
+            return
+        if not arg.strip().removeprefix("#").isdigit():
+            await respond(text=FORGET_USAGE, response_type="ephemeral")
+            return
+        memory_id = parse_memory_id(arg)
+        await self.service.forget(user_key=key, memory_id=memory_id)
+        await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
+
+    async def memories(self, key: str, user: str, arg: str, respond: AsyncRespond) -> None:
+        verb, _, rest = arg.partition(" ")
+        if not arg:
+            await self.show_page(key, 0, respond, replace=False)
+        elif verb.lower() == "export" and not rest.strip():
+            await self.export(key, user, respond)
+        else:
+            query = rest.strip() if verb.lower() == "search" else arg
+            if not query:
+                await respond(text="Usage: `/memories search QUERY`.", response_type="ephemeral")
+                return
+            found = await self.service.search(user_key=key, query=query, k=SEARCH_K)
+            if not found:
+                await respond(text="No memories match.", response_type="ephemeral")
+                return
+            lines = "\n".join(memory_line(s.memory) for s in found)
+            await respond(
+                text=f"Memories matching your search:\n{lines}",
+                blocks=[
+                    section("*Memories matching your search*, best first:"),
+                    *(section(memory_line(s.memory)) for s in found),
+                ],
+                response_type="ephemeral",
+            )
+
+    async def show_page(
+        self, key: str, offset: int, respond: AsyncRespond, *, replace: bool
+    ) -> None:
+        total = await self.service.count(user_key=key)
+        rows = await self.service.list_memories(user_key=key, limit=PAGE_SIZE, offset=offset)
+        if not rows:
+            text = (
+                "I don't remember anything about you yet."
+                if total == 0
+                else "No more memories on this page."
+            )
+            await respond(text=text, response_type="ephemeral", replace_original=replace or None)
+            return
+        await respond(
+            text=f"Your memories ({offset + 1}–{offset + len(rows)} of {total})",
+            blocks=page_blocks(rows, offset=offset, total=total),
+            response_type="ephemeral",
+            replace_original=replace or None,
+        )
+
+    async def export(self, key: str, user: str, respond: AsyncRespond) -> None:
+        records = await self.service.export(user_key=key)
+        if not records:
+            await respond(text="You have no memories to export.", response_type="ephemeral")
+            return
+        opened = await self.client.conversations_open(users=user)
+        channel = str(cast(JsonDict, opened["channel"])["id"])
+        day = datetime.now(UTC).date().isoformat()
+        await self.client.files_upload_v2(
+            channel=channel,
+            content=export_jsonl(records),
+            filename=f"selfmind-memories-{day}.jsonl",
+            title="Your SelfMind memories",
+            initial_comment=(
+                f"Your {len(records)} memories, one JSON object a line "
+                "(`selfmind memories import` reads this file)."
+            ),
+        )
+        logger.info("exported %d memories of %s to their DM", len(records), key)
+        await respond(
+            text=f"I sent your {len(records)} memories to our DM as a JSON Lines file.",
+            response_type="ephemeral",
+        )
+
+    async def memory_mode(self, key: str, arg: str, respond: AsyncRespond) -> None:
+        word = arg.lower()
+        if not word:
+            current = await self.store.get_mode(user_key=key)
+            await respond(text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}", response_type="ephemeral")
+            return
+        mode = MODE_WORDS.get(word)
+        if mode is None:
+            await respond(text=MEMORY_USAGE, response_type="ephemeral")
+            return
+        await self.store.set_mode(user_key=key, mode=mode)
+        logger.info("memory mode user=%s mode=%s", key, mode)
+        await respond(text=MODE_REPLIES[mode], response_type="ephemeral")
+
+    # --- buttons
+
+    async def run_action(self, body: JsonDict, respond: AsyncRespond) -> None:
+        """Handle one ``block_actions`` click, always for the user who clicked."""
+        who = cast(JsonDict, body.get("user") or {})
+        team = str(who.get("team_id") or cast(JsonDict, body.get("team") or {}).get("id", ""))
+        key = user_key(team, str(who.get("id", "")))
+        actions = cast(list[JsonDict], body.get("actions") or [])
+        if not actions:
+            return
+        action_id, value = str(actions[0].get("action_id")), str(actions[0].get("value", ""))
+        logger.info("slack action %s user=%s", action_id, key)
+        channel = str(cast(JsonDict, body.get("channel") or {}).get("id") or "")
+        if not self.allowed(key, team, channel):
+            await respond(text=NOT_ENABLED, response_type="ephemeral")
+            return
+        if action_id == FORGET_ACTION:
+            memory_id = parse_memory_id(value)
+            await self.service.forget(user_key=key, memory_id=memory_id)
+            await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
+        elif action_id == FORGET_ALL_ACTION:
+            count = await self.service.forget_all(user_key=key)
+            await respond(
+                text=f"Forgot all {count} memories and our conversation history.",
+                replace_original=True,
+            )
+        elif action_id == FORGET_ALL_CANCEL_ACTION:
+            await respond(text="Kept everything.", replace_original=True)
+        elif action_id == PAGE_ACTION:
+            offset = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
+            await self.show_page(key, offset, respond, replace=True)
+        elif action_id in CLEANUP_ACTIONS and self.cleanup is not None:
+            await self.cleanup.action(
+                action_id=action_id, value=value, user_key=key, respond=respond
+            )
+
+    # --- reflection notes
+
+    async def memory_note(self, result: ReflectionResult) -> None:
+        """Reflection callback: tell the user, ephemerally, what was remembered.
+
+        Posted with ``chat.postEphemeral`` in the conversation's channel (and thread).
+        """
+        turn = result.turn
+        parts = (turn.user_key or "").split(":")
+        conversation = turn.conversation_key.split(":")
+        if len(parts) != 3 or parts[0] != "slack" or conversation[0] != "slack":
+            return
+        channel = conversation[2]
+        thread_ts = conversation[3] if len(conversation) > 3 else None
+        text, blocks = note_blocks(result.added)
+        await self.client.chat_postEphemeral(
+            channel=channel, user=parts[2], text=text, blocks=blocks, thread_ts=thread_ts
+        )
+        logger.info("memory note to user=%s memories=%d", turn.user_key, len(result.added))
+
+
+def _sentence(message: str) -> str:
+    message = message.strip()
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")

@@ -1,0 +1,574 @@
+"""Slack conversations: which messages the bot answers, exactly once, and how.
+
+- a DM (``message.im``) is answered in the DM; memory origin ``private``; conversation key
+  ``slack:{team}:{channel}``. The first DM with a user starts with :data:`DM_NOTICE`;
+- a mention in a channel is answered in that message's thread; later messages in a thread
+  the bot has answered in are answered without a new mention; origin ``shared``;
+  conversation key ``slack:{team}:{channel}:{thread_ts}``. When first mentioned in a thread
+  it has not seen, the thread so far is read once (``conversations.replies``) and stored as
+  history, each message under its author's key (never reflected: only the speaker's own
+  message is); the store is the source after that;
+- ignored: the bot's own messages, other bots, and every message subtype (edits,
+  deletions, joins ...);
+- memory key ``slack:{team}:{user}`` of the writer;
+- outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
+  answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
+  note saying when they reset (``LimitReached`` from the turn loop).
+
+Exactly once: before answering, a message is claimed in the store by ``event:{event_id}``
+and ``msg:{channel}:{ts}`` (a retry carries the same event id; a channel mention arrives as
+both ``app_mention`` and ``message`` with one channel+ts), so a duplicate is dropped, also
+across restarts; deliveries of a message already in flight in this process are dropped
+too, and so are messages another live process sharing the store has claimed
+(``store.event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
+(the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
+the stored turn.
+
+Durable intake (never acknowledge what was not stored): the event is acknowledged only
+after the message is claimed and stored (a few milliseconds of SQLite; Slack allows 3 s;
+an unseen thread is read first, within :data:`THREAD_READ_BEFORE_ACK_S`), and the answer
+runs after the acknowledgement. When storing fails (disk full, the database locked past its
+busy timeout, any store error) :meth:`SlackConversations.receive` raises ``IntakeFailed``
+and the event is not acknowledged (HTTP 500 / no Socket Mode ack), so Slack redelivers it;
+a retry that arrives while the first delivery is still being stored shares its outcome. A
+crash before the acknowledgement makes Slack redeliver the event; after it, Slack will not,
+so the next start-up answers stored messages left without an answer
+(:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot.app``).
+
+An interrupted answer (the process died after showing some or all of it, before storing it
+when Slack showed it whole) is answered again, by a redelivery or the start-up recovery,
+only if the turn still has no answer, and into the message it left on screen: every answer
+message carries Slack message metadata naming the message it answers
+(:func:`bots.slack_bot.sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
+it, so the user sees one answer, never a second copy.
+
+Answers stream by ``chat.update`` edits (:mod:`core.streaming.reply` over
+:class:`bots.slack_bot.sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from aiohttp import ClientError
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack_bot.commands import user_key
+from bots.slack_bot.sink import SlackReplySink, StatusIndicator, answers_of
+from core.chat.controls import NOT_ENABLED, Place
+from core.chat.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
+from core.errors import IntakeFailed, LimitReached, storage_failed
+from core.settings import Settings
+from core.store.seams import Store
+from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
+from core.types import Turn
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+DM_NOTICE = (
+    "_I remember what you tell me, to help you later: `/memories` shows what I keep, "
+    "`/forget` deletes it, `/memory pause` stops me learning._\n\n"
+)
+EMPTY_TEXT = "(a message with no text)"
+MAX_THREAD_CONTEXT_READ = 1000
+"""At most this many thread messages are read when the bot joins a thread late."""
+THREAD_READ_BEFORE_ACK_S = 1.5
+"""At most this long is spent reading an unseen thread before the acknowledgement (of
+Slack's 3 s); what is not read by then is left out of its history."""
+MAX_REPLY_SCAN = 1000
+"""At most this many messages are read to find an answer a crash left on screen."""
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who the bot is in its workspace (from ``auth.test``)."""
+
+    team_id: str
+    user_id: str
+    bot_id: str | None
+
+    @property
+    def mention(self) -> str:
+        return f"<@{self.user_id}>"
+
+
+@dataclass(frozen=True)
+class SlackMessage:
+    """A user's Slack message the bot may answer, parsed from an event."""
+
+    event_id: str
+    team: str
+    channel: str
+    user: str
+    ts: str
+    thread_ts: str | None
+    text: str
+    is_dm: bool
+    mentioned: bool
+
+    @property
+    def user_key(self) -> str:
+        return user_key(self.team, self.user)
+
+    @property
+    def conversation_key(self) -> str:
+        if self.is_dm:
+            return f"slack:{self.team}:{self.channel}"
+        return f"slack:{self.team}:{self.channel}:{self.thread_ts or self.ts}"
+
+    @property
+    def place(self) -> Place:
+        """Where it was said, for the team allow-lists."""
+        return Place(
+            platform="slack",
+            user_key=self.user_key,
+            workspace=self.team,
+            channel=self.channel,
+            private=self.is_dm,
+        )
+
+    @property
+    def claim_keys(self) -> list[str]:
+        return [f"event:{self.event_id}", f"msg:{self.channel}:{self.ts}"]
+
+    @property
+    def in_thread(self) -> bool:
+        """A reply inside an existing thread (not the thread's root)."""
+        return self.thread_ts is not None and self.thread_ts != self.ts
+
+    @property
+    def reply_thread_ts(self) -> str | None:
+        """Where the answer goes: a DM answers in place, a channel message in its thread."""
+        return self.thread_ts if self.is_dm else (self.thread_ts or self.ts)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What :meth:`SlackConversations.receive` decided before the acknowledgement."""
+
+    turn_id: int | None
+    refused: bool = False
+    limit: LimitReached | None = None
+    resume: bool = False
+    """An interrupted answer (a crash, then a redelivery or the start-up recovery): answer
+    it only if it still has none, into the reply the crash left on screen, if any."""
+
+
+async def _failing(error: LimitReached) -> AsyncIterator[str]:
+    """An answer stream that fails at once (a daily cap reached before any Claude call)."""
+    raise error
+    yield ""  # pragma: no cover - makes this an async generator
+
+
+def message_of_turn(turn: Turn) -> SlackMessage | None:
+    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`)."""
+    conv = turn.conversation_key.split(":")
+    who = (turn.user_key or "").split(":")
+    if len(conv) not in (3, 4) or conv[0] != "slack" or len(who) != 3 or not turn.platform_ref:
+        return None
+    is_dm = len(conv) == 3
+    return SlackMessage(
+        event_id=f"recovered-{turn.id}",
+        team=conv[1],
+        channel=conv[2],
+        user=who[2],
+        ts=turn.platform_ref,
+        thread_ts=None if is_dm else conv[3],
+        text=turn.text,
+        is_dm=is_dm,
+        mentioned=not is_dm,
+    )
+
+
+def slack_time(ts: str) -> datetime:
+    """A Slack ``ts`` (``"1732881234.000100"``) as an aware UTC datetime."""
+    return datetime.fromtimestamp(float(ts), UTC)
+
+
+class SlackConversations:
+    """Turns Slack message events into answered turns over one turn loop and store.
+
+    ``client`` reads threads (it may retry 429s); ``stream_client`` posts and edits the
+    answers (it must not: the streamed reply waits and coalesces instead).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        loop: TurnLoop,
+        store: Store,
+        identity: BotIdentity,
+        client: AsyncWebClient,
+        stream_client: AsyncWebClient,
+    ) -> None:
+        self.settings = settings
+        self.loop = loop
+        self.store = store
+        self.identity = identity
+        self.client = client
+        self.stream_client = stream_client
+        self.stream_config = StreamConfig.for_slack(
+            max_chars=settings.slack_max_reply_chars,
+            edit_interval_s=settings.slack_edit_interval_s,
+        )
+        self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
+        self.status = StatusIndicator(stream_client)
+        self._in_flight: set[str] = set()
+        self._intakes: dict[str, asyncio.Future[bool]] = {}
+        self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
+
+    def parse(self, body: JsonDict) -> SlackMessage | None:
+        """The user message in an ``event_callback`` body, or None when it is to be ignored
+        (another event type, any subtype, a bot, the bot itself, no text)."""
+        event = cast(JsonDict, body.get("event") or {})
+        kind, subtype = event.get("type"), event.get("subtype")
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+        if kind not in ("message", "app_mention") or subtype is not None:
+            logger.debug("ignored slack %s subtype=%s", kind, subtype)
+            return None
+        if event.get("bot_id") or not user or user == self.identity.user_id:
+            return None
+        if not channel or not ts:
+            return None
+        channel_type = event.get("channel_type")
+        is_dm = channel_type == "im" if channel_type else str(channel).startswith("D")
+        raw = str(event.get("text") or "")
+        mentioned = kind == "app_mention" or self._mention.search(raw) is not None
+        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_TEXT
+        thread_ts = event.get("thread_ts")
+        return SlackMessage(
+            event_id=str(body.get("event_id") or f"{channel}-{ts}"),
+            team=str(body.get("team_id") or event.get("team") or self.identity.team_id),
+            channel=str(channel),
+            user=str(user),
+            ts=str(ts),
+            thread_ts=str(thread_ts) if thread_ts else None,
+            text=text,
+            is_dm=is_dm,
+            mentioned=mentioned,
+        )
+
+    async def handle(self, message: SlackMessage) -> None:
+        """Answer ``message`` once (see the module docstring); raises ``IntakeFailed`` when
+        it could not be stored, else never."""
+        work = await self.receive(message)
+        if work is not None:
+            await work
+
+    async def receive(self, message: SlackMessage) -> Coroutine[Any, Any, None] | None:
+        """Before the event is acknowledged: decide, claim, and store the user's message.
+
+        Returns the work that answers it (to run after the acknowledgement), or None when
+        there is nothing to answer (ignored, a duplicate, already answered). Once it returns
+        the message is in the store, so a crash after the acknowledgement loses nothing.
+
+        Raises ``IntakeFailed`` when the message could not be stored (disk full, database
+        locked, any store error): the caller must not acknowledge the event, so that Slack
+        redelivers it. A duplicate delivery that arrives while the first one is still being
+        stored waits for it and shares its outcome (acknowledged only if it was stored).
+        """
+        flight_key = f"{message.channel}:{message.ts}"
+        pending = self._intakes.get(flight_key)
+        if pending is not None:
+            if not await asyncio.shield(pending):
+                raise IntakeFailed(f"slack event {message.event_id}: its first delivery failed")
+            logger.info("slack event %s: duplicate of a message just stored", message.event_id)
+            return None
+        if flight_key in self._in_flight:
+            logger.info("slack event %s: duplicate of a message in flight", message.event_id)
+            return None
+        self._in_flight.add(flight_key)
+        stored: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._intakes[flight_key] = stored
+        prepared: _Prepared | None = None
+        handled = False  # stored, or rightly ignored: either way the event may be acked
+        try:
+            prepared = await self._intake(message)
+            handled = True
+        except Exception as exc:
+            logger.warning(
+                "slack event %s not stored, so not acknowledged: %s",
+                message.event_id,
+                type(exc).__name__,
+                exc_info=not storage_failed(exc),  # a bug: keep its traceback
+            )
+            raise IntakeFailed(f"slack event {message.event_id} could not be stored") from exc
+        finally:
+            del self._intakes[flight_key]
+            stored.set_result(handled)
+            if prepared is None:
+                self._in_flight.discard(flight_key)
+        if prepared is None:
+            return None
+        return self._finish(flight_key, message, prepared)
+
+    def recover(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
+        """The work that answers a stored message a crash left unanswered, or None when it
+        cannot be placed (not a Slack turn of this workspace) or is already in flight."""
+        message = message_of_turn(turn)
+        if message is None:
+            return None
+        flight_key = f"{message.channel}:{message.ts}"
+        if flight_key in self._in_flight:
+            return None
+        self._in_flight.add(flight_key)
+        logger.info("answering message %s left unanswered by a crash", turn.id)
+        prepared = _Prepared(turn_id=turn.id, resume=True)
+        return self._finish(flight_key, message, prepared)
+
+    async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
+        try:
+            await self._respond(message, prepared)
+        except Exception:
+            logger.exception("slack event %s failed", message.event_id)
+        finally:
+            self._in_flight.discard(flight_key)
+
+    async def _intake(self, message: SlackMessage) -> _Prepared | None:
+        key = message.conversation_key
+        allowed = self.loop.controls.allows(message.place)
+        if not allowed and not message.is_dm:
+            return None  # outside the team allow-lists the bot stays silent in channels
+        shared_thread = message.in_thread and not message.is_dm
+        known = shared_thread and bool(await self.store.recent_turns(conversation_key=key, limit=1))
+        if not (message.is_dm or message.mentioned or known):
+            return None
+        turn_id: int | None = None
+        resume = False
+        if not await self.store.claim_event(keys=message.claim_keys):
+            if await self.store.event_claimed_elsewhere(keys=message.claim_keys):
+                logger.info("slack event %s: another live process has it", message.event_id)
+                return None
+            turn = await self.store.find_turn(conversation_key=key, platform_ref=message.ts)
+            if turn is not None and await self.store.answer_to(turn_id=turn.id) is not None:
+                logger.info("slack event %s: already answered", message.event_id)
+                return None
+            if turn is not None:
+                turn_id, resume = turn.id, True
+            logger.info("slack event %s: answering an interrupted message", message.event_id)
+        if not allowed:
+            return _Prepared(turn_id=None, refused=True)
+        if shared_thread and not known and turn_id is None:
+            # First mention in a thread the bot has not seen: its earlier messages are
+            # stored first (they come first in its history), bounded so that the message
+            # itself is still stored before Slack's 3 s acknowledgement deadline.
+            try:
+                async with asyncio.timeout(THREAD_READ_BEFORE_ACK_S):
+                    await self.read_thread(message)
+            except TimeoutError:
+                logger.warning("thread %s read cut short to store the message in time", key)
+        limit: LimitReached | None = None
+        if turn_id is None:
+            # Stored now, before the acknowledgement.
+            try:
+                turn_id = await self.loop.receive(self.incoming(message))
+            except LimitReached as exc:
+                limit = exc
+        return _Prepared(turn_id=turn_id, limit=limit, resume=resume)
+
+    async def _respond(self, message: SlackMessage, prepared: _Prepared) -> None:
+        if prepared.refused:
+            await self.stream_client.chat_postMessage(
+                channel=message.channel, thread_ts=message.thread_ts, markdown_text=NOT_ENABLED
+            )
+            return
+        reuse: list[str] = []
+        if prepared.resume and prepared.turn_id is not None:
+            if await self.store.answer_to(turn_id=prepared.turn_id) is not None:
+                # Answered meanwhile (a redelivery and the start-up recovery of one message).
+                logger.info("slack event %s: answered meanwhile", message.event_id)
+                return
+            reuse = await self.shown_reply(message)
+        notice = None
+        if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
+            notice = DM_NOTICE
+        await self.answer(
+            message, turn_id=prepared.turn_id, notice=notice, limit=prepared.limit, reuse=reuse
+        )
+
+    async def shown_reply(self, message: SlackMessage) -> list[str]:
+        """The ``ts`` of the bot's messages already on Slack in answer to ``message``, oldest
+        first: what a crash between showing an answer and storing it (``Delivery.done``)
+        left on screen.
+
+        Read from Slack itself (``conversations.history`` after the message in a DM,
+        ``conversations.replies`` in a thread; at most :data:`MAX_REPLY_SCAN` messages):
+        the bot's own messages whose metadata says they answer ``message.ts``
+        (:func:`bots.slack_bot.sink.answers_of`). Empty when there are none or Slack cannot be
+        read (then the answer goes to a new message, as before).
+        """
+        found: list[JsonDict] = []
+        cursor: str | None = None
+        scanned = 0
+        try:
+            while scanned < MAX_REPLY_SCAN:
+                if message.is_dm:
+                    page = await self.client.conversations_history(
+                        channel=message.channel,
+                        oldest=message.ts,
+                        inclusive=False,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                else:
+                    page = await self.client.conversations_replies(
+                        channel=message.channel,
+                        ts=message.thread_ts or message.ts,
+                        oldest=message.ts,
+                        limit=200,
+                        cursor=cursor,
+                        include_all_metadata=True,
+                    )
+                messages = cast(list[JsonDict], page.get("messages") or [])
+                scanned += len(messages)
+                found += [m for m in messages if self._is_own(m) and answers_of(m) == message.ts]
+                cursor = cast(JsonDict, page.get("response_metadata") or {}).get("next_cursor")
+                if not page.get("has_more") or not cursor:
+                    break
+        except (SlackApiError, ClientError) as exc:
+            logger.warning("could not read the reply to %s: %s", message.event_id, exc)
+            return []
+        return [str(m["ts"]) for m in sorted(found, key=lambda m: float(m["ts"]))]
+
+    def _is_own(self, m: JsonDict) -> bool:
+        return m.get("user") == self.identity.user_id or (
+            self.identity.bot_id is not None and m.get("bot_id") == self.identity.bot_id
+        )
+
+    def incoming(self, message: SlackMessage) -> IncomingMessage:
+        """The core's view of ``message``."""
+        return IncomingMessage(
+            user_key=message.user_key,
+            conversation_key=message.conversation_key,
+            text=message.text,
+            origin="private" if message.is_dm else "shared",
+            sent_at=slack_time(message.ts),
+            author=f"<@{message.user}>",
+            platform_ref=message.ts,
+            workspace=message.team,
+            where="a Slack DM" if message.is_dm else "a Slack channel thread",
+        )
+
+    async def answer(
+        self,
+        message: SlackMessage,
+        *,
+        turn_id: int | None = None,
+        notice: str | None = None,
+        limit: LimitReached | None = None,
+        reuse: list[str] | None = None,
+    ) -> None:
+        """Stream the answer to ``message`` into its DM or thread; ``reuse``: the messages
+        an interrupted answer left (:meth:`shown_reply`): the first is edited into the new
+        answer instead of posting a new message, the rest are deleted."""
+        reuse = reuse or []
+        sink = SlackReplySink(
+            self.stream_client,
+            channel=message.channel,
+            thread_ts=message.reply_thread_ts,
+            status=self.status,
+            status_thread_ts=message.thread_ts or message.ts,
+            reuse_ts=reuse[0] if reuse else None,
+            answers_ts=message.ts,
+        )
+        for stale in reuse[1:]:
+            try:
+                await self.stream_client.chat_delete(channel=message.channel, ts=stale)
+            except (SlackApiError, ClientError) as exc:
+                logger.warning("could not delete a cut reply message: %s", exc)
+        delivery = Delivery()
+        answer = (
+            _failing(limit)
+            if limit is not None
+            else self.loop.answer(self.incoming(message), turn_id=turn_id, delivery=delivery)
+        )
+        deltas = with_prefix(notice, answer)
+        try:
+            result = await stream_reply(
+                sink,
+                deltas,
+                self.stream_config,
+                limiter=self.budgets.for_scope(f"slack:{message.team}"),
+            )
+        finally:
+            # Stored once Slack shows the whole answer (its final edit): a crash before
+            # this leaves the message to be answered again at the next start-up.
+            await delivery.done()
+        logger.info(
+            "slack event %s answered: messages=%d edits=%d error=%s",
+            message.event_id,
+            len(result.messages),
+            sum(result.edit_counts),
+            type(result.error).__name__ if result.error else None,
+        )
+
+    async def read_thread(self, message: SlackMessage) -> None:
+        """Store the thread so far as history, once (first mention in an unseen thread)."""
+        key = message.conversation_key
+        if not await self.store.mark_once(mark=f"slack-thread-read:{key}"):
+            return
+        assert message.thread_ts is not None
+        try:
+            earlier = await self._thread_messages(message.channel, message.thread_ts, message.ts)
+        except (SlackApiError, ClientError) as exc:
+            logger.warning("could not read thread %s: %s", key, exc)
+            return
+        keep = 2 * self.settings.history_turns
+        parsed = [self._context_message(message.team, m) for m in earlier]
+        context = [c for c in parsed if c is not None][-keep:] if keep else []
+        await self.loop.seed_context(conversation_key=key, origin="shared", messages=context)
+        logger.info("read thread %s: %d earlier messages stored", key, len(context))
+
+    async def _thread_messages(self, channel: str, thread_ts: str, before: str) -> list[JsonDict]:
+        messages: list[JsonDict] = []
+        cursor: str | None = None
+        while len(messages) < MAX_THREAD_CONTEXT_READ:
+            page = await self.client.conversations_replies(
+                channel=channel, ts=thread_ts, cursor=cursor, limit=200
+            )
+            messages.extend(cast(list[JsonDict], page.get("messages") or []))
+            cursor = cast(JsonDict, page.get("response_metadata") or {}).get("next_cursor")
+            if not page.get("has_more") or not cursor:
+                break
+        return [m for m in messages if float(m.get("ts", 0)) < float(before)]
+
+    def _context_message(self, team: str, m: JsonDict) -> ContextMessage | None:
+        if m.get("subtype") not in (None, "bot_message", "thread_broadcast"):
+            return None
+        text = " ".join(self._mention.sub("", str(m.get("text") or "")).split())
+        if not text:
+            return None
+        sent_at = slack_time(str(m["ts"]))
+        user = m.get("user")
+        if self._is_own(m):
+            return ContextMessage(text=text, role="assistant", sent_at=sent_at)
+        if m.get("bot_id") or not user:
+            name = str(m.get("username") or m.get("bot_id") or "a bot")
+            return ContextMessage(text=text, author=name, sent_at=sent_at)
+        return ContextMessage(
+            text=text, author=f"<@{user}>", user_key=user_key(team, str(user)), sent_at=sent_at
+        )
+
+
+async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``prefix`` (if any), then ``deltas``; closing this closes ``deltas`` too."""
+    try:
+        if prefix:
+            yield prefix
+        async for delta in deltas:
+            yield delta
+    finally:
+        close = getattr(deltas, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,183 @@
+"""The Slack side of a streamed reply: a :class:`core.streaming.reply.ReplySink` over the Web API.
+
+``post`` is ``chat.postMessage`` and ``edit`` is ``chat.update``, both with ``markdown_text``
+(standard Markdown, slack_sdk >= 3.37) and never with ``text`` or ``blocks`` beside it
+(Slack refuses the mix with ``markdown_text_conflict``). Errors, mapped for
+:mod:`core.streaming.reply`:
+
+- HTTP 429 -> ``RateLimited(Retry-After)``; the client given here must not retry 429s
+  itself, so that the streamed reply can wait and coalesce the text that arrives meanwhile;
+- ``msg_too_long``, ``message_not_found``, ``cant_update_message``, ``edit_window_closed``
+  from ``chat.update`` -> ``EditFailed`` (the rest of the text goes to a new message);
+- anything else is a platform error and propagates as ``SlackApiError``.
+
+The "is thinking…" status is ``assistant.threads.setStatus``
+(https://docs.slack.dev/reference/methods/assistant.threads.setStatus). Slack offers it in
+assistant threads only; elsewhere the call fails. Failures are logged at DEBUG and ignored,
+and a failure that says the app cannot use the method at all switches it off for the process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from core.errors import EditFailed, RateLimited
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+EDIT_FAILED_ERRORS = frozenset(
+    {"msg_too_long", "message_not_found", "cant_update_message", "edit_window_closed"}
+)
+"""``chat.update`` errors after which a message can never be edited again."""
+
+STATUS_UNAVAILABLE_ERRORS = frozenset(
+    {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated"}
+)
+"""``assistant.threads.setStatus`` errors that mean the app cannot use the status at all."""
+
+DEFAULT_RETRY_AFTER_S = 1.0
+
+REPLY_EVENT_TYPE = "selfmind_reply"
+"""Slack message metadata ``event_type`` of the bot's answer messages
+(https://docs.slack.dev/messaging/message-metadata); the payload names the message answered."""
+
+
+def reply_metadata(answers_ts: str) -> JsonDict:
+    """The metadata of an answer message to the user message ``answers_ts``."""
+    return {"event_type": REPLY_EVENT_TYPE, "event_payload": {"answers_ts": answers_ts}}
+
+
+def answers_of(message: JsonDict) -> str | None:
+    """The ``ts`` of the user message a bot message answers (its metadata), or None."""
+    metadata = message.get("metadata")
+    if not isinstance(metadata, dict) or metadata.get("event_type") != REPLY_EVENT_TYPE:
+        return None
+    payload = metadata.get("event_payload")
+    value = payload.get("answers_ts") if isinstance(payload, dict) else None
+    return str(value) if value else None
+
+
+def slack_error(exc: SlackApiError) -> str:
+    """The Web API error code of ``exc`` (``"ratelimited"``, ``"invalid_auth"`` ...)."""
+    response = exc.response
+    try:
+        return str(response.get("error") or "unknown_error")
+    except AttributeError:
+        return "unknown_error"
+
+
+def retry_after_s(exc: SlackApiError) -> float | None:
+    """Seconds to wait for a 429 (its ``Retry-After`` header), None for other errors."""
+    if exc.response.status_code != 429:
+        return None
+    headers = {k.lower(): v for k, v in (exc.response.headers or {}).items()}
+    value = headers.get("retry-after")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    try:
+        return max(0.0, float(value)) if value is not None else DEFAULT_RETRY_AFTER_S
+    except ValueError:
+        return DEFAULT_RETRY_AFTER_S
+
+
+class StatusIndicator:
+    """Slack's "is thinking…" status for one process; off for good once Slack refuses it."""
+
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self.available = True
+
+    async def show(self, *, channel: str, thread_ts: str, text: str | None) -> None:
+        """Show ``text`` under the thread (``None`` clears it); never raises a Slack error."""
+        if not self.available:
+            return
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=channel, thread_ts=thread_ts, status=text or ""
+            )
+        except SlackApiError as exc:
+            error = slack_error(exc)
+            if error in STATUS_UNAVAILABLE_ERRORS:
+                self.available = False
+            logger.debug("assistant.threads.setStatus failed: %s", error)
+
+
+class SlackReplySink:
+    """One reply's messages in one Slack channel or thread.
+
+    ``thread_ts`` is the thread the reply goes to (None: the channel itself, e.g. a DM);
+    ``status_thread_ts`` the thread whose status shows "is thinking…" (the user's message
+    when it starts no thread). ``reuse_ts``: a message of the bot's to take over (an answer
+    a crash left on screen): the first ``post`` edits it instead of posting a new one, and
+    falls back to posting when it can no longer be edited. ``answers_ts``: the user message
+    this reply answers, carried by every posted message as Slack message metadata
+    (:data:`REPLY_EVENT_TYPE`, ``{"answers_ts": ts}``) so that a reply a crash cut can be
+    found on Slack again (:func:`answers_of`).
+    """
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        channel: str,
+        thread_ts: str | None,
+        status: StatusIndicator | None = None,
+        status_thread_ts: str | None = None,
+        reuse_ts: str | None = None,
+        answers_ts: str | None = None,
+    ) -> None:
+        self.client = client
+        self.reuse_ts = reuse_ts
+        self.answers_ts = answers_ts
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.status_indicator = status
+        self.status_thread_ts = status_thread_ts or thread_ts
+
+    async def post(self, *, text: str) -> str:
+        reuse, self.reuse_ts = self.reuse_ts, None
+        if reuse is not None:
+            try:
+                await self.edit(handle=reuse, text=text)
+            except EditFailed:
+                logger.info("could not take over reply message %s; posting anew", reuse)
+            else:
+                return reuse
+        try:
+            response = await self.client.chat_postMessage(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                markdown_text=text,
+                metadata=reply_metadata(self.answers_ts) if self.answers_ts else None,
+            )
+        except SlackApiError as exc:
+            wait_s = retry_after_s(exc)
+            if wait_s is not None:
+                raise RateLimited(wait_s) from exc
+            raise
+        return str(response["ts"])
+
+    async def edit(self, *, handle: str, text: str) -> None:
+        try:
+            await self.client.chat_update(channel=self.channel, ts=handle, markdown_text=text)
+        except SlackApiError as exc:
+            wait_s = retry_after_s(exc)
+            if wait_s is not None:
+                raise RateLimited(wait_s) from exc
+            error = slack_error(exc)
+            if error in EDIT_FAILED_ERRORS:
+                raise EditFailed(error) from exc
+            raise
+
+    async def status(self, *, text: str | None) -> None:
+        if self.status_indicator is None or self.status_thread_ts is None:
+            return
+        await self.status_indicator.show(
+            channel=self.channel, thread_ts=self.status_thread_ts, text=text
+        )

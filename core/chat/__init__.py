@@ -1,0 +1,1 @@
+"""The turn loop and what it calls: intake, prompt, controls."""

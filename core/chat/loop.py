@@ -1,0 +1,322 @@
+"""The turn loop every adapter runs: recall -> prompt -> answer (streamed) -> reflect.
+
+An adapter turns a platform event into an :class:`IncomingMessage` and iterates
+``TurnLoop.answer(message)``, rendering the text deltas (``core.streaming.reply`` does it by
+message edits). The loop:
+
+1. stores the user's message first (so a crash loses nothing the user said);
+2. recalls the user's top-k memories by BM25 (none when their memory is off; only memories
+   learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
+3. builds the system prompt (cached persona, then the memory block) and the message list
+   from the conversation's stored history;
+4. streams Claude's answer and yields its text deltas;
+5. stores the answer and queues the reflection in the background (not while memory is paused
+   or off), so the reply never waits for it.
+
+Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
+usage the API reports for each call is recorded. An answer that fails (``ModelError``) is
+stored with what was shown, the user's message is still reflected on, and the error
+propagates to the adapter, which shows ``error.user_message``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from core.chat.controls import Controls
+from core.chat.prompt import history_messages, system_blocks
+from core.errors import ModelError, StreamCutError
+from core.memory.reflection import Reflector
+from core.metrics import Metrics
+from core.model.claude import AnswerStream, ChatModel
+from core.model.usage import record_call
+from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.text import clean_text
+from core.settings import Settings
+from core.store.seams import Store
+from core.types import Origin, ScoredMemory, utcnow
+
+logger = logging.getLogger(__name__)
+
+PRUNE_EVERY = timedelta(hours=1)
+
+EMPTY_MESSAGE = "(a message with no text)"
+"""The text of a message left with nothing once cleaned (it held only control characters)."""
+
+
+def _clean_message(text: str) -> str:
+    cleaned = clean_text(text, keep_newlines=True)
+    return cleaned if cleaned.strip() or not text else EMPTY_MESSAGE
+
+
+def _clean_name(name: str | None) -> str | None:
+    return None if name is None else clean_text(name, keep_newlines=False)
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    """One user message as the core sees it, whatever the platform.
+
+    ``user_key``: ``slack:{team}:{user}`` | ``discord:{user}`` | ``cli:{name}``;
+    ``conversation_key``: the DM, the thread root, or the terminal session;
+    ``origin``: ``private`` (DM, terminal) or ``shared`` (a channel);
+    ``where``: one line for the prompt, e.g. "a Slack channel thread".
+    ``text`` and ``author`` are cleaned on construction (:func:`core.rules.text.clean_text`); a
+    text left blank by that becomes ``EMPTY_MESSAGE``.
+    """
+
+    user_key: str
+    conversation_key: str
+    text: str
+    origin: Origin
+    sent_at: datetime
+    author: str | None = None
+    platform_ref: str | None = None
+    where: str = "a private conversation"
+    workspace: str | None = None
+
+    def __post_init__(self) -> None:
+        # Message text enters the core here, whatever the adapter: cleaned once
+        # (core.rules.text.clean_text, newlines and tabs kept), so the store, recall and the
+        # prompt all see the same text.
+        object.__setattr__(self, "text", _clean_message(self.text))
+        object.__setattr__(self, "author", _clean_name(self.author))
+
+
+@dataclass(frozen=True)
+class ContextMessage:
+    """Earlier platform messages (a thread read once) stored as history, never reflected."""
+
+    text: str
+    role: str = "user"
+    author: str | None = None
+    user_key: str | None = None
+    sent_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", _clean_message(self.text))
+        object.__setattr__(self, "author", _clean_name(self.author))
+
+
+class Delivery:
+    """Defers storing an answer until the platform shows it (see :meth:`TurnLoop.answer`)."""
+
+    def __init__(self) -> None:
+        self.finish: Callable[[], Awaitable[None]] | None = None
+
+    async def done(self) -> None:
+        """Store the answer and queue its reflection; call once the platform shows it.
+        Does nothing when the answer never started (e.g. a daily cap)."""
+        finish, self.finish = self.finish, None
+        if finish is not None:
+            await finish()
+
+
+class TurnLoop:
+    """Runs turns over one store, one model and one reflector."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ChatModel,
+        reflector: Reflector,
+        settings: Settings,
+        clock: Callable[[], datetime] = utcnow,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.metrics = metrics or Metrics()
+        self.store = store
+        self.model = model
+        self.reflector = reflector
+        self.settings = settings
+        self.clock = clock
+        self.controls = Controls(settings, store)
+        self._last_prune: datetime | None = None
+
+    async def start(self) -> None:
+        """Start-up work: prune old turns and resume reflections left pending."""
+        await self._maybe_prune(force=True)
+        await self.reflector.resume()
+
+    async def shutdown(self, timeout_s: float | None = None) -> bool:
+        """Let queued reflections finish (bounded), then stop; unfinished ones stay pending."""
+        drained = await self.reflector.drain(
+            self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        )
+        await self.reflector.close()
+        return drained
+
+    async def recall(self, message: IncomingMessage) -> list[ScoredMemory]:
+        """The user's most relevant memories for this message (respecting mode and origin)."""
+        if await self.store.get_mode(user_key=message.user_key) == "off":
+            return []
+        origins: Sequence[Origin] | None = None
+        if message.origin == "shared" and not self.settings.recall_private_in_channels:
+            origins = ["shared"]
+        return await self.store.search(
+            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+        )
+
+    async def seed_context(
+        self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
+    ) -> None:
+        """Store earlier platform messages as history (a thread the bot joins late)."""
+        for m in messages:
+            await self.store.add_turn(
+                conversation_key=conversation_key,
+                user_key=m.user_key,
+                role="assistant" if m.role == "assistant" else "user",
+                text=m.text,
+                origin=origin,
+                sent_at=m.sent_at or self.clock(),
+                author=m.author,
+            )
+
+    async def receive(self, message: IncomingMessage) -> int:
+        """Check the daily caps and store the user's message durably; returns its turn id.
+
+        Adapters call it before acknowledging a platform event, so a crash after the
+        acknowledgement cannot lose the message; ``answer(message, turn_id=...)`` answers it.
+        Raises ``LimitReached`` (nothing stored).
+        """
+        await self.controls.check_limits(
+            user_key=message.user_key, workspace=message.workspace, now=self.clock()
+        )
+        await self._maybe_prune()
+        turn_id = await self.store.add_turn(
+            conversation_key=message.conversation_key,
+            user_key=message.user_key,
+            role="user",
+            text=message.text,
+            origin=message.origin,
+            sent_at=message.sent_at,
+            author=message.author,
+            reflection="answering",
+            platform_ref=message.platform_ref,
+            workspace=message.workspace,
+        )
+        self.metrics.message_received(message.user_key)
+        return turn_id
+
+    async def answer(
+        self,
+        message: IncomingMessage,
+        *,
+        turn_id: int | None = None,
+        delivery: Delivery | None = None,
+    ) -> AsyncIterator[str]:
+        """Run one turn; yields the answer's text deltas. Raises ``ModelError`` on failure
+        and ``LimitReached`` at a daily cap.
+
+        ``turn_id`` names the user turn already stored by :meth:`receive` (or left
+        ``answering`` by a crash and redelivered by the platform): it is answered without
+        being stored twice.
+
+        With a ``delivery``, the answer is stored only when the adapter calls
+        ``delivery.done()`` after the platform shows it whole: a crash before that leaves the
+        message unanswered in the store, so it is answered again after a restart rather than
+        left cut on screen.
+        """
+        started = time.monotonic()
+        if turn_id is None:
+            turn_id = await self.receive(message)
+        history = await self.store.recent_turns(
+            conversation_key=message.conversation_key,
+            limit=2 * self.settings.history_turns,
+            before_id=turn_id,
+        )
+        memories = await self.recall(message)
+        logger.info(
+            "turn=%s user=%s conversation=%s recalled=%d history=%d",
+            turn_id,
+            message.user_key,
+            message.conversation_key,
+            len(memories),
+            len(history),
+        )
+        system = system_blocks(
+            memories,
+            now=self.clock(),
+            context=f"This is {message.where}.",
+            user_name=message.author,
+        )
+        messages = history_messages(
+            history,
+            message.text,
+            attribute=message.origin == "shared",
+            current_author=message.author,
+        )
+        parts: list[str] = []
+        failed: ModelError | None = None
+        stream = self.model.stream(system=system, messages=messages)
+        try:
+            async for delta in stream:
+                parts.append(delta)
+                yield delta
+            self.metrics.answered(started)
+        except StreamCutError as exc:
+            failed = exc
+            if exc.partial and not parts:
+                parts.append(exc.partial)
+            raise
+        except ModelError as exc:
+            failed = exc
+            raise
+        finally:
+            await stream.aclose()
+            await self._record_usage(stream, message, turn_id)
+            text = "".join(parts)
+            if delivery is None:
+                await self._finish(turn_id, message.user_key, text, failed)
+            else:
+                delivery.finish = functools.partial(
+                    self._finish, turn_id, message.user_key, text, failed
+                )
+
+    async def _record_usage(
+        self, stream: AnswerStream, message: IncomingMessage, turn_id: int
+    ) -> None:
+        usage = stream.usage
+        if usage is None:
+            return
+        await record_call(
+            self.store,
+            user_key=message.user_key,
+            workspace=message.workspace,
+            kind="chat",
+            model=self.settings.chat_model,
+            usage=usage,
+            turn_id=turn_id,
+        )
+
+    async def _finish(
+        self, turn_id: int, user_key: str, answer: str, failed: ModelError | None
+    ) -> None:
+        reflect = await self.store.get_mode(user_key=user_key) == "on"
+        answer = clean_text(answer, keep_newlines=True)
+        await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect)
+        if failed is not None:
+            logger.info("turn=%s answer failed: %s", turn_id, type(failed).__name__)
+        if reflect:
+            self.reflector.submit(turn_id=turn_id, user_key=user_key)
+
+    async def _maybe_prune(self, *, force: bool = False) -> None:
+        now = self.clock()
+        if not force and self._last_prune and now - self._last_prune < PRUNE_EVERY:
+            return
+        self._last_prune = now
+        cutoff = now - timedelta(days=self.settings.history_retention_days)
+        pruned = await self.store.prune_turns(older_than=cutoff)
+        erased = await self.store.purge_retired(older_than=now - UNDO_WINDOW)
+        if erased:
+            logger.info("erased %d memories retired by cleanups past the undo window", erased)
+        if pruned:
+            logger.info(
+                "pruned %d turns older than %s days", pruned, self.settings.history_retention_days
+            )

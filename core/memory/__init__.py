@@ -1,0 +1,1 @@
+"""Memory: the service behind every memory command, reflection, cleanup, hybrid recall."""

@@ -1,0 +1,316 @@
+"""Memory operations every adapter uses: remember, forget, list, search, stats, history,
+export and import. One object, :class:`MemoryService`, over a :class:`core.store.seams.MemoryStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
+from core.metrics import Metrics
+from core.rules.dedupe import Deduper
+from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.text import clean_text, needs_cleaning
+from core.store.seams import MemoryStore
+from core.types import (
+    CATEGORIES,
+    KINDS,
+    MAX_MEMORY_CHARS,
+    ORIGINS,
+    SOURCES,
+    AddResult,
+    Category,
+    Kind,
+    Memory,
+    MemoryEvent,
+    MemoryMode,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ScoredMemory,
+    Source,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_IMPORT_LINES = 100_000
+"""An import file holds at most this many memories."""
+
+IMPORT_BATCH = 200
+"""Memories written per transaction by an import (a few tens of ms of write lock each, so a
+bot sharing the database waits at most that long; ``bench/import_lines.py``)."""
+
+MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
+"""The words of ``/memory pause | resume | off | on`` (Slack and Discord) and the mode each sets."""
+MODE_REPLIES: dict[MemoryMode, str] = {
+    "on": "Memory is on: I use what I know about you and learn from our conversations.",
+    "paused": (
+        "Memory is paused: I still use what I know about you but learn nothing new. "
+        "`/memory resume` undoes it."
+    ),
+    "off": (
+        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
+        "`/memory on` undoes it."
+    ),
+}
+"""What ``/memory`` answers once a mode is set (or, on Slack, to say the current one)."""
+
+
+def clean_memory_text(text: str) -> str:
+    """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
+    ``MemoryInputError`` if empty or too long. A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
+    """
+    cleaned = clean_text(text, keep_newlines=False)
+    if not cleaned:
+        raise MemoryInputError("a memory needs some text")
+    if len(cleaned) >= MAX_MEMORY_CHARS:
+        raise MemoryInputError(
+            f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
+        )
+    return cleaned
+
+
+MAX_MEMORY_ID = 2**63 - 1
+"""Ids are SQLite/PostgreSQL 64-bit integers."""
+
+
+def parse_memory_id(text: str) -> int:
+    """A memory id typed by a user (``12`` or ``#12``; ASCII digits only).
+
+    Raises ``MemoryNotFound`` for anything that cannot be one of the user's ids.
+    """
+    digits = text.strip().removeprefix("#")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        raise MemoryNotFound(-1)
+    value = int(digits)
+    if not 0 < value <= MAX_MEMORY_ID:
+        raise MemoryNotFound(value)
+    return value
+
+
+def parse_user_key(value: str) -> str:
+    """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME``.
+
+    Raises ``MemoryInputError`` for an empty key, one with blank parts, or one holding
+    control or invisible formatting characters (:func:`core.rules.text.needs_cleaning`).
+    """
+    value = value.strip()
+    if not value:
+        raise MemoryInputError("a user is required")
+    key = value if ":" in value else f"cli:{value}"
+    if any(not part.strip() for part in key.split(":")) or needs_cleaning(key):
+        raise MemoryInputError(f"malformed user key {value!r}")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """Counts of an import."""
+
+    added: int
+    duplicates: int
+
+
+def memory_to_export(memory: Memory) -> dict[str, Any]:
+    """One export line (no id, no user key, so it imports anywhere)."""
+    return {
+        "text": memory.text,
+        "kind": memory.kind,
+        "category": memory.category,
+        "origin": memory.origin,
+        "source": memory.source,
+        "created_at": memory.created_at.isoformat(),
+        "updated_at": memory.updated_at.isoformat(),
+    }
+
+
+def _choice(obj: dict[str, Any], key: str, allowed: Sequence[str], default: str, line: int) -> str:
+    value = obj.get(key, default)
+    if value not in allowed:
+        raise ImportFormatError(line, f"{key} must be one of {', '.join(allowed)}")
+    return cast(str, value)
+
+
+def _time(obj: dict[str, Any], key: str, line: int) -> datetime | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ImportFormatError(line, f"{key} is not an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        raise ImportFormatError(line, f"{key} needs a timezone")
+    return parsed
+
+
+def parse_import_line(raw: str, line: int) -> NewMemory | None:
+    """One JSON Lines record as a :class:`NewMemory` (``source`` kept); None for a blank line.
+
+    Raises ``ImportFormatError`` naming ``line``.
+    """
+    if not raw.strip():
+        return None
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(line, f"not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        raise ImportFormatError(line, 'expected an object with a "text" string')
+    try:
+        text = clean_memory_text(obj["text"])
+    except MemoryInputError as exc:
+        raise ImportFormatError(line, str(exc)) from None
+    return NewMemory(
+        text=text,
+        kind=cast(Kind, _choice(obj, "kind", KINDS, "fact", line)),
+        category=cast(Category, _choice(obj, "category", CATEGORIES, "general", line)),
+        origin=cast(Origin, _choice(obj, "origin", ORIGINS, "private", line)),
+        source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
+        created_at=_time(obj, "created_at", line),
+        updated_at=_time(obj, "updated_at", line),
+    )
+
+
+class MemoryService:
+    """The memory operations, always on behalf of one ``user_key``."""
+
+    def __init__(
+        self, store: MemoryStore, *, dedupe_threshold: float = 0.55, metrics: Metrics | None = None
+    ) -> None:
+        self.store = store
+        self.deduper = Deduper(dedupe_threshold)
+        self.metrics = metrics or Metrics()
+
+    async def remember(
+        self,
+        *,
+        user_key: str,
+        text: str,
+        kind: Kind = "fact",
+        category: Category = "general",
+        source: Source = "remember",
+        origin: Origin = "private",
+        conversation_key: str | None = None,
+    ) -> AddResult:
+        """Store ``text`` unless an equivalent memory exists.
+
+        Raises ``MemoryInputError`` for empty or over-long text.
+        """
+        memory = NewMemory(
+            text=clean_memory_text(text),
+            kind=kind,
+            category=category,
+            source=source,
+            origin=origin,
+            conversation_key=conversation_key,
+        )
+        result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
+        logger.info("remember user=%s id=%s status=%s", user_key, result.id, result.status)
+        self.metrics.memories_stored(source, int(result.status == "added"))
+        return result
+
+    async def forget(self, *, user_key: str, memory_id: int) -> None:
+        """Forget one of the user's memories. Raises ``MemoryNotFound`` if it is not theirs."""
+        if not 0 < memory_id <= MAX_MEMORY_ID:
+            raise MemoryNotFound(memory_id)
+        if not await self.store.forget(user_key=user_key, memory_id=memory_id):
+            raise MemoryNotFound(memory_id)
+        logger.info("forget user=%s id=%s", user_key, memory_id)
+        self.metrics.memories_forgotten()
+
+    async def forget_all(self, *, user_key: str) -> int:
+        """Forget all of the user's memories and conversation history; returns the count."""
+        count = await self.store.forget_all(user_key=user_key)
+        logger.info("forget_all user=%s count=%s", user_key, count)
+        self.metrics.memories_forgotten(count)
+        return count
+
+    async def list_memories(
+        self, *, user_key: str, limit: int = 20, offset: int = 0
+    ) -> list[Memory]:
+        """Active memories, newest first; ``limit`` in 1..1000."""
+        return await self.store.list_memories(
+            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0)
+        )
+
+    async def count(self, *, user_key: str) -> int:
+        """Number of active memories."""
+        return await self.store.count(user_key=user_key)
+
+    async def search(
+        self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]:
+        """BM25 recall, best first; any text is a valid query."""
+        return await self.store.search(
+            user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
+        )
+
+    async def stats(self, *, user_key: str | None = None) -> MemoryStats:
+        """Counts by kind and category."""
+        return await self.store.stats(user_key=user_key)
+
+    async def history(self, *, user_key: str) -> list[MemoryEvent]:
+        """Memory events, oldest first."""
+        return await self.store.history(user_key=user_key)
+
+    async def export(self, *, user_key: str) -> list[dict[str, Any]]:
+        """Active memories as export records, oldest first."""
+        return [memory_to_export(m) for m in await self.store.export(user_key=user_key)]
+
+    async def import_lines(
+        self,
+        *,
+        user_key: str,
+        lines: Iterable[str],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ImportResult:
+        """Import JSON Lines: the whole file is validated before anything is written.
+
+        A malformed line raises ``ImportFormatError`` naming its number and nothing is
+        written. Each line is deduped (:class:`core.rules.dedupe.Deduper`, every candidate of its
+        Jaccard screen found by :class:`core.rules.dedupe_index.DedupeIndex`) against the user's
+        stored memories and the lines before it. The new ones go in ``IMPORT_BATCH`` at a
+        time, each batch its own short transaction, so a bot sharing the database keeps
+        answering; ``progress(done, total)`` is called after each batch (``total`` = the new
+        memories).
+        A failure mid-way (disk full) leaves the batches already written: importing the
+        same file again adds only the rest (they are duplicates).
+        """
+        memories = []
+        for number, raw in enumerate(lines, start=1):
+            if number > MAX_IMPORT_LINES:
+                raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
+            parsed = parse_import_line(raw, number)
+            if parsed is not None:
+                memories.append(parsed)
+        if not memories:
+            return ImportResult(added=0, duplicates=0)
+        # Dedupe in memory against the stored memories and the lines before (all candidates
+        # of the Jaccard screen, core.rules.dedupe_index), then write the new ones in short batches.
+        stored = await self.store.export(user_key=user_key)
+        index = DedupeIndex(self.deduper, [m.text for m in stored] + [m.text for m in memories])
+        for m in stored:
+            index.add(Known(m.id, m.text))
+        fresh = []
+        for memory in memories:
+            if index.match(memory.text) is None:
+                index.add(Known(None, memory.text))
+                fresh.append(memory)
+        added = 0
+        for start in range(0, len(fresh), IMPORT_BATCH):
+            batch = fresh[start : start + IMPORT_BATCH]
+            results = await self.store.add_many(user_key=user_key, memories=batch, dedupe=None)
+            added += sum(r.status == "added" for r in results)
+            if progress is not None:
+                progress(start + len(batch), len(fresh))
+        duplicates = len(memories) - added
+        self.metrics.memories_stored("import", added)
+        logger.info("import user=%s added=%s duplicates=%s", user_key, added, duplicates)
+        return ImportResult(added=added, duplicates=duplicates)

@@ -1,0 +1,3 @@
+"""The ChatModel seam over the Anthropic SDK and the recording of the usage each call
+reports.
+"""

@@ -1,0 +1,3 @@
+"""The ground floor: pure rules the store and memory both use (tokens and stems, BM25,
+dedupe, cleanup operations). No I/O.
+"""

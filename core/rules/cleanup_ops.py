@@ -1,0 +1,68 @@
+"""Operations of a memory cleanup change (store-agnostic data)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from core.types import Category, Kind, Origin, Source
+
+When = TypeVar("When", str, datetime)
+
+UNDO_WINDOW = timedelta(days=7)
+"""How long a cleanup change can be undone: its retired and superseded memories keep their
+text this long, then ``purge_retired`` erases them like a forget (run by the bot with the
+history pruning, :meth:`core.chat.loop.TurnLoop`), and ``undo_change`` refuses the change."""
+
+PAST_UNDO_WINDOW = "is past the undo window (its memories were erased)"
+
+
+@dataclass(frozen=True)
+class MergeOp:
+    """Replace ``ids`` (two or more) by one new memory ``text``."""
+
+    ids: tuple[int, ...]
+    text: str
+    kind: Kind
+    category: Category
+
+
+@dataclass(frozen=True)
+class SupersedeOp:
+    """``old_id`` is contradicted by the newer ``new_id``."""
+
+    old_id: int
+    new_id: int
+
+
+@dataclass(frozen=True)
+class RetireOp:
+    """``memory_id`` breaks the rules of what to keep (transient, one-off)."""
+
+    memory_id: int
+
+
+ChangeOp = MergeOp | SupersedeOp | RetireOp
+
+
+@dataclass(frozen=True)
+class AppliedChange:
+    """What a change did: memories added, superseded and retired (ids)."""
+
+    change_id: str
+    added: tuple[int, ...]
+    superseded: tuple[int, ...]
+    retired: tuple[int, ...]
+
+
+def merged_labels(parts: Iterable[tuple[str, str, When]]) -> tuple[Source, Origin, When]:
+    """Source, origin and creation time of a memory merged from ``parts`` (each its
+    ``(source, origin, created_at)``): ``remember`` when the user added any part (cleanup
+    keeps protecting it), ``private`` when any part was private (never widened to shared),
+    and the earliest creation time."""
+    rows = list(parts)
+    source: Source = "remember" if any(r[0] == "remember" for r in rows) else "reflection"
+    origin: Origin = "private" if any(r[1] == "private" for r in rows) else "shared"
+    return source, origin, min(r[2] for r in rows)

@@ -1,0 +1,94 @@
+"""Dedupe of many memories at once (an import): every candidate that the Jaccard screen of
+:class:`core.rules.dedupe.Deduper` could pass (over :func:`core.rules.dedupe.screen_tokens`,
+the stems the screen compares), found without comparing all pairs.
+
+Prefix filtering (Chaudhuri, Ganti and Kaushik, "A Primitive Operator for Similarity Joins in
+Data Cleaning", ICDE 2006; Bayardo, Ma and Srikant, "Scaling Up All Pairs Similarity Search",
+WWW 2007): order every token from rarest to most common. If ``J(A, B) >= t`` then
+``|A ∩ B| >= ceil(t * max(|A|, |B|))``, so the first ``|A| - ceil(t |A|) + 1`` tokens of A and
+the first ``|B| - ceil(t |B|) + 1`` tokens of B share one. Each memory is indexed by its own
+prefix and a new text probes with its prefix: the candidates are a superset of every memory
+at or above the threshold. One shortcut keeps it linear: a prefix token held by more than
+``LONG_LIST`` memories is not probed when a rarer one is, so a twin that shares with the
+new text none of its rarer prefix tokens, only common ones, is missed (the store's own path
+is bounded the same way: it compares the 50 best BM25 neighbours). The decision itself stays
+:meth:`Deduper.match` (exact normalised text first, then the Jaccard screen and the guards).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from core.rules.dedupe import Deduper, screen_tokens
+from core.rules.text import normalize
+
+LONG_LIST = 256
+"""A prefix token held by more memories than this is skipped when the text has a rarer one
+(a common word such as "mornings" in a large import would make the lookup quadratic)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A memory as the index holds it: ``id`` is the stored id, or None for one not yet
+    stored (an earlier line of the same import)."""
+
+    id: int | None
+    text: str
+
+
+class DedupeIndex:
+    """Near-duplicate lookup over a fixed vocabulary order.
+
+    ``texts`` are all the texts the index will ever see (known and new), used once to order
+    the tokens by document frequency; ``add`` then ``match`` in any order.
+    """
+
+    def __init__(self, deduper: Deduper, texts: Iterable[str]) -> None:
+        self._deduper = deduper
+        freq: Counter[str] = Counter()
+        for text in texts:
+            freq.update(screen_tokens(text))
+        # Rarest first; ties by the token itself so the order is total.
+        self._rank = {t: i for i, t in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
+        self._by_token: dict[str, list[tuple[Known, frozenset[str]]]] = {}
+        self._by_norm: dict[str, Known] = {}
+        self._empty: list[tuple[Known, frozenset[str]]] = []
+
+    def _prefix(self, tokens: frozenset[str]) -> list[str]:
+        ordered = sorted(tokens, key=lambda t: self._rank.get(t, -1))
+        overlap = math.ceil(self._deduper.threshold * len(tokens) - 1e-9)
+        return ordered[: len(ordered) - max(overlap, 1) + 1]
+
+    def add(self, known: Known) -> None:
+        """Index ``known`` (its norm and its prefix tokens)."""
+        self._by_norm.setdefault(normalize(known.text), known)
+        tokens = frozenset(screen_tokens(known.text))
+        prefix = self._prefix(tokens)
+        if not prefix:
+            self._empty.append((known, tokens))
+        for token in prefix:
+            self._by_token.setdefault(token, []).append((known, tokens))
+
+    def match(self, text: str) -> Known | None:
+        """The indexed memory ``text`` duplicates (:meth:`Deduper.match`), or None."""
+        twin = self._by_norm.get(normalize(text))
+        if twin is not None:
+            return twin
+        tokens = frozenset(screen_tokens(text))
+        prefix = self._prefix(tokens)
+        lists = [self._by_token.get(t, []) for t in prefix] if prefix else [self._empty]
+        short = [entries for entries in lists if len(entries) <= LONG_LIST]
+        lists = short or lists[:1]
+        # The Jaccard screen on cached token sets first (|A ∩ B| / (|A| + |B| - |A ∩ B|));
+        # the rule decides on the survivors.
+        threshold, size = self._deduper.threshold, len(tokens)
+        passed: dict[int, Known] = {}
+        for entries in lists:
+            for known, other in entries:
+                common = len(tokens & other)
+                if common >= threshold * (size + len(other) - common) - 1e-9:
+                    passed.setdefault(id(known), known)
+        return self._deduper.match(text, passed.values()) if passed else None

@@ -1,0 +1,155 @@
+"""Text handling shared by recall and dedupe: normalisation, tokens, stems, index terms.
+
+Index terms are made in Python, not by an FTS5 tokenizer, so that every term can carry the
+owner's user id (``u{uid}_{stem}``): a recall query then reads only that user's postings in
+the FTS5 index, however many other users share the file (see :mod:`core.store.sqlite.store`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
+
+# Word tokens: runs of letters and digits in any script (``\w`` less the underscore).
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+_ASCII_ALNUM = re.compile(r"^[a-z0-9]+$")
+
+# Standard English stop words (the classic Lucene/Snowball list, trimmed): dropped from
+# recall queries only, so documents keep their true lengths for BM25 length normalisation.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    s t don doesn didn isn wasn aren weren won wouldn shouldn couldn ll ve re d m
+    user users""".split()
+)
+# "user" is in the list on purpose: every memory is phrased "The user ...", so the word
+# carries no information in recall (it appears in nearly every document).
+
+_stemmer = snowballstemmer.stemmer("english")
+
+
+# Text hygiene (the one rule for every path into the store: remember, reflection, import,
+# cleanup, messages, turns). Removed: C0 and C1 control characters (U+0000-001F, U+007F-009F)
+# but tab and newline; bidirectional embeddings, overrides and isolates (U+202A-202E,
+# U+2066-2069, which can make stored text read differently from what it says); U+200B (zero
+# width space); U+FEFF (BOM / zero width no-break space); lone surrogates (from JSON "\ud800":
+# not encodable as UTF-8, so neither SQLite nor PostgreSQL could store them). Kept: U+200C/
+# U+200D (ZWNJ/ZWJ: part of Persian and Indic spelling and of emoji sequences such as
+# U+1F469 U+200D U+1F4BB), U+200E/U+200F (LRM/RLM marks) and every other character. NUL must
+# go before the store: PostgreSQL refuses it in text outright.
+_LINE_ENDS = str.maketrans({"\r": "\n", "\x0b": "\n", "\x0c": "\n", "\x85": "\n"})
+REMOVED_CHARS = "\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\u202a-\u202e\u2066-\u2069\ufeff"
+"""The characters :func:`clean_text` removes, as a regular-expression class body (after CR,
+VT, FF and NEL became newlines); lone surrogates are removed as well."""
+_REMOVED = re.compile(f"[{REMOVED_CHARS}\ud800-\udfff]")
+_DIRTY = re.compile(f"[{REMOVED_CHARS}\r\x0b\x0c\x85\ud800-\udfff]")
+
+
+def clean_text(text: str, *, keep_newlines: bool) -> str:
+    """``text`` as it may be stored: control and invisible formatting characters removed.
+
+    Line ends become ``\\n`` (CRLF, CR, VT, FF and NEL U+0085 alike); with
+    ``keep_newlines`` (messages, turns) newlines and tabs stay and nothing else changes;
+    without it (memories: one line) all whitespace runs collapse to one space and the ends
+    are stripped. See ``REMOVED_CHARS`` for what goes and why ZWJ/ZWNJ stay. Idempotent.
+    """
+    if _DIRTY.search(text):
+        text = _REMOVED.sub("", text.replace("\r\n", "\n").translate(_LINE_ENDS))
+    return text if keep_newlines else " ".join(text.split())
+
+
+def needs_cleaning(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`clean_text` removes or rewrites (a line end
+    other than ``\\n``), whatever the whitespace; cheap, for scanning stored rows."""
+    return _DIRTY.search(text) is not None
+
+
+def visible(text: str) -> str:
+    """``clean_text(text, keep_newlines=False)``: the one-line form memories take."""
+    return clean_text(text, keep_newlines=False)
+
+
+def normalize(text: str) -> str:
+    """Case- and whitespace-insensitive form used for exact dedupe.
+
+    NFKC, casefold, inner whitespace collapsed, trailing sentence punctuation dropped.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SPACE.sub(" ", text).strip()
+    return text.rstrip(" .!?;:").strip()
+
+
+# Names that a plain word tokenizer would destroy ("C++" -> "c"), kept as one word.
+_SPECIAL = re.compile(r"(?<![^\W_])(c\+\+|c#|f#|\.net)(?![^\W_])")
+_SPECIAL_WORDS = {"c++": "cplusplus", "c#": "csharp", "f#": "fsharp", ".net": "dotnet"}
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (letters and digits of any script), in order.
+
+    ``C++``, ``C#``, ``F#`` and ``.NET`` are kept as words (``cplusplus`` ...).
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _SPECIAL.sub(lambda m: " " + _SPECIAL_WORDS[m.group(1)] + " ", text)
+    return _WORD.findall(text)
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """Snowball (Porter 2) English stem of one lower-cased word; other scripts pass through."""
+    if word.isascii():
+        return str(_stemmer.stemWord(word))
+    return word
+
+
+def _encode(term: str) -> str:
+    # FTS5's unicode61 tokenizer must keep each index term whole: ASCII [a-z0-9] stays as
+    # it is; anything else (CJK, accented words) becomes a short stable hash.
+    if _ASCII_ALNUM.match(term):
+        return term
+    return "h" + hashlib.blake2b(term.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def stems(text: str, *, drop_stop_words: bool = False) -> list[str]:
+    """Stemmed tokens of ``text`` in order (with repeats), optionally without stop words."""
+    out = []
+    for w in words(text):
+        if drop_stop_words and w in STOP_WORDS:
+            continue
+        out.append(stem(w))
+    return out
+
+
+def index_terms(uid: int, text: str) -> list[str]:
+    """The FTS5 terms of one memory of user ``uid``: ``u{uid}_{stem}`` per token, in order."""
+    prefix = f"u{uid}_"
+    return [prefix + _encode(s) for s in stems(text)]
+
+
+def query_terms(uid: int, text: str) -> list[str]:
+    """Distinct FTS5 terms for a recall query of user ``uid`` (stop words dropped).
+
+    A query made only of stop words keeps them, so "what do I use" still finds something.
+    """
+    raw = stems(text, drop_stop_words=True) or stems(text)
+    prefix = f"u{uid}_"
+    seen: dict[str, None] = {}
+    for s in raw:
+        seen.setdefault(prefix + _encode(s), None)
+    return list(seen)
+
+
+def as_data(value: object) -> str:
+    """``value`` as one line of JSON with ``<`` and ``>`` escaped: safe inside a tagged block."""
+    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")

@@ -1,0 +1,369 @@
+"""Database administration: apply migrations, and copy a SQLite memory file into PostgreSQL.
+
+:func:`copy_sqlite_to_postgres` moves everything a SQLite store holds - users, memories
+(active and superseded, with their ids, so events and ``superseded_by`` still point at the
+right rows), memory events, embeddings, conversation turns (the reflection queue included),
+claimed event ids, memory modes, marks and usage - into an empty PostgreSQL database in one
+transaction, with ``COPY``. Memory ids, user ids and turn ids are kept, so the index terms
+(``u{uid}_...``) stay valid; identity sequences continue after the largest id (for memories,
+after the largest id the history names, so a forgotten id is never reused). Per-user BM25
+statistics are recomputed by the target's triggers. At the end every table is counted on
+both sides (and the users' active-memory totals compared); a mismatch is reported, not
+hidden. Turns that were waiting for a reflection arrive unclaimed, so the first replica that
+starts takes them over.
+
+Text is cleaned on the way (:mod:`core.store.text_repair`, the rule of migration
+``m007_clean_text``): a SQLite file may hold NUL or control characters written by an older
+version, and PostgreSQL refuses NUL in text. Memories get their normalised text remade from
+the clean text (the index terms are words only, already clean); turns keep their newlines.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import asyncpg
+
+from core.errors import ConfigError, StoreError
+from core.store.postgres.base import DB_ERRORS, describe_error, mask_url, migrate
+from core.store.sqlite.base import dt
+from core.store.text_repair import memory_text, turn_text
+
+logger = logging.getLogger(__name__)
+
+BATCH_ROWS = 5_000
+"""Rows read from SQLite and sent per ``COPY``."""
+
+ProgressCallback = Callable[[str, int, int], None]
+"""``(table, rows copied so far, rows in the table)``."""
+
+
+@dataclass(frozen=True)
+class _Table:
+    name: str
+    columns: tuple[str, ...]
+    times: tuple[str, ...] = ()  # ISO text in SQLite, timestamptz in PostgreSQL
+    order: str = "rowid"
+    identity: str | None = None  # column whose sequence continues after the copy
+    clean: Callable[[list[Any]], None] | None = None  # rewrites one row's text in place
+
+
+def _clean_memory(row: list[Any]) -> None:
+    # id, uid, text, norm, ...: the index terms stay the source's (words only, so already
+    # clean), which keeps the BM25 totals the copy compares equal on both sides.
+    new = memory_text(int(row[1]), row[2])
+    row[2:4] = [new.text, new.norm]
+
+
+def _clean_turn(row: list[Any]) -> None:
+    # id, conversation_key, user_key, role, author, text, ...
+    row[5], row[4] = turn_text(row[5], row[4])
+
+
+# In dependency order (users before memories ...).
+TABLES: tuple[_Table, ...] = (
+    _Table("users", ("uid", "user_key", "created_at"), ("created_at",), "uid", "uid"),
+    _Table(
+        "memories",
+        (
+            "id",
+            "uid",
+            "text",
+            "norm",
+            "terms",
+            "n_terms",
+            "kind",
+            "category",
+            "source",
+            "origin",
+            "conversation_key",
+            "created_at",
+            "updated_at",
+            "superseded_by",
+            "superseded_at",
+        ),
+        ("created_at", "updated_at", "superseded_at"),
+        "id",
+        "id",
+        _clean_memory,
+    ),
+    _Table(
+        "memory_events",
+        ("id", "uid", "memory_id", "event", "at", "conversation_key", "related_id", "change_id"),
+        ("at",),
+        "id",
+        "id",
+    ),
+    _Table("memory_embeddings", ("memory_id", "uid", "model", "vector"), (), "memory_id"),
+    _Table(
+        "turns",
+        (
+            "id",
+            "conversation_key",
+            "user_key",
+            "role",
+            "author",
+            "text",
+            "origin",
+            "sent_at",
+            "created_at",
+            "reply_to",
+            "reflection",
+            "attempts",
+            "platform_ref",
+            "workspace",
+        ),
+        ("sent_at", "created_at"),
+        "id",
+        "id",
+        _clean_turn,
+    ),
+    _Table("processed_events", ("event_key", "claimed_at"), ("claimed_at",), "event_key"),
+    _Table("memory_modes", ("user_key", "mode", "updated_at"), ("updated_at",), "user_key"),
+    _Table("marks", ("mark", "at"), ("at",), "mark"),
+    _Table(
+        "usage",
+        (
+            "id",
+            "at",
+            "user_key",
+            "workspace",
+            "kind",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "turn_id",
+        ),
+        ("at",),
+        "id",
+        "id",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TableCount:
+    """Rows of one table (or one derived total) in the source and the target."""
+
+    table: str
+    source: int
+    target: int
+
+    @property
+    def equal(self) -> bool:
+        return self.source == self.target
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What a copy moved; ``ok`` when every count matches."""
+
+    counts: tuple[TableCount, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.equal for c in self.counts)
+
+
+@dataclass(frozen=True)
+class MigrateReport:
+    """Migrations applied by this run, and all applied migrations in order."""
+
+    applied_now: tuple[str, ...]
+    applied: tuple[str, ...]
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///PATH`` URL; ``ConfigError`` for anything else."""
+    if not url.startswith("sqlite:///"):
+        raise ConfigError(f"--from must be a sqlite:/// URL, not {mask_url(url)!r}")
+    return url.removeprefix("sqlite:///")
+
+
+def postgres_url(url: str) -> str:
+    """``url`` if it is ``postgresql://`` or ``postgres://``; ``ConfigError`` otherwise."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"--to must be a postgresql:// URL, not {mask_url(url)!r}")
+    return url
+
+
+async def migrate_database(url: str) -> MigrateReport:
+    """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
+
+    Idempotent. Raises ``StoreError`` / ``MigrationError``.
+    """
+    if url.startswith("sqlite:///"):
+        from core.store.sqlite.store import SQLiteStore
+
+        path = sqlite_path(url)
+        before = await _sqlite_migrations(path)
+        store = await SQLiteStore.open(path)
+        try:
+            applied = tuple(await store.applied_migrations())
+        finally:
+            await store.close()
+        return MigrateReport(tuple(n for n in applied if n not in before), applied)
+    conn = await _connect(postgres_url(url))
+    try:
+        now = await migrate(conn)
+        names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
+        return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
+
+
+async def _sqlite_migrations(path: str) -> set[str]:
+    try:
+        async with aiosqlite.connect(_read_only(path), uri=True) as db:
+            rows = await db.execute_fetchall("SELECT name FROM schema_migrations")
+            return {str(r[0]) for r in rows}
+    except Exception:  # no file yet, or no schema yet: nothing applied
+        return set()
+
+
+def _read_only(path: str) -> str:
+    return Path(path).expanduser().resolve().as_uri() + "?mode=ro"
+
+
+async def _connect(url: str) -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(url, timeout=30)
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot open database {mask_url(url)}: {describe_error(exc)}") from None
+
+
+async def copy_sqlite_to_postgres(
+    source_url: str, target_url: str, *, progress: ProgressCallback | None = None
+) -> CopyReport:
+    """Copy the SQLite store at ``source_url`` into the empty PostgreSQL database at
+    ``target_url`` (migrating both first), then count every table on both sides.
+
+    Raises ``ConfigError`` for wrong URL schemes, ``StoreError`` when either database cannot
+    be used or the target already holds data (nothing is written then).
+    """
+    path = sqlite_path(source_url)
+    await migrate_database(source_url)
+    await migrate_database(postgres_url(target_url))
+    conn = await _connect(target_url)
+    try:
+        async with aiosqlite.connect(_read_only(path), uri=True) as src:
+            present = {
+                str(r[0]) for r in await src.execute_fetchall("SELECT name FROM sqlite_master")
+            }
+            tables = [t for t in TABLES if t.name in present]
+            async with conn.transaction():
+                await _require_empty(conn, target_url)
+                for table in tables:
+                    await _copy_table(src, conn, table, progress)
+                for table in tables:
+                    if table.identity is not None:
+                        await _continue_identity(conn, table)
+            report = await _compare(src, conn, tables)
+    except DB_ERRORS as exc:
+        raise StoreError(f"copy to {mask_url(target_url)} failed: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
+    logger.info("copied %s into %s: ok=%s", path, mask_url(target_url), report.ok)
+    return report
+
+
+async def _continue_identity(conn: asyncpg.Connection, table: _Table) -> None:
+    # New ids start after the largest copied one; for memories also after every id the
+    # history names, so a forgotten memory's id is never given to a new one.
+    largest = f"SELECT MAX({table.identity}) FROM {table.name}"
+    if table.name == "memories":
+        largest = f"SELECT GREATEST(({largest}), (SELECT MAX(memory_id) FROM memory_events))"
+    await conn.execute(
+        f"SELECT setval(pg_get_serial_sequence('{table.name}', '{table.identity}'),"
+        f" COALESCE(({largest}), 0) + 1, false)"
+    )
+
+
+async def _require_empty(conn: asyncpg.Connection, url: str) -> None:
+    for table in TABLES:
+        if await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {table.name})"):
+            raise StoreError(
+                f"{mask_url(url)} already holds data (table {table.name}); copy into an empty"
+                " database"
+            )
+
+
+async def _copy_table(
+    src: aiosqlite.Connection,
+    conn: asyncpg.Connection,
+    table: _Table,
+    progress: ProgressCallback | None,
+) -> None:
+    total = await _sqlite_value(src, f"SELECT count(*) FROM {table.name}")
+    times = [table.columns.index(c) for c in table.times]
+    done = 0
+
+    async def batches() -> AsyncIterator[Sequence[Any]]:
+        nonlocal done
+        async with src.execute(
+            f"SELECT {', '.join(table.columns)} FROM {table.name} ORDER BY {table.order}"
+        ) as cur:
+            while rows := list(await cur.fetchmany(BATCH_ROWS)):
+                for row in rows:
+                    yield _convert(row, times, table.clean)
+                done += len(rows)
+                if progress is not None:
+                    progress(table.name, done, total)
+
+    await conn.copy_records_to_table(table.name, records=batches(), columns=table.columns)
+    if progress is not None:
+        progress(table.name, total, total)
+    logger.info("copied table %s: %d rows", table.name, total)
+
+
+async def _sqlite_value(src: aiosqlite.Connection, sql: str) -> int:
+    rows = list(await src.execute_fetchall(sql))
+    return int(rows[0][0])
+
+
+def _convert(
+    row: Sequence[Any], times: Sequence[int], clean: Callable[[list[Any]], None] | None
+) -> tuple[Any, ...]:
+    values = list(row)
+    if clean is not None:
+        clean(values)
+    for i in times:
+        if values[i] is not None:
+            values[i] = _time(values[i])
+    return tuple(values)
+
+
+def _time(value: str) -> datetime:
+    try:
+        return dt(value)
+    except ValueError:
+        raise StoreError(f"unreadable timestamp {value!r} in the SQLite file") from None
+
+
+async def _compare(
+    src: aiosqlite.Connection, conn: asyncpg.Connection, tables: Sequence[_Table]
+) -> CopyReport:
+    counts = []
+    for table in tables:
+        source = await _sqlite_value(src, f"SELECT count(*) FROM {table.name}")
+        target = await conn.fetchval(f"SELECT count(*) FROM {table.name}")
+        counts.append(TableCount(table.name, int(source), int(target)))
+    derived = {
+        "active memories": "SELECT count(*) FROM memories WHERE superseded_by IS NULL",
+        "users.n_docs (sum)": "SELECT COALESCE(SUM(n_docs), 0) FROM users",
+        "users.total_len (sum)": "SELECT COALESCE(SUM(total_len), 0) FROM users",
+    }
+    for label, sql in derived.items():
+        source = await _sqlite_value(src, sql)
+        counts.append(TableCount(label, int(source), int(await conn.fetchval(sql))))
+    return CopyReport(tuple(counts))

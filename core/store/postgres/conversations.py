@@ -1,0 +1,373 @@
+"""Conversation state in PostgreSQL: turns (history and the durable reflection queue),
+claimed platform events, memory modes, one-time marks and usage.
+
+Reflections across replicas. A user turn is claimed (``turns.claimed_by``) by the replica
+that stored it. :meth:`PostgresConversations.turns_to_reflect` returns, and claims in one
+statement, only the turns waiting for a reflection whose replica is gone: unclaimed turns
+(e.g. copied from SQLite) and those of replicas no longer holding their liveness lock
+(:mod:`core.store.postgres.base`). The Reflector calls it at start-up and every
+``sweep_interval_s``; a live replica's turns, even those it is still answering, are never
+taken from it, and ``FOR UPDATE SKIP LOCKED`` gives each orphan to one replica only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.types import (
+    CallKind,
+    MemoryMode,
+    Origin,
+    ReflectionState,
+    Turn,
+    UsageRow,
+    usage_group_column,
+    utcnow,
+)
+
+# Replicas alive now: those holding their liveness lock in this database ($1 = LOCK_REPLICA).
+_LIVE_REPLICAS = (
+    "SELECT objid::bigint AS replica FROM pg_locks WHERE locktype = 'advisory'"
+    " AND classid = $1::bigint::oid AND objsubid = 2 AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+_TURN_COLUMNS = (
+    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
+    " attempts, platform_ref, workspace"
+)
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    return Turn(
+        id=row[0],
+        conversation_key=row[1],
+        user_key=row[2],
+        role=row[3],
+        text=row[4],
+        origin=row[5],
+        sent_at=row[6],
+        author=row[7],
+        reply_to=row[8],
+        reflection=row[9],
+        attempts=row[10],
+        platform_ref=row[11],
+        workspace=row[12],
+    )
+
+
+class _Unclaimed(Exception):
+    """Rolls back a claim that found an event key claimed before."""
+
+
+class PostgresConversations(PostgresBase):
+    """The :class:`core.store.seams.ConversationStore` and usage half of the PostgreSQL store."""
+
+    async def add_turn(
+        self,
+        *,
+        conversation_key: str,
+        user_key: str | None,
+        role: str,
+        text: str,
+        origin: Origin,
+        sent_at: datetime,
+        author: str | None = None,
+        reply_to: int | None = None,
+        reflection: ReflectionState | None = None,
+        platform_ref: str | None = None,
+        workspace: str | None = None,
+    ) -> int:
+        waiting = reflection in ("answering", "pending")
+        return int(
+            await self._fetchval(
+                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
+                " sent_at, created_at, reply_to, reflection, platform_ref, workspace,"
+                " claimed_by, claimed_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                " RETURNING id",
+                conversation_key,
+                user_key,
+                role,
+                author,
+                text,
+                origin,
+                sent_at,
+                utcnow(),
+                reply_to,
+                reflection,
+                platform_ref,
+                workspace,
+                self.replica_id if waiting else None,
+                utcnow() if waiting else None,
+            )
+        )
+
+    async def finish_turn(
+        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+    ) -> int | None:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = $1 FOR UPDATE", turn_id
+            )
+            if row is None:  # forgotten meanwhile
+                return None
+            turn = _turn(row)
+            answer_id = None
+            if answer:
+                now = utcnow()
+                answer_id = int(
+                    await conn.fetchval(
+                        "INSERT INTO turns(conversation_key, user_key, role, text, origin,"
+                        " sent_at, created_at, reply_to, platform_ref, workspace)"
+                        " VALUES ($1, NULL, 'assistant', $2, $3, $4, $4, $5, $6, $7)"
+                        " RETURNING id",
+                        turn.conversation_key,
+                        answer,
+                        turn.origin,
+                        now,
+                        turn_id,
+                        answer_ref,
+                        turn.workspace,
+                    )
+                )
+            await conn.execute(
+                "UPDATE turns SET reflection = $1 WHERE id = $2 AND reflection = 'answering'",
+                "pending" if reflect else "off",
+                turn_id,
+            )
+            return answer_id
+
+    async def get_turn(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchrow(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
+        return _turn(row) if row else None
+
+    async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
+        row = await self._fetchrow(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = $1"
+            " AND platform_ref = $2 AND role = 'user' ORDER BY id LIMIT 1",
+            conversation_key,
+            platform_ref,
+        )
+        return _turn(row) if row else None
+
+    async def answer_to(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchrow(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = $1 ORDER BY id LIMIT 1", turn_id
+        )
+        return _turn(row) if row else None
+
+    async def recent_turns(
+        self, *, conversation_key: str, limit: int, before_id: int | None = None
+    ) -> list[Turn]:
+        if limit <= 0:
+            return []
+        rows = await self._fetch(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = $1 AND id < $2"
+            " ORDER BY id DESC LIMIT $3",
+            conversation_key,
+            before_id if before_id is not None else 2**62,
+            limit,
+        )
+        return [_turn(r) for r in reversed(rows)]
+
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        """User turns stored since ``since`` in conversations starting with the prefix, with
+        no answer, that no live replica is answering; oldest first."""
+        rows = await self._fetch(
+            f"WITH live AS ({_LIVE_REPLICAS})"
+            f" SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            " AND t.reflection IS NOT NULL AND t.created_at >= $2"
+            " AND starts_with(t.conversation_key, $3)"
+            " AND (t.claimed_by IS NULL OR t.claimed_by = $4"
+            "      OR t.claimed_by NOT IN (SELECT replica FROM live))"
+            " AND NOT EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = t.id) ORDER BY t.id",
+            LOCK_REPLICA,
+            since,
+            conversation_prefix,
+            self.replica_id,
+        )
+        return [_turn(r) for r in rows]
+
+    async def turns_to_reflect(self) -> list[Turn]:
+        """User turns waiting for a reflection (``answering`` or ``pending``) that no live
+        replica holds, now claimed by this one; oldest first."""
+        await self.check_session()
+        rows = await self._fetch(
+            f"WITH live AS ({_LIVE_REPLICAS}), orphans AS ("
+            "  SELECT id FROM turns WHERE reflection IN ('answering', 'pending')"
+            "  AND (claimed_by IS NULL OR claimed_by NOT IN (SELECT replica FROM live))"
+            "  ORDER BY id FOR UPDATE SKIP LOCKED"
+            ") UPDATE turns t SET claimed_by = $2, claimed_at = $3 FROM orphans o"
+            f" WHERE t.id = o.id RETURNING {', '.join('t.' + c for c in _TURN_NAMES)}",
+            LOCK_REPLICA,
+            self.replica_id,
+            utcnow(),
+        )
+        return sorted((_turn(r) for r in rows), key=lambda t: t.id)
+
+    async def set_reflection(
+        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+    ) -> None:
+        if attempts is None:
+            await self._execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
+        else:
+            await self._execute(
+                "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
+                state,
+                attempts,
+                turn_id,
+            )
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        async with self._tx() as conn:
+            status = await conn.execute(
+                "DELETE FROM turns WHERE created_at < $1 AND (reflection IS NULL OR reflection"
+                " NOT IN ('answering', 'pending'))",
+                older_than,
+            )
+            await conn.execute("DELETE FROM processed_events WHERE claimed_at < $1", older_than)
+            return int(status.split()[-1])
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        """Claim a platform event by all its keys, atomically across replicas: the keys are
+        inserted (in sorted order, so two claims cannot deadlock) and the claim stands only
+        if none existed; otherwise it is rolled back and False returned."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return True
+        try:
+            async with self._tx() as conn:
+                inserted = await conn.fetch(
+                    "INSERT INTO processed_events(event_key, claimed_at, claimed_by)"
+                    " SELECT k, $2, $3 FROM unnest($1::text[]) WITH ORDINALITY AS e(k, n)"
+                    " ORDER BY n ON CONFLICT DO NOTHING RETURNING event_key",
+                    wanted,
+                    utcnow(),
+                    self.replica_id,
+                )
+                if len(inserted) != len(wanted):
+                    raise _Unclaimed
+        except _Unclaimed:
+            return False
+        return True
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """True when a live replica other than this one claimed the event by any of its keys:
+        it is answering it, or has. A claim of a replica that died is not (the event can be
+        taken over)."""
+        if not keys:
+            return False
+        return bool(
+            await self._fetchval(
+                f"WITH live AS ({_LIVE_REPLICAS}) SELECT EXISTS (SELECT 1 FROM processed_events"
+                " WHERE event_key = ANY($2::text[]) AND claimed_by <> $3"
+                " AND claimed_by IN (SELECT replica FROM live))",
+                LOCK_REPLICA,
+                list(keys),
+                self.replica_id,
+            )
+        )
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        mode = await self._fetchval("SELECT mode FROM memory_modes WHERE user_key = $1", user_key)
+        return cast(MemoryMode, mode) if mode else "on"
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        if mode == "on":
+            await self._execute("DELETE FROM memory_modes WHERE user_key = $1", user_key)
+        else:
+            await self._execute(
+                "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES ($1, $2, $3)"
+                " ON CONFLICT (user_key) DO UPDATE SET mode = excluded.mode,"
+                " updated_at = excluded.updated_at",
+                user_key,
+                mode,
+                utcnow(),
+            )
+
+    async def mark_once(self, *, mark: str) -> bool:
+        status = await self._execute(
+            "INSERT INTO marks(mark, at) VALUES ($1, $2) ON CONFLICT DO NOTHING", mark, utcnow()
+        )
+        return status == "INSERT 0 1"
+
+    # ---------------------------------------------------------------- usage
+    async def record_usage(
+        self,
+        *,
+        user_key: str,
+        workspace: str | None,
+        kind: CallKind,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_input_tokens: int,
+        cache_creation_input_tokens: int,
+        turn_id: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        await self._execute(
+            "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+            " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            at or utcnow(),
+            user_key,
+            workspace,
+            kind,
+            model,
+            input_tokens,
+            output_tokens,
+            cache_read_input_tokens,
+            cache_creation_input_tokens,
+            turn_id,
+        )
+
+    async def usage_report(
+        self,
+        *,
+        since: datetime,
+        by: str = "kind",
+        user_key: str | None = None,
+        workspace: str | None = None,
+    ) -> list[UsageRow]:
+        group = usage_group_column(by)
+        where, params = _usage_filter(since, user_key, workspace)
+        rows = await self._fetch(
+            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
+            " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
+            f" WHERE {where} GROUP BY 1 ORDER BY 1",
+            *params,
+        )
+        return [
+            UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows
+        ]
+
+    async def chat_messages_since(
+        self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
+    ) -> int:
+        where, params = _usage_filter(since, user_key, workspace)
+        count = await self._fetchval(
+            f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", *params
+        )
+        return int(count)
+
+
+_TURN_NAMES = [c.strip() for c in _TURN_COLUMNS.split(",")]
+
+
+def _usage_filter(
+    since: datetime, user_key: str | None, workspace: str | None
+) -> tuple[str, list[Any]]:
+    where = ["at >= $1"]
+    params: list[Any] = [since]
+    if user_key is not None:
+        params.append(user_key)
+        where.append(f"user_key = ${len(params)}")
+    if workspace is not None:
+        params.append(workspace)
+        where.append(f"workspace = ${len(params)}")
+    return " AND ".join(where), params

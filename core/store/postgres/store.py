@@ -1,0 +1,444 @@
+"""PostgreSQL memory store: asyncpg, a connection pool, BM25 recall over a GIN-indexed
+``tsvector``, safe for several bot processes (replicas) sharing one database.
+
+Select it with ``SELFMIND_DB=postgresql://user:password@host:5432/dbname``
+(:func:`core.store.seams.open_store`). Same protocol, semantics and errors as
+:mod:`core.store.sqlite.store`; SQLite stays the embedded default.
+
+Index design. Each memory keeps the index terms made in Python, every term prefixed with its
+owner's numeric id (``u17_prefer u17_dark``; :func:`core.rules.text.index_terms`), and a stored
+generated ``tsvector`` with one lexeme per distinct term, GIN-indexed over active memories
+only. A recall query ``'u17_dark' | 'u17_mode'`` therefore reads only that user's postings.
+
+Ranking, in one round trip (:mod:`core.store.postgres.recall`). Among the user's active memories
+holding any query term (the GIN index finds them) one SQL statement counts each term's
+document frequency, so the statistics are the user's own as in SQLite (N and total length
+from ``users``, kept by statement triggers), and keeps the best ``max(10 * k, 60)`` by BM25
+with every term counted once; :func:`core.rules.bm25.rescore` - the very function the SQLite store
+uses - then ranks that pool by exact Okapi BM25 (term counts included).
+
+Where results can differ from SQLite. Both backends rank their candidate pool with the same
+statistics and the same function, so a memory in both pools gets the same score to the last
+bit, and ties break the same way (newer id first). Only the pools differ: SQLite picks its
+pool by FTS5's ``bm25()``, which ignores document length and counts N over the whole file;
+PostgreSQL picks it by BM25 with the user's own N and lengths, ignoring only repeats of a
+term within one memory. So PostgreSQL's top ``k`` is exactly per-user BM25 except when a
+memory that repeats a query term would climb from outside the pool, and SQLite's can miss a
+short memory that FTS5's length-blind ranking left out. On LoCoMo (``bench/retrieval.py
+--backend postgres``) Hit@1/6/10 are 0.436/0.624/0.666 against SQLite's 0.436/0.625/0.668;
+on one conversation PostgreSQL's top 6 equals exhaustive per-user BM25 for 146 of 150
+questions, SQLite's for 110.
+
+Across replicas: a write to a user's memories first locks the user's row, so concurrent
+writes of one user are serialised and dedupe sees what another replica just stored; the
+partial unique index on ``(uid, norm)`` over active memories is the last line (a violation is
+reported as a duplicate of the stored memory). Forgetting deletes the row at once; as in any
+PostgreSQL table the dead tuple stays on disk until (auto)vacuum and in WAL archives.
+
+Connection, replicas and locks: :mod:`core.store.postgres.base`; turns, event claims, modes
+and usage: :mod:`core.store.postgres.conversations`; cleanup changes:
+:mod:`core.store.postgres.cleanup`; embeddings: :mod:`core.store.postgres.vectors`; schema:
+:mod:`core.store.postgres.migrations`; moving a SQLite file in: :mod:`core.store.postgres.admin`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Literal
+
+import asyncpg
+
+from core.rules.dedupe import Deduper
+from core.rules.text import index_terms, normalize
+from core.store.postgres.cleanup import PostgresHygiene
+from core.store.postgres.conversations import PostgresConversations
+from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
+from core.store.postgres.vectors import PostgresVectors
+from core.types import (
+    AddResult,
+    Memory,
+    MemoryEvent,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ScoredMemory,
+    UserSummary,
+    utcnow,
+)
+
+logger = logging.getLogger(__name__)
+
+DEDUPE_CANDIDATES = 50
+"""How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
+
+_INSERT = (
+    "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+    " conversation_key, created_at, updated_at)"
+)
+
+
+class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
+    """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
+    PostgresStore.open(url)``, close with ``close``."""
+
+    async def _event(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        memory_id: int,
+        event: str,
+        at: datetime,
+        conversation_key: str | None,
+        related_id: int | None = None,
+    ) -> None:
+        await conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            uid,
+            memory_id,
+            event,
+            at,
+            conversation_key,
+            related_id,
+        )
+
+    # ---------------------------------------------------------------- writes
+    async def add(
+        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
+    ) -> AddResult:
+        async with self._tx() as conn:
+            uid = await self._lock_user(conn, user_key, create=True)
+            assert uid is not None
+            result = await self._add_one(conn, uid, user_key, memory, dedupe, supersedes)
+            done = [
+                old_id
+                for old_id in dict.fromkeys(supersedes)
+                if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
+            ]
+            return replace(result, superseded=tuple(done))
+
+    async def add_many(
+        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
+    ) -> list[AddResult]:
+        """Write several memories in one transaction.
+
+        With a ``dedupe``, each is checked against all before it. With ``None`` (bulk loads
+        of trusted data) only exact duplicates are skipped, and rows go in by one statement.
+        """
+        async with self._tx() as conn:
+            uid = await self._lock_user(conn, user_key, create=True)
+            assert uid is not None
+            if dedupe is not None:
+                return [await self._add_one(conn, uid, user_key, m, dedupe) for m in memories]
+            return await self._bulk_add(conn, uid, memories)
+
+    async def _bulk_add(
+        self, conn: asyncpg.Connection, uid: int, memories: Sequence[NewMemory]
+    ) -> list[AddResult]:
+        if not memories:
+            return []
+        now = utcnow()
+        norms = [normalize(m.text) for m in memories]
+        terms = [index_terms(uid, m.text) for m in memories]
+        inserted = await conn.fetch(
+            f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
+            " x.source, x.origin, x.ck, x.created, x.updated FROM unnest($2::text[],"
+            " $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[], $9::text[],"
+            " $10::text[], $11::timestamptz[], $12::timestamptz[]) WITH ORDINALITY AS x(text,"
+            " norm, terms, n_terms, kind, category, source, origin, ck, created, updated, n)"
+            " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
+            uid,
+            [m.text for m in memories],
+            norms,
+            [" ".join(t) for t in terms],
+            [len(t) for t in terms],
+            [m.kind for m in memories],
+            [m.category for m in memories],
+            [m.source for m in memories],
+            [m.origin for m in memories],
+            [m.conversation_key for m in memories],
+            [m.created_at or now for m in memories],
+            [m.updated_at or m.created_at or now for m in memories],
+        )
+        new_ids = sorted(int(r[0]) for r in inserted)
+        await conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT $1, x.id, 'added', $3 FROM unnest($2::bigint[]) AS x(id) ORDER BY x.id",
+            uid,
+            new_ids,
+            now,
+        )
+        ids = {
+            r[1]: int(r[0])
+            for r in await conn.fetch(
+                "SELECT id, norm FROM memories WHERE uid = $1 AND superseded_by IS NULL"
+                " AND norm = ANY($2::text[])",
+                uid,
+                norms,
+            )
+        }
+        fresh, seen = set(new_ids), set()
+        results = []
+        for norm in norms:
+            memory_id = ids[norm]
+            status: Literal["added", "duplicate"] = (
+                "added" if memory_id in fresh and memory_id not in seen else "duplicate"
+            )
+            seen.add(memory_id)
+            results.append(AddResult(id=memory_id, status=status))
+        return results
+
+    async def _add_one(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        user_key: str,
+        memory: NewMemory,
+        dedupe: Deduper,
+        supersedes: Sequence[int] = (),
+    ) -> AddResult:
+        norm = normalize(memory.text)
+        twin_sql = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
+        existing = await conn.fetchval(twin_sql, uid, norm)
+        if existing is not None:
+            return AddResult(id=int(existing), status="duplicate")
+        neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
+        twin = dedupe.resolve(
+            memory.text, (s.memory for s in neighbours), replacing=frozenset(supersedes)
+        )
+        if twin is not None:
+            return AddResult(id=twin.id, status="duplicate")
+        terms = index_terms(uid, memory.text)
+        created = memory.created_at or utcnow()
+        try:
+            async with conn.transaction():  # a savepoint: a violation keeps the outer one
+                memory_id = int(
+                    await conn.fetchval(
+                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                        " RETURNING id",
+                        uid,
+                        memory.text,
+                        norm,
+                        " ".join(terms),
+                        len(terms),
+                        memory.kind,
+                        memory.category,
+                        memory.source,
+                        memory.origin,
+                        memory.conversation_key,
+                        created,
+                        memory.updated_at or created,
+                    )
+                )
+        except asyncpg.UniqueViolationError:
+            existing = await conn.fetchval(twin_sql, uid, norm)
+            logger.info("user=%s: identical memory stored concurrently as #%s", user_key, existing)
+            return AddResult(id=int(existing), status="duplicate")
+        await self._event(conn, uid, memory_id, "added", utcnow(), memory.conversation_key)
+        return AddResult(id=memory_id, status="added")
+
+    async def supersede(
+        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
+    ) -> bool:
+        async with self._tx() as conn:
+            uid = await self._lock_user(conn, user_key)
+            if uid is None:
+                return False
+            return await self._supersede(conn, uid, old_id, new_id, conversation_key)
+
+    async def _supersede(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        old_id: int,
+        new_id: int,
+        conversation_key: str | None,
+    ) -> bool:
+        if old_id == new_id:
+            return False
+        owned = await conn.fetchval(
+            "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
+            uid,
+            [old_id, new_id],
+        )
+        if owned != 2:
+            return False
+        now = utcnow()
+        status = await conn.execute(
+            "UPDATE memories SET superseded_by = $1, superseded_at = $2"
+            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
+            new_id,
+            now,
+            old_id,
+            uid,
+        )
+        if status != "UPDATE 1":
+            return False
+        await self._event(conn, uid, old_id, "superseded", now, conversation_key, new_id)
+        return True
+
+    async def forget(self, *, user_key: str, memory_id: int) -> bool:
+        """Delete one memory (its embedding by cascade); events keep no text."""
+        async with self._tx() as conn:
+            uid = await self._lock_user(conn, user_key)
+            if uid is None:
+                return False
+            return await self._erase_ids(conn, uid, [memory_id]) == 1
+
+    async def forget_all(self, *, user_key: str) -> int:
+        """Delete all the user's memories (superseded ones too) and turns in one transaction
+        of set-based statements (linear in the user's rows; other users' rows are not
+        locked); returns how many active memories there were."""
+        async with self._tx() as conn:
+            uid = await self._lock_user(conn, user_key)
+            count = 0
+            if uid is not None:
+                count = int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM memories WHERE uid = $1 AND superseded_by IS NULL",
+                        uid,
+                    )
+                )
+                await self._erase_user(conn, uid)
+            await conn.execute(
+                "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = $1)",
+                user_key,
+            )
+            await conn.execute("DELETE FROM turns WHERE user_key = $1", user_key)
+        return count
+
+    # ---------------------------------------------------------------- reads
+    async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return None
+        row = await self._fetchrow(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.id = $1 AND m.uid = $2",
+            memory_id,
+            uid,
+        )
+        return memory_from_row(row, user_key) if row else None
+
+    async def list_memories(
+        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+    ) -> list[Memory]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        active = "" if include_superseded else " AND m.superseded_by IS NULL"
+        rows = await self._fetch(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m"
+            f" WHERE m.uid = $1{active} ORDER BY m.id DESC LIMIT $2 OFFSET $3",
+            uid,
+            max(0, limit),
+            max(0, offset),
+        )
+        return [memory_from_row(r, user_key) for r in rows]
+
+    async def count(self, *, user_key: str) -> int:
+        n = await self._fetchval("SELECT n_docs FROM users WHERE user_key = $1", user_key)
+        return int(n) if n is not None else 0
+
+    async def export(self, *, user_key: str) -> list[Memory]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        rows = await self._fetch(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m"
+            " WHERE m.uid = $1 AND m.superseded_by IS NULL ORDER BY m.id",
+            uid,
+        )
+        return [memory_from_row(r, user_key) for r in rows]
+
+    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return []
+        rows = await self._fetch(
+            "SELECT memory_id, event, at, conversation_key, related_id, change_id"
+            " FROM memory_events WHERE uid = $1 ORDER BY id LIMIT $2",
+            uid,
+            limit,
+        )
+        return [
+            MemoryEvent(
+                memory_id=r[0],
+                event=r[1],
+                at=r[2],
+                conversation_key=r[3],
+                related_id=r[4],
+                change_id=r[5],
+            )
+            for r in rows
+        ]
+
+    async def stats(self, *, user_key: str | None = None) -> MemoryStats:
+        where, params = "WHERE superseded_by IS NULL", []
+        if user_key is not None:
+            uid = await self._uid(user_key)
+            if uid is None:
+                return MemoryStats(total=0)
+            where, params = where + " AND uid = $1", [uid]
+        rows = await self._fetch(
+            f"SELECT kind, category, count(*) FROM memories {where} GROUP BY kind, category",
+            *params,
+        )
+        by_kind: dict[str, int] = {}
+        by_category: dict[str, int] = {}
+        for kind, category, n in rows:
+            by_kind[kind] = by_kind.get(kind, 0) + n
+            by_category[category] = by_category.get(category, 0) + n
+        return MemoryStats(total=sum(by_kind.values()), by_kind=by_kind, by_category=by_category)
+
+    # ---------------------------------------------------------------- recall
+    async def search(
+        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]:
+        uid = await self._uid(user_key)
+        if uid is None or k <= 0:
+            return []
+        with self._errors():
+            async with self._pool.acquire() as conn:
+                return await self._search(conn, uid, user_key, query, k, origins)
+
+    async def _search(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None,
+    ) -> list[ScoredMemory]:
+        return await search_user(conn, uid, user_key, query, k, origins)
+
+    # ---------------------------------------------------------------- operators
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        only, args = ("= $1", (user_key,)) if user_key is not None else ("IS NOT NULL", ())
+        rows = await self._fetch(
+            "WITH k(user_key) AS ("
+            f"  SELECT user_key FROM users WHERE user_key {only}"
+            f"  UNION SELECT user_key FROM turns WHERE user_key {only})"
+            " SELECT k.user_key,"
+            "  (SELECT COUNT(*) FROM memories m JOIN users u ON u.uid = m.uid"
+            "   WHERE u.user_key = k.user_key AND m.superseded_by IS NULL) AS memories,"
+            "  (SELECT COUNT(*) FROM turns t WHERE t.user_key = k.user_key) AS turns,"
+            "  GREATEST("
+            "   (SELECT MAX(t.sent_at) FROM turns t WHERE t.user_key = k.user_key),"
+            "   (SELECT MAX(e.at) FROM memory_events e JOIN users u ON u.uid = e.uid"
+            "    WHERE u.user_key = k.user_key)) AS last_active"
+            ' FROM k ORDER BY k.user_key COLLATE "C"',
+            *args,
+        )
+        return [
+            UserSummary(
+                user_key=r["user_key"],
+                memories=int(r["memories"]),
+                turns=int(r["turns"]),
+                last_active=r["last_active"],
+            )
+            for r in rows
+        ]

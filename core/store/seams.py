@@ -1,0 +1,304 @@
+"""The memory store seam and its factory.
+
+Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
+no method reads, ranks or deletes another user's rows. Backends: SQLite
+(:mod:`core.store.sqlite.store`, the embedded default) and PostgreSQL
+(:mod:`core.store.postgres.store`, for several bot processes sharing one database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from core.rules.dedupe import Deduper
+
+if TYPE_CHECKING:
+    pass
+from core.rules.cleanup_ops import AppliedChange, ChangeOp
+from core.types import (
+    AddResult,
+    CallKind,
+    Memory,
+    MemoryEvent,
+    MemoryMode,
+    MemoryStats,
+    NewMemory,
+    Origin,
+    ReflectionState,
+    ScoredMemory,
+    Turn,
+    UsageRow,
+    UserSummary,
+)
+
+
+class MemoryStore(Protocol):
+    """Persistent per-user memories, their history, and BM25 recall."""
+
+    async def add(
+        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
+    ) -> AddResult:
+        """Write ``memory`` unless ``dedupe`` finds it among the user's active memories.
+
+        ``supersedes`` names the user's memories the new one replaces (ids of other users
+        are ignored). Supersede comes before dedupe: those memories are not compared with
+        the new one (:meth:`core.rules.dedupe.Deduper.resolve`), and when the new one duplicates
+        another active memory, that one replaces them. ``AddResult.superseded`` lists the
+        ids actually superseded. Atomic.
+        """
+        ...
+
+    async def add_many(
+        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
+    ) -> list[AddResult]:
+        """Write several memories in one transaction, each deduped against all before it.
+
+        ``dedupe=None`` (trusted bulk loads) skips only exact duplicates.
+        """
+        ...
+
+    async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
+        """The user's memory with this id (active or superseded), or None."""
+        ...
+
+    async def list_memories(
+        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+    ) -> list[Memory]:
+        """The user's memories, newest first."""
+        ...
+
+    async def count(self, *, user_key: str) -> int:
+        """Number of the user's active memories."""
+        ...
+
+    async def search(
+        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]:
+        """BM25 recall over the user's active memories, best first, at most ``k``.
+
+        Any text is a valid query; ``origins`` restricts to memories learned there.
+        """
+        ...
+
+    async def supersede(
+        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
+    ) -> bool:
+        """Mark ``old_id`` superseded by ``new_id``; False when either is not the user's."""
+        ...
+
+    async def forget(self, *, user_key: str, memory_id: int) -> bool:
+        """Erase one memory's text; only its id and a ``forgotten`` event remain."""
+        ...
+
+    async def forget_all(self, *, user_key: str) -> int:
+        """Erase all of the user's memories and conversation history; returns memories erased."""
+        ...
+
+    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
+        """The user's memory events, oldest first."""
+        ...
+
+    async def stats(self, *, user_key: str | None = None) -> MemoryStats:
+        """Counts of active memories, for one user or for the whole store."""
+        ...
+
+    async def export(self, *, user_key: str) -> list[Memory]:
+        """All of the user's active memories, oldest first."""
+        ...
+
+    async def apply_change(
+        self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
+    ) -> AppliedChange:
+        """Apply cleanup operations (merge, supersede, retire) as one undoable change."""
+        ...
+
+    async def undo_change(self, *, user_key: str, change_id: str) -> int:
+        """Restore the exact state before a change; returns the memories restored."""
+        ...
+
+    async def purge_retired(self, *, older_than: datetime) -> int:
+        """Erase, as ``forget`` does, memories a cleanup change retired or superseded before
+        ``older_than`` (``utcnow() - UNDO_WINDOW``) and that are still out of recall;
+        returns how many."""
+        ...
+
+    async def users_with_memories(self, *, at_least: int) -> list[str]:
+        """User keys holding at least ``at_least`` active memories."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and close."""
+        ...
+
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key
+        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
+        ...
+
+
+class ConversationStore(Protocol):
+    """Conversation turns (history, and the durable queue of reflections), claimed platform
+    events, per-user memory modes and one-time marks."""
+
+    async def add_turn(
+        self,
+        *,
+        conversation_key: str,
+        user_key: str | None,
+        role: str,
+        text: str,
+        origin: Origin,
+        sent_at: datetime,
+        author: str | None = None,
+        reply_to: int | None = None,
+        reflection: ReflectionState | None = None,
+        platform_ref: str | None = None,
+        workspace: str | None = None,
+    ) -> int:
+        """Store one message; returns its turn id. A user message that will be answered is
+        stored with ``reflection="answering"`` before the answer starts."""
+        ...
+
+    async def finish_turn(
+        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+    ) -> int | None:
+        """Store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
+        when ``reflect`` is False). Returns the answer's turn id (None for an empty answer
+        or a turn that was forgotten meanwhile)."""
+        ...
+
+    async def get_turn(self, *, turn_id: int) -> Turn | None:
+        """One turn, or None."""
+        ...
+
+    async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
+        """The user turn stored for a platform message id in a conversation, or None."""
+        ...
+
+    async def answer_to(self, *, turn_id: int) -> Turn | None:
+        """The assistant's answer to a user turn, or None."""
+        ...
+
+    async def recent_turns(
+        self, *, conversation_key: str, limit: int, before_id: int | None = None
+    ) -> list[Turn]:
+        """The last ``limit`` turns of a conversation (before ``before_id``), oldest first."""
+        ...
+
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        """User messages stored since ``since`` (conversation keys starting with the prefix)
+        that have no answer: the process answering them died. Oldest first."""
+        ...
+
+    async def turns_to_reflect(self) -> list[Turn]:
+        """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
+        ...
+
+    async def set_reflection(
+        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+    ) -> None:
+        """Record a reflection's state (and attempts so far)."""
+        ...
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
+        ...
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        """Claim a platform event by all its keys (event id, channel+ts). True for the first
+        claim of any of them, False if any was claimed before (also across restarts)."""
+        ...
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
+        ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode."""
+        ...
+
+    async def mark_once(self, *, mark: str) -> bool:
+        """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
+        ...
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """True when another live process sharing the store claimed the event by any of its
+        keys (it is answering it, or has): skip it. False when the claim is this process's or
+        a dead one's (then an unanswered event is an interrupted one)."""
+        ...
+
+    sweep_interval_s: float | None
+    """Seconds between looks for reflections other processes left behind (``turns_to_reflect``
+    then returns only those); None when one process owns the store (start-up only)."""
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """Held around each reflection of ``user_key``: excludes other reflections of the
+        user, also in other processes sharing the store."""
+        ...
+
+
+class UsageStore(Protocol):
+    """What every Claude call cost, as the API reported it."""
+
+    async def record_usage(
+        self,
+        *,
+        user_key: str,
+        workspace: str | None,
+        kind: CallKind,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_input_tokens: int,
+        cache_creation_input_tokens: int,
+        turn_id: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Record one call's usage."""
+        ...
+
+    async def usage_report(
+        self,
+        *,
+        since: datetime,
+        by: str = "kind",
+        user_key: str | None = None,
+        workspace: str | None = None,
+    ) -> list[UsageRow]:
+        """Totals since ``since`` grouped ``by`` user, workspace or kind (sorted by key)."""
+        ...
+
+    async def chat_messages_since(
+        self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
+    ) -> int:
+        """How many chat calls were recorded since ``since`` (for daily message caps)."""
+        ...
+
+
+class VectorStore(Protocol):
+    """Embeddings of memories, for optional semantic recall (float32 bytes per memory)."""
+
+    async def put_embeddings(
+        self, *, user_key: str, model: str, items: Sequence[tuple[int, bytes]]
+    ) -> int:
+        """Store vectors for the user's memories; returns how many were stored."""
+        ...
+
+    async def active_embeddings(
+        self, *, user_key: str, model: str
+    ) -> list[tuple[int, Origin, bytes]]:
+        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+        ...
+
+    async def memories_without_embedding(
+        self, *, model: str, user_key: str | None = None, limit: int = 256
+    ) -> list[tuple[str, int, str]]:
+        """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
+        ...
+
+
+class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
+    """Everything the core keeps: memories and conversations."""

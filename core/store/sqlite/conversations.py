@@ -1,0 +1,321 @@
+"""Conversation state in SQLite: turns (history and the durable reflection queue), claimed
+platform events, memory modes and one-time marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from datetime import datetime
+from typing import Any, cast
+
+from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.types import (
+    CallKind,
+    MemoryMode,
+    Origin,
+    ReflectionState,
+    Turn,
+    UsageRow,
+    usage_group_column,
+    utcnow,
+)
+
+_TURN_COLUMNS = (
+    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
+    " attempts, platform_ref, workspace"
+)
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    return Turn(
+        id=row[0],
+        conversation_key=row[1],
+        user_key=row[2],
+        role=row[3],
+        text=row[4],
+        origin=row[5],
+        sent_at=dt(row[6]),
+        author=row[7],
+        reply_to=row[8],
+        reflection=row[9],
+        attempts=row[10],
+        platform_ref=row[11],
+        workspace=row[12],
+    )
+
+
+class SQLiteConversations(SQLiteBase):
+    """The :class:`core.store.seams.ConversationStore` half of the SQLite store."""
+
+    sweep_interval_s: float | None = None
+    """One process owns the file: unfinished reflections are resumed at start-up only."""
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """A no-op: one process owns the file, and its Reflector already runs one user's
+        reflections one at a time."""
+        return nullcontext()
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """Always False: one process owns the file, so a claim from before was made by a
+        process that is gone."""
+        return False
+
+    async def add_turn(
+        self,
+        *,
+        conversation_key: str,
+        user_key: str | None,
+        role: str,
+        text: str,
+        origin: Origin,
+        sent_at: datetime,
+        author: str | None = None,
+        reply_to: int | None = None,
+        reflection: ReflectionState | None = None,
+        platform_ref: str | None = None,
+        workspace: str | None = None,
+    ) -> int:
+        async with self._write():
+            cur = await self._conn.execute(
+                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
+                " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_key,
+                    user_key,
+                    role,
+                    author,
+                    text,
+                    origin,
+                    ts(sent_at),
+                    ts(utcnow()),
+                    reply_to,
+                    reflection,
+                    platform_ref,
+                    workspace,
+                ),
+            )
+            return cast(int, cur.lastrowid)
+
+    async def finish_turn(
+        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+    ) -> int | None:
+        async with self._write():
+            row = await self._fetchone(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,)
+            )
+            if row is None:  # forgotten meanwhile
+                return None
+            turn = _turn(row)
+            answer_id = None
+            if answer:
+                cur = await self._conn.execute(
+                    "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
+                    " created_at, reply_to, platform_ref, workspace)"
+                    " VALUES (?, NULL, 'assistant', ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        turn.conversation_key,
+                        answer,
+                        turn.origin,
+                        ts(utcnow()),
+                        ts(utcnow()),
+                        turn_id,
+                        answer_ref,
+                        turn.workspace,
+                    ),
+                )
+                answer_id = cast(int, cur.lastrowid)
+            await self._conn.execute(
+                "UPDATE turns SET reflection = ? WHERE id = ? AND reflection = 'answering'",
+                ("pending" if reflect else "off", turn_id),
+            )
+            return answer_id
+
+    async def get_turn(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        return _turn(row) if row else None
+
+    async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
+        row = await self._fetchone(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND platform_ref = ?"
+            " AND role = 'user' ORDER BY id LIMIT 1",
+            (conversation_key, platform_ref),
+        )
+        return _turn(row) if row else None
+
+    async def answer_to(self, *, turn_id: int) -> Turn | None:
+        row = await self._fetchone(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",
+            (turn_id,),
+        )
+        return _turn(row) if row else None
+
+    async def recent_turns(
+        self, *, conversation_key: str, limit: int, before_id: int | None = None
+    ) -> list[Turn]:
+        if limit <= 0:
+            return []
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND id < ?"
+            " ORDER BY id DESC LIMIT ?",
+            (conversation_key, before_id if before_id is not None else 2**62, limit),
+        )
+        return [_turn(r) for r in reversed(rows)]
+
+    async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
+        prefix = conversation_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            " AND t.reflection IS NOT NULL AND t.created_at >= ?"
+            " AND t.conversation_key LIKE ? ESCAPE '\\'"
+            " AND NOT EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = t.id) ORDER BY t.id",
+            (ts(since), prefix + "%"),
+        )
+        return [_turn(r) for r in rows]
+
+    async def turns_to_reflect(self) -> list[Turn]:
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"
+            " ORDER BY id"
+        )
+        return [_turn(r) for r in rows]
+
+    async def set_reflection(
+        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+    ) -> None:
+        async with self._write():
+            if attempts is None:
+                await self._conn.execute(
+                    "UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id)
+                )
+            else:
+                await self._conn.execute(
+                    "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
+                    (state, attempts, turn_id),
+                )
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        async with self._write():
+            cur = await self._conn.execute(
+                "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
+                " NOT IN ('answering', 'pending'))",
+                (ts(older_than),),
+            )
+            await self._conn.execute(
+                "DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),)
+            )
+            return cur.rowcount
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        if not keys:
+            return True
+        async with self._write():
+            marks = ",".join("?" * len(keys))
+            row = await self._fetchone(
+                f"SELECT 1 FROM processed_events WHERE event_key IN ({marks}) LIMIT 1", keys
+            )
+            if row is not None:
+                return False
+            now = ts(utcnow())
+            await self._conn.executemany(
+                "INSERT OR IGNORE INTO processed_events(event_key, claimed_at) VALUES (?, ?)",
+                [(k, now) for k in keys],
+            )
+            return True
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        row = await self._fetchone("SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,))
+        return cast(MemoryMode, row[0]) if row else "on"
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        async with self._write():
+            if mode == "on":
+                await self._conn.execute("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))
+            else:
+                await self._conn.execute(
+                    "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT(user_key) DO UPDATE SET mode = excluded.mode,"
+                    " updated_at = excluded.updated_at",
+                    (user_key, mode, ts(utcnow())),
+                )
+
+    async def mark_once(self, *, mark: str) -> bool:
+        async with self._write():
+            cur = await self._conn.execute(
+                "INSERT OR IGNORE INTO marks(mark, at) VALUES (?, ?)", (mark, ts(utcnow()))
+            )
+            return cur.rowcount == 1
+
+    async def record_usage(
+        self,
+        *,
+        user_key: str,
+        workspace: str | None,
+        kind: CallKind,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_input_tokens: int,
+        cache_creation_input_tokens: int,
+        turn_id: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+                " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    ts(at or utcnow()),
+                    user_key,
+                    workspace,
+                    kind,
+                    model,
+                    input_tokens,
+                    output_tokens,
+                    cache_read_input_tokens,
+                    cache_creation_input_tokens,
+                    turn_id,
+                ),
+            )
+
+    async def usage_report(
+        self,
+        *,
+        since: datetime,
+        by: str = "kind",
+        user_key: str | None = None,
+        workspace: str | None = None,
+    ) -> list[UsageRow]:
+        group = usage_group_column(by)
+        where, params = _usage_filter(since, user_key, workspace)
+        rows = await self._fetchall(
+            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
+            " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
+            f" WHERE {where} GROUP BY 1 ORDER BY 1",
+            params,
+        )
+        return [UsageRow(str(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    async def chat_messages_since(
+        self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
+    ) -> int:
+        where, params = _usage_filter(since, user_key, workspace)
+        row = await self._fetchone(
+            f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
+        )
+        return int(row[0]) if row else 0
+
+
+def _usage_filter(
+    since: datetime, user_key: str | None, workspace: str | None
+) -> tuple[str, list[str]]:
+    where, params = ["at >= ?"], [ts(since)]
+    if user_key is not None:
+        where.append("user_key = ?")
+        params.append(user_key)
+    if workspace is not None:
+        where.append("workspace = ?")
+        params.append(workspace)
+    return " AND ".join(where), params

@@ -1,0 +1,331 @@
+"""Numbered SQLite migrations, applied in order, each in one transaction.
+
+Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
+async function of the connection when it needs Python (``m007_clean_text``); either runs in
+the migration's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import aiosqlite
+
+from core.store.text_repair import clean_stored_text
+
+M001_INITIAL = """
+CREATE TABLE users (
+    uid INTEGER PRIMARY KEY,
+    user_key TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    n_docs INTEGER NOT NULL DEFAULT 0,     -- active memories: BM25's N for this user
+    total_len INTEGER NOT NULL DEFAULT 0   -- sum of their index-term counts: BM25 avgdl * N
+);
+
+CREATE TABLE memories (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    text TEXT NOT NULL,
+    norm TEXT NOT NULL,                   -- core.rules.text.normalize(text), for exact dedupe
+    terms TEXT NOT NULL,                  -- index terms, u{uid}_{stem} ..., see core.rules.text
+    n_terms INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('fact', 'preference', 'correction', 'context')),
+    category TEXT NOT NULL
+        CHECK (category IN ('communication', 'code', 'tools', 'workflow', 'general')),
+    source TEXT NOT NULL CHECK (source IN ('reflection', 'remember', 'import')),
+    origin TEXT NOT NULL CHECK (origin IN ('private', 'shared')),
+    conversation_key TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    superseded_by INTEGER,
+    superseded_at TEXT
+);
+CREATE INDEX memories_by_user ON memories(uid, id);
+CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm) WHERE superseded_by IS NULL;
+
+CREATE TABLE memory_events (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    memory_id INTEGER NOT NULL,
+    event TEXT NOT NULL CHECK (event IN ('added', 'superseded', 'forgotten')),
+    at TEXT NOT NULL,
+    conversation_key TEXT,
+    related_id INTEGER                    -- for 'superseded': the memory that replaced it
+);
+CREATE INDEX memory_events_by_user ON memory_events(uid, id);
+
+-- Contentless FTS5 index over the prefixed terms of ACTIVE memories only, plus one marker
+-- term per row for its origin (u{uid}__private / u{uid}__shared; no stem starts with "_").
+-- Rows leave it by the 'delete' command with the same values. columnsize=0: no per-row
+-- length table, so bm25() here ignores length (3x cheaper); lengths come from n_terms when
+-- core.store.sqlite.store re-scores the candidates. bm25() weights: one column, 1.0.
+CREATE VIRTUAL TABLE memories_fts USING fts5(
+    terms, content='', columnsize=0, tokenize="unicode61 tokenchars '_'"
+);
+CREATE VIRTUAL TABLE memories_vocab USING fts5vocab(memories_fts, 'row');
+
+CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms
+        WHERE uid = new.uid;
+END;
+
+CREATE TRIGGER memories_ad AFTER DELETE ON memories WHEN old.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms
+        WHERE uid = old.uid;
+END;
+
+CREATE TRIGGER memories_superseded AFTER UPDATE OF superseded_by ON memories
+WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms
+        WHERE uid = old.uid;
+END;
+
+CREATE TRIGGER memories_restored AFTER UPDATE OF superseded_by ON memories
+WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms
+        WHERE uid = new.uid;
+END;
+
+CREATE TRIGGER memories_reworded AFTER UPDATE OF terms ON memories
+WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, terms)
+        VALUES ('delete', old.id, old.terms || ' u' || old.uid || '__' || old.origin);
+    INSERT INTO memories_fts(rowid, terms)
+        VALUES (new.id, new.terms || ' u' || new.uid || '__' || new.origin);
+    UPDATE users SET total_len = total_len - old.n_terms + new.n_terms WHERE uid = new.uid;
+END;
+"""
+
+M002_CONVERSATIONS = """
+-- Conversation turns: the history sent to Claude, and the durable queue of reflections.
+CREATE TABLE turns (
+    id INTEGER PRIMARY KEY,
+    conversation_key TEXT NOT NULL,
+    user_key TEXT,                        -- the speaker (NULL for the assistant)
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    author TEXT,                          -- display name, for attribution in shared threads
+    text TEXT NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('private', 'shared')),
+    sent_at TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    reply_to INTEGER,                     -- assistant turn: the user turn it answers
+    -- user turns: answering -> pending -> done | skipped | off; NULL = context only
+    reflection TEXT CHECK (reflection IN ('answering', 'pending', 'done', 'skipped', 'off')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    platform_ref TEXT                     -- the platform's message id (for notes, reactions)
+);
+CREATE INDEX turns_by_conversation ON turns(conversation_key, id);
+CREATE INDEX turns_by_user ON turns(user_key);
+CREATE INDEX turns_by_time ON turns(created_at);
+CREATE INDEX turns_to_reflect ON turns(reflection, id)
+    WHERE reflection IN ('answering', 'pending');
+
+-- Platform events already handled (Slack event ids, channel+ts): exactly one answer each.
+CREATE TABLE processed_events (
+    event_key TEXT PRIMARY KEY,
+    claimed_at TEXT NOT NULL
+);
+CREATE INDEX processed_events_by_time ON processed_events(claimed_at);
+
+-- /memory pause | off (absent = on).
+CREATE TABLE memory_modes (
+    user_key TEXT PRIMARY KEY,
+    mode TEXT NOT NULL CHECK (mode IN ('paused', 'off')),
+    updated_at TEXT NOT NULL
+);
+
+-- One-time marks: "first DM notice shown to X", "thread T seeded from the platform".
+CREATE TABLE marks (
+    mark TEXT PRIMARY KEY,
+    at TEXT NOT NULL
+);
+"""
+
+M003_USAGE = """
+-- The workspace (Slack team, Discord guild) a turn happened in, for usage and daily caps.
+ALTER TABLE turns ADD COLUMN workspace TEXT;
+
+-- One row per Claude call, as the API reported its usage.
+CREATE TABLE usage (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    user_key TEXT NOT NULL,
+    workspace TEXT,
+    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection', 'cleanup')),
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_input_tokens INTEGER NOT NULL,
+    cache_creation_input_tokens INTEGER NOT NULL,
+    turn_id INTEGER
+);
+CREATE INDEX usage_by_user ON usage(user_key, at);
+CREATE INDEX usage_by_workspace ON usage(workspace, at);
+CREATE INDEX usage_by_time ON usage(at);
+"""
+
+M004_CLEANUP = """
+-- Memory hygiene: events carry the change (a cleanup run, a correction) they belong to, so a
+-- change can be reviewed and undone; new event kinds 'retired' and 'restored'.
+-- A retired memory is marked superseded by itself (it leaves recall, nothing replaces it).
+CREATE TABLE memory_events_new (
+    id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL REFERENCES users(uid),
+    memory_id INTEGER NOT NULL,
+    event TEXT NOT NULL
+        CHECK (event IN ('added', 'superseded', 'forgotten', 'retired', 'restored')),
+    at TEXT NOT NULL,
+    conversation_key TEXT,
+    related_id INTEGER,
+    change_id TEXT
+);
+INSERT INTO memory_events_new(id, uid, memory_id, event, at, conversation_key, related_id)
+    SELECT id, uid, memory_id, event, at, conversation_key, related_id FROM memory_events;
+DROP TABLE memory_events;
+ALTER TABLE memory_events_new RENAME TO memory_events;
+CREATE INDEX memory_events_by_user ON memory_events(uid, id);
+CREATE INDEX memory_events_by_change ON memory_events(change_id) WHERE change_id IS NOT NULL;
+"""
+
+M005_EMBEDDINGS = """
+-- Optional semantic recall (SELFMIND_RECALL=hybrid): one float32 embedding per memory.
+-- Superseded and retired memories keep theirs (recall reads active memories only, and an
+-- undo makes them active again); a forgotten or deleted memory's embedding goes with it.
+CREATE TABLE memory_embeddings (
+    memory_id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX memory_embeddings_by_user ON memory_embeddings(uid);
+CREATE TRIGGER memories_ad_embedding AFTER DELETE ON memories BEGIN
+    DELETE FROM memory_embeddings WHERE memory_id = old.id;
+END;
+"""
+
+FTS_SHARDS = 32
+"""How many FTS5 indexes the memories are spread over (m006): user ``uid`` lives in
+``memories_fts_{uid % FTS_SHARDS}``. Fixed by the migration; changing it needs a new one."""
+
+
+def fts_table(uid: int) -> str:
+    """The FTS5 table holding user ``uid``'s index terms (``memories_vocab_N`` is its vocab)."""
+    return f"memories_fts_{uid % FTS_SHARDS}"
+
+
+def _m006_sharded_fts() -> str:
+    # Why shards. FTS5 (3.40, no 'secure-delete' option) removes a row by writing a delete
+    # marker; the row's terms stay in the segment that holds them until a merge rewrites it.
+    # Erasing therefore means rewriting the segments ('optimize'), which costs the size of
+    # the index: about 1.2 us per memory, 1.2 s for one index of 1,000,000 memories, during
+    # which the write lock is held. Spread over 32 indexes by user, a forget rewrites only
+    # its user's index: 1/32 of the other users' memories (bench/forget.py). Why not more:
+    # each index costs every insert and delete one trigger check (about 0.45 us a row), so
+    # 64 shards made a 50,000-memory forget-all 1.4 s slower than 1 index did.
+    parts = [
+        "DROP TRIGGER memories_ai;",
+        "DROP TRIGGER memories_ad;",
+        "DROP TRIGGER memories_superseded;",
+        "DROP TRIGGER memories_restored;",
+        "DROP TRIGGER memories_reworded;",
+        "DROP TABLE memories_vocab;",
+        "DROP TABLE memories_fts;",
+        # forget: "events that pointed at this memory" by index, not by scanning the user's.
+        "CREATE INDEX memory_events_by_related ON memory_events(uid, related_id)"
+        " WHERE related_id IS NOT NULL;",
+    ]
+    row = "' u' || {r}.uid || '__' || {r}.origin"
+    for n in range(FTS_SHARDS):
+        fts = f"memories_fts_{n}"
+        new_row = f"new.terms || {row.format(r='new')}"
+        old_row = f"old.terms || {row.format(r='old')}"
+        on = f"new.uid % {FTS_SHARDS} = {n}"
+        on_old = f"old.uid % {FTS_SHARDS} = {n}"
+        parts += [
+            f"CREATE VIRTUAL TABLE {fts} USING fts5("
+            " terms, content='', columnsize=0, tokenize=\"unicode61 tokenchars '_'\");",
+            f"CREATE VIRTUAL TABLE memories_vocab_{n} USING fts5vocab({fts}, 'row');",
+            f"INSERT INTO {fts}(rowid, terms) SELECT id, terms || ' u' || uid || '__' || origin"
+            f" FROM memories WHERE superseded_by IS NULL AND uid % {FTS_SHARDS} = {n};",
+            f"CREATE TRIGGER memories_ai_{n} AFTER INSERT ON memories"
+            f" WHEN new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+            f"CREATE TRIGGER memories_ad_{n} AFTER DELETE ON memories"
+            f" WHEN old.superseded_by IS NULL AND {on_old} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});"
+            "\nEND;",
+            f"CREATE TRIGGER memories_superseded_{n} AFTER UPDATE OF superseded_by ON memories"
+            f" WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});"
+            "\nEND;",
+            f"CREATE TRIGGER memories_restored_{n} AFTER UPDATE OF superseded_by ON memories"
+            f" WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+            f"CREATE TRIGGER memories_reworded_{n} AFTER UPDATE OF terms ON memories"
+            f" WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL AND {on} BEGIN\n"
+            f"    INSERT INTO {fts}({fts}, rowid, terms) VALUES ('delete', old.id, {old_row});\n"
+            f"    INSERT INTO {fts}(rowid, terms) VALUES (new.id, {new_row});\nEND;",
+        ]
+    # The per-user counts, once per row (not once per shard).
+    parts += [
+        "CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.superseded_by IS NULL"
+        " BEGIN\n    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+        "CREATE TRIGGER memories_ad AFTER DELETE ON memories WHEN old.superseded_by IS NULL"
+        " BEGIN\n    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms"
+        " WHERE uid = old.uid;\nEND;",
+        "CREATE TRIGGER memories_superseded AFTER UPDATE OF superseded_by ON memories"
+        " WHEN old.superseded_by IS NULL AND new.superseded_by IS NOT NULL BEGIN\n"
+        "    UPDATE users SET n_docs = n_docs - 1, total_len = total_len - old.n_terms"
+        " WHERE uid = old.uid;\nEND;",
+        "CREATE TRIGGER memories_restored AFTER UPDATE OF superseded_by ON memories"
+        " WHEN old.superseded_by IS NOT NULL AND new.superseded_by IS NULL BEGIN\n"
+        "    UPDATE users SET n_docs = n_docs + 1, total_len = total_len + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+        "CREATE TRIGGER memories_reworded AFTER UPDATE OF terms ON memories"
+        " WHEN old.superseded_by IS NULL AND new.superseded_by IS NULL BEGIN\n"
+        "    UPDATE users SET total_len = total_len - old.n_terms + new.n_terms"
+        " WHERE uid = new.uid;\nEND;",
+    ]
+    return "\n".join(parts)
+
+
+M006_SHARDED_FTS = _m006_sharded_fts()
+
+
+async def m007_clean_text(conn: aiosqlite.Connection) -> None:
+    """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`): NUL,
+    control characters, bidirectional overrides, zero-width spaces, BOMs."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await clean_stored_text(fetch=fetch, execute=execute, now=now)
+
+
+Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
+"""The SQL of a migration, or the async function that applies it."""
+
+MIGRATIONS: list[tuple[int, str, Migration]] = [
+    (1, "m001_initial", M001_INITIAL),
+    (2, "m002_conversations", M002_CONVERSATIONS),
+    (3, "m003_usage", M003_USAGE),
+    (4, "m004_cleanup", M004_CLEANUP),
+    (5, "m005_embeddings", M005_EMBEDDINGS),
+    (6, "m006_sharded_fts", M006_SHARDED_FTS),
+    (7, "m007_clean_text", m007_clean_text),
+]

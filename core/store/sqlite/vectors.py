@@ -1,0 +1,74 @@
+"""Embedding storage in SQLite for optional semantic recall (see :mod:`core.memory.hybrid`).
+
+Vectors are float32 bytes (``numpy.ndarray.tobytes()``), one row per memory, tagged with the
+model that made them so a model change can be detected and reindexed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.store.sqlite.base import SQLiteBase
+from core.types import Origin
+
+
+class SQLiteVectors(SQLiteBase):
+    """``put_embeddings`` / ``active_embeddings`` / ``memories_without_embedding``."""
+
+    async def put_embeddings(
+        self, *, user_key: str, model: str, items: Sequence[tuple[int, bytes]]
+    ) -> int:
+        """Store vectors for the user's memories (ids of other users are ignored)."""
+        if not items:
+            return 0
+        async with self._write():
+            row = await self._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
+            if row is None:
+                return 0
+            uid = row[0]
+            marks = ",".join("?" * len(items))
+            owned = {
+                r[0]
+                for r in await self._fetchall(
+                    f"SELECT id FROM memories WHERE uid = ? AND id IN ({marks})",
+                    (uid, *[i for i, _ in items]),
+                )
+            }
+            rows = [(i, uid, model, v) for i, v in items if i in owned]
+            await self._conn.executemany(
+                "INSERT OR REPLACE INTO memory_embeddings(memory_id, uid, model, vector)"
+                " VALUES (?, ?, ?, ?)",
+                rows,
+            )
+            return len(rows)
+
+    async def active_embeddings(
+        self, *, user_key: str, model: str
+    ) -> list[tuple[int, Origin, bytes]]:
+        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+        return [
+            (r[0], r[1], r[2])
+            for r in await self._fetchall(
+                "SELECT m.id, m.origin, e.vector FROM memory_embeddings e"
+                " JOIN memories m ON m.id = e.memory_id JOIN users u ON u.uid = m.uid"
+                " WHERE u.user_key = ? AND m.superseded_by IS NULL AND e.model = ?"
+                " ORDER BY m.id",
+                (user_key, model),
+            )
+        ]
+
+    async def memories_without_embedding(
+        self, *, model: str, user_key: str | None = None, limit: int = 256
+    ) -> list[tuple[str, int, str]]:
+        """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
+        where, params = "", [model]
+        if user_key is not None:
+            where, params = " AND u.user_key = ?", [model, user_key]
+        rows = await self._fetchall(
+            "SELECT u.user_key, m.id, m.text FROM memories m JOIN users u ON u.uid = m.uid"
+            " LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND e.model = ?"
+            f" WHERE m.superseded_by IS NULL AND e.memory_id IS NULL{where}"
+            " ORDER BY m.id LIMIT ?",
+            (*params, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]

@@ -1,0 +1,1 @@
+"""Streamed replies over a ReplySink, and chunking of Markdown per platform."""

@@ -1,0 +1,621 @@
+"""Streamed replies: Claude's answer shown in chat messages that are edited as it arrives.
+
+One :class:`StreamedReply` per reply, over a :class:`ReplySink` (post / edit / status) that
+each platform adapter implements; :func:`stream_reply` drives one from an answer stream.
+A background task per reply makes every sink call, one at a time and in order:
+
+- the first text is posted as soon as the first delta arrives; with a placeholder (posted by
+  ``start()`` while Claude thinks) the first text replaces it at most ``edit_interval_s`` after
+  the placeholder was posted;
+- edits are throttled by time, not by chunk count: at most one write (post or edit) per
+  message per ``edit_interval_s`` seconds; deltas that arrive meanwhile are coalesced;
+- each edit first takes a token from an optional shared limiter (:class:`EditBudgets`, one per
+  rate-limit scope), so concurrent replies in one Slack workspace slow their edits down
+  together instead of running into 429s. Discord sinks pass ``limiter=None``: discord.py
+  follows Discord's per-route rate-limit headers itself;
+- while streaming, a message ends with ``writing_marker`` (after a temporary closing fence if
+  it is inside a code block); the final edit holds exactly the text;
+- roll-over: when the text would pass ``max_chars`` (marker and fences included), the message
+  is closed and the text continues in a new message (split rules: :mod:`core.streaming.chunking`);
+- a sink that raises ``RateLimited`` is waited out (``retry_after_s``), then the message is
+  edited with the newest text, so nothing is lost or reordered; after
+  ``max_rate_limit_retries`` 429s in a row, or on ``EditFailed``, the message stays as last
+  shown and the rest of the text continues in a new message;
+- any other exception from the sink is a platform error: the task stops and the next
+  ``feed()``/``finish()`` raises it unchanged.
+
+Time: ``clock`` and ``sleep`` default to the running event loop's clock and ``asyncio.sleep``
+(the clock aiolimiter uses too), so a test loop with virtual time drives all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from aiolimiter import AsyncLimiter
+
+from core.errors import EditFailed, ModelError, RateLimited, SelfMindError, StreamCutError
+from core.streaming.chunking import (
+    START,
+    Position,
+    closing_suffix,
+    fence_at_end,
+    locate,
+    reopen_prefix,
+    slack_markdown,
+    split_message,
+)
+
+__all__ = [
+    "DISCORD_MAX_REPLY_CHARS",
+    "SLACK_MAX_REPLY_CHARS",
+    "SLACK_UPDATES_PER_MINUTE",
+    "EditBudgets",
+    "EditLimiter",
+    "PostedMessage",
+    "ReplyResult",
+    "ReplySink",
+    "StreamConfig",
+    "StreamedReply",
+    "stream_reply",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Discord message content limit, characters
+#: (https://discord.com/developers/docs/resources/message#create-message).
+DISCORD_MAX_REPLY_CHARS = 2000
+#: Slack: stays clear of ``msg_too_long``, which ``chat.update`` returns well below the
+#: documented 40,000 characters (https://api.slack.com/methods/chat.update).
+SLACK_MAX_REPLY_CHARS = 3500
+#: Slack ``chat.update`` is rate tier 3, about 50 calls a minute per workspace
+#: (https://api.slack.com/methods/chat.update, https://api.slack.com/apis/rate-limits).
+SLACK_UPDATES_PER_MINUTE = 50
+
+DEFAULT_WRITING_MARKER = "\n\n_✍️ still writing…_"
+DEFAULT_PLACEHOLDER = "_thinking…_"
+DEFAULT_STATUS = "is thinking…"
+GENERIC_ERROR_NOTE = "Something went wrong while writing this answer."
+
+
+class ReplySink(Protocol):
+    """Where one reply goes: a thread or channel on one platform.
+
+    ``post`` adds a message to the reply's thread and returns its handle (e.g. Slack ``ts``,
+    Discord message id); ``edit`` replaces a message's text; ``status`` shows (``text``) or
+    clears (``None``) a typing / "is thinking" indicator and may do nothing. ``post`` and
+    ``edit`` raise ``RateLimited`` on HTTP 429; ``edit`` raises ``EditFailed`` when the
+    message can never be edited again (Slack ``msg_too_long``, message deleted). Texts are
+    standard Markdown of at most the configured ``max_chars``.
+    """
+
+    async def post(self, *, text: str) -> str: ...
+
+    async def edit(self, *, handle: str, text: str) -> None: ...
+
+    async def status(self, *, text: str | None) -> None: ...
+
+
+class EditLimiter(Protocol):
+    """A shared rate limiter; ``aiolimiter.AsyncLimiter`` is one."""
+
+    async def acquire(self, amount: float = 1) -> None: ...
+
+
+class EditBudgets:
+    """Shared edit budgets: one leaky-bucket limiter per rate-limit scope.
+
+    ``for_scope("slack:T123")`` returns the same ``aiolimiter.AsyncLimiter`` for every reply
+    in that scope. The bucket holds ``burst`` tokens and refills at
+    ``calls_per_minute - burst`` a minute, so any 60-second window sees at most
+    ``calls_per_minute`` calls (burst + refill). Default burst: a tenth of the rate, at least 1.
+    Create it inside the running event loop that uses it (aiolimiter binds to one loop).
+    Raises ``ValueError`` unless ``0 < burst < calls_per_minute``.
+    """
+
+    def __init__(self, *, calls_per_minute: float, burst: int | None = None) -> None:
+        burst = max(1, int(calls_per_minute // 10)) if burst is None else burst
+        if not 0 < burst < calls_per_minute:
+            raise ValueError(f"need 0 < burst ({burst}) < calls_per_minute ({calls_per_minute})")
+        self.calls_per_minute = calls_per_minute
+        self.burst = burst
+        self._period_s = burst * 60.0 / (calls_per_minute - burst)
+        self._limiters: dict[str, AsyncLimiter] = {}
+
+    @classmethod
+    def for_slack(cls, *, updates_per_minute: int = SLACK_UPDATES_PER_MINUTE) -> EditBudgets:
+        """Budgets for Slack ``chat.update``, scoped per workspace (``"slack:{team_id}"``)."""
+        return cls(calls_per_minute=updates_per_minute)
+
+    def for_scope(self, scope: str) -> AsyncLimiter:
+        """The limiter shared by every reply in ``scope``."""
+        limiter = self._limiters.get(scope)
+        if limiter is None:
+            limiter = self._limiters[scope] = AsyncLimiter(self.burst, self._period_s)
+            logger.info(
+                "edit budget for %s: %s a minute, burst %s",
+                scope,
+                self.calls_per_minute,
+                self.burst,
+            )
+        return limiter
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """How replies stream on one platform.
+
+    ``max_chars``: message length limit, characters, marker and fences included.
+    ``edit_interval_s``: minimum seconds between two writes of one message.
+    ``writing_marker``: appended while streaming, gone in the final edit.
+    ``placeholder``: posted by ``start()`` before the first delta (None: post nothing).
+    ``status_text``: shown by ``start()`` through ``sink.status`` (None: not used).
+    ``render``: applied to every text before it is sent (e.g. :func:`slack_markdown`); a
+    rendering longer than ``max_chars`` is replaced by the unrendered text.
+    ``max_rate_limit_retries``: 429s in a row on one message before it is given up.
+    ``empty_text``: shown when the answer is empty.
+    Raises ``ValueError`` for limits the splitter cannot meet.
+    """
+
+    max_chars: int
+    edit_interval_s: float = 1.0
+    writing_marker: str = DEFAULT_WRITING_MARKER
+    placeholder: str | None = DEFAULT_PLACEHOLDER
+    status_text: str | None = DEFAULT_STATUS
+    render: Callable[[str], str] | None = None
+    max_rate_limit_retries: int = 5
+    empty_text: str = "(no answer)"
+
+    def __post_init__(self) -> None:
+        reserve = self.reserve
+        if reserve > self.max_chars // 2 or self.max_chars - reserve < 32:
+            raise ValueError(f"max_chars={self.max_chars} too small for the writing marker")
+        if self.edit_interval_s <= 0:
+            raise ValueError(f"edit_interval_s must be > 0, not {self.edit_interval_s}")
+        if self.max_rate_limit_retries < 0:
+            raise ValueError("max_rate_limit_retries must be >= 0")
+        for name, value in (("placeholder", self.placeholder), ("empty_text", self.empty_text)):
+            if value is not None and not 0 < len(value.strip()) <= len(value) <= self.max_chars:
+                raise ValueError(f"{name} must be non-blank and at most max_chars long")
+
+    @property
+    def reserve(self) -> int:
+        """Characters kept free in every message for the marker and its line break."""
+        return len(self.writing_marker) + 1 if self.writing_marker else 0
+
+    @classmethod
+    def for_slack(
+        cls, *, max_chars: int = SLACK_MAX_REPLY_CHARS, edit_interval_s: float = 1.0
+    ) -> StreamConfig:
+        """Slack: texts go out as ``markdown_text``, with tables in code blocks."""
+        return cls(max_chars=max_chars, edit_interval_s=edit_interval_s, render=slack_markdown)
+
+    @classmethod
+    def for_discord(
+        cls, *, max_chars: int = DISCORD_MAX_REPLY_CHARS, edit_interval_s: float = 1.0
+    ) -> StreamConfig:
+        """Discord: renders standard Markdown as it is."""
+        return cls(max_chars=max_chars, edit_interval_s=edit_interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class PostedMessage:
+    """One message of a reply: ``text`` is the last text the platform accepted.
+
+    ``text`` shows ``reply_text[start:end]`` (plus fence lines); ``edits`` counts successful
+    edits (the post not included); ``complete`` is False if the message was given up
+    (``EditFailed`` or too many 429s) and may still show the writing marker.
+    """
+
+    handle: str
+    text: str
+    start: int
+    end: int
+    edits: int
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyResult:
+    """What a reply posted. ``text`` is all the text fed (with an error note, if any);
+    ``rate_limited`` counts the 429s the sink raised; ``error`` is the stream error that
+    ended the reply early (see :func:`stream_reply`)."""
+
+    text: str
+    messages: tuple[PostedMessage, ...]
+    rate_limited: int
+    error: SelfMindError | None = None
+
+    @property
+    def handles(self) -> list[str]:
+        """Message handles, in thread order."""
+        return [message.handle for message in self.messages]
+
+    @property
+    def edit_counts(self) -> list[int]:
+        """Successful edits per message, in thread order."""
+        return [message.edits for message in self.messages]
+
+
+@dataclass(slots=True)
+class _Message:
+    start: Position
+    prefix: str  # reopened code fence, or ""
+    shown_end: int  # the text offset the shown text reaches
+    handle: str | None = None
+    shown: str | None = None
+    end: int | None = None  # set when the message is closed or given up
+    edits: int = 0
+    last_write_at: float | None = None
+    edit_ready: bool = False  # the interval has passed and a limiter token is held
+    rate_limited_streak: int = 0
+    complete: bool = True
+
+
+@dataclass(slots=True)
+class _Text:
+    parts: list[str] = field(default_factory=list)
+
+    def append(self, delta: str) -> None:
+        self.parts.append(delta)
+
+    def value(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+
+class StreamedReply:
+    """One reply streamed into one or more messages through ``sink``.
+
+    Call ``start()`` (optional, first), ``feed(delta)`` for each text delta, then ``finish()``
+    or ``fail(note)``, which wait for the final edit and return a :class:`ReplyResult`; call
+    ``aclose()`` in a ``finally`` to stop the background task if anything went wrong (it makes
+    no further sink calls). ``feed``/``finish``/``fail`` raise the sink's platform error if the
+    background task died of one, and ``RuntimeError`` when called after ``finish``/``fail``.
+    ``limiter`` is the shared budget for this reply's scope (``EditBudgets.for_scope``).
+    """
+
+    def __init__(
+        self,
+        sink: ReplySink,
+        config: StreamConfig,
+        *,
+        limiter: EditLimiter | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        self._sink = sink
+        self._config = config
+        self._limiter = limiter
+        self._clock = clock
+        self._sleep = sleep if sleep is not None else asyncio.sleep
+        self._text = _Text()
+        self._messages = [_Message(START, "", shown_end=0)]
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._began = False
+        self._finishing = False
+        self._closed = False
+        self._want_placeholder = False
+        self._status_shown = False
+        self._rate_limited = 0
+        self._error: SelfMindError | None = None
+
+    @property
+    def text(self) -> str:
+        """All the text fed so far."""
+        return self._text.value()
+
+    async def start(self) -> None:
+        """Show the status indicator and post the placeholder. Only before any ``feed``."""
+        if self._began or self._closed:
+            raise RuntimeError("start() must be the first call on a StreamedReply")
+        self._began = True
+        if self._config.status_text is not None:
+            await self._set_status(self._config.status_text)
+        self._want_placeholder = self._config.placeholder is not None
+        self._wake_task()
+
+    async def feed(self, delta: str) -> None:
+        """Append ``delta`` to the reply; returns at once (edits happen in the background)."""
+        self._check_open()
+        self._began = True
+        if delta:
+            self._text.append(delta)
+            self._wake_task()
+
+    async def finish(self) -> ReplyResult:
+        """Make the final edits (exact text, no marker) and return what was posted."""
+        self._check_open()
+        self._began = self._finishing = True
+        task = self._wake_task()
+        await task
+        self._closed = True
+        if self._status_shown:
+            await self._set_status(None)
+        result = self._result()
+        logger.info(
+            "reply finished: messages=%d edits=%d chars=%d rate_limited=%d",
+            len(result.messages),
+            sum(result.edit_counts),
+            len(result.text),
+            result.rate_limited,
+        )
+        return result
+
+    async def fail(self, note: str, *, error: SelfMindError | None = None) -> ReplyResult:
+        """End the reply early: the text so far, then a visible ``note``; like ``finish()``.
+
+        An open code block is closed first so that the note shows as text. ``error`` is
+        recorded in the result.
+        """
+        self._check_open()
+        text = self._text.value()
+        fence = fence_at_end(text, self._messages[-1].start)
+        tail = closing_suffix(
+            fence, after_newline=text.endswith("\n"), max_chars=self._config.max_chars
+        )
+        separator = "\n\n" if text.strip() else ""
+        self._text.append(f"{tail}{separator}⚠️ {note}")
+        self._error = error
+        return await self.finish()
+
+    async def aclose(self) -> None:
+        """Stop the background task without further sink calls; safe to call twice."""
+        self._closed = True
+        task = self._task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # the caller's own cancellation still propagates
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller saw it through feed/finish, or gave up
+
+    # --- internals
+
+    def _check_open(self) -> None:
+        if self._finishing or self._closed:
+            raise RuntimeError("this reply is already finished or closed")
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
+
+    def _wake_task(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="selfmind-streamed-reply"
+            )
+        self._wake.set()
+        return self._task
+
+    def _now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        return asyncio.get_running_loop().time()
+
+    async def _set_status(self, text: str | None) -> None:
+        try:
+            await self._sink.status(text=text)
+        except RateLimited as exc:  # the indicator is cosmetic: skip it
+            logger.info("status indicator rate-limited (retry after %s s)", exc.retry_after_s)
+            return
+        self._status_shown = text is not None
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            if await self._step():
+                continue
+            if self._finishing:
+                return
+            await self._wake.wait()
+
+    async def _step(self) -> bool:
+        """Make (or wait for) one sink call; False when there is nothing to do."""
+        config = self._config
+        text = self._text.value()
+        message = self._messages[-1]
+        split = split_message(text, message.start, config.max_chars, reserve=config.reserve)
+        if split is not None:
+            closed = self._render(
+                message.prefix + text[message.start.pos : split.cut.pos] + split.suffix
+            )
+            if message.handle is None:
+                await self._post(message, closed, split.cut.pos)
+            elif message.shown != closed:
+                await self._edit(message, closed, split.cut.pos)
+            else:
+                message.end = split.cut.pos
+                prefix = reopen_prefix(split.cut.fence, config.max_chars)
+                self._messages.append(_Message(split.cut, prefix, shown_end=split.cut.pos))
+                logger.debug("reply rolled over at %d chars", split.cut.pos)
+            return True
+        blank = not text[message.start.pos :].strip()
+        if message.handle is None:
+            if not blank or (self._finishing and len(self._messages) == 1):
+                await self._post(message, *self._display(message, text))
+            elif self._want_placeholder and config.placeholder is not None:
+                self._want_placeholder = False  # only ever the first message, once
+                await self._post(message, self._render(config.placeholder), message.start.pos)
+            else:
+                return False  # a blank tail after a roll-over is not posted
+            return True
+        if blank and not self._finishing:
+            return False  # keep the placeholder
+        target, end = self._display(message, text)
+        if target == message.shown:
+            return False
+        await self._edit(message, target, end)
+        return True
+
+    def _display(self, message: _Message, text: str) -> tuple[str, int]:
+        """The message's text now, and the offset of the reply text it reaches."""
+        body = text[message.start.pos :]
+        if self._finishing:
+            if not body.strip() and len(self._messages) == 1:
+                return self._render(self._config.empty_text), message.start.pos
+            return self._render(message.prefix + body), len(text)
+        marker = self._config.writing_marker
+        fence = fence_at_end(text, message.start)
+        close = closing_suffix(
+            fence,
+            after_newline=(message.prefix + body).endswith("\n"),
+            max_chars=self._config.max_chars,
+        )
+        separator = "\n" if close and marker and not marker.startswith("\n") else ""
+        return self._render(message.prefix + body + close + separator + marker), len(text)
+
+    def _render(self, text: str) -> str:
+        render = self._config.render
+        if render is None:
+            return text
+        rendered = render(text)
+        return rendered if len(rendered) <= self._config.max_chars else text
+
+    async def _post(self, message: _Message, text: str, end: int) -> None:
+        try:
+            handle = await self._sink.post(text=text)
+        except RateLimited as exc:
+            self._count_rate_limit(message, exc, "post")
+            if message.rate_limited_streak > self._config.max_rate_limit_retries:
+                raise
+            await self._sleep(max(0.0, exc.retry_after_s))
+            return  # the next step posts the newest text
+        self._wrote(message, text, end)
+        message.handle = handle
+        logger.debug("reply message posted: handle=%s chars=%d", handle, len(text))
+
+    async def _edit(self, message: _Message, text: str, end: int) -> None:
+        if not message.edit_ready:
+            await self._wait_turn(message)
+            message.edit_ready = True
+            return  # the next step edits with the text that arrived meanwhile
+        message.edit_ready = False
+        assert message.handle is not None
+        try:
+            await self._sink.edit(handle=message.handle, text=text)
+        except RateLimited as exc:
+            self._count_rate_limit(message, exc, "edit")
+            if message.rate_limited_streak > self._config.max_rate_limit_retries:
+                self._give_up(message, "rate limited")
+            else:
+                await self._sleep(max(0.0, exc.retry_after_s))
+            return
+        except EditFailed as exc:
+            self._give_up(message, exc.reason)
+            return
+        self._wrote(message, text, end)
+        message.edits += 1
+
+    async def _wait_turn(self, message: _Message) -> None:
+        if message.last_write_at is not None:
+            delay = message.last_write_at + self._config.edit_interval_s - self._now()
+            if delay > 0:
+                await self._sleep(delay)
+        if self._limiter is not None:
+            await self._limiter.acquire()
+
+    def _wrote(self, message: _Message, text: str, end: int) -> None:
+        message.shown = text
+        message.shown_end = end
+        message.last_write_at = self._now()
+        message.rate_limited_streak = 0
+
+    def _count_rate_limit(self, message: _Message, exc: RateLimited, call: str) -> None:
+        self._rate_limited += 1
+        message.rate_limited_streak += 1
+        logger.info(
+            "reply %s rate-limited (%d in a row), retry after %s s",
+            call,
+            message.rate_limited_streak,
+            exc.retry_after_s,
+        )
+
+    def _give_up(self, message: _Message, reason: str) -> None:
+        """Leave ``message`` as last shown; the rest of the text goes to a new message."""
+        logger.warning(
+            "reply edit failed for good (%s): the rest goes to a new message (handle=%s)",
+            reason,
+            message.handle,
+        )
+        message.complete = False
+        message.end = message.shown_end
+        start = locate(self._text.value(), message.start, message.shown_end)
+        prefix = reopen_prefix(start.fence, self._config.max_chars)
+        self._messages.append(_Message(start, prefix, shown_end=start.pos))
+
+    def _result(self) -> ReplyResult:
+        posted = tuple(
+            PostedMessage(
+                handle=message.handle,
+                text=message.shown or "",
+                start=message.start.pos,
+                end=message.end if message.end is not None else message.shown_end,
+                edits=message.edits,
+                complete=message.complete,
+            )
+            for message in self._messages
+            if message.handle is not None
+        )
+        return ReplyResult(self._text.value(), posted, self._rate_limited, self._error)
+
+
+async def stream_reply(
+    sink: ReplySink,
+    deltas: AsyncIterable[str],
+    config: StreamConfig,
+    *,
+    limiter: EditLimiter | None = None,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> ReplyResult:
+    """Stream ``deltas`` (an answer's text deltas) into ``sink`` and return what was posted.
+
+    If iterating ``deltas`` raises a ``SelfMindError`` (e.g. ``ModelError``), the text so far
+    stays and a visible note follows it (``ModelError.user_message``, else ``str(error)``);
+    the error is *returned* in ``ReplyResult.error``, not raised, so the caller can tell a
+    partial answer from a whole one. For ``StreamCutError`` the text in ``partial`` that was
+    not yet fed is shown first. Any other exception from ``deltas`` gets a generic note and is
+    re-raised (a bug: let the adapter edge log it). Sink platform errors are raised as they
+    are. ``deltas`` is closed (``aclose()``) if it has that method; no task outlives the call,
+    also when it is cancelled.
+    """
+    reply = StreamedReply(sink, config, limiter=limiter, clock=clock, sleep=sleep)
+    iterator = aiter(deltas)
+    try:
+        await reply.start()
+        while True:
+            try:
+                delta = await anext(iterator)
+            except StopAsyncIteration:
+                break
+            except SelfMindError as exc:
+                return await _fail_with(reply, exc)
+            except Exception:
+                await reply.fail(GENERIC_ERROR_NOTE)
+                raise
+            await reply.feed(delta)
+        return await reply.finish()
+    finally:
+        await reply.aclose()
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def _fail_with(reply: StreamedReply, error: SelfMindError) -> ReplyResult:
+    logger.info("answer stream failed mid-reply: %s", type(error).__name__)
+    if isinstance(error, StreamCutError):
+        fed = reply.text
+        if error.partial.startswith(fed) and len(error.partial) > len(fed):
+            await reply.feed(error.partial[len(fed) :])
+    note = error.user_message if isinstance(error, ModelError) else str(error)
+    return await reply.fail(note, error=error)
