@@ -1,5 +1,5 @@
 """Memories worth cleaning up, and a fake-Claude responder that plans like a careful model
-(the idea of ``oracle`` in ``tests/test_cleanup.py``), for the chat cleanup tests."""
+(the idea of ``oracle`` in ``tests/core/memory/test_cleanup.py``), for the chat cleanup tests."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The loop's clock jumps to the next timer whenever nothing is ready, so ``asyncio.sleep``,
 aiolimiter and the streaming edit throttle all run on simulated seconds: a 100-second stream
-takes milliseconds, and timings are exact. Used by ``tests/test_streaming.py`` and
+takes milliseconds, and timings are exact. Used by ``tests/core/streaming/test_streaming.py`` and
 ``bench/stream.py``.
 """
 

@@ -23,7 +23,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from tests.fakes.slack_server import FakeSlack, running_fake_slack, sign
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

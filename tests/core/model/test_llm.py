@@ -35,7 +35,7 @@ from tests.fakes.anthropic_server import (
     stream_error,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CHAT_MODEL = "claude-opus-4-8"
 REFLECTION_MODEL = "claude-haiku-4-5"
 # Long enough to be cached: the API ignores breakpoints under the model's minimum (1,024).

@@ -31,7 +31,7 @@ from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply
 
 ALICE = "slack:T1:UALICE"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def mem(text: str, memory_id: int = 1) -> Memory:
