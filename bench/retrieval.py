@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import resource
 import shutil
@@ -191,6 +192,7 @@ async def sqlite_big(
         )
     big_path = tmp / "big.db"
     shutil.copyfile(cached, big_path)
+    os.chmod(big_path, 0o600)  # as the store makes its own files: no start-up warning
     store = await SQLiteStore.open(str(big_path))
     try:
         yield store
