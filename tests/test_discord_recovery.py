@@ -88,9 +88,7 @@ async def test_sigkill_mid_answer_is_answered_once_in_place_after_the_restart(
                     timeout_s=START_S,
                     what="the cut answer completed in place",
                 )
-                await eventually(
-                    lambda: ("assistant", WHOLE) in stored_turns(w), timeout_s=START_S
-                )
+                await eventually(lambda: ("assistant", WHOLE) in stored_turns(w), timeout_s=START_S)
             finally:
                 assert await stop(second) == 0
             # A third start finds nothing left to answer.
@@ -124,7 +122,7 @@ async def test_an_answer_whose_final_edit_fails_is_stored_only_when_shown(
             await eventually(lambda: replies_to(w, dm, asked["id"]), what="the first part")
             assert await bot.wait_idle(START_S)
             assert stored_turns(w) == [("user", QUESTION)]  # shown in part: not stored
-            fake._faults.clear()  # Discord takes edits again
+            fake.clear_faults()  # Discord takes edits again
         claude.enqueue(WHOLE, kind="chat")
         async with running_bot(w) as bot:  # the restart answers it, in place
             await eventually(

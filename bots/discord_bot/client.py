@@ -7,15 +7,20 @@ instant; globally otherwise).
 
 A message the bot should answer (see :mod:`bots.discord_bot.routing`) is checked against
 the team allow-lists (:mod:`core.chat.controls`: silence in channels outside them, one line in a
-DM), claimed once in the store (``discord:msg:{id}``, so a gateway replay after RESUME never
-answers twice), and answered in its conversation: memory key ``discord:{user_id}``, origin
+DM), claimed and stored through :class:`core.chat.intake.Intake` (``discord:msg:{id}``, so a
+gateway replay after RESUME never answers twice; the message is stored before any answer
+shows), and answered in its conversation: memory key ``discord:{user_id}``, origin
 ``private`` in DMs and ``shared`` in servers, workspace = the guild id. The answer streams by
 message edits through :mod:`core.streaming.reply` (2,000-character roll-over, typing indicator;
 see :mod:`bots.discord_bot.sink`); nothing it says pings anyone. When a reflection stores a
 memory, a 🧠 reaction appears on the user's message (``SELFMIND_DISCORD_MEMORY_REACTIONS``);
 the channel is read back from the conversation key, so reflections resumed after a restart
-react too. A user's first DM gets a one-line notice that the bot remembers and how to manage
-it. Slash commands: :mod:`bots.discord_bot.commands` (``/memories cleanup``:
+react too. The answer is stored once Discord shows it whole (the final edit succeeded): a
+crash or a Discord error before that leaves the message unanswered, and the next start-up
+answers it (within :data:`core.chat.intake.RECOVERY_WINDOW`; Discord never redelivers) into
+the messages the cut answer left (:meth:`DiscordReplyPlace.shown_reply`), edited in place,
+so the user sees one answer. A user's first DM gets a one-line notice that the bot
+remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands` (``/memories cleanup``:
 :mod:`bots.discord_bot.cleanup`).
 
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible

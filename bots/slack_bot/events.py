@@ -15,12 +15,15 @@
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
   note saying when they reset (``LimitReached`` from the turn loop).
 
+The rules below are :mod:`core.chat.intake`'s (one for every platform); this module gives
+them Slack's keys and wire format (:class:`SlackReplyPlace`).
+
 Exactly once: before answering, a message is claimed in the store by ``event:{event_id}``
 and ``msg:{channel}:{ts}`` (a retry carries the same event id; a channel mention arrives as
 both ``app_mention`` and ``message`` with one channel+ts), so a duplicate is dropped, also
 across restarts; deliveries of a message already in flight in this process are dropped
 too, and so are messages another live process sharing the store has claimed
-(``store.event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
+(``event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
 (the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
 the stored turn.
 
@@ -33,10 +36,11 @@ and the event is not acknowledged (HTTP 500 / no Socket Mode ack), so Slack rede
 a retry that arrives while the first delivery is still being stored shares its outcome. A
 crash before the acknowledgement makes Slack redeliver the event; after it, Slack will not,
 so the next start-up answers stored messages left without an answer
-(:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot.app``).
+(:meth:`SlackConversations.recover`, within :data:`core.chat.intake.RECOVERY_WINDOW`).
 
 An interrupted answer (the process died after showing some or all of it, before storing it
-when Slack showed it whole) is answered again, by a redelivery or the start-up recovery,
+when Slack showed it whole; a Slack error before the final edit leaves it unstored too) is
+answered again, by a redelivery or the start-up recovery,
 only if the turn still has no answer, and into the message it left on screen: every answer
 message carries Slack message metadata naming the message it answers
 (:func:`bots.slack_bot.sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
