@@ -20,8 +20,8 @@ crash or a Discord error before that leaves the message unanswered, and the next
 answers it (within :data:`core.chat.intake.RECOVERY_WINDOW`; Discord never redelivers) into
 the messages the cut answer left (:meth:`DiscordReplyPlace.shown_reply`), edited in place,
 so the user sees one answer. A user's first DM gets a one-line notice that the bot
-remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands` (``/memories cleanup``:
-:mod:`bots.discord_bot.cleanup`).
+remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands`
+(``/memories cleanup``: :mod:`bots.discord_bot.cleanup`).
 
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
 server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
