@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
 from bots.discord_bot.client import SelfMindBot, start_bot
 from core.runtime import open_runtime
 from core.settings import Settings, load_settings
+from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.discord_server import (
     FakeDiscord,
@@ -26,6 +30,8 @@ from tests.fakes.discord_server import (
 from tests.loop_helpers import API_KEY
 
 WAIT_S = 10.0
+START_S = 60.0
+"""Seconds a ``selfmind discord`` child process gets to start or stop."""
 NO_PINGS = {"parse": []}
 
 
@@ -198,3 +204,41 @@ def buttons(fake: FakeDiscord, message_id: int) -> dict[str, dict[str, Any]]:
     """The message's buttons by label."""
     rows = fake.message(message_id)["components"]
     return {b["label"]: b for row in rows for b in row["components"]}
+
+
+async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
+    """``selfmind discord`` in a child process, reaching both fakes through settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SELFMIND_", "ANTHROPIC_", "DISCORD_", "SLACK_"))
+    }
+    env.update(
+        PYTHONPATH=str(REPO_ROOT),
+        ANTHROPIC_API_KEY=API_KEY,
+        ANTHROPIC_BASE_URL=w.claude.base_url,
+        DISCORD_BOT_TOKEN=w.discord.token,
+        DISCORD_API_BASE_URL=w.discord.api_base,
+        DISCORD_GATEWAY_URL=w.discord.gateway_url,
+        SELFMIND_DISCORD_EDIT_INTERVAL_S="0.05",
+        SELFMIND_LOG_LEVEL="INFO",
+    )
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bots.cli",
+        "--db",
+        str(w.db),
+        "discord",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=w.db.parent,
+        env=env,
+    )
+
+
+async def stop(process: asyncio.subprocess.Process) -> int:
+    """SIGTERM, then the exit code."""
+    process.send_signal(signal.SIGTERM)
+    return await asyncio.wait_for(process.wait(), START_S)

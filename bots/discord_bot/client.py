@@ -7,16 +7,21 @@ instant; globally otherwise).
 
 A message the bot should answer (see :mod:`bots.discord_bot.routing`) is checked against
 the team allow-lists (:mod:`core.chat.controls`: silence in channels outside them, one line in a
-DM), claimed once in the store (``discord:msg:{id}``, so a gateway replay after RESUME never
-answers twice), and answered in its conversation: memory key ``discord:{user_id}``, origin
+DM), claimed and stored through :class:`core.chat.intake.Intake` (``discord:msg:{id}``, so a
+gateway replay after RESUME never answers twice; the message is stored before any answer
+shows), and answered in its conversation: memory key ``discord:{user_id}``, origin
 ``private`` in DMs and ``shared`` in servers, workspace = the guild id. The answer streams by
 message edits through :mod:`core.streaming.reply` (2,000-character roll-over, typing indicator;
 see :mod:`bots.discord_bot.sink`); nothing it says pings anyone. When a reflection stores a
 memory, a 🧠 reaction appears on the user's message (``SELFMIND_DISCORD_MEMORY_REACTIONS``);
 the channel is read back from the conversation key, so reflections resumed after a restart
-react too. A user's first DM gets a one-line notice that the bot remembers and how to manage
-it. Slash commands: :mod:`bots.discord_bot.commands` (``/memories cleanup``:
-:mod:`bots.discord_bot.cleanup`).
+react too. The answer is stored once Discord shows it whole (the final edit succeeded): a
+crash or a Discord error before that leaves the message unanswered, and the next start-up
+answers it (within :data:`core.chat.intake.RECOVERY_WINDOW`; Discord never redelivers) into
+the messages the cut answer left (:meth:`DiscordReplyPlace.shown_reply`), edited in place,
+so the user sees one answer. A user's first DM gets a one-line notice that the bot
+remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands`
+(``/memories cleanup``: :mod:`bots.discord_bot.cleanup`).
 
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
 server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
@@ -29,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import aiohttp
 import discord
@@ -39,16 +44,18 @@ import yarl
 
 from bots.discord_bot.cleanup import add_cleanup_command
 from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
-from bots.discord_bot.routing import Conversations, Route, channel_of, message_text
-from bots.discord_bot.sink import NO_MENTIONS, DiscordSink
+from bots.discord_bot.routing import Conversations, Route, channel_of, message_text, where_of
+from bots.discord_bot.sink import NO_MENTIONS, DiscordSink, partial_message
 from core.chat.controls import NOT_ENABLED, Place
+from core.chat.intake import Intake, Received
 from core.chat.loop import IncomingMessage, TurnLoop
-from core.errors import NOT_SAVED, ConfigError, LimitReached, SelfMindError, storage_failed
+from core.errors import NOT_SAVED, ConfigError, SelfMindError, storage_failed
 from core.memory.reflection import ReflectionResult, Reflector
 from core.runtime import Runtime, open_runtime, scheduled_cleanups
 from core.settings import Settings
 from core.store.locks import KeyedLocks
 from core.streaming.reply import StreamConfig, stream_reply
+from core.types import Turn
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +74,8 @@ INTENT_HELP = (
 MAX_RATELIMIT_WAIT_S = 30.0
 """A 429 asking for a longer wait reaches the streamer as ``RateLimited`` (discord.py's
 smallest allowed ``max_ratelimit_timeout``)."""
+MAX_REPLY_SCAN = 1000
+"""At most this many messages are read to find an answer a crash left on screen."""
 
 
 def place_of(message: discord.Message) -> Place:
@@ -80,6 +89,76 @@ def place_of(message: discord.Message) -> Place:
         channel=str(channel_id),
         private=message.guild is None,
     )
+
+
+class DiscordReplyPlace:
+    """The :class:`core.chat.intake.ReplyPlace` of one user message: the answer streams by
+    edits into its channel, the first message replying to it."""
+
+    def __init__(self, bot: SelfMindBot, message: discord.Message, conversation_key: str) -> None:
+        self._bot = bot
+        self._message = message
+        self._key = conversation_key
+
+    async def shown_reply(self) -> list[str]:
+        """The bot's messages an interrupted answer left, oldest first: its first message
+        (the bot's reply to this message, by its message reference) and the roll-over
+        messages the bot posted after it, up to the bot's next reply to another message.
+        Read from Discord (at most :data:`MAX_REPLY_SCAN` messages after this one); empty
+        when there are none or the channel cannot be read."""
+        me = self._bot.user
+        found: list[str] = []
+        if me is None:
+            return found
+        try:
+            history = self._message.channel.history(
+                after=self._message, limit=MAX_REPLY_SCAN, oldest_first=True
+            )
+            async for m in history:
+                if m.author.id != me.id:
+                    continue
+                ref = m.reference.message_id if m.reference is not None else None
+                if not found:
+                    if ref == self._message.id:
+                        found.append(str(m.id))
+                elif ref is None:
+                    found.append(str(m.id))
+                else:
+                    break
+        except (discord.HTTPException, aiohttp.ClientError) as exc:
+            logger.warning("could not read the reply to %s: %s", self._message.id, exc)
+            return []
+        return found
+
+    async def show(self, deltas: AsyncIterator[str], *, reuse: Sequence[str]) -> None:
+        """Stream the answer; returns once Discord shows it whole, else raises."""
+        channel = self._message.channel
+        for stale in reuse[1:]:
+            try:
+                await partial_message(channel, int(stale)).delete()
+            except (discord.HTTPException, SelfMindError) as exc:
+                logger.warning("could not delete a cut reply message: %s", exc)
+        sink = DiscordSink(
+            channel,
+            reply_to=self._message,
+            on_post=lambda message_id: self._bot.conversations.remember(message_id, self._key),
+            reuse=int(reuse[0]) if reuse else None,
+        )
+        try:
+            result = await stream_reply(sink, deltas, self._bot.stream_config)
+        finally:
+            await sink.close()
+        logger.info(
+            "answered message=%s conversation=%s messages=%d chars=%d error=%s",
+            self._message.id,
+            self._key,
+            len(result.messages),
+            len(result.text),
+            type(result.error).__name__ if result.error else None,
+        )
+
+    async def say(self, text: str) -> None:
+        await self._message.reply(text, allowed_mentions=NO_MENTIONS)
 
 
 class SelfMindBot(discord.Client):
@@ -116,8 +195,9 @@ class SelfMindBot(discord.Client):
         add_memory_commands(self.tree, service=rt.service, store=rt.store)
         self.reviews = rt.cleanup_reviews()
         add_cleanup_command(self.tree, reviews=self.reviews)
+        self.intake = Intake(loop=rt.loop)
         self.conversations = Conversations(
-            store=rt.store, turns=rt.loop, history_turns=self.settings.history_turns
+            intake=self.intake, turns=rt.loop, history_turns=self.settings.history_turns
         )
         self._locks = KeyedLocks()  # one per conversation: answers run in message order
         self._cleanups: asyncio.Task[None] | None = None
@@ -129,7 +209,11 @@ class SelfMindBot(discord.Client):
     async def setup_hook(self) -> None:
         """Resume pending reflections (and scheduled cleanups), then sync the slash commands."""
         self.reflector.on_learned = self.on_learned
+        # Before reflections resume: messages a crash left without an answer.
+        unanswered = await self.intake.unanswered(conversation_prefix="discord:")
         await self.turns.start()
+        for turn in unanswered:
+            self._track(asyncio.create_task(self.recover(turn), name=f"discord-recover-{turn.id}"))
         if self.settings.cleanup_interval_hours > 0:
             self._cleanups = asyncio.create_task(scheduled_cleanups(self.rt), name="cleanups")
         guild_id = self.settings.discord_guild_id
@@ -186,9 +270,14 @@ class SelfMindBot(discord.Client):
 
     # --- messages
 
+    def _track(self, task: asyncio.Task[object]) -> None:
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
     async def on_message(self, message: discord.Message) -> None:
-        """The message edge: route, check the allow-lists, claim once, answer; errors end
-        here as one short line in the channel."""
+        """The message edge: route, check the allow-lists, claim and store once
+        (:class:`core.chat.intake.Intake`), answer; errors end here as one short line in
+        the channel."""
         me = self.user
         if self._closing or me is None:
             return
@@ -203,13 +292,7 @@ class SelfMindBot(discord.Client):
             route = await self.conversations.route(message, me=me)
             if route is None:
                 return
-            if not await self.rt.store.claim_event(keys=[f"discord:msg:{message.id}"]):
-                logger.info("message %s already claimed (gateway replay); skipped", message.id)
-                return
-            if not allowed:
-                await message.channel.send(NOT_ENABLED, allowed_mentions=NO_MENTIONS)
-                return
-            await self.answer(message, route, workspace=place.workspace)
+            await self.answer(message, route, workspace=place.workspace, allowed=allowed)
         except SelfMindError as exc:
             logger.warning("message %s failed: %s", message.id, type(exc).__name__)
             await self._tell(message, NOT_SAVED if storage_failed(exc) else exc.user_message)
@@ -234,16 +317,20 @@ class SelfMindBot(discord.Client):
                 self._inflight.discard(task)
 
     async def answer(
-        self, message: discord.Message, route: Route, *, workspace: str | None = None
+        self,
+        message: discord.Message,
+        route: Route,
+        *,
+        workspace: str | None = None,
+        allowed: bool = True,
     ) -> None:
-        """Seed the conversation once, then stream the answer into the channel."""
+        """Claim and store the message (seeding its conversation once), then stream the
+        answer into the channel; the answer is stored once Discord shows it whole."""
         me = self.user
         assert me is not None
         self.conversations.remember(message.id, route.key)
         text = message_text(message, bot_id=me.id)
-        if not text:
-            await message.reply(EMPTY_MENTION_REPLY, allowed_mentions=NO_MENTIONS)
-            return
+        say = None if text else EMPTY_MENTION_REPLY
         incoming = IncomingMessage(
             user_key=user_key_of(message.author),
             conversation_key=route.key,
@@ -256,41 +343,69 @@ class SelfMindBot(discord.Client):
             workspace=workspace,
         )
         async with self._locks.hold(route.key):
-            await self.conversations.seed_once(message, route, me=me)
+
+            async def seed() -> None:
+                await self.conversations.seed_once(message, route, me=me)
+
             # Stored before any answer shows (after the thread's earlier messages, so they
             # come first in its history); a store failure ends here, answered NOT_SAVED.
-            turn_id = await self._receive(incoming)
-            if route.origin == "private" and await self.rt.store.mark_once(
-                mark=f"discord:first-dm:{message.author.id}"
-            ):
-                await message.channel.send(FIRST_DM_NOTICE, allowed_mentions=NO_MENTIONS)
-            sink = DiscordSink(
-                message.channel,
-                reply_to=message,
-                on_post=lambda message_id: self.conversations.remember(message_id, route.key),
+            received = await self.intake.receive(
+                incoming,
+                flight_key=f"discord:{message.id}",
+                claim_keys=[f"discord:msg:{message.id}"],
+                say=NOT_ENABLED if not allowed else say,
+                before_store=seed,
             )
-            try:
-                answer = self.turns.answer(incoming, turn_id=turn_id)
-                result = await stream_reply(sink, answer, self.stream_config)
-            finally:
-                await sink.close()
-        logger.info(
-            "answered message=%s conversation=%s messages=%d chars=%d error=%s",
-            message.id,
-            route.key,
-            len(result.messages),
-            len(result.text),
-            type(result.error).__name__ if result.error else None,
-        )
+            if received is None:
+                logger.info("message %s already claimed (gateway replay); skipped", message.id)
+                return
+            await self._respond(message, incoming, received)
 
-    async def _receive(self, incoming: IncomingMessage) -> int | None:
-        """Store the user's message (``TurnLoop.receive``); None at a daily cap, which the
-        answer then reports as its note. Store errors propagate (the user is told
-        :data:`core.errors.NOT_SAVED`: Discord does not redeliver a message)."""
+    async def recover(self, turn: Turn) -> None:
+        """Answer a stored message a crash left unanswered (start-up), into what the
+        interrupted answer left on screen; skipped when its message is gone."""
+        channel_id = channel_of(turn.conversation_key)
+        ref = turn.platform_ref
+        if channel_id is None or ref is None or not ref.isdigit() or turn.user_key is None:
+            return
+        received = await self.intake.recovered(turn, flight_key=f"discord:{ref}")
+        if received is None:
+            return
+        incoming = IncomingMessage(
+            user_key=turn.user_key,
+            conversation_key=turn.conversation_key,
+            text=turn.text,
+            origin=turn.origin,
+            sent_at=turn.sent_at,
+            author=turn.author,
+            platform_ref=ref,
+            where=where_of(turn.conversation_key),
+            workspace=turn.workspace,
+        )
         try:
-            return await self.turns.receive(incoming)
-        except LimitReached:
-            return None
+            message = await self.get_partial_messageable(channel_id).fetch_message(int(ref))
+        except discord.HTTPException as exc:
+            logger.warning("message %s left unanswered is gone: HTTP %s", turn.id, exc.status)
+            self.intake.release(received)
+            return
+        try:
+            async with self._locks.hold(turn.conversation_key):
+                self.conversations.remember(message.id, turn.conversation_key)
+                await self._respond(message, incoming, received)
+        except Exception:
+            logger.exception("recovering message %s failed", turn.id)
+
+    async def _respond(
+        self, message: discord.Message, incoming: IncomingMessage, received: Received
+    ) -> None:
+        if (
+            received.say is None
+            and incoming.origin == "private"
+            and await self.intake.once(f"discord:first-dm:{message.author.id}")
+        ):
+            await message.channel.send(FIRST_DM_NOTICE, allowed_mentions=NO_MENTIONS)
+        place = DiscordReplyPlace(self, message, incoming.conversation_key)
+        await self.intake.respond(incoming, received, place)
 
     # --- memory reactions and errors
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import discord
 
 from bots.discord_bot.commands import user_key_of
+from core.chat.intake import Intake
 from core.chat.loop import ContextMessage, TurnLoop
-from core.store.seams import ConversationStore
 from core.types import Origin
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,14 @@ def channel_of(conversation_key: str) -> int | None:
     if parts[0] != "discord" or len(parts) not in (3, 4) or not parts[2].isdigit():
         return None
     return int(parts[2])
+
+
+def where_of(conversation_key: str) -> str:
+    """The prompt's one line for a Discord conversation key (as :class:`Route` ``where``)."""
+    parts = conversation_key.split(":")
+    if parts[1] == "dm":
+        return "a Discord DM"
+    return "a Discord server thread" if len(parts) == 3 else "a Discord server channel"
 
 
 def is_bot_role(role: discord.Role, bot_id: int) -> bool:
@@ -115,8 +123,8 @@ class Conversations:
     walked back to its first message instead (cache first, then REST).
     """
 
-    def __init__(self, *, store: ConversationStore, turns: TurnLoop, history_turns: int) -> None:
-        self.store = store
+    def __init__(self, *, intake: Intake, turns: TurnLoop, history_turns: int) -> None:
+        self.intake = intake
         self.turns = turns
         self.history_turns = history_turns
         self._known: OrderedDict[int, str] = OrderedDict()  # message id -> conversation key
@@ -164,7 +172,7 @@ class Conversations:
         if route.key in self._seeded:
             return
         self._seeded.add(route.key)
-        if not await self.store.mark_once(mark=f"discord:seeded:{route.key}"):
+        if not await self.intake.once(f"discord:seeded:{route.key}"):
             return
         limit = 2 * self.history_turns
         if limit == 0:
@@ -184,7 +192,7 @@ class Conversations:
         """True when the bot has answered in this conversation (now or before a restart)."""
         if key in self._answering:
             return True
-        if await self.store.recent_turns(conversation_key=key, limit=1):
+        if await self.intake.has_history(key):
             self._answering.add(key)
             return True
         return False

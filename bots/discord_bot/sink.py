@@ -52,13 +52,30 @@ def retry_after_s(error: discord.HTTPException | discord.RateLimited) -> float:
         return DEFAULT_RETRY_AFTER_S
 
 
+def partial_message(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
+    """A message of ``channel`` by id, to edit or delete without fetching it. Raises
+    ``EditFailed`` for a channel kind that has no messages by id."""
+    if isinstance(
+        channel,
+        discord.TextChannel
+        | discord.Thread
+        | discord.DMChannel
+        | discord.VoiceChannel
+        | discord.PartialMessageable,
+    ):
+        return channel.get_partial_message(message_id)
+    raise EditFailed("cannot edit in this channel")
+
+
 class DiscordSink:
     """Where one answer goes: ``channel`` (a text channel, thread or DM).
 
     ``reply_to``: the user's message; the first posted message replies to it (and does not
     fail if it was deleted meanwhile). ``on_post(message_id)`` is called for each posted
-    message (the adapter maps answer messages to their conversation). Call :meth:`close`
-    when the reply is over, whatever happened, to stop the typing indicator.
+    message (the adapter maps answer messages to their conversation). ``reuse``: the id of
+    a message an interrupted answer left: the first ``post`` edits it instead of sending a
+    new one. Call :meth:`close` when the reply is over, whatever happened, to stop the
+    typing indicator.
     """
 
     def __init__(
@@ -68,6 +85,7 @@ class DiscordSink:
         reply_to: discord.Message | None = None,
         on_post: Callable[[int], None] | None = None,
         typing_refresh_s: float = TYPING_REFRESH_S,
+        reuse: int | None = None,
     ) -> None:
         self._channel = channel
         self._reply_to = reply_to
@@ -75,11 +93,16 @@ class DiscordSink:
         self._typing_refresh_s = typing_refresh_s
         self._messages: dict[str, discord.Message] = {}
         self._typing: asyncio.Task[None] | None = None
+        self._reuse = reuse
 
     async def post(self, *, text: str) -> str:
         """Send a message; returns its id. Raises ``RateLimited`` on an escaped 429."""
+        reuse = self._reuse
         try:
-            if self._reply_to is not None and not self._messages:
+            if reuse is not None:
+                partial = partial_message(self._channel, reuse)
+                sent = await partial.edit(content=text, allowed_mentions=NO_MENTIONS)
+            elif self._reply_to is not None and not self._messages:
                 sent = await self._channel.send(
                     text,
                     reference=self._reply_to.to_reference(fail_if_not_exists=False),
@@ -89,10 +112,17 @@ class DiscordSink:
                 sent = await self._channel.send(text, allowed_mentions=NO_MENTIONS)
         except discord.RateLimited as exc:
             raise RateLimited(retry_after_s(exc)) from exc
+        except (discord.NotFound, discord.Forbidden) as exc:
+            if reuse is None:
+                raise
+            logger.info("could not reuse message %s: HTTP %s", reuse, exc.status)
+            self._reuse = None
+            return await self.post(text=text)  # deleted meanwhile: a new message
         except discord.HTTPException as exc:
             if exc.status == 429:
                 raise RateLimited(retry_after_s(exc)) from exc
             raise
+        self._reuse = None
         handle = str(sent.id)
         self._messages[handle] = sent
         if self._on_post is not None:

@@ -29,7 +29,6 @@ import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, cast
 
 from aiohttp import ClientError, ClientSession, web
@@ -50,11 +49,12 @@ from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands
 from bots.slack_bot.events import BotIdentity, SlackConversations
 from bots.slack_bot.sink import slack_error
+from core.chat.intake import Intake
 from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
 from core.runtime import Runtime, open_runtime
 from core.settings import DEFAULT_SLACK_API_URL, Settings
-from core.types import Turn, utcnow
+from core.types import Turn
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,6 @@ Authorize = Callable[[str | None, str | None, str | None], Awaitable[AuthorizeRe
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
-RECOVERY_WINDOW = timedelta(minutes=10)
-"""Messages a crash left unanswered are answered at the next start-up if they are at most
-this old; older ones are only reflected on (an answer that late would confuse)."""
 
 
 def retry_num(headers: dict[str, Sequence[str]]) -> int:
@@ -131,7 +128,7 @@ class SlackBot:
         self.conversations = SlackConversations(
             settings=settings,
             loop=runtime.loop,
-            store=runtime.store,
+            intake=Intake(loop=runtime.loop),
             identity=identity,
             client=client,
             stream_client=stream_client,
@@ -206,9 +203,7 @@ class SlackBot:
     async def recover(self, turns: list[Turn]) -> None:
         """Answer messages a crash left unanswered (claimed once, across replicas)."""
         for turn in turns:
-            if not await self.runtime.store.claim_event(keys=[f"recover:{turn.id}"]):
-                continue
-            work = self.conversations.recover(turn)
+            work = await self.conversations.recover(turn)
             if work is not None:
                 self.spawn(work, f"slack-recover-{turn.id}")
 
@@ -378,12 +373,11 @@ async def open_slack_bot(
 
         async def find_unanswered(rt: Runtime) -> None:
             # Before reflections resume: messages a crash left without an answer.
-            unanswered.extend(
-                await rt.store.unanswered_turns(
-                    since=utcnow() - RECOVERY_WINDOW,
-                    conversation_prefix=f"slack:{identity.team_id}:",
+            if rt.loop is not None:
+                intake = Intake(loop=rt.loop)
+                unanswered.extend(
+                    await intake.unanswered(conversation_prefix=f"slack:{identity.team_id}:")
                 )
-            )
 
         rt = await stack.enter_async_context(
             open_runtime(

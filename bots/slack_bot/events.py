@@ -15,12 +15,15 @@
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
   note saying when they reset (``LimitReached`` from the turn loop).
 
+The rules below are :mod:`core.chat.intake`'s (one for every platform); this module gives
+them Slack's keys and wire format (:class:`SlackReplyPlace`).
+
 Exactly once: before answering, a message is claimed in the store by ``event:{event_id}``
 and ``msg:{channel}:{ts}`` (a retry carries the same event id; a channel mention arrives as
 both ``app_mention`` and ``message`` with one channel+ts), so a duplicate is dropped, also
 across restarts; deliveries of a message already in flight in this process are dropped
 too, and so are messages another live process sharing the store has claimed
-(``store.event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
+(``event_claimed_elsewhere``). A claimed message whose stored user turn has no answer
 (the process that claimed it died mid-answer) is answered when Slack redelivers it, once, on
 the stored turn.
 
@@ -33,10 +36,11 @@ and the event is not acknowledged (HTTP 500 / no Socket Mode ack), so Slack rede
 a retry that arrives while the first delivery is still being stored shares its outcome. A
 crash before the acknowledgement makes Slack redeliver the event; after it, Slack will not,
 so the next start-up answers stored messages left without an answer
-(:meth:`SlackConversations.recover`, within ``RECOVERY_WINDOW`` of ``bots.slack_bot.app``).
+(:meth:`SlackConversations.recover`, within :data:`core.chat.intake.RECOVERY_WINDOW`).
 
 An interrupted answer (the process died after showing some or all of it, before storing it
-when Slack showed it whole) is answered again, by a redelivery or the start-up recovery,
+when Slack showed it whole; a Slack error before the final edit leaves it unstored too) is
+answered again, by a redelivery or the start-up recovery,
 only if the turn still has no answer, and into the message it left on screen: every answer
 message carries Slack message metadata naming the message it answers
 (:func:`bots.slack_bot.sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
@@ -51,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -63,10 +67,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.commands import user_key
 from bots.slack_bot.sink import SlackReplySink, StatusIndicator, answers_of
 from core.chat.controls import NOT_ENABLED, Place
-from core.chat.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
-from core.errors import IntakeFailed, LimitReached, storage_failed
+from core.chat.intake import Intake, Received
+from core.chat.loop import ContextMessage, IncomingMessage, TurnLoop
+from core.errors import IntakeFailed
 from core.settings import Settings
-from core.store.seams import Store
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
 from core.types import Turn
 
@@ -151,24 +155,6 @@ class SlackMessage:
         return self.thread_ts if self.is_dm else (self.thread_ts or self.ts)
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """What :meth:`SlackConversations.receive` decided before the acknowledgement."""
-
-    turn_id: int | None
-    refused: bool = False
-    limit: LimitReached | None = None
-    resume: bool = False
-    """An interrupted answer (a crash, then a redelivery or the start-up recovery): answer
-    it only if it still has none, into the reply the crash left on screen, if any."""
-
-
-async def _failing(error: LimitReached) -> AsyncIterator[str]:
-    """An answer stream that fails at once (a daily cap reached before any Claude call)."""
-    raise error
-    yield ""  # pragma: no cover - makes this an async generator
-
-
 def message_of_turn(turn: Turn) -> SlackMessage | None:
     """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`)."""
     conv = turn.conversation_key.split(":")
@@ -206,14 +192,14 @@ class SlackConversations:
         *,
         settings: Settings,
         loop: TurnLoop,
-        store: Store,
+        intake: Intake,
         identity: BotIdentity,
         client: AsyncWebClient,
         stream_client: AsyncWebClient,
     ) -> None:
         self.settings = settings
         self.loop = loop
-        self.store = store
+        self.intake = intake
         self.identity = identity
         self.client = client
         self.stream_client = stream_client
@@ -223,8 +209,6 @@ class SlackConversations:
         )
         self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
-        self._in_flight: set[str] = set()
-        self._intakes: dict[str, asyncio.Future[bool]] = {}
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
@@ -266,7 +250,8 @@ class SlackConversations:
             await work
 
     async def receive(self, message: SlackMessage) -> Coroutine[Any, Any, None] | None:
-        """Before the event is acknowledged: decide, claim, and store the user's message.
+        """Before the event is acknowledged: decide, then claim and store the user's message
+        (:meth:`core.chat.intake.Intake.receive`).
 
         Returns the work that answers it (to run after the acknowledgement), or None when
         there is nothing to answer (ignored, a duplicate, already answered). Once it returns
@@ -277,124 +262,63 @@ class SlackConversations:
         redelivers it. A duplicate delivery that arrives while the first one is still being
         stored waits for it and shares its outcome (acknowledged only if it was stored).
         """
-        flight_key = f"{message.channel}:{message.ts}"
-        pending = self._intakes.get(flight_key)
-        if pending is not None:
-            if not await asyncio.shield(pending):
-                raise IntakeFailed(f"slack event {message.event_id}: its first delivery failed")
-            logger.info("slack event %s: duplicate of a message just stored", message.event_id)
-            return None
-        if flight_key in self._in_flight:
-            logger.info("slack event %s: duplicate of a message in flight", message.event_id)
-            return None
-        self._in_flight.add(flight_key)
-        stored: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._intakes[flight_key] = stored
-        prepared: _Prepared | None = None
-        handled = False  # stored, or rightly ignored: either way the event may be acked
-        try:
-            prepared = await self._intake(message)
-            handled = True
-        except Exception as exc:
-            logger.warning(
-                "slack event %s not stored, so not acknowledged: %s",
-                message.event_id,
-                type(exc).__name__,
-                exc_info=not storage_failed(exc),  # a bug: keep its traceback
-            )
-            raise IntakeFailed(f"slack event {message.event_id} could not be stored") from exc
-        finally:
-            del self._intakes[flight_key]
-            stored.set_result(handled)
-            if prepared is None:
-                self._in_flight.discard(flight_key)
-        if prepared is None:
-            return None
-        return self._finish(flight_key, message, prepared)
-
-    def recover(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
-        """The work that answers a stored message a crash left unanswered, or None when it
-        cannot be placed (not a Slack turn of this workspace) or is already in flight."""
-        message = message_of_turn(turn)
-        if message is None:
-            return None
-        flight_key = f"{message.channel}:{message.ts}"
-        if flight_key in self._in_flight:
-            return None
-        self._in_flight.add(flight_key)
-        logger.info("answering message %s left unanswered by a crash", turn.id)
-        prepared = _Prepared(turn_id=turn.id, resume=True)
-        return self._finish(flight_key, message, prepared)
-
-    async def _finish(self, flight_key: str, message: SlackMessage, prepared: _Prepared) -> None:
-        try:
-            await self._respond(message, prepared)
-        except Exception:
-            logger.exception("slack event %s failed", message.event_id)
-        finally:
-            self._in_flight.discard(flight_key)
-
-    async def _intake(self, message: SlackMessage) -> _Prepared | None:
         key = message.conversation_key
         allowed = self.loop.controls.allows(message.place)
         if not allowed and not message.is_dm:
             return None  # outside the team allow-lists the bot stays silent in channels
         shared_thread = message.in_thread and not message.is_dm
-        known = shared_thread and bool(await self.store.recent_turns(conversation_key=key, limit=1))
+        try:
+            known = shared_thread and await self.intake.has_history(key)
+        except Exception as exc:
+            raise IntakeFailed(f"slack event {message.event_id} could not be read") from exc
         if not (message.is_dm or message.mentioned or known):
             return None
-        turn_id: int | None = None
-        resume = False
-        if not await self.store.claim_event(keys=message.claim_keys):
-            if await self.store.event_claimed_elsewhere(keys=message.claim_keys):
-                logger.info("slack event %s: another live process has it", message.event_id)
-                return None
-            turn = await self.store.find_turn(conversation_key=key, platform_ref=message.ts)
-            if turn is not None and await self.store.answer_to(turn_id=turn.id) is not None:
-                logger.info("slack event %s: already answered", message.event_id)
-                return None
-            if turn is not None:
-                turn_id, resume = turn.id, True
-            logger.info("slack event %s: answering an interrupted message", message.event_id)
-        if not allowed:
-            return _Prepared(turn_id=None, refused=True)
-        if shared_thread and not known and turn_id is None:
+        before_store = None
+        if shared_thread and not known:
             # First mention in a thread the bot has not seen: its earlier messages are
             # stored first (they come first in its history), bounded so that the message
             # itself is still stored before Slack's 3 s acknowledgement deadline.
-            try:
-                async with asyncio.timeout(THREAD_READ_BEFORE_ACK_S):
-                    await self.read_thread(message)
-            except TimeoutError:
-                logger.warning("thread %s read cut short to store the message in time", key)
-        limit: LimitReached | None = None
-        if turn_id is None:
-            # Stored now, before the acknowledgement.
-            try:
-                turn_id = await self.loop.receive(self.incoming(message))
-            except LimitReached as exc:
-                limit = exc
-        return _Prepared(turn_id=turn_id, limit=limit, resume=resume)
+            async def before_store() -> None:
+                try:
+                    async with asyncio.timeout(THREAD_READ_BEFORE_ACK_S):
+                        await self.read_thread(message)
+                except TimeoutError:
+                    logger.warning("thread %s read cut short to store the message in time", key)
 
-    async def _respond(self, message: SlackMessage, prepared: _Prepared) -> None:
-        if prepared.refused:
-            await self.stream_client.chat_postMessage(
-                channel=message.channel, thread_ts=message.thread_ts, markdown_text=NOT_ENABLED
-            )
-            return
-        reuse: list[str] = []
-        if prepared.resume and prepared.turn_id is not None:
-            if await self.store.answer_to(turn_id=prepared.turn_id) is not None:
-                # Answered meanwhile (a redelivery and the start-up recovery of one message).
-                logger.info("slack event %s: answered meanwhile", message.event_id)
-                return
-            reuse = await self.shown_reply(message)
-        notice = None
-        if message.is_dm and await self.store.mark_once(mark=f"slack-dm-notice:{message.user_key}"):
-            notice = DM_NOTICE
-        await self.answer(
-            message, turn_id=prepared.turn_id, notice=notice, limit=prepared.limit, reuse=reuse
+        received = await self.intake.receive(
+            self.incoming(message),
+            flight_key=flight_key(message),
+            claim_keys=message.claim_keys,
+            say=None if allowed else NOT_ENABLED,
+            before_store=before_store,
         )
+        if received is None:
+            return None
+        return self._finish(message, received)
+
+    async def recover(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
+        """The work that answers a stored message a crash left unanswered, or None when it
+        cannot be placed (not a Slack turn of this workspace), is already in flight, or
+        another process recovers it."""
+        message = message_of_turn(turn)
+        if message is None:
+            return None
+        received = await self.intake.recovered(turn, flight_key=flight_key(message))
+        if received is None:
+            return None
+        return self._finish(message, received)
+
+    async def _finish(self, message: SlackMessage, received: Received) -> None:
+        try:
+            await self.intake.respond(
+                self.incoming(message),
+                received,
+                SlackReplyPlace(self, message),
+                notice=DM_NOTICE if message.is_dm else None,
+                notice_mark=f"slack-dm-notice:{message.user_key}" if message.is_dm else None,
+            )
+        except Exception:
+            logger.exception("slack event %s failed", message.event_id)
 
     async def shown_reply(self, message: SlackMessage) -> list[str]:
         """The ``ts`` of the bot's messages already on Slack in answer to ``message``, oldest
@@ -461,18 +385,12 @@ class SlackConversations:
         )
 
     async def answer(
-        self,
-        message: SlackMessage,
-        *,
-        turn_id: int | None = None,
-        notice: str | None = None,
-        limit: LimitReached | None = None,
-        reuse: list[str] | None = None,
+        self, message: SlackMessage, deltas: AsyncIterator[str], *, reuse: Sequence[str] = ()
     ) -> None:
-        """Stream the answer to ``message`` into its DM or thread; ``reuse``: the messages
+        """Stream ``deltas`` into the DM or thread of ``message``; ``reuse``: the messages
         an interrupted answer left (:meth:`shown_reply`): the first is edited into the new
-        answer instead of posting a new message, the rest are deleted."""
-        reuse = reuse or []
+        answer instead of posting a new message, the rest are deleted. Returns once Slack
+        shows the whole answer; raises Slack's error otherwise."""
         sink = SlackReplySink(
             self.stream_client,
             channel=message.channel,
@@ -487,24 +405,12 @@ class SlackConversations:
                 await self.stream_client.chat_delete(channel=message.channel, ts=stale)
             except (SlackApiError, ClientError) as exc:
                 logger.warning("could not delete a cut reply message: %s", exc)
-        delivery = Delivery()
-        answer = (
-            _failing(limit)
-            if limit is not None
-            else self.loop.answer(self.incoming(message), turn_id=turn_id, delivery=delivery)
+        result = await stream_reply(
+            sink,
+            deltas,
+            self.stream_config,
+            limiter=self.budgets.for_scope(f"slack:{message.team}"),
         )
-        deltas = with_prefix(notice, answer)
-        try:
-            result = await stream_reply(
-                sink,
-                deltas,
-                self.stream_config,
-                limiter=self.budgets.for_scope(f"slack:{message.team}"),
-            )
-        finally:
-            # Stored once Slack shows the whole answer (its final edit): a crash before
-            # this leaves the message to be answered again at the next start-up.
-            await delivery.done()
         logger.info(
             "slack event %s answered: messages=%d edits=%d error=%s",
             message.event_id,
@@ -516,7 +422,7 @@ class SlackConversations:
     async def read_thread(self, message: SlackMessage) -> None:
         """Store the thread so far as history, once (first mention in an unseen thread)."""
         key = message.conversation_key
-        if not await self.store.mark_once(mark=f"slack-thread-read:{key}"):
+        if not await self.intake.once(f"slack-thread-read:{key}"):
             return
         assert message.thread_ts is not None
         try:
@@ -561,14 +467,25 @@ class SlackConversations:
         )
 
 
-async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
-    """``prefix`` (if any), then ``deltas``; closing this closes ``deltas`` too."""
-    try:
-        if prefix:
-            yield prefix
-        async for delta in deltas:
-            yield delta
-    finally:
-        close = getattr(deltas, "aclose", None)
-        if close is not None:
-            await close()
+def flight_key(message: SlackMessage) -> str:
+    """One Slack message in this process (an event and its retries, both event types)."""
+    return f"slack:{message.channel}:{message.ts}"
+
+
+class SlackReplyPlace:
+    """The :class:`core.chat.intake.ReplyPlace` of one Slack message."""
+
+    def __init__(self, conversations: SlackConversations, message: SlackMessage) -> None:
+        self._conversations = conversations
+        self._message = message
+
+    async def shown_reply(self) -> list[str]:
+        return await self._conversations.shown_reply(self._message)
+
+    async def show(self, deltas: AsyncIterator[str], *, reuse: Sequence[str]) -> None:
+        await self._conversations.answer(self._message, deltas, reuse=reuse)
+
+    async def say(self, text: str) -> None:
+        await self._conversations.stream_client.chat_postMessage(
+            channel=self._message.channel, thread_ts=self._message.thread_ts, markdown_text=text
+        )

@@ -750,6 +750,10 @@ class FakeDiscord:
         body = _ApiError(status, code, message, errors).body()
         self._faults.append(_Fault(method.upper(), path_glob, status, body, {}, times))
 
+    def clear_faults(self) -> None:
+        """Forget the faults still queued by :meth:`fail_next` / :meth:`rate_limit_next`."""
+        self._faults.clear()
+
     def _take_fault(self, method: str, path: str) -> _Fault | None:
         for fault in self._faults:
             if fault.matches(method, path):

@@ -7,60 +7,25 @@ restart and for nobody else; what the user said in a DM is not recalled in a ser
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from bots.discord_bot.client import MEMORY_REACTION
-from tests.conftest import REPO_ROOT
-from tests.discord_helpers import World, chat_messages, eventually, memory_block, world
-from tests.loop_helpers import API_KEY, memories_reply
+from tests.discord_helpers import (
+    START_S,
+    World,
+    bot_process,
+    chat_messages,
+    eventually,
+    memory_block,
+    stop,
+    world,
+)
+from tests.loop_helpers import memories_reply
 
 PREFERENCE = "The user prefers answers in bullet points."
 DOG = "The user has a dog named Pixel."
-START_S = 60.0
-
-
-async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
-    """``selfmind discord`` in a child process, reaching both fakes through settings."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SELFMIND_", "ANTHROPIC_", "DISCORD_", "SLACK_"))
-    }
-    env.update(
-        PYTHONPATH=str(REPO_ROOT),
-        ANTHROPIC_API_KEY=API_KEY,
-        ANTHROPIC_BASE_URL=w.claude.base_url,
-        DISCORD_BOT_TOKEN=w.discord.token,
-        DISCORD_API_BASE_URL=w.discord.api_base,
-        DISCORD_GATEWAY_URL=w.discord.gateway_url,
-        SELFMIND_DISCORD_EDIT_INTERVAL_S="0.05",
-        SELFMIND_LOG_LEVEL="INFO",
-    )
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bots.cli",
-        "--db",
-        str(w.db),
-        "discord",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        cwd=w.db.parent,
-        env=env,
-    )
-
-
-async def stop(process: asyncio.subprocess.Process) -> int:
-    process.send_signal(signal.SIGTERM)
-    return await asyncio.wait_for(process.wait(), START_S)
 
 
 async def answered(w: World, channel_id: int, count: int) -> None:
