@@ -113,7 +113,7 @@ class SelfMindBot(discord.Client):
         )
         self.tree = GuardedTree(self, controls=rt.loop.controls)
         self.tree.error(on_tree_error)
-        add_memory_commands(self.tree, service=rt.service, store=rt.store)
+        add_memory_commands(self.tree, service=rt.service)
         self.reviews = rt.cleanup_reviews()
         add_cleanup_command(self.tree, reviews=self.reviews)
         self.conversations = Conversations(

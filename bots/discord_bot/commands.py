@@ -36,11 +36,11 @@ from core.errors import (
     NOT_SAVED_COMMAND,
     MemoryInputError,
     MemoryNotFound,
+    PlanNotPending,
     SelfMindError,
     storage_failed,
 )
 from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
-from core.store.seams import ConversationStore
 from core.types import MAX_MEMORY_CHARS, Memory, Origin
 
 logger = logging.getLogger(__name__)
@@ -176,16 +176,23 @@ class OwnedView(discord.ui.View):
 class ForgetAllView(OwnedView):
     """ "Forget everything?" with Forget and Cancel buttons."""
 
-    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str) -> None:
+    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str, token: str) -> None:
         super().__init__(owner_id=owner_id, timeout=120.0)
         self.service = service
         self.user_key = user_key
+        self.token = token
 
     @discord.ui.button(label="Forget everything", style=discord.ButtonStyle.danger)
     async def confirm(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
         await interaction.response.defer()
-        count = await self.service.forget_all(user_key=self.user_key)
         self.stop()
+        try:
+            count = await self.service.forget_all_confirmed(
+                user_key=self.user_key, token=self.token
+            )
+        except PlanNotPending as exc:
+            await interaction.edit_original_response(content=str(exc), view=None)
+            return
         await interaction.edit_original_response(
             content=f"Forgot all {count} of your memories and our conversation history.",
             view=None,
@@ -235,7 +242,7 @@ class MemoryPager(OwnedView):
         await interaction.response.edit_message(content=await self.render(), view=self)
 
 
-def add_memory_commands(tree: Tree, *, service: MemoryService, store: ConversationStore) -> None:
+def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
     """Register ``/remember``, ``/forget``, ``/memories ...`` and ``/memory ...`` on ``tree``."""
 
     @tree.command(name="remember", description="Remember something about you.")
@@ -262,7 +269,10 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
         user_key = user_key_of(interaction.user)
         if memory.strip().lower() in (FORGET_ALL, "all my memories"):
             count = await service.count(user_key=user_key)
-            view = ForgetAllView(service, owner_id=interaction.user.id, user_key=user_key)
+            token = await service.confirm_forget_all(user_key=user_key)
+            view = ForgetAllView(
+                service, owner_id=interaction.user.id, user_key=user_key, token=token
+            )
             await reply(
                 interaction,
                 f"Forget all {count} of your memories and our conversation history? "
@@ -331,8 +341,7 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
 
     async def set_mode(interaction: Interaction, command: str) -> None:
         mode = MODE_WORDS[command]
-        await store.set_mode(user_key=user_key_of(interaction.user), mode=mode)
-        logger.info("memory mode user=%s mode=%s", user_key_of(interaction.user), mode)
+        await service.set_mode(user_key=user_key_of(interaction.user), mode=mode)
         await reply(interaction, MODE_REPLIES[mode])
 
     @memory.command(name="pause", description="Keep using what I know, but learn nothing new.")

@@ -36,7 +36,13 @@ from bots.slack_bot.blocks import JsonDict, button, escape_mrkdwn, section
 from bots.slack_bot.cleanup import ACTIONS as CLEANUP_ACTIONS
 from bots.slack_bot.cleanup import SlackCleanup
 from core.chat.controls import NOT_ENABLED, Controls, Place
-from core.errors import NOT_SAVED_COMMAND, MemoryInputError, MemoryNotFound, storage_failed
+from core.errors import (
+    NOT_SAVED_COMMAND,
+    MemoryInputError,
+    MemoryNotFound,
+    PlanNotPending,
+    storage_failed,
+)
 from core.memory.cleanup_review import NO_MODEL
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
@@ -255,6 +261,7 @@ class SlackCommands:
     async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
         if arg.lower() == "all":
             count = await self.service.count(user_key=key)
+            token = await self.service.confirm_forget_all(user_key=key)
             blocks = [
                 section(
                     f"Forget all {count} of your memories and our conversation history? "
@@ -263,7 +270,7 @@ class SlackCommands:
                 {
                     "type": "actions",
                     "elements": [
-                        button("Forget everything", FORGET_ALL_ACTION, "confirm", "danger"),
+                        button("Forget everything", FORGET_ALL_ACTION, token, "danger"),
                         button("Cancel", FORGET_ALL_CANCEL_ACTION, "cancel"),
                     ],
                 },
@@ -351,15 +358,14 @@ class SlackCommands:
     async def memory_mode(self, key: str, arg: str, respond: AsyncRespond) -> None:
         word = arg.lower()
         if not word:
-            current = await self.store.get_mode(user_key=key)
+            current = await self.service.get_mode(user_key=key)
             await respond(text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}", response_type="ephemeral")
             return
         mode = MODE_WORDS.get(word)
         if mode is None:
             await respond(text=MEMORY_USAGE, response_type="ephemeral")
             return
-        await self.store.set_mode(user_key=key, mode=mode)
-        logger.info("memory mode user=%s mode=%s", key, mode)
+        await self.service.set_mode(user_key=key, mode=mode)
         await respond(text=MODE_REPLIES[mode], response_type="ephemeral")
 
     # --- buttons
@@ -383,7 +389,11 @@ class SlackCommands:
             await self.service.forget(user_key=key, memory_id=memory_id)
             await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
         elif action_id == FORGET_ALL_ACTION:
-            count = await self.service.forget_all(user_key=key)
+            try:
+                count = await self.service.forget_all_confirmed(user_key=key, token=value)
+            except PlanNotPending as exc:
+                await respond(text=str(exc), response_type="ephemeral")
+                return
             await respond(
                 text=f"Forgot all {count} memories and our conversation history.",
                 replace_original=True,

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from datetime import datetime, timedelta
+from typing import Any, Protocol, cast
 
-from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
+from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
 from core.metrics import Metrics
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.text import clean_text, needs_cleaning
-from core.store.seams import MemoryStore
+from core.store.seams import MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
     KINDS,
@@ -34,6 +35,7 @@ from core.types import (
     Origin,
     ScoredMemory,
     Source,
+    utcnow,
 )
 
 logger = logging.getLogger(__name__)
@@ -178,15 +180,88 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
     )
 
 
+FORGET_ALL_KIND = "forget_all"
+"""The ``kind`` of a *Forget everything* confirmation in the store."""
+CONFIRM_TTL_S = 15 * 60.0
+"""A *Forget everything* confirmation can be pressed for this long (longer than Slack's
+5-minute replay window for a signed request, shorter than its 30-minute ``response_url``)."""
+CONFIRM_GONE = (
+    "This confirmation was already used or has expired; nothing was forgotten. "
+    "Run `/forget all` again."
+)
+
+
+class ModeStore(Protocol):
+    """The per-user memory mode (``on`` / ``paused`` / ``off``)."""
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """The user's mode; ``on`` when never set."""
+        ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's mode."""
+        ...
+
+
+class ServiceStore(MemoryStore, ModeStore, PlanStore, Protocol):
+    """What :class:`MemoryService` needs of a store."""
+
+
 class MemoryService:
-    """The memory operations, always on behalf of one ``user_key``."""
+    """The memory operations, always on behalf of one ``user_key``.
+
+    Destructive confirmations are single-use: :meth:`confirm_forget_all` stores a random
+    token (:class:`core.store.seams.PlanStore`, shared by every replica) that exactly one
+    :meth:`forget_all_confirmed` consumes, so a replayed or double click forgets nothing.
+    """
 
     def __init__(
-        self, store: MemoryStore, *, dedupe_threshold: float = 0.55, metrics: Metrics | None = None
+        self,
+        store: ServiceStore,
+        *,
+        dedupe_threshold: float = 0.55,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.deduper = Deduper(dedupe_threshold)
         self.metrics = metrics or Metrics()
+        self.clock = clock
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """The user's memory mode (``on`` when never set)."""
+        return await self.store.get_mode(user_key=user_key)
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode: ``paused`` recalls but learns nothing, ``off`` neither."""
+        await self.store.set_mode(user_key=user_key, mode=mode)
+        logger.info("memory mode user=%s mode=%s", user_key, mode)
+
+    async def confirm_forget_all(self, *, user_key: str) -> str:
+        """A single-use token for the user's *Forget everything* button, valid
+        :data:`CONFIRM_TTL_S`; a new one replaces the user's earlier ones."""
+        token = secrets.token_urlsafe(12)
+        await self.store.put_pending(
+            token=token,
+            user_key=user_key,
+            kind=FORGET_ALL_KIND,
+            payload="",
+            expires_at=self.clock() + timedelta(seconds=CONFIRM_TTL_S),
+            replace=True,
+        )
+        return token
+
+    async def forget_all_confirmed(self, *, user_key: str, token: str) -> int:
+        """Consume the user's confirmation ``token`` and forget everything (:meth:`forget_all`).
+        ``PlanNotPending`` (:data:`CONFIRM_GONE`; nothing forgotten) when the token was used,
+        expired, or is not this user's."""
+        taken = await self.store.take_pending(
+            token=token, user_key=user_key, kind=FORGET_ALL_KIND, now=self.clock()
+        )
+        if taken is None:
+            logger.info("forget_all refused: user=%s confirmation gone", user_key)
+            raise PlanNotPending(CONFIRM_GONE, reason="gone")
+        return await self.forget_all(user_key=user_key)
 
     async def remember(
         self,
