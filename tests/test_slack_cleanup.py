@@ -274,3 +274,30 @@ async def test_outside_the_allow_lists_nothing_is_planned(
         refused = await click(slack, running, APPLY_ACTION, "any-plan", user="U1")
         assert refused["text"] == NOT_ENABLED
     assert claude.requests_of("extract") == []
+
+
+async def test_a_plan_made_on_one_replica_is_applied_on_the_other(
+    slack: FakeSlack, claude: FakeAnthropic, pg_url: str, tmp_path: Path
+) -> None:
+    """Two bots on one PostgreSQL database (two replicas behind one Slack app): the plan
+    shown by replica A is applied by a click that lands on replica B, once; its Undo works
+    through A, once."""
+    sqlite = slack_settings(slack, claude, tmp_path / "unused.db")
+    settings = sqlite.model_copy(update={"db": pg_url})
+    async with running_bot(settings) as a, running_bot(settings) as b:
+        await seed(a.runtime.store, key("U1"))
+        before = await active(a)
+        [(_, plan_id), _] = buttons(await plan_of(slack, a))
+
+        applied = await click(slack, b, APPLY_ACTION, plan_id, user="U1")
+        assert "6 → 3 memories" in applied["text"]
+        assert await active(a) == sorted([MERGED, NEW_HOME, KEPT])
+        again = await click(slack, a, APPLY_ACTION, plan_id, user="U1")
+        assert again["text"] == GONE
+
+        [(_, undo_token)] = buttons(applied)
+        undone = await click(slack, a, UNDO_ACTION, undo_token, user="U1")
+        assert undone["text"].startswith("Undone: 4 memories restored")
+        twice = await click(slack, b, UNDO_ACTION, undo_token, user="U1")
+        assert twice["text"] == UNDO_GONE
+        assert await active(b) == before
