@@ -82,7 +82,7 @@ async def test_forget_all_asks_first_and_erases_only_the_clicker(
     assert await bot.runtime.service.count(user_key=key("U1")) == 2  # nothing yet
 
     cancel = await click(slack, bot, "selfmind_forget_all_cancel", "cancel", user="U1")
-    assert (cancel["text"], cancel["replace_original"]) == ("Kept everything.", True)
+    assert (cancel["text"], cancel["replace_original"]) == ("Nothing was forgotten.", True)
     other = await click(slack, bot, "selfmind_forget_all", token, user="U2")
     assert other["text"] == CONFIRM_GONE  # U1's confirmation is not U2's
     assert await bot.runtime.service.count(user_key=key("U2")) == 1
@@ -105,7 +105,7 @@ async def test_a_replayed_forget_everything_click_forgets_nothing_more(
     first = await slack.send_interaction(bot.events_url, payload)
     assert first.status == 200
     done = await slack.wait_for_response(payload["response_url"])
-    assert done["text"] == "Forgot all 1 memories and our conversation history."
+    assert done["text"] == "Forgot all 1 memory and our conversation history."
     await command(slack, bot, "/remember", "The user runs Arch.", user="U1")
 
     replayed = await slack.send_interaction(bot.events_url, payload)  # the same signed body
@@ -151,7 +151,7 @@ async def test_memories_pages_search_and_export_to_the_dm(
     found = await command(slack, bot, "/memories", "search project number 7", user="U1")
     assert "`#8` The user owns project number 7." in found["text"]
     nothing = await command(slack, bot, "/memories", "search diary", user="U1")
-    assert nothing["text"] == "No memories match."
+    assert nothing["text"] == "None of your memories match."
     empty = await command(slack, bot, "/memories", user="U3")
     assert empty["text"] == "I don't remember anything about you yet."
 

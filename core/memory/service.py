@@ -47,21 +47,6 @@ IMPORT_BATCH = 200
 """Memories written per transaction by an import (a few tens of ms of write lock each, so a
 bot sharing the database waits at most that long; ``bench/import_lines.py``)."""
 
-MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
-"""The words of ``/memory pause | resume | off | on`` (Slack and Discord) and the mode each sets."""
-MODE_REPLIES: dict[MemoryMode, str] = {
-    "on": "Memory is on: I use what I know about you and learn from our conversations.",
-    "paused": (
-        "Memory is paused: I still use what I know about you but learn nothing new. "
-        "`/memory resume` undoes it."
-    ),
-    "off": (
-        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
-        "`/memory on` undoes it."
-    ),
-}
-"""What ``/memory`` answers once a mode is set (or, on Slack, to say the current one)."""
-
 
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
