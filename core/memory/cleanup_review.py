@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun, PlannedOp
+from core.memory.service import is_token, new_token
 from core.rules.cleanup_ops import UNDO_WINDOW, ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.store.seams import Store
 from core.types import utcnow
@@ -151,7 +151,7 @@ class CleanupReviews:
         run.texts = {i: t for i, t in run.texts.items() if i in touched}  # keep only what shows
         if not run.planned:
             return Proposal(run, None)
-        plan_id = secrets.token_urlsafe(12)
+        plan_id = new_token()
         await self.store.put_pending(
             token=plan_id,
             user_key=user_key,
@@ -208,7 +208,7 @@ class CleanupReviews:
     async def undo_token(self, *, user_key: str, change_id: str) -> str:
         """A single-use token for the Undo button of the user's applied ``change_id`` (valid
         for the 7-day undo window, :data:`core.rules.cleanup_ops.UNDO_WINDOW`)."""
-        token = secrets.token_urlsafe(12)
+        token = new_token()
         await self.store.put_pending(
             token=token,
             user_key=user_key,
@@ -223,12 +223,15 @@ class CleanupReviews:
         ``PlanNotPending`` when the token is gone (used, expired) or someone else's;
         ``StoreError`` when the change is not this user's, already undone, or a later change
         builds on it."""
-        change_id = await self.store.take_pending(
-            token=token, user_key=user_key, kind=UNDO_KIND, now=self.clock()
-        )
+        change_id = None
+        if is_token(token):
+            change_id = await self.store.take_pending(
+                token=token, user_key=user_key, kind=UNDO_KIND, now=self.clock()
+            )
         if change_id is None:
-            owner = await self.store.pending_owner(token=token, kind=UNDO_KIND, now=self.clock())
-            if owner is not None:
+            if is_token(token) and await self.store.pending_owner(
+                token=token, kind=UNDO_KIND, now=self.clock()
+            ):
                 raise PlanNotPending(NOT_YOURS_UNDO, reason="not_yours")
             raise PlanNotPending(UNDO_GONE, reason="gone")
         restored = await self.store.undo_change(user_key=user_key, change_id=change_id)
@@ -236,6 +239,8 @@ class CleanupReviews:
         return restored
 
     async def _take(self, plan_id: str, user_key: str) -> str:
+        if not is_token(plan_id):
+            raise PlanNotPending(GONE, reason="gone")
         payload = await self.store.take_pending(
             token=plan_id, user_key=user_key, kind=PLAN_KIND, now=self.clock()
         )

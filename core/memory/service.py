@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -176,6 +177,20 @@ CONFIRM_GONE = (
 )
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
+
+
+def new_token() -> str:
+    """A random single-use token for a button: 16 URL-safe characters (96 bits)."""
+    return secrets.token_urlsafe(12)
+
+
+def is_token(value: str) -> bool:
+    """Whether ``value`` has the shape of :func:`new_token` (a forged button value with NUL,
+    control characters or 5,000 characters never reaches the store)."""
+    return _TOKEN.fullmatch(value) is not None
+
+
 class ModeStore(Protocol):
     """The per-user memory mode (``on`` / ``paused`` / ``off``)."""
 
@@ -225,7 +240,7 @@ class MemoryService:
     async def confirm_forget_all(self, *, user_key: str) -> str:
         """A single-use token for the user's *Forget everything* button, valid
         :data:`CONFIRM_TTL_S`; a new one replaces the user's earlier ones."""
-        token = secrets.token_urlsafe(12)
+        token = new_token()
         await self.store.put_pending(
             token=token,
             user_key=user_key,
@@ -240,9 +255,11 @@ class MemoryService:
         """Consume the user's confirmation ``token`` and forget everything (:meth:`forget_all`).
         ``PlanNotPending`` (:data:`CONFIRM_GONE`; nothing forgotten) when the token was used,
         expired, or is not this user's."""
-        taken = await self.store.take_pending(
-            token=token, user_key=user_key, kind=FORGET_ALL_KIND, now=self.clock()
-        )
+        taken = None
+        if is_token(token):
+            taken = await self.store.take_pending(
+                token=token, user_key=user_key, kind=FORGET_ALL_KIND, now=self.clock()
+            )
         if taken is None:
             logger.info("forget_all refused: user=%s confirmation gone", user_key)
             raise PlanNotPending(CONFIRM_GONE, reason="gone")
