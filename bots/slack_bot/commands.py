@@ -47,7 +47,6 @@ from core.memory.cleanup_review import NO_MODEL
 from core.memory.reflection import ReflectionResult
 from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
-from core.store.seams import Store
 from core.types import Memory, Origin
 
 logger = logging.getLogger(__name__)
@@ -136,14 +135,12 @@ class SlackCommands:
         self,
         *,
         service: MemoryService,
-        store: Store,
         client: AsyncWebClient,
         spawn: Spawn,
         controls: Controls | None = None,
         cleanup: SlackCleanup | None = None,
     ) -> None:
         self.service = service
-        self.store = store
         self.client = client
         self.spawn = spawn
         self.controls = controls
