@@ -1,7 +1,10 @@
 """The composition root's shared part: open the store, the Claude client, the reflector and
-the turn loop from settings, and close them in order. Adapters use :func:`open_runtime`::
+the turn loop from settings, and close them in order. Two runtimes, nothing optional in
+either: :class:`MemoryRuntime` (store and memory service: memory commands, the CLI) and
+:class:`ChatRuntime` (also the model, reflector, turn loop, cleaner and cleanup reviews, each
+built once by :func:`chat_runtime`). Adapters use :func:`open_runtime`::
 
-    async with open_runtime(settings, db_url=url) as rt:
+    async with open_runtime(settings, db_url=url, require_model=True) as rt:
         async for delta in rt.loop.answer(message): ...
 """
 
@@ -10,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Literal, cast, overload
 
 from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
@@ -32,8 +35,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Runtime:
-    """Long-lived resources of one bot process. ``loop`` is None without an API key.
+class MemoryRuntime:
+    """Long-lived resources of a process without Claude (memory commands, the CLI, a
+    terminal without ``ANTHROPIC_API_KEY``): the store and the memory service.
 
     ``readiness``: adapters report their platform connection on it (``/healthz``);
     ``metrics``: recording a no-op unless ``SELFMIND_METRICS_PORT`` is set; ``health``: the
@@ -43,27 +47,54 @@ class Runtime:
     settings: Settings
     store: Store
     service: MemoryService
-    model: ChatModel | None
-    reflector: Reflector | None
-    loop: TurnLoop | None
-    cleaner: Cleaner | None = None
-    metrics: Metrics = field(default_factory=Metrics)
-    readiness: Readiness = field(default_factory=Readiness)
-    health: HealthServer | None = None
-
-    def cleanup_reviews(self) -> CleanupReviews:
-        """The cleanup plans shown in chats, over this runtime's store, cleaner and caps."""
-        return CleanupReviews(
-            store=self.store,
-            cleaner=self.cleaner,
-            controls=self.loop.controls if self.loop is not None else None,
-        )
+    metrics: Metrics
+    readiness: Readiness
+    health: HealthServer | None
 
 
-async def scheduled_cleanups(rt: Runtime) -> None:
+@dataclass
+class ChatRuntime(MemoryRuntime):
+    """A runtime with Claude: the model, the reflector, the turn loop, the cleaner and the
+    cleanup reviews, none of them optional. :meth:`start` starts the turn loop's start-up
+    work and the cleanup scheduler (``cleanup_interval_hours > 0``), once; the runtime
+    stops both on exit."""
+
+    model: ChatModel
+    reflector: Reflector
+    loop: TurnLoop
+    cleaner: Cleaner
+    reviews: CleanupReviews
+    _started: bool = field(default=False, init=False, repr=False)
+    _scheduler: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+
+    async def start(self) -> None:
+        """Resume pending reflections (:meth:`TurnLoop.start`) and start the cleanup
+        scheduler. Adapters that start later than :func:`open_runtime` (``start=False``)
+        call this; a second call does nothing."""
+        if self._started:
+            return
+        self._started = True
+        await self.loop.start()
+        if self.settings.cleanup_interval_hours > 0:
+            self._scheduler = asyncio.create_task(
+                scheduled_cleanups(self), name="cleanup-scheduler"
+            )
+
+    async def stop(self) -> None:
+        """Stop the scheduler and drain the turn loop (bounded by ``shutdown_timeout_s``)."""
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            await asyncio.gather(self._scheduler, return_exceptions=True)
+        await self.loop.shutdown()
+
+
+Runtime = ChatRuntime
+"""The runtime of a chat adapter (Slack, Discord)."""
+
+
+async def scheduled_cleanups(rt: ChatRuntime) -> None:
     """Every ``cleanup_interval_hours``, clean up each user with enough memories (applied as
     undoable changes; see ``selfmind memories history``)."""
-    assert rt.cleaner is not None
     s, cleaner = rt.settings, rt.cleaner
     while True:
         await asyncio.sleep(s.cleanup_interval_hours * 3600)
@@ -83,25 +114,102 @@ async def scheduled_cleanups(rt: Runtime) -> None:
                 )
 
 
-@asynccontextmanager
-async def open_runtime(
+def chat_runtime(base: MemoryRuntime, model: ChatModel) -> ChatRuntime:
+    """The chat collaborators over ``base``'s store, each built once from its settings."""
+    settings, store, metrics = base.settings, base.store, base.metrics
+    reflector = Reflector(
+        store=store,
+        model=model,
+        deduper=base.service.deduper,
+        related_k=settings.reflection_related_k,
+        max_attempts=settings.reflection_max_attempts,
+        model_name=settings.reflection_model,
+        metrics=metrics,
+    )
+    loop = TurnLoop(
+        store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
+    )
+    cleaner = Cleaner.from_settings(settings, store=store, model=model)
+    reviews = CleanupReviews(store=store, cleaner=cleaner, controls=loop.controls)
+    return ChatRuntime(
+        settings=settings,
+        store=store,
+        service=base.service,
+        metrics=metrics,
+        readiness=base.readiness,
+        health=base.health,
+        model=model,
+        reflector=reflector,
+        loop=loop,
+        cleaner=cleaner,
+        reviews=reviews,
+    )
+
+
+@overload
+def open_runtime(
+    settings: Settings,
+    *,
+    db_url: str,
+    require_model: Literal[True],
+    start: bool = True,
+    before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
+    serve_health: bool = False,
+) -> AbstractAsyncContextManager[ChatRuntime]: ...
+
+
+@overload
+def open_runtime(
     settings: Settings,
     *,
     db_url: str,
     require_model: bool = False,
     start: bool = True,
-    before_start: Callable[[Runtime], Awaitable[None]] | None = None,
+    before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
     serve_health: bool = False,
-) -> AsyncIterator[Runtime]:
+) -> AbstractAsyncContextManager[MemoryRuntime]: ...
+
+
+def open_runtime(
+    settings: Settings,
+    *,
+    db_url: str,
+    require_model: bool = False,
+    start: bool = True,
+    before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
+    serve_health: bool = False,
+) -> AbstractAsyncContextManager[MemoryRuntime]:
     """Open everything; on exit drain reflections (bounded by ``shutdown_timeout_s``) and close.
 
-    Without ``ANTHROPIC_API_KEY`` the runtime has no model (memory commands still work);
-    with ``require_model`` that is a ``ConfigError`` naming the variable. ``before_start``
-    runs after the store opens and before start-up work (resuming reflections), e.g. to find
-    messages a crash left unanswered. With ``serve_health`` (the bot modes) and
+    Yields a :class:`ChatRuntime` when ``ANTHROPIC_API_KEY`` is set, else a
+    :class:`MemoryRuntime` (memory commands still work); with ``require_model`` (typed to
+    yield a ``ChatRuntime``) a missing key is a ``ConfigError`` naming the variable.
+    ``before_start`` runs after the store opens and before start-up work (resuming
+    reflections), e.g. to find messages a crash left unanswered; with ``start=False`` the
+    adapter calls :meth:`ChatRuntime.start` itself. With ``serve_health`` (the bot modes) and
     ``SELFMIND_METRICS_PORT`` set, ``/healthz`` and ``/metrics`` are served until exit
     (``ConfigError`` naming the variable when the port cannot be listened on).
     """
+    return _open_runtime(
+        settings,
+        db_url=db_url,
+        require_model=require_model,
+        start=start,
+        before_start=before_start,
+        serve_health=serve_health,
+    )
+
+
+@asynccontextmanager
+async def _open_runtime(
+    settings: Settings,
+    *,
+    db_url: str,
+    require_model: bool,
+    start: bool,
+    before_start: Callable[[ChatRuntime], Awaitable[None]] | None,
+    serve_health: bool,
+) -> AsyncIterator[MemoryRuntime]:
     metrics = Metrics.create() if settings.metrics_port is not None else Metrics()
     readiness = Readiness()
     store = await open_store(db_url, settings)
@@ -119,44 +227,23 @@ async def open_runtime(
                 metrics=metrics,
             )
         service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics)
-        reflector = loop = cleaner = None
-        if settings.anthropic_api_key is not None or require_model:
-            model = ClaudeChatModel.from_settings(settings, metrics=metrics)
-            reflector = Reflector(
-                store=store,
-                model=model,
-                deduper=service.deduper,
-                related_k=settings.reflection_related_k,
-                max_attempts=settings.reflection_max_attempts,
-                model_name=settings.reflection_model,
-                metrics=metrics,
-            )
-            loop = TurnLoop(
-                store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
-            )
-            cleaner = Cleaner.from_settings(settings, store=store, model=model)
-        metrics.watch(
-            readiness=readiness,
-            queue_depth=(lambda: reflector.pending) if reflector is not None else None,
-        )
-        rt = Runtime(
-            settings, store, service, model, reflector, loop, cleaner, metrics, readiness, health
-        )
+        base = MemoryRuntime(settings, store, service, metrics, readiness, health)
+        if settings.anthropic_api_key is None and not require_model:
+            metrics.watch(readiness=readiness, queue_depth=None)
+            yield base
+            return
+        model = ClaudeChatModel.from_settings(settings, metrics=metrics)
+        rt = chat_runtime(base, model)
+        reflector = rt.reflector
+        metrics.watch(readiness=readiness, queue_depth=lambda: reflector.pending)
         if before_start is not None:
             await before_start(rt)
-        if start and loop is not None:
-            await loop.start()
-        scheduler = None
-        if start and cleaner is not None and settings.cleanup_interval_hours > 0:
-            scheduler = asyncio.create_task(scheduled_cleanups(rt), name="cleanup-scheduler")
         try:
+            if start:
+                await rt.start()
             yield rt
         finally:
-            if scheduler is not None:
-                scheduler.cancel()
-                await asyncio.gather(scheduler, return_exceptions=True)
-            if rt.loop is not None:
-                await rt.loop.shutdown()
+            await rt.stop()
     finally:
         readiness.store_closed()
         if health is not None:

@@ -108,7 +108,7 @@ async def _migrate(url: str) -> None:
 
 _TABLES = (
     "users, memories, memory_events, memory_embeddings, turns, processed_events,"
-    " memory_modes, marks, usage"
+    " memory_modes, marks, usage, pending_actions"
 )
 
 

@@ -94,17 +94,20 @@ class CleanupView(OwnedView):
             await interaction.edit_original_response(content=str(exc), view=None)
             return
         assert run.applied is not None
-        undo = UndoView(self.reviews, owner_id=self.owner_id, change_id=run.applied.change_id)
+        token = await self.reviews.undo_token(
+            user_key=user_key_of(interaction.user), change_id=run.applied.change_id
+        )
+        undo = UndoView(self.reviews, owner_id=self.owner_id, token=token)
         await interaction.edit_original_response(content=applied_text(run), view=undo)
 
     @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
     async def cancel(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
-        self.reviews.cancel(plan_id=self.plan_id, user_key=user_key_of(interaction.user))
         self.stop()
         await interaction.response.edit_message(content=CANCELLED, view=None)
+        await self.reviews.cancel(plan_id=self.plan_id, user_key=user_key_of(interaction.user))
 
     async def on_timeout(self) -> None:
-        self.reviews.discard(self.plan_id)
+        await self.reviews.discard(self.plan_id)
         try:
             await self.command.edit_original_response(content=EXPIRED, view=None)
         except discord.HTTPException as exc:
@@ -114,10 +117,10 @@ class CleanupView(OwnedView):
 class UndoView(OwnedView):
     """Undo an applied cleanup change (the store refuses anyone else's change anyway)."""
 
-    def __init__(self, reviews: CleanupReviews, *, owner_id: int, change_id: str) -> None:
+    def __init__(self, reviews: CleanupReviews, *, owner_id: int, token: str) -> None:
         super().__init__(owner_id=owner_id, timeout=VIEW_TIMEOUT_S)
         self.reviews = reviews
-        self.change_id = change_id
+        self.token = token
 
     @discord.ui.button(label="Undo", style=discord.ButtonStyle.secondary)
     async def undo(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
@@ -125,8 +128,11 @@ class UndoView(OwnedView):
         self.stop()
         try:
             restored = await self.reviews.undo(
-                user_key=user_key_of(interaction.user), change_id=self.change_id
+                user_key=user_key_of(interaction.user), token=self.token
             )
+        except PlanNotPending as exc:
+            await interaction.edit_original_response(content=str(exc), view=None)
+            return
         except StoreError as exc:
             await interaction.edit_original_response(content=f"Could not undo: {exc}.", view=None)
             return

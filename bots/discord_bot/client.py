@@ -51,7 +51,7 @@ from core.chat.intake import Intake, Received
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import NOT_SAVED, ConfigError, SelfMindError, storage_failed
 from core.memory.reflection import ReflectionResult, Reflector
-from core.runtime import Runtime, open_runtime, scheduled_cleanups
+from core.runtime import Runtime, open_runtime
 from core.settings import Settings
 from core.store.locks import KeyedLocks
 from core.streaming.reply import StreamConfig, stream_reply
@@ -169,8 +169,6 @@ class SelfMindBot(discord.Client):
     """
 
     def __init__(self, rt: Runtime, *, guild_ready_timeout: float = 2.0) -> None:
-        if rt.loop is None or rt.reflector is None:
-            raise ConfigError("ANTHROPIC_API_KEY is not set")
         intents = discord.Intents.none()
         intents.guilds = True
         intents.guild_messages = True
@@ -192,15 +190,14 @@ class SelfMindBot(discord.Client):
         )
         self.tree = GuardedTree(self, controls=rt.loop.controls)
         self.tree.error(on_tree_error)
-        add_memory_commands(self.tree, service=rt.service, store=rt.store)
-        self.reviews = rt.cleanup_reviews()
+        add_memory_commands(self.tree, service=rt.service)
+        self.reviews = rt.reviews
         add_cleanup_command(self.tree, reviews=self.reviews)
         self.intake = Intake(loop=rt.loop)
         self.conversations = Conversations(
             intake=self.intake, turns=rt.loop, history_turns=self.settings.history_turns
         )
         self._locks = KeyedLocks()  # one per conversation: answers run in message order
-        self._cleanups: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[object]] = set()
         self._closing = False
 
@@ -211,11 +208,9 @@ class SelfMindBot(discord.Client):
         self.reflector.on_learned = self.on_learned
         # Before reflections resume: messages a crash left without an answer.
         unanswered = await self.intake.unanswered(conversation_prefix="discord:")
-        await self.turns.start()
+        await self.rt.start()  # the turn loop's start-up work and the cleanup scheduler
         for turn in unanswered:
             self._track(asyncio.create_task(self.recover(turn), name=f"discord-recover-{turn.id}"))
-        if self.settings.cleanup_interval_hours > 0:
-            self._cleanups = asyncio.create_task(scheduled_cleanups(self.rt), name="cleanups")
         guild_id = self.settings.discord_guild_id
         try:
             if guild_id is not None:
@@ -254,10 +249,7 @@ class SelfMindBot(discord.Client):
             timeout = self.settings.shutdown_timeout_s
             if not await self.wait_idle(timeout):
                 logger.warning("shutdown: answers still in flight after %s s", timeout)
-            await self.reflector.drain(timeout)
-            if self._cleanups is not None:
-                self._cleanups.cancel()
-                await asyncio.wait({self._cleanups})
+            await self.reflector.drain(timeout)  # the scheduler stops with the runtime
         await super().close()
 
     async def wait_idle(self, timeout_s: float | None = None) -> bool:

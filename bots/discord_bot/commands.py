@@ -36,11 +36,13 @@ from core.errors import (
     NOT_SAVED_COMMAND,
     MemoryInputError,
     MemoryNotFound,
+    PlanNotPending,
     SelfMindError,
     storage_failed,
 )
-from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
-from core.store.seams import ConversationStore
+from core.memory import replies
+from core.memory.replies import MODE_REPLIES, MODE_WORDS
+from core.memory.service import MemoryService, parse_memory_id
 from core.types import MAX_MEMORY_CHARS, Memory, Origin
 
 logger = logging.getLogger(__name__)
@@ -176,25 +178,29 @@ class OwnedView(discord.ui.View):
 class ForgetAllView(OwnedView):
     """ "Forget everything?" with Forget and Cancel buttons."""
 
-    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str) -> None:
+    def __init__(self, service: MemoryService, *, owner_id: int, user_key: str, token: str) -> None:
         super().__init__(owner_id=owner_id, timeout=120.0)
         self.service = service
         self.user_key = user_key
+        self.token = token
 
-    @discord.ui.button(label="Forget everything", style=discord.ButtonStyle.danger)
+    @discord.ui.button(label=replies.FORGET_ALL_BUTTON, style=discord.ButtonStyle.danger)
     async def confirm(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
         await interaction.response.defer()
-        count = await self.service.forget_all(user_key=self.user_key)
         self.stop()
-        await interaction.edit_original_response(
-            content=f"Forgot all {count} of your memories and our conversation history.",
-            view=None,
-        )
+        try:
+            count = await self.service.forget_all_confirmed(
+                user_key=self.user_key, token=self.token
+            )
+        except PlanNotPending as exc:
+            await interaction.edit_original_response(content=str(exc), view=None)
+            return
+        await interaction.edit_original_response(content=replies.forgot_all(count), view=None)
 
-    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    @discord.ui.button(label=replies.CANCEL_BUTTON, style=discord.ButtonStyle.secondary)
     async def cancel(self, interaction: Interaction, button: discord.ui.Button[Any]) -> None:
         self.stop()
-        await interaction.response.edit_message(content="Nothing was forgotten.", view=None)
+        await interaction.response.edit_message(content=replies.KEPT_ALL, view=None)
 
 
 class MemoryPager(OwnedView):
@@ -218,10 +224,9 @@ class MemoryPager(OwnedView):
         self.newer.disabled = self.page == 0
         self.older.disabled = self.page >= self.pages - 1
         if not rows:
-            return "I don't remember anything about you yet."
-        header = (
-            f"Your memories, newest first (page {self.page + 1} of {self.pages}, {total} in all):"
-        )
+            return replies.NO_MEMORIES_YET
+        first = self.page * PAGE_SIZE + 1
+        header = replies.list_header(first=first, last=first + len(rows) - 1, total=total)
         return fit_lines(header, [memory_line(m) for m in rows])
 
     @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)
@@ -235,7 +240,7 @@ class MemoryPager(OwnedView):
         await interaction.response.edit_message(content=await self.render(), view=self)
 
 
-def add_memory_commands(tree: Tree, *, service: MemoryService, store: ConversationStore) -> None:
+def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
     """Register ``/remember``, ``/forget``, ``/memories ...`` and ``/memory ...`` on ``tree``."""
 
     @tree.command(name="remember", description="Remember something about you.")
@@ -249,12 +254,9 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
                 user_key=user_key_of(interaction.user), text=text, origin=origin
             )
         except MemoryInputError as exc:
-            await reply(interaction, f"I can't remember that: {exc}.")
+            await reply(interaction, replies.error_sentence(exc))
             return
-        if result.status == "added":
-            await reply(interaction, f"Remembered (`#{result.id}`).")
-        else:
-            await reply(interaction, f"I already knew that (`#{result.id}`).")
+        await reply(interaction, replies.remembered(result))
 
     @tree.command(name="forget", description="Forget one of your memories, or all of them.")
     @app_commands.describe(memory="Start typing to find a memory, or pick 'All my memories'.")
@@ -262,13 +264,11 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
         user_key = user_key_of(interaction.user)
         if memory.strip().lower() in (FORGET_ALL, "all my memories"):
             count = await service.count(user_key=user_key)
-            view = ForgetAllView(service, owner_id=interaction.user.id, user_key=user_key)
-            await reply(
-                interaction,
-                f"Forget all {count} of your memories and our conversation history? "
-                "This cannot be undone.",
-                view=view,
+            token = await service.confirm_forget_all(user_key=user_key)
+            view = ForgetAllView(
+                service, owner_id=interaction.user.id, user_key=user_key, token=token
             )
+            await reply(interaction, replies.forget_all_question(count), view=view)
             return
         try:
             memory_id = parse_memory_id(memory)
@@ -276,7 +276,7 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
         except MemoryNotFound:
             await reply(interaction, "No such memory of yours; pick one from the list.")
             return
-        await reply(interaction, f"Forgot `#{memory_id}`.")
+        await reply(interaction, replies.forgot(memory_id))
 
     @forget.autocomplete("memory")
     async def forget_autocomplete(
@@ -308,31 +308,30 @@ def add_memory_commands(tree: Tree, *, service: MemoryService, store: Conversati
     ) -> None:
         found = await service.search(user_key=user_key_of(interaction.user), query=query, k=10)
         if not found:
-            await reply(interaction, "None of your memories match.")
+            await reply(interaction, replies.NO_MATCH)
             return
         lines = [memory_line(s.memory) for s in found]
-        await reply(interaction, fit_lines("Your memories that match, best first:", lines))
+        await reply(interaction, fit_lines(replies.SEARCH_HEADER, lines))
 
     @memories.command(name="export", description="Download your memories as JSON Lines.")
     async def memories_export(interaction: Interaction) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         records = await service.export(user_key=user_key_of(interaction.user))
         if not records:
-            await reply(interaction, "You have no memories to export.")
+            await reply(interaction, replies.NO_EXPORT)
             return
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
         if len(data) > interaction.filesize_limit:
             await reply(interaction, "Too many memories to attach here; ask the bot's operator.")
             return
         file = discord.File(io.BytesIO(data), filename=EXPORT_FILENAME)
-        await reply(interaction, f"Your {len(records)} memories (JSON Lines).", file=file)
+        await reply(interaction, replies.exported(len(records)), file=file)
 
     memory = app_commands.Group(name="memory", description="Pause or turn off your memory.")
 
     async def set_mode(interaction: Interaction, command: str) -> None:
         mode = MODE_WORDS[command]
-        await store.set_mode(user_key=user_key_of(interaction.user), mode=mode)
-        logger.info("memory mode user=%s mode=%s", user_key_of(interaction.user), mode)
+        await service.set_mode(user_key=user_key_of(interaction.user), mode=mode)
         await reply(interaction, MODE_REPLIES[mode])
 
     @memory.command(name="pause", description="Keep using what I know, but learn nothing new.")
@@ -360,14 +359,12 @@ async def on_tree_error(interaction: Interaction, error: app_commands.AppCommand
     cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
     if storage_failed(cause):
         logger.warning("command not saved: %s", type(cause).__name__)
-        message = NOT_SAVED_COMMAND
     elif isinstance(cause, SelfMindError):
         logger.warning("command failed: %s", type(cause).__name__)
-        message = f"That didn't work: {cause}."
     else:
         command = getattr(interaction.command, "qualified_name", "?")
         logger.error("command %s failed", command, exc_info=cause)
-        message = "Something went wrong; please try again."
+    message = replies.error_sentence(cause)
     try:
         await reply(interaction, message)
     except discord.HTTPException:

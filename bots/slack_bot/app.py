@@ -117,8 +117,6 @@ class SlackBot:
         stream_client: AsyncWebClient,
         signing_secret: str | None,
     ) -> None:
-        if runtime.loop is None:
-            raise ConfigError("ANTHROPIC_API_KEY is not set")
         self.settings = settings
         self.runtime = runtime
         self.identity = identity
@@ -135,13 +133,12 @@ class SlackBot:
         )
         self.commands = SlackCommands(
             service=runtime.service,
-            store=runtime.store,
             client=client,
             spawn=self.spawn,
             controls=runtime.loop.controls,
-            cleanup=SlackCleanup(runtime.cleanup_reviews()),
+            cleanup=SlackCleanup(runtime.reviews),
         )
-        if runtime.reflector is not None and settings.slack_memory_notes:
+        if settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note
         self.app = self._build_app(signing_secret)
 
@@ -240,9 +237,8 @@ class SlackBot:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self.runtime.loop is not None:
-            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-            await self.runtime.loop.shutdown(remaining)  # unfinished reflections stay pending
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        await self.runtime.loop.shutdown(remaining)  # unfinished reflections stay pending
 
     # --- HTTP mode
 

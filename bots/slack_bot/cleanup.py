@@ -9,9 +9,10 @@ operation that touches /remember memories is marked with
 :data:`core.memory.cleanup_review.USER_ADDED_MARK`.
 
 The buttons carry the plan id; the core (:class:`core.memory.cleanup_review.CleanupReviews`)
-checks that the clicking user's memory key owns the plan. Apply replaces the plan with the
-before/after counts, the change id and an Undo button; Undo acts on the clicker's own
-change only (the store refuses anyone else's).
+checks that the clicking user's memory key owns the plan and takes it from the store once, so
+Apply works on any replica and a replayed click does nothing. Apply replaces the plan with
+the before/after counts, the change id and an Undo button carrying a single-use token; Undo
+acts on the clicker's own change only (the store refuses anyone else's), once.
 """
 
 from __future__ import annotations
@@ -108,14 +109,17 @@ class SlackCleanup:
                 run = await self.reviews.apply(plan_id=value, user_key=user_key)
                 assert run.applied is not None
                 text = applied_text(run)
-                undo = button("Undo", UNDO_ACTION, run.applied.change_id)
+                token = await self.reviews.undo_token(
+                    user_key=user_key, change_id=run.applied.change_id
+                )
+                undo = button("Undo", UNDO_ACTION, token)
                 blocks = [section(text), {"type": "actions", "elements": [undo]}]
                 await respond(text=text, blocks=blocks, replace_original=True)
             elif action_id == CANCEL_ACTION:
-                self.reviews.cancel(plan_id=value, user_key=user_key)
+                await self.reviews.cancel(plan_id=value, user_key=user_key)
                 await respond(text=CANCELLED, replace_original=True)
             elif action_id == UNDO_ACTION:
-                restored = await self.reviews.undo(user_key=user_key, change_id=value)
+                restored = await self.reviews.undo(user_key=user_key, token=value)
                 await respond(text=undone_text(restored), replace_original=True)
         except PlanNotPending as exc:
             if exc.reason == "changed":  # this click took the plan: its buttons go too

@@ -36,11 +36,17 @@ from bots.slack_bot.blocks import JsonDict, button, escape_mrkdwn, section
 from bots.slack_bot.cleanup import ACTIONS as CLEANUP_ACTIONS
 from bots.slack_bot.cleanup import SlackCleanup
 from core.chat.controls import NOT_ENABLED, Controls, Place
-from core.errors import NOT_SAVED_COMMAND, MemoryInputError, MemoryNotFound, storage_failed
+from core.errors import (
+    MemoryInputError,
+    MemoryNotFound,
+    PlanNotPending,
+    storage_failed,
+)
+from core.memory import replies
 from core.memory.cleanup_review import NO_MODEL
 from core.memory.reflection import ReflectionResult
-from core.memory.service import MODE_REPLIES, MODE_WORDS, MemoryService, parse_memory_id
-from core.store.seams import Store
+from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
+from core.memory.service import MemoryService, parse_memory_id
 from core.types import Memory, Origin
 
 logger = logging.getLogger(__name__)
@@ -58,10 +64,6 @@ PAGE_ACTION = "selfmind_memories_page"
 
 REMEMBER_BEFORE_ACK_S = 2.0
 """How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
-
-SOMETHING_WRONG = "Something went wrong on my side; please try again."
-FORGET_USAGE = "Usage: `/forget ID` (a number from `/memories`) or `/forget all`."
-MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
 
 
 def user_key(team_id: str, user_id: str) -> str:
@@ -101,7 +103,7 @@ def page_blocks(memories: Sequence[Memory], *, offset: int, total: int) -> list[
     """One page of ``/memories``, newest first, with Newer/Older buttons."""
     end = offset + len(memories)
     blocks = [
-        section(f"*Your memories* ({offset + 1}–{end} of {total}, newest first):"),
+        section(replies.list_header(first=offset + 1, last=end, total=total)),
         # One section per memory: a section holds at most 3,000 characters.
         *(section(memory_line(m)) for m in memories),
     ]
@@ -133,14 +135,12 @@ class SlackCommands:
         self,
         *,
         service: MemoryService,
-        store: Store,
         client: AsyncWebClient,
         spawn: Spawn,
         controls: Controls | None = None,
         cleanup: SlackCleanup | None = None,
     ) -> None:
         self.service = service
-        self.store = store
         self.client = client
         self.spawn = spawn
         self.controls = controls
@@ -187,14 +187,13 @@ class SlackCommands:
         try:
             await work
         except (MemoryInputError, MemoryNotFound) as exc:
-            await respond(text=_sentence(str(exc)), response_type="ephemeral")
+            await respond(text=replies.error_sentence(exc), response_type="ephemeral")
         except Exception as exc:
             if storage_failed(exc):
                 logger.warning("slack command not saved: %s", type(exc).__name__)
-                await respond(text=NOT_SAVED_COMMAND, response_type="ephemeral")
-                return
-            logger.exception("slack command failed")
-            await respond(text=SOMETHING_WRONG, response_type="ephemeral")
+            else:
+                logger.exception("slack command failed")
+            await respond(text=replies.error_sentence(exc), response_type="ephemeral")
 
     def allowed(self, key: str, team: str, channel: str) -> bool:
         """The team allow-lists (:mod:`core.chat.controls`); a DM channel id starts with D."""
@@ -248,36 +247,32 @@ class SlackCommands:
         origin: Origin = "private" if channel.startswith("D") else "shared"
         text = str(command.get("text") or "").strip()
         result = await self.service.remember(user_key=key, text=text, origin=origin)
-        if result.status == "added":
-            return f"Remembered (`#{result.id}`)."
-        return f"I already knew that (`#{result.id}`)."
+        return replies.remembered(result)
 
     async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
         if arg.lower() == "all":
             count = await self.service.count(user_key=key)
+            token = await self.service.confirm_forget_all(user_key=key)
             blocks = [
-                section(
-                    f"Forget all {count} of your memories and our conversation history? "
-                    "This cannot be undone."
-                ),
+                section(replies.forget_all_question(count)),
                 {
                     "type": "actions",
                     "elements": [
-                        button("Forget everything", FORGET_ALL_ACTION, "confirm", "danger"),
-                        button("Cancel", FORGET_ALL_CANCEL_ACTION, "cancel"),
+                        button(replies.FORGET_ALL_BUTTON, FORGET_ALL_ACTION, token, "danger"),
+                        button(replies.CANCEL_BUTTON, FORGET_ALL_CANCEL_ACTION, "cancel"),
                     ],
                 },
             ]
             await respond(
-                text=f"Forget all {count} memories?", blocks=blocks, response_type="ephemeral"
+                text=replies.forget_all_question(count), blocks=blocks, response_type="ephemeral"
             )
             return
         if not arg.strip().removeprefix("#").isdigit():
-            await respond(text=FORGET_USAGE, response_type="ephemeral")
+            await respond(text=replies.FORGET_USAGE, response_type="ephemeral")
             return
         memory_id = parse_memory_id(arg)
         await self.service.forget(user_key=key, memory_id=memory_id)
-        await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
+        await respond(text=replies.forgot(memory_id), response_type="ephemeral")
 
     async def memories(self, key: str, user: str, arg: str, respond: AsyncRespond) -> None:
         verb, _, rest = arg.partition(" ")
@@ -288,17 +283,17 @@ class SlackCommands:
         else:
             query = rest.strip() if verb.lower() == "search" else arg
             if not query:
-                await respond(text="Usage: `/memories search QUERY`.", response_type="ephemeral")
+                await respond(text=replies.SEARCH_USAGE, response_type="ephemeral")
                 return
             found = await self.service.search(user_key=key, query=query, k=SEARCH_K)
             if not found:
-                await respond(text="No memories match.", response_type="ephemeral")
+                await respond(text=replies.NO_MATCH, response_type="ephemeral")
                 return
             lines = "\n".join(memory_line(s.memory) for s in found)
             await respond(
-                text=f"Memories matching your search:\n{lines}",
+                text=f"{replies.SEARCH_HEADER}\n{lines}",
                 blocks=[
-                    section("*Memories matching your search*, best first:"),
+                    section(replies.SEARCH_HEADER),
                     *(section(memory_line(s.memory)) for s in found),
                 ],
                 response_type="ephemeral",
@@ -310,15 +305,11 @@ class SlackCommands:
         total = await self.service.count(user_key=key)
         rows = await self.service.list_memories(user_key=key, limit=PAGE_SIZE, offset=offset)
         if not rows:
-            text = (
-                "I don't remember anything about you yet."
-                if total == 0
-                else "No more memories on this page."
-            )
+            text = replies.NO_MEMORIES_YET if total == 0 else replies.NO_MORE_ON_PAGE
             await respond(text=text, response_type="ephemeral", replace_original=replace or None)
             return
         await respond(
-            text=f"Your memories ({offset + 1}–{offset + len(rows)} of {total})",
+            text=replies.list_header(first=offset + 1, last=offset + len(rows), total=total),
             blocks=page_blocks(rows, offset=offset, total=total),
             response_type="ephemeral",
             replace_original=replace or None,
@@ -327,7 +318,7 @@ class SlackCommands:
     async def export(self, key: str, user: str, respond: AsyncRespond) -> None:
         records = await self.service.export(user_key=key)
         if not records:
-            await respond(text="You have no memories to export.", response_type="ephemeral")
+            await respond(text=replies.NO_EXPORT, response_type="ephemeral")
             return
         opened = await self.client.conversations_open(users=user)
         channel = str(cast(JsonDict, opened["channel"])["id"])
@@ -337,10 +328,7 @@ class SlackCommands:
             content=export_jsonl(records),
             filename=f"selfmind-memories-{day}.jsonl",
             title="Your SelfMind memories",
-            initial_comment=(
-                f"Your {len(records)} memories, one JSON object a line "
-                "(`selfmind memories import` reads this file)."
-            ),
+            initial_comment=replies.exported(len(records)),
         )
         logger.info("exported %d memories of %s to their DM", len(records), key)
         await respond(
@@ -351,15 +339,14 @@ class SlackCommands:
     async def memory_mode(self, key: str, arg: str, respond: AsyncRespond) -> None:
         word = arg.lower()
         if not word:
-            current = await self.store.get_mode(user_key=key)
+            current = await self.service.get_mode(user_key=key)
             await respond(text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}", response_type="ephemeral")
             return
         mode = MODE_WORDS.get(word)
         if mode is None:
             await respond(text=MEMORY_USAGE, response_type="ephemeral")
             return
-        await self.store.set_mode(user_key=key, mode=mode)
-        logger.info("memory mode user=%s mode=%s", key, mode)
+        await self.service.set_mode(user_key=key, mode=mode)
         await respond(text=MODE_REPLIES[mode], response_type="ephemeral")
 
     # --- buttons
@@ -381,15 +368,16 @@ class SlackCommands:
         if action_id == FORGET_ACTION:
             memory_id = parse_memory_id(value)
             await self.service.forget(user_key=key, memory_id=memory_id)
-            await respond(text=f"Forgot `#{memory_id}`.", response_type="ephemeral")
+            await respond(text=replies.forgot(memory_id), response_type="ephemeral")
         elif action_id == FORGET_ALL_ACTION:
-            count = await self.service.forget_all(user_key=key)
-            await respond(
-                text=f"Forgot all {count} memories and our conversation history.",
-                replace_original=True,
-            )
+            try:
+                count = await self.service.forget_all_confirmed(user_key=key, token=value)
+            except PlanNotPending as exc:
+                await respond(text=str(exc), response_type="ephemeral")
+                return
+            await respond(text=replies.forgot_all(count), replace_original=True)
         elif action_id == FORGET_ALL_CANCEL_ACTION:
-            await respond(text="Kept everything.", replace_original=True)
+            await respond(text=replies.KEPT_ALL, replace_original=True)
         elif action_id == PAGE_ACTION:
             offset = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
             await self.show_page(key, offset, respond, replace=True)
@@ -417,8 +405,3 @@ class SlackCommands:
             channel=channel, user=parts[2], text=text, blocks=blocks, thread_ts=thread_ts
         )
         logger.info("memory note to user=%s memories=%d", turn.user_key, len(result.added))
-
-
-def _sentence(message: str) -> str:
-    message = message.strip()
-    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from bots.terminal.chat import PlainScreen, TerminalChat, read_line
 from core.errors import SelfMindError
-from core.runtime import open_runtime
+from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
 
 __all__ = ["TerminalChat", "run_terminal"]
@@ -48,8 +48,11 @@ async def run_terminal(
             settings, db_url=db_url, user_key=user_key, stdin=stdin, stdout=stdout
         )
     async with open_runtime(settings, db_url=db_url) as rt:
-        chat = TerminalChat(rt.service, user_key=user_key, screen=PlainScreen(stdout), loop=rt.loop)
-        if rt.reflector is not None:
+        chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
+        chat = TerminalChat(
+            rt.service, user_key=user_key, screen=PlainScreen(stdout), loop=chat_loop
+        )
+        if isinstance(rt, ChatRuntime):
             rt.reflector.on_learned = chat.learned
         while True:
             line = await read_line(stdin, None, stdout)
@@ -60,6 +63,6 @@ async def run_terminal(
                     break
             except SelfMindError as exc:
                 chat.screen.say(f"Error: {exc}")
-        if rt.reflector is not None and rt.reflector.pending:
+        if isinstance(rt, ChatRuntime) and rt.reflector.pending:
             await rt.reflector.drain(settings.shutdown_timeout_s)
     return 0

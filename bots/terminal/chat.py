@@ -14,6 +14,7 @@ from typing import Protocol, TextIO
 
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError
+from core.memory import replies
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import utcnow
@@ -169,10 +170,7 @@ class TerminalChat:
                     say(self.help)
                 case "/remember":
                     result = await self.service.remember(user_key=self.user_key, text=arg)
-                    if result.status == "added":
-                        say(f"Remembered (#{result.id}).")
-                    else:
-                        say(f"I already knew that (#{result.id}).")
+                    say(replies.remembered(result, code=str))
                 case "/forget":
                     await self.forget(arg)
                 case "/memories":
@@ -185,31 +183,26 @@ class TerminalChat:
                 case _:
                     say(f"Unknown command {name}. {HELP}")
         except (MemoryInputError, MemoryNotFound) as exc:
-            say(str(exc).capitalize() + ".")
+            say(replies.error_sentence(exc))
         return True
 
     async def forget(self, arg: str) -> None:
         if arg.lower() == "all":
             total = (await self.service.stats(user_key=self.user_key)).total
-            question = (
-                f"Forget all {count(total, 'memory', 'memories')}, our conversation history "
-                "and your input history?"
-            )
+            question = replies.forget_all_question(total, also="your input history")
             if not await self.screen.confirm(question):
-                self.screen.say("Nothing forgotten.")
+                self.screen.say(replies.KEPT_ALL)
                 return
             forgotten = await self.service.forget_all(user_key=self.user_key)
             await self.screen.forget_history()
-            self.screen.say(
-                f"Forgot {count(forgotten, 'memory', 'memories')} and our conversation history."
-            )
+            self.screen.say(replies.forgot_all(forgotten))
             return
         if not arg.strip().removeprefix("#").isdigit():
             self.screen.say("Usage: /forget ID (a number from /memories) or /forget all")
             return
         memory_id = parse_memory_id(arg)
         await self.service.forget(user_key=self.user_key, memory_id=memory_id)
-        self.screen.say(f"Forgot #{memory_id}.")
+        self.screen.say(replies.forgot(memory_id, code=str))
 
     async def memories(self, query: str) -> None:
         if query:
@@ -218,9 +211,7 @@ class TerminalChat:
         else:
             rows = await self.service.list_memories(user_key=self.user_key, limit=50)
         if not rows:
-            self.screen.say(
-                "No memories match." if query else "I don't remember anything about you yet."
-            )
+            self.screen.say(replies.NO_MATCH if query else replies.NO_MEMORIES_YET)
         for m in rows:
             self.screen.say(f"#{m.id} {m.text}")
 

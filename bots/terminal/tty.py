@@ -44,7 +44,7 @@ from rich.text import Text
 
 from bots.terminal.chat import TerminalChat
 from core.errors import SelfMindError
-from core.runtime import open_runtime
+from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
 from core.streaming.reply import StreamConfig, stream_reply
 
@@ -417,15 +417,16 @@ async def run_interactive(
     screen = TtyScreen(stdin=stdin, stdout=stdout, files=files)
     with logs_to_file(files.log if files else None, level=settings.log_level):
         async with open_runtime(settings, db_url=db_url) as rt:
-            chat = TerminalChat(rt.service, user_key=user_key, screen=screen, loop=rt.loop)
-            if rt.reflector is not None:
+            chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
+            chat = TerminalChat(rt.service, user_key=user_key, screen=screen, loop=chat_loop)
+            if isinstance(rt, ChatRuntime):
                 rt.reflector.on_learned = chat.learned
             screen.say(f"SelfMind, remembering you as {user_key}. /help lists commands and keys.")
             if problem:
                 screen.say(problem, style="yellow")
             with screen.catching_interrupts():
                 await _converse(chat, screen)
-                if rt.reflector is not None and rt.reflector.pending:
+                if isinstance(rt, ChatRuntime) and rt.reflector.pending:
                     screen.say("(finishing what I learned…)", style="dim")
                     await rt.reflector.drain(settings.shutdown_timeout_s)
     return 0

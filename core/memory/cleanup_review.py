@@ -2,13 +2,15 @@
 
 ``/memories cleanup`` (Slack and Discord) asks :class:`CleanupReviews` for a plan
 (:meth:`core.memory.cleanup.Cleaner.plan`; nothing is changed) and shows it only to the caller,
-with Apply and Cancel buttons. The plan waits here, in this process's memory, under a random
-plan id:
+with Apply and Cancel buttons. The plan waits in the store (``pending_actions``, shared by
+every replica on the database) under a random plan id:
 
 - only its owner (the same memory key) may apply or cancel it; for anyone else
   ``PlanNotPending`` says so and nothing changes;
-- it expires after ``ttl_s`` (15 minutes); a user's new plan replaces their earlier one, and
-  at most ``max_pending`` plans are kept (the oldest go first). A restart forgets them all;
+- it expires after ``ttl_s`` (15 minutes); a user's new plan replaces their earlier one; it
+  survives a restart and can be applied through any replica;
+- one click takes it (atomically, in the store): a double, replayed or concurrent click on
+  another replica finds it gone. The Undo button carries a single-use token the same way;
 - Apply applies exactly the plan shown, as one change (``store.apply_change``) that
   ``store.undo_change`` reverses. When the memories changed since (a planned memory was
   forgotten or cleaned up meanwhile) the store refuses the whole change: ``PlanNotPending``,
@@ -21,18 +23,19 @@ Planning costs Claude calls (at most ``cleanup_max_batches``), so the user's dai
 
 from __future__ import annotations
 
+import json
 import logging
-import secrets
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
-from core.memory.cleanup import Cleaner, CleanupRun
-from core.rules.cleanup_ops import ChangeOp, MergeOp, SupersedeOp
+from core.memory.cleanup import Cleaner, CleanupRun, PlannedOp
+from core.memory.service import is_token, new_token
+from core.rules.cleanup_ops import UNDO_WINDOW, ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.store.seams import Store
+from core.types import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,6 @@ class LimitCheck(Protocol):
 
 PLAN_TTL_S = 15 * 60.0
 """A plan shown in a chat can be applied for this long."""
-MAX_PENDING_PLANS = 256
-"""Plans kept at once in one process (one per user; the oldest are dropped first)."""
 USER_ADDED_MARK = "⚠️"
 """Starts the line of an operation that touches memories the user added with /remember."""
 
@@ -68,6 +69,8 @@ GONE = (
     "nothing was changed. Run `/memories cleanup` again."
 )
 NOT_YOURS = "This cleanup plan belongs to someone else; nothing was changed."
+NOT_YOURS_UNDO = "This Undo belongs to someone else; nothing was changed."
+UNDO_GONE = "This Undo was already used (or its change is past the undo window); nothing changed."
 CANCELLED = "Cleanup cancelled; nothing was changed."
 
 
@@ -88,17 +91,18 @@ class Proposal:
         return UNUSABLE_PLAN if self.run.rejected_batches else NOTHING_TO_CLEAN
 
 
-@dataclass(frozen=True)
-class _Pending:
-    run: CleanupRun
-    cleaner: Cleaner
-    expires_at: float
+PLAN_KIND = "cleanup_plan"
+"""The ``kind`` of a pending plan in the store (:class:`core.store.seams.PlanStore`)."""
+UNDO_KIND = "cleanup_undo"
+"""The ``kind`` of an Undo button's single-use token."""
 
 
 class CleanupReviews:
     """Plans shown in chats, waiting for their owner's Apply or Cancel.
 
-    ``clock`` is monotonic seconds (tests move it to expire plans).
+    Plans live in the store (:class:`core.store.seams.PlanStore`), so Apply works on any
+    replica over the same database, and each is taken by one click only (a replayed or
+    double click finds it gone). ``clock`` gives aware UTC now (tests move it to expire plans).
     """
 
     def __init__(
@@ -108,16 +112,13 @@ class CleanupReviews:
         cleaner: Cleaner | None,
         controls: LimitCheck | None = None,
         ttl_s: float = PLAN_TTL_S,
-        max_pending: int = MAX_PENDING_PLANS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.cleaner = cleaner
         self.controls = controls
         self.ttl_s = ttl_s
-        self.max_pending = max(1, max_pending)
         self.clock = clock
-        self._plans: OrderedDict[str, _Pending] = OrderedDict()
 
     @property
     def available(self) -> bool:
@@ -140,7 +141,8 @@ class CleanupReviews:
 
     async def propose(self, *, user_key: str) -> Proposal:
         """Plan a cleanup of the user's memories (Claude calls; nothing changed) and keep it
-        pending when it has operations. ``ConfigError`` without a model."""
+        pending in the store when it has operations (a user's new plan replaces their
+        earlier one). ``ConfigError`` without a model."""
         cleaner = self.cleaner
         if cleaner is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
@@ -149,13 +151,15 @@ class CleanupReviews:
         run.texts = {i: t for i, t in run.texts.items() if i in touched}  # keep only what shows
         if not run.planned:
             return Proposal(run, None)
-        self._purge()
-        for plan_id in [k for k, v in self._plans.items() if v.run.user_key == user_key]:
-            del self._plans[plan_id]  # a user's new plan replaces their earlier one
-        while len(self._plans) >= self.max_pending:
-            self._plans.popitem(last=False)
-        plan_id = secrets.token_urlsafe(9)
-        self._plans[plan_id] = _Pending(run, cleaner, self.clock() + self.ttl_s)
+        plan_id = new_token()
+        await self.store.put_pending(
+            token=plan_id,
+            user_key=user_key,
+            kind=PLAN_KIND,
+            payload=run_to_json(run),
+            expires_at=self.clock() + timedelta(seconds=self.ttl_s),
+            replace=True,
+        )
         logger.info(
             "cleanup plan %s pending: user=%s operations=%d", plan_id, user_key, len(run.planned)
         )
@@ -165,11 +169,13 @@ class CleanupReviews:
         """Apply the pending plan as one change; the run's ``before``/``after`` are the counts
         just before and after it, ``applied.change_id`` the change. ``PlanNotPending`` (with
         nothing changed) when the plan is gone, someone else's, or the memories changed."""
-        pending = self._take(plan_id, user_key)
-        run = pending.run
+        cleaner = self.cleaner
+        if cleaner is None:
+            raise ConfigError("ANTHROPIC_API_KEY is not set")
+        run = run_from_json(await self._take(plan_id, user_key))
         run.before = await self.store.count(user_key=user_key)
         try:
-            await pending.cleaner.apply(run)
+            await cleaner.apply(run)
         except (MemoryNotFound, StoreError) as exc:
             logger.info(
                 "cleanup plan %s outdated: user=%s error=%s", plan_id, user_key, type(exc).__name__
@@ -186,41 +192,129 @@ class CleanupReviews:
         )
         return run
 
-    def cancel(self, *, plan_id: str, user_key: str) -> None:
+    async def cancel(self, *, plan_id: str, user_key: str) -> None:
         """Discard the plan; ``PlanNotPending`` if it is someone else's (a plan already gone
         is fine: nothing was changed either way)."""
         try:
-            self._take(plan_id, user_key)
+            await self._take(plan_id, user_key)
         except PlanNotPending as exc:
             if exc.reason != "gone":
                 raise
 
-    def discard(self, plan_id: str) -> None:
+    async def discard(self, plan_id: str) -> None:
         """Forget the plan, whoever owns it (its buttons went away)."""
-        self._plans.pop(plan_id, None)
+        await self.store.drop_pending(token=plan_id)
 
-    async def undo(self, *, user_key: str, change_id: str) -> int:
-        """Undo the user's change; the memories restored. ``StoreError`` when the change is
-        not this user's, already undone, or a later change builds on it."""
+    async def undo_token(self, *, user_key: str, change_id: str) -> str:
+        """A single-use token for the Undo button of the user's applied ``change_id`` (valid
+        for the 7-day undo window, :data:`core.rules.cleanup_ops.UNDO_WINDOW`)."""
+        token = new_token()
+        await self.store.put_pending(
+            token=token,
+            user_key=user_key,
+            kind=UNDO_KIND,
+            payload=change_id,
+            expires_at=self.clock() + UNDO_WINDOW,
+        )
+        return token
+
+    async def undo(self, *, user_key: str, token: str) -> int:
+        """Undo the change an Undo button's ``token`` names, once; the memories restored.
+        ``PlanNotPending`` when the token is gone (used, expired) or someone else's;
+        ``StoreError`` when the change is not this user's, already undone, or a later change
+        builds on it."""
+        change_id = None
+        if is_token(token):
+            change_id = await self.store.take_pending(
+                token=token, user_key=user_key, kind=UNDO_KIND, now=self.clock()
+            )
+        if change_id is None:
+            if is_token(token) and await self.store.pending_owner(
+                token=token, kind=UNDO_KIND, now=self.clock()
+            ):
+                raise PlanNotPending(NOT_YOURS_UNDO, reason="not_yours")
+            raise PlanNotPending(UNDO_GONE, reason="gone")
         restored = await self.store.undo_change(user_key=user_key, change_id=change_id)
         logger.info("cleanup change %s undone: user=%s restored=%d", change_id, user_key, restored)
         return restored
 
-    def _take(self, plan_id: str, user_key: str) -> _Pending:
-        self._purge()
-        pending = self._plans.get(plan_id)
-        if pending is None:
+    async def _take(self, plan_id: str, user_key: str) -> str:
+        if not is_token(plan_id):
             raise PlanNotPending(GONE, reason="gone")
-        if pending.run.user_key != user_key:
+        payload = await self.store.take_pending(
+            token=plan_id, user_key=user_key, kind=PLAN_KIND, now=self.clock()
+        )
+        if payload is not None:
+            return payload
+        if await self.store.pending_owner(token=plan_id, kind=PLAN_KIND, now=self.clock()):
             logger.info("cleanup plan %s refused: user=%s is not its owner", plan_id, user_key)
             raise PlanNotPending(NOT_YOURS, reason="not_yours")
-        del self._plans[plan_id]
-        return pending
+        raise PlanNotPending(GONE, reason="gone")
 
-    def _purge(self) -> None:
-        now = self.clock()
-        for plan_id in [k for k, v in self._plans.items() if v.expires_at <= now]:
-            del self._plans[plan_id]
+
+def run_to_json(run: CleanupRun) -> str:
+    """A pending plan as JSON: its owner, operations and the texts shown (usage is recorded
+    when planned, so not kept). Read back by :func:`run_from_json`."""
+    return json.dumps(
+        {
+            "user_key": run.user_key,
+            "before": run.before,
+            "batches": run.batches,
+            "rejected_batches": run.rejected_batches,
+            "texts": {str(i): t for i, t in run.texts.items()},
+            "planned": [
+                {"op": _op_to_dict(p.op), "reason": p.reason, "user_added": list(p.user_added)}
+                for p in run.planned
+            ],
+        },
+        ensure_ascii=False,
+    )
+
+
+def run_from_json(payload: str) -> CleanupRun:
+    """The plan :func:`run_to_json` wrote."""
+    data: dict[str, Any] = json.loads(payload)
+    return CleanupRun(
+        user_key=str(data["user_key"]),
+        before=int(data["before"]),
+        batches=[int(b) for b in data["batches"]],
+        rejected_batches=int(data["rejected_batches"]),
+        texts={int(i): str(t) for i, t in data["texts"].items()},
+        planned=[
+            PlannedOp(
+                op=_op_from_dict(p["op"]),
+                reason=str(p["reason"]),
+                user_added=tuple(int(i) for i in p["user_added"]),
+            )
+            for p in data["planned"]
+        ],
+    )
+
+
+def _op_to_dict(op: ChangeOp) -> dict[str, Any]:
+    if isinstance(op, MergeOp):
+        return {
+            "merge": list(op.ids),
+            "text": op.text,
+            "kind": op.kind,
+            "category": op.category,
+        }
+    if isinstance(op, SupersedeOp):
+        return {"supersede": op.old_id, "by": op.new_id}
+    return {"retire": op.memory_id}
+
+
+def _op_from_dict(data: dict[str, Any]) -> ChangeOp:
+    if "merge" in data:
+        return MergeOp(
+            ids=tuple(int(i) for i in data["merge"]),
+            text=str(data["text"]),
+            kind=data["kind"],
+            category=data["category"],
+        )
+    if "supersede" in data:
+        return SupersedeOp(old_id=int(data["supersede"]), new_id=int(data["by"]))
+    return RetireOp(memory_id=int(data["retire"]))
 
 
 def _shown_ids(op: ChangeOp) -> tuple[int, ...]:

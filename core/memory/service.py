@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from datetime import datetime, timedelta
+from typing import Any, Protocol, cast
 
-from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound
+from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
 from core.metrics import Metrics
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.text import clean_text, needs_cleaning
-from core.store.seams import MemoryStore
+from core.store.seams import MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
     KINDS,
@@ -34,6 +36,7 @@ from core.types import (
     Origin,
     ScoredMemory,
     Source,
+    utcnow,
 )
 
 logger = logging.getLogger(__name__)
@@ -44,21 +47,6 @@ MAX_IMPORT_LINES = 100_000
 IMPORT_BATCH = 200
 """Memories written per transaction by an import (a few tens of ms of write lock each, so a
 bot sharing the database waits at most that long; ``bench/import_lines.py``)."""
-
-MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
-"""The words of ``/memory pause | resume | off | on`` (Slack and Discord) and the mode each sets."""
-MODE_REPLIES: dict[MemoryMode, str] = {
-    "on": "Memory is on: I use what I know about you and learn from our conversations.",
-    "paused": (
-        "Memory is paused: I still use what I know about you but learn nothing new. "
-        "`/memory resume` undoes it."
-    ),
-    "off": (
-        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
-        "`/memory on` undoes it."
-    ),
-}
-"""What ``/memory`` answers once a mode is set (or, on Slack, to say the current one)."""
 
 
 def clean_memory_text(text: str) -> str:
@@ -178,15 +166,104 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
     )
 
 
+FORGET_ALL_KIND = "forget_all"
+"""The ``kind`` of a *Forget everything* confirmation in the store."""
+CONFIRM_TTL_S = 15 * 60.0
+"""A *Forget everything* confirmation can be pressed for this long (longer than Slack's
+5-minute replay window for a signed request, shorter than its 30-minute ``response_url``)."""
+CONFIRM_GONE = (
+    "This confirmation was already used or has expired; nothing was forgotten. "
+    "Run `/forget all` again."
+)
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
+
+
+def new_token() -> str:
+    """A random single-use token for a button: 16 URL-safe characters (96 bits)."""
+    return secrets.token_urlsafe(12)
+
+
+def is_token(value: str) -> bool:
+    """Whether ``value`` has the shape of :func:`new_token` (a forged button value with NUL,
+    control characters or 5,000 characters never reaches the store)."""
+    return _TOKEN.fullmatch(value) is not None
+
+
+class ModeStore(Protocol):
+    """The per-user memory mode (``on`` / ``paused`` / ``off``)."""
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """The user's mode; ``on`` when never set."""
+        ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's mode."""
+        ...
+
+
+class ServiceStore(MemoryStore, ModeStore, PlanStore, Protocol):
+    """What :class:`MemoryService` needs of a store."""
+
+
 class MemoryService:
-    """The memory operations, always on behalf of one ``user_key``."""
+    """The memory operations, always on behalf of one ``user_key``.
+
+    Destructive confirmations are single-use: :meth:`confirm_forget_all` stores a random
+    token (:class:`core.store.seams.PlanStore`, shared by every replica) that exactly one
+    :meth:`forget_all_confirmed` consumes, so a replayed or double click forgets nothing.
+    """
 
     def __init__(
-        self, store: MemoryStore, *, dedupe_threshold: float = 0.55, metrics: Metrics | None = None
+        self,
+        store: ServiceStore,
+        *,
+        dedupe_threshold: float = 0.55,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.deduper = Deduper(dedupe_threshold)
         self.metrics = metrics or Metrics()
+        self.clock = clock
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """The user's memory mode (``on`` when never set)."""
+        return await self.store.get_mode(user_key=user_key)
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode: ``paused`` recalls but learns nothing, ``off`` neither."""
+        await self.store.set_mode(user_key=user_key, mode=mode)
+        logger.info("memory mode user=%s mode=%s", user_key, mode)
+
+    async def confirm_forget_all(self, *, user_key: str) -> str:
+        """A single-use token for the user's *Forget everything* button, valid
+        :data:`CONFIRM_TTL_S`; a new one replaces the user's earlier ones."""
+        token = new_token()
+        await self.store.put_pending(
+            token=token,
+            user_key=user_key,
+            kind=FORGET_ALL_KIND,
+            payload="",
+            expires_at=self.clock() + timedelta(seconds=CONFIRM_TTL_S),
+            replace=True,
+        )
+        return token
+
+    async def forget_all_confirmed(self, *, user_key: str, token: str) -> int:
+        """Consume the user's confirmation ``token`` and forget everything (:meth:`forget_all`).
+        ``PlanNotPending`` (:data:`CONFIRM_GONE`; nothing forgotten) when the token was used,
+        expired, or is not this user's."""
+        taken = None
+        if is_token(token):
+            taken = await self.store.take_pending(
+                token=token, user_key=user_key, kind=FORGET_ALL_KIND, now=self.clock()
+            )
+        if taken is None:
+            logger.info("forget_all refused: user=%s confirmation gone", user_key)
+            raise PlanNotPending(CONFIRM_GONE, reason="gone")
+        return await self.forget_all(user_key=user_key)
 
     async def remember(
         self,

@@ -300,5 +300,43 @@ class VectorStore(Protocol):
         ...
 
 
-class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
+class PlanStore(Protocol):
+    """What a chat button refers to, kept where every replica sees it: pending cleanup plans
+    and single-use confirmations (forget all, undo), each under a random ``token``, owned by
+    one ``user_key``, of one ``kind``, with an ``expires_at`` (aware UTC). ``forget_all``
+    erases a user's pending actions with their memories."""
+
+    async def put_pending(
+        self,
+        *,
+        token: str,
+        user_key: str,
+        kind: str,
+        payload: str,
+        expires_at: datetime,
+        replace: bool = False,
+    ) -> None:
+        """Keep a pending action (``payload``: opaque text, e.g. JSON). With ``replace`` the
+        user's other pending actions of this ``kind`` go, in the same transaction. Expired
+        actions of everyone are purged."""
+        ...
+
+    async def take_pending(
+        self, *, token: str, user_key: str, kind: str, now: datetime
+    ) -> str | None:
+        """Remove and return the payload of ``token`` if it is ``user_key``'s, of ``kind`` and
+        unexpired at ``now``; else None and nothing is removed. Atomic: of two takes of one
+        token (two replicas, a replayed click) at most one gets the payload."""
+        ...
+
+    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
+        """The user key owning the unexpired pending action ``token`` of ``kind``, or None."""
+        ...
+
+    async def drop_pending(self, *, token: str) -> None:
+        """Remove the pending action ``token``, whoever owns it (nothing when it is gone)."""
+        ...
+
+
+class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, PlanStore, Protocol):
     """Everything the core keeps: memories and conversations."""

@@ -226,6 +226,22 @@ async def m006_clean_text(conn: asyncpg.Connection) -> None:
     await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
 
+M007_PENDING_ACTIONS = """
+-- What a chat button refers to, shared by every replica: a pending cleanup plan (payload: its
+-- operations as JSON) or a single-use confirmation (forget all, undo). A row is taken
+-- (deleted, RETURNING it) by the one click that acts on it; expired rows are purged.
+CREATE TABLE pending_actions (
+    token TEXT PRIMARY KEY,
+    user_key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX pending_actions_by_user ON pending_actions(user_key, kind);
+CREATE INDEX pending_actions_by_expiry ON pending_actions(expires_at);
+"""
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -236,4 +252,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (4, "m004_embeddings", M004_EMBEDDINGS),
     (5, "m005_forget_index", M005_FORGET_INDEX),
     (6, "m006_clean_text", m006_clean_text),
+    (7, "m007_pending_actions", M007_PENDING_ACTIONS),
 ]

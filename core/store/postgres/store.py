@@ -308,6 +308,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
                 user_key,
             )
             await conn.execute("DELETE FROM turns WHERE user_key = $1", user_key)
+            await conn.execute("DELETE FROM pending_actions WHERE user_key = $1", user_key)
         return count
 
     # ---------------------------------------------------------------- reads
@@ -442,3 +443,56 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
             )
             for r in rows
         ]
+
+    # ---------------------------------------------------------------- pending actions
+    async def put_pending(
+        self,
+        *,
+        token: str,
+        user_key: str,
+        kind: str,
+        payload: str,
+        expires_at: datetime,
+        replace: bool = False,
+    ) -> None:
+        async with self._tx() as conn:
+            await conn.execute("DELETE FROM pending_actions WHERE expires_at <= $1", utcnow())
+            if replace:
+                await conn.execute(
+                    "DELETE FROM pending_actions WHERE user_key = $1 AND kind = $2", user_key, kind
+                )
+            await conn.execute(
+                "INSERT INTO pending_actions(token, user_key, kind, payload, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                token,
+                user_key,
+                kind,
+                payload,
+                expires_at,
+            )
+
+    async def take_pending(
+        self, *, token: str, user_key: str, kind: str, now: datetime
+    ) -> str | None:
+        payload = await self._fetchval(
+            "DELETE FROM pending_actions WHERE token = $1 AND user_key = $2 AND kind = $3"
+            " AND expires_at > $4 RETURNING payload",
+            token,
+            user_key,
+            kind,
+            now,
+        )
+        return None if payload is None else str(payload)
+
+    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
+        owner = await self._fetchval(
+            "SELECT user_key FROM pending_actions WHERE token = $1 AND kind = $2"
+            " AND expires_at > $3",
+            token,
+            kind,
+            now,
+        )
+        return None if owner is None else str(owner)
+
+    async def drop_pending(self, *, token: str) -> None:
+        await self._execute("DELETE FROM pending_actions WHERE token = $1", token)

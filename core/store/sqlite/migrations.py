@@ -317,6 +317,22 @@ async def m007_clean_text(conn: aiosqlite.Connection) -> None:
     await clean_stored_text(fetch=fetch, execute=execute, now=now)
 
 
+M008_PENDING_ACTIONS = """
+-- What a chat button refers to, shared by every process on the database: a pending cleanup
+-- plan (payload: its operations as JSON) or a single-use confirmation (forget all, undo).
+-- A row is taken (deleted) by the one click that acts on it; expired rows are purged.
+CREATE TABLE pending_actions (
+    token TEXT PRIMARY KEY,
+    user_key TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    expires_at TEXT NOT NULL
+);
+CREATE INDEX pending_actions_by_user ON pending_actions(user_key, kind);
+CREATE INDEX pending_actions_by_expiry ON pending_actions(expires_at);
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -328,4 +344,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (5, "m005_embeddings", M005_EMBEDDINGS),
     (6, "m006_sharded_fts", M006_SHARDED_FTS),
     (7, "m007_clean_text", m007_clean_text),
+    (8, "m008_pending_actions", M008_PENDING_ACTIONS),
 ]

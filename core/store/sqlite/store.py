@@ -347,6 +347,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             (user_key,),
         )
         await self._conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
+        await self._conn.execute("DELETE FROM pending_actions WHERE user_key = ?", (user_key,))
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
@@ -510,3 +511,50 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             )
             for r in rows
         ]
+
+    # ---------------------------------------------------------------- pending actions
+    async def put_pending(
+        self,
+        *,
+        token: str,
+        user_key: str,
+        kind: str,
+        payload: str,
+        expires_at: datetime,
+        replace: bool = False,
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "DELETE FROM pending_actions WHERE expires_at <= ?", (ts(utcnow()),)
+            )
+            if replace:
+                await self._conn.execute(
+                    "DELETE FROM pending_actions WHERE user_key = ? AND kind = ?", (user_key, kind)
+                )
+            await self._conn.execute(
+                "INSERT INTO pending_actions(token, user_key, kind, payload, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (token, user_key, kind, payload, ts(expires_at)),
+            )
+
+    async def take_pending(
+        self, *, token: str, user_key: str, kind: str, now: datetime
+    ) -> str | None:
+        async with self._write():
+            rows = await self._fetchall(
+                "DELETE FROM pending_actions WHERE token = ? AND user_key = ? AND kind = ?"
+                " AND expires_at > ? RETURNING payload",
+                (token, user_key, kind, ts(now)),
+            )
+        return str(rows[0][0]) if rows else None
+
+    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
+        row = await self._fetchone(
+            "SELECT user_key FROM pending_actions WHERE token = ? AND kind = ? AND expires_at > ?",
+            (token, kind, ts(now)),
+        )
+        return str(row[0]) if row else None
+
+    async def drop_pending(self, *, token: str) -> None:
+        async with self._write():
+            await self._conn.execute("DELETE FROM pending_actions WHERE token = ?", (token,))

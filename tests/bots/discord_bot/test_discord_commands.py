@@ -11,6 +11,7 @@ import pytest
 from bots.discord_bot.client import SelfMindBot
 from bots.discord_bot.commands import PAGE_SIZE
 from core.chat.controls import NOT_ENABLED
+from core.memory.replies import exported
 from tests.discord_helpers import (
     World,
     bot,
@@ -124,7 +125,7 @@ async def test_forget_all_asks_and_only_the_caller_can_confirm(w: World, bot: Se
     interaction, response = await command(fake, "forget", w.alice, memory="all")
     assert response.ephemeral
     assert response.content == (
-        "Forget all 2 of your memories and our conversation history? This cannot be undone."
+        "Forget all 2 memories and our conversation history? This cannot be undone."
     )
     assert interaction.original_message_id is not None
     message_id = interaction.original_message_id
@@ -139,7 +140,7 @@ async def test_forget_all_asks_and_only_the_caller_can_confirm(w: World, bot: Se
     assert (await fake.wait_for_interaction_response(click)).type == 6  # deferred update
     await fake.wait_for_request("PATCH", f"/webhooks/*/{click.token}/messages/@original")
     updated = fake.message(message_id)
-    assert updated["content"] == "Forgot all 2 of your memories and our conversation history."
+    assert updated["content"] == "Forgot all 2 memories and our conversation history."
     assert updated["components"] == []
     assert await service.count(user_key=key(w.alice)) == 0
     assert await service.count(user_key=key(w.bob)) == 1
@@ -168,7 +169,7 @@ async def test_memories_list_pages_with_buttons_for_the_caller(w: World, bot: Se
     interaction, response = await command(fake, "memories list", w.alice)
     assert response.ephemeral
     content = response.content or ""
-    assert content.startswith(f"Your memories, newest first (page 1 of 2, {total} in all):")
+    assert content.startswith(f"Your memories, newest first (1–8 of {total}):")
     assert f"plant number {total - 1}." in content and "plant number 0." not in content
     assert "cactus" not in content
     assert interaction.original_message_id is not None
@@ -188,7 +189,7 @@ async def test_memories_list_pages_with_buttons_for_the_caller(w: World, bot: Se
     )
     assert (await fake.wait_for_interaction_response(click)).type == 7
     page2 = str(fake.message(message_id)["content"])
-    assert page2.startswith("Your memories, newest first (page 2 of 2")
+    assert page2.startswith(f"Your memories, newest first (9–{total} of {total})")
     assert "plant number 0." in page2 and "cactus" not in page2
     assert buttons(fake, message_id)["Older ▶"]["disabled"] is True
 
@@ -220,7 +221,7 @@ async def test_memories_export_is_an_ephemeral_json_lines_attachment(
 
     interaction, response = await command(fake, "memories export", w.alice)
     assert (response.type, response.ephemeral) == (5, True)  # deferred first
-    assert await final_text(fake, interaction) == "Your 2 memories (JSON Lines)."
+    assert await final_text(fake, interaction) == exported(2)
     [followup] = fake.find_requests("POST", f"/webhooks/*/{interaction.token}")
     assert int(followup.json["flags"]) & FLAG_EPHEMERAL
     [upload] = followup.files

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,14 @@ from core.memory.cleanup_review import (
     NO_MEMORIES,
     NO_MODEL,
     NOT_YOURS,
+    NOT_YOURS_UNDO,
     NOTHING_TO_CLEAN,
     PLANNING,
+    UNDO_GONE,
     UNUSABLE_PLAN,
     USER_ADDED_MARK,
 )
+from core.types import utcnow
 from tests.cleanup_helpers import (
     DARK,
     KEPT,
@@ -38,6 +42,7 @@ from tests.cleanup_helpers import (
 from tests.fakes.anthropic_server import FakeAnthropic, not_json, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, JsonDict
 from tests.slack_helpers import (
+    TEAM,
     bot,
     buttons,
     click,
@@ -110,8 +115,9 @@ async def test_plan_is_ephemeral_and_apply_is_one_undoable_change(
 
     applied = await click(slack, bot, APPLY_ACTION, plan_id, user="U1")
     assert applied["replace_original"] is True
-    [(undo_id, change_id)] = buttons(applied)
+    [(undo_id, undo_token)] = buttons(applied)
     assert undo_id == UNDO_ACTION
+    change_id = applied["text"].split("as change `")[1].split("`")[0]
     assert f"6 → 3 memories, as change `{change_id}`" in applied["text"]
     assert f"selfmind memories undo --user {key('U1')} {change_id}" in applied["text"]
     assert await active(bot) == sorted([MERGED, NEW_HOME, KEPT])
@@ -119,14 +125,40 @@ async def test_plan_is_ephemeral_and_apply_is_one_undoable_change(
     assert sum(e.change_id == change_id for e in history) >= 4
     assert await active(bot, "U2") == [DARK[0]]
 
-    theirs = await click(slack, bot, UNDO_ACTION, change_id, user="U2")
-    assert theirs["text"] == f"Could not undo: no change '{change_id}' for this user."
+    theirs = await click(slack, bot, UNDO_ACTION, undo_token, user="U2")
+    assert theirs["text"] == NOT_YOURS_UNDO
+    forged = await click(slack, bot, UNDO_ACTION, change_id, user="U1")  # not a token
+    assert forged["text"] == UNDO_GONE
     assert await active(bot) == sorted([MERGED, NEW_HOME, KEPT])
-    undone = await click(slack, bot, UNDO_ACTION, change_id, user="U1")
+    undone = await click(slack, bot, UNDO_ACTION, undo_token, user="U1")
     assert undone["text"].startswith("Undone: 4 memories restored")
     assert await active(bot) == before
     again = await click(slack, bot, APPLY_ACTION, plan_id, user="U1")
     assert again["text"] == GONE and await active(bot) == before
+    undo_again = await click(slack, bot, UNDO_ACTION, undo_token, user="U1")
+    assert undo_again["text"] == UNDO_GONE and await active(bot) == before
+
+
+async def test_a_replayed_apply_click_applies_once(slack: FakeSlack, bot: RunningSlackBot) -> None:
+    """The same signed Apply interaction sent twice (a replay within Slack's 5-minute
+    window): the plan is taken by the first; the second changes nothing."""
+    await seed(bot.runtime.store, key("U1"))
+    [(_, plan_id), _] = buttons(await plan_of(slack, bot))
+    payload = slack.events.block_actions(APPLY_ACTION, plan_id, user="U1")
+    payload["user"]["team_id"] = TEAM
+    assert (await slack.send_interaction(bot.events_url, payload)).status == 200
+    applied = await slack.wait_for_response(payload["response_url"])
+    assert "6 → 3 memories" in applied["text"]
+    after = await active(bot)
+    await bot.runtime.service.remember(user_key=key("U1"), text=OLD_HOME)  # added since
+    assert (await slack.send_interaction(bot.events_url, payload)).status == 200
+    await slack.wait_until(
+        lambda: len(slack.responses(payload["response_url"])) == 2, what="second response"
+    )
+    assert slack.responses(payload["response_url"])[1]["text"] == GONE
+    assert await active(bot) == sorted([*after, OLD_HOME])
+    history = await bot.runtime.store.history(user_key=key("U1"))
+    assert len({e.change_id for e in history if e.change_id is not None}) == 1
 
 
 async def test_only_the_owner_can_press_and_cancel_changes_nothing(
@@ -176,7 +208,7 @@ async def test_changed_memories_or_an_expired_plan_change_nothing(
     [(_, plan_id), _] = buttons(await plan_of(slack, bot))
     assert bot.bot.commands.cleanup is not None
     reviews = bot.bot.commands.cleanup.reviews
-    reviews.clock = lambda: time.monotonic() + reviews.ttl_s + 1
+    reviews.clock = lambda: utcnow() + timedelta(seconds=reviews.ttl_s + 1)
     expired = await click(slack, bot, APPLY_ACTION, plan_id, user="U1")
     assert expired["text"] == GONE and await active(bot) == before
 
@@ -242,3 +274,30 @@ async def test_outside_the_allow_lists_nothing_is_planned(
         refused = await click(slack, running, APPLY_ACTION, "any-plan", user="U1")
         assert refused["text"] == NOT_ENABLED
     assert claude.requests_of("extract") == []
+
+
+async def test_a_plan_made_on_one_replica_is_applied_on_the_other(
+    slack: FakeSlack, claude: FakeAnthropic, pg_url: str, tmp_path: Path
+) -> None:
+    """Two bots on one PostgreSQL database (two replicas behind one Slack app): the plan
+    shown by replica A is applied by a click that lands on replica B, once; its Undo works
+    through A, once."""
+    sqlite = slack_settings(slack, claude, tmp_path / "unused.db")
+    settings = sqlite.model_copy(update={"db": pg_url})
+    async with running_bot(settings) as a, running_bot(settings) as b:
+        await seed(a.runtime.store, key("U1"))
+        before = await active(a)
+        [(_, plan_id), _] = buttons(await plan_of(slack, a))
+
+        applied = await click(slack, b, APPLY_ACTION, plan_id, user="U1")
+        assert "6 → 3 memories" in applied["text"]
+        assert await active(a) == sorted([MERGED, NEW_HOME, KEPT])
+        again = await click(slack, a, APPLY_ACTION, plan_id, user="U1")
+        assert again["text"] == GONE
+
+        [(_, undo_token)] = buttons(applied)
+        undone = await click(slack, a, UNDO_ACTION, undo_token, user="U1")
+        assert undone["text"].startswith("Undone: 4 memories restored")
+        twice = await click(slack, b, UNDO_ACTION, undo_token, user="U1")
+        assert twice["text"] == UNDO_GONE
+        assert await active(b) == before

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from bots.slack_bot.app import RunningSlackBot
+from core.memory.service import CONFIRM_GONE
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
     PREFERENCE,
+    TEAM,
     bot,
     bot_posts,
     buttons,
@@ -74,20 +76,46 @@ async def test_forget_all_asks_first_and_erases_only_the_clicker(
     await command(slack, bot, "/remember", "The user likes Go.", user="U2")
     ask = await command(slack, bot, "/forget", "all", user="U1")
     assert "Forget all 2" in ask["blocks"][0]["text"]["text"]
-    assert buttons(ask) == [
-        ("selfmind_forget_all", "confirm"),
-        ("selfmind_forget_all_cancel", "cancel"),
-    ]
+    [(confirm_id, token), cancel_button] = buttons(ask)
+    assert confirm_id == "selfmind_forget_all" and len(token) >= 16  # a one-time token
+    assert cancel_button == ("selfmind_forget_all_cancel", "cancel")
     assert await bot.runtime.service.count(user_key=key("U1")) == 2  # nothing yet
 
     cancel = await click(slack, bot, "selfmind_forget_all_cancel", "cancel", user="U1")
-    assert (cancel["text"], cancel["replace_original"]) == ("Kept everything.", True)
-    other = await click(slack, bot, "selfmind_forget_all", "confirm", user="U2")
-    assert other["text"] == "Forgot all 1 memories and our conversation history."
+    assert (cancel["text"], cancel["replace_original"]) == ("Nothing was forgotten.", True)
+    other = await click(slack, bot, "selfmind_forget_all", token, user="U2")
+    assert other["text"] == CONFIRM_GONE  # U1's confirmation is not U2's
+    assert await bot.runtime.service.count(user_key=key("U2")) == 1
     assert await bot.runtime.service.count(user_key=key("U1")) == 2
-    done = await click(slack, bot, "selfmind_forget_all", "confirm", user="U1")
+    done = await click(slack, bot, "selfmind_forget_all", token, user="U1")
     assert done["text"] == "Forgot all 2 memories and our conversation history."
     assert await bot.runtime.service.count(user_key=key("U1")) == 0
+
+
+async def test_a_replayed_forget_everything_click_forgets_nothing_more(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    """A captured, signed *Forget everything* click sent again within Slack's 5-minute
+    window finds its one-time token used: memories added since the click stay."""
+    await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
+    ask = await command(slack, bot, "/forget", "all", user="U1")
+    [(action_id, token), _] = buttons(ask)
+    payload = slack.events.block_actions(action_id, token, user="U1")
+    payload["user"]["team_id"] = TEAM
+    first = await slack.send_interaction(bot.events_url, payload)
+    assert first.status == 200
+    done = await slack.wait_for_response(payload["response_url"])
+    assert done["text"] == "Forgot all 1 memory and our conversation history."
+    await command(slack, bot, "/remember", "The user runs Arch.", user="U1")
+
+    replayed = await slack.send_interaction(bot.events_url, payload)  # the same signed body
+    assert replayed.status == 200
+    await slack.wait_until(
+        lambda: len(slack.responses(payload["response_url"])) == 2, what="second response"
+    )
+    assert slack.responses(payload["response_url"])[1]["text"] == CONFIRM_GONE
+    memories = await bot.runtime.service.list_memories(user_key=key("U1"))
+    assert [m.text for m in memories] == ["The user runs Arch."]
 
 
 def memory_sections(reply: dict[str, Any]) -> str:
@@ -123,7 +151,7 @@ async def test_memories_pages_search_and_export_to_the_dm(
     found = await command(slack, bot, "/memories", "search project number 7", user="U1")
     assert "`#8` The user owns project number 7." in found["text"]
     nothing = await command(slack, bot, "/memories", "search diary", user="U1")
-    assert nothing["text"] == "No memories match."
+    assert nothing["text"] == "None of your memories match."
     empty = await command(slack, bot, "/memories", user="U3")
     assert empty["text"] == "I don't remember anything about you yet."
 

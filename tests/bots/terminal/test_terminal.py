@@ -105,7 +105,7 @@ async def test_piped_chat_stays_plain_text(tmp_path: Path) -> None:
         "# Plan\n\nUse **bold** words.\n"
         "Remembered (#1).\n"
         "1 memory (fact 1)\n"
-        "Forgot 1 memory and our conversation history.\n"
+        "Forgot all 1 memory and our conversation history.\n"
         "0 memories\n"
     )
     assert [r.body["messages"][-1]["content"] for r in fake.requests_of("chat")] == ["line one"]

@@ -368,16 +368,19 @@ def test_forget_all_asks_first_and_clears_the_input_history(
         term.say("/stats")
         term.wait_for("1 memory (fact 1)")
         term.say("/forget all")
-        term.wait_for("Forget all 1 memory, our conversation history and your input history? [y/N]")
+        term.wait_for(
+            "Forget all 1 memory, your input history and our conversation history? "
+            "This cannot be undone. [y/N]"
+        )
         term.say("")  # Enter alone is no
-        term.wait_for("Nothing forgotten.")
+        term.wait_for("Nothing was forgotten.")
         term.say("/memories")
         term.wait_for("#1 The user's cat is called Miso.")
         assert "Miso" in history.read_text()
         term.say("/forget all")
         term.wait_for("[y/N]", after=term.row_of("#1 The user's cat"))
         term.say("y")
-        term.wait_for("Forgot 1 memory and our conversation history.")
+        term.wait_for("Forgot all 1 memory and our conversation history.")
         assert "Miso" not in history.read_text() and mode(history) == 0o600
         term.say("/stats")
         term.wait_for("0 memories")

@@ -1,0 +1,122 @@
+"""The words every adapter shows for the memory commands: one source for Slack, Discord and
+the terminal, which keep only their formatting (Block Kit, Discord content and views, plain
+text).
+
+A memory id is shown through ``code``: Markdown code (the default, ```#12```, which both Slack
+mrkdwn and Discord render) or ``str`` for plain text (the terminal). Commands::
+
+    remember TEXT     remembered()
+    forget ID         forgot(), or error_sentence(MemoryNotFound)
+    forget all        forget_all_question(), then forgot_all() or KEPT_ALL; a replayed or
+                      second click answers core.memory.service.CONFIRM_GONE
+    list              list_header(), NO_MEMORIES_YET, NO_MORE_ON_PAGE
+    search QUERY      SEARCH_HEADER, NO_MATCH, SEARCH_USAGE
+    export            exported(), NO_EXPORT
+    memory MODE       MODE_REPLIES[mode], MEMORY_USAGE
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core.errors import NOT_SAVED_COMMAND, SelfMindError, storage_failed
+from core.types import AddResult, MemoryMode
+
+Code = Callable[[str], str]
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as Markdown inline code (Slack mrkdwn and Discord alike)."""
+    return f"`{text}`"
+
+
+def _memories(count: int) -> str:
+    return f"{count} {'memory' if count == 1 else 'memories'}"
+
+
+def remembered(result: AddResult, *, code: Code = markdown_code) -> str:
+    """``Remembered (`#12`).`` or, for a duplicate, ``I already knew that (`#12`).``"""
+    ref = code(f"#{result.id}")
+    return f"Remembered ({ref})." if result.status == "added" else f"I already knew that ({ref})."
+
+
+def forgot(memory_id: int, *, code: Code = markdown_code) -> str:
+    """``Forgot `#12`.``"""
+    return f"Forgot {code(f'#{memory_id}')}."
+
+
+FORGET_USAGE = "Usage: `/forget ID` (a number from `/memories`) or `/forget all`."
+FORGET_ALL_BUTTON = "Forget everything"
+CANCEL_BUTTON = "Cancel"
+KEPT_ALL = "Nothing was forgotten."
+
+
+def forget_all_question(count: int, *, also: str = "") -> str:
+    """The confirmation ``/forget all`` asks first; ``also`` names what else goes."""
+    more = f", {also}" if also else ""
+    return (
+        f"Forget all {_memories(count)}{more} and our conversation history? This cannot be undone."
+    )
+
+
+def forgot_all(count: int) -> str:
+    """The answer once everything is forgotten."""
+    return f"Forgot all {_memories(count)} and our conversation history."
+
+
+NO_MEMORIES_YET = "I don't remember anything about you yet."
+NO_MORE_ON_PAGE = "No more memories on this page."
+SEARCH_HEADER = "Your memories that match, best first:"
+SEARCH_USAGE = "Usage: `/memories search QUERY`."
+NO_MATCH = "None of your memories match."
+NO_EXPORT = "You have no memories to export."
+
+
+def list_header(*, first: int, last: int, total: int) -> str:
+    """``Your memories, newest first (1–10 of 42):``"""
+    return f"Your memories, newest first ({first}–{last} of {total}):"
+
+
+def exported(count: int) -> str:
+    """What accompanies an export file."""
+    return (
+        f"Your {_memories(count)}, one JSON object a line "
+        "(`selfmind memories import` reads this file)."
+    )
+
+
+MODE_WORDS: dict[str, MemoryMode] = {"pause": "paused", "resume": "on", "off": "off", "on": "on"}
+"""The words of ``/memory pause | resume | off | on`` and the mode each sets."""
+MODE_REPLIES: dict[MemoryMode, str] = {
+    "on": "Memory is on: I use what I know about you and learn from our conversations.",
+    "paused": (
+        "Memory is paused: I still use what I know about you but learn nothing new. "
+        "`/memory resume` undoes it."
+    ),
+    "off": (
+        "Memory is off: I neither use nor learn anything about you (nothing is deleted). "
+        "`/memory on` undoes it."
+    ),
+}
+"""What ``/memory`` answers once a mode is set (or to say the current one)."""
+MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
+
+SOMETHING_WRONG = "Something went wrong on my side; please try again."
+
+
+def sentence(message: str) -> str:
+    """``message`` as a sentence: capitalised, ending with a full stop."""
+    message = message.strip()
+    return message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def error_sentence(exc: BaseException) -> str:
+    """What to tell the user when a memory command failed: the store could not save
+    (:data:`core.errors.NOT_SAVED_COMMAND`), our own short and true message for a
+    :class:`core.errors.SelfMindError` (``a memory needs some text`` -> ``A memory needs some
+    text.``), else :data:`SOMETHING_WRONG` (the adapter logs it)."""
+    if storage_failed(exc):
+        return NOT_SAVED_COMMAND
+    if isinstance(exc, SelfMindError):
+        return sentence(str(exc))
+    return SOMETHING_WRONG
