@@ -92,6 +92,7 @@ class _Connection:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     reader: asyncio.Task[None] | None = None
+    dispatches: set[asyncio.Task[None]] = field(default_factory=set)
 
     def end(self, reason: str) -> None:
         if not self.ended.done():
@@ -223,6 +224,10 @@ class SocketModeLink:
                 return
 
     async def _retire(self, connection: _Connection) -> None:
+        """Close ``connection`` once the envelopes it is storing were acknowledged on it
+        (bounded by ``ACK_DRAIN_S``)."""
+        if connection.dispatches and not connection.ws.closed:
+            await asyncio.wait(set(connection.dispatches), timeout=ACK_DRAIN_S)
         await connection.ws.close()
         if connection.reader is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -326,6 +331,8 @@ class SocketModeLink:
                     )
                     self._dispatches.add(task)
                     task.add_done_callback(self._dispatches.discard)
+                    connection.dispatches.add(task)
+                    task.add_done_callback(connection.dispatches.discard)
         finally:
             if not hello.done():
                 hello.set_result(False)
