@@ -1,5 +1,5 @@
-"""Connection faults against the real ``selfmind slack`` process (Socket Mode), shared by
-tests/test_reconnect_slack.py and bench/reconnect.py.
+"""Connection faults against the real ``selfmind slack`` process (Socket Mode) and the
+Discord bot on the fake gateway, shared by tests/test_reconnect_*.py and bench/reconnect.py.
 
 :class:`SlackFaultRun` starts the bot as a separate process against the fake Slack (with
 ``redeliver_unacked`` on, as Slack redelivers) and the fake Anthropic API (chat answers echo
@@ -18,7 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.discord_helpers import eventually
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.discord_server import FakeDiscord, FakeUser
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import bot_posts, slack_process_env
 
@@ -225,6 +227,90 @@ class SlackFaultRun:
                 lambda: all(n >= 1 for n in self.answers().values()),
                 timeout_s=timeout_s,
                 what="every event answered",
+            )
+        await asyncio.sleep(settle_s)
+
+    def rows(self) -> list[dict[str, object]]:
+        answers = self.answers()
+        return [stats.row(answers) for stats in self.stats.values()]
+
+
+# ---- Discord --------------------------------------------------------------------------------
+
+DiscordFault = Callable[[FakeDiscord], Awaitable[None]]
+
+
+async def _close_4000(fake: FakeDiscord) -> None:
+    await fake.disconnect(code=4000)
+
+
+async def _op7(fake: FakeDiscord) -> None:
+    await fake.request_reconnect()
+
+
+async def _reset(fake: FakeDiscord) -> None:
+    await fake.drop()
+
+
+async def _unreachable(fake: FakeDiscord) -> None:
+    fake.refuse_gateway(for_s=1.5)
+    await fake.drop()
+
+
+DISCORD_FAULTS: dict[str, DiscordFault] = {
+    "close 4000 (resume)": _close_4000,
+    "op 7 RECONNECT": _op7,
+    "abrupt TCP reset": _reset,
+    "gateway refused for 1.5 s": _unreachable,
+}
+
+
+class DiscordFaultRun:
+    """Faults against one bot on the fake gateway: for each, one message sent while the
+    connection is down (replayed on RESUME) and one after it is back; answers are the bot's
+    posts that echo the message's token (the fake Anthropic API echoes the user's text)."""
+
+    def __init__(self, fake: FakeDiscord, author: FakeUser) -> None:
+        self.fake = fake
+        self.author = author
+        self.number = 0
+        self.stats: dict[str, FaultStats] = {}
+
+    async def send(self, fault: str) -> None:
+        self.number += 1
+        token = f"probe{self.number:04d}"
+        text = f"{self.fake.bot_user.mention} say {token}"
+        await self.fake.dispatch_message(self.fake.channel_id, self.author, text)
+        self.stats.setdefault(fault, FaultStats(fault)).events.append(token)
+
+    def _sessions(self) -> int:
+        return len(self.fake.resumes) + len(self.fake.identifies)
+
+    async def apply(self, fault: str, *, timeout_s: float = 60.0) -> None:
+        """Apply ``fault``, send one message while down, wait for the RESUME (timed), send
+        one more."""
+        before = self._sessions()
+        started = time.monotonic()
+        await DISCORD_FAULTS[fault](self.fake)
+        await self.send(fault)
+        await eventually(lambda: self._sessions() > before, timeout_s=timeout_s, what=fault)
+        self.stats[fault].reconnect_s.append(time.monotonic() - started)
+        await self.send(fault)
+
+    def answers(self) -> dict[str, int]:
+        bot_id = str(self.fake.bot_user.id)
+        posts = [
+            str(m["content"])
+            for m in self.fake.messages_in(self.fake.channel_id)
+            if m["author"]["id"] == bot_id
+        ]
+        tokens = [t for s in self.stats.values() for t in s.events]
+        return {t: sum(1 for p in posts if t in p) for t in tokens}
+
+    async def wait_answered(self, *, timeout_s: float = 30.0, settle_s: float = 1.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            await eventually(
+                lambda: all(n >= 1 for n in self.answers().values()), timeout_s=timeout_s
             )
         await asyncio.sleep(settle_s)
 
