@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.discord_helpers import eventually
 from tests.fakes.anthropic_server import running_fake_anthropic
 from tests.fakes.slack_server import running_fake_slack
 from tests.reconnect_helpers import SLACK_FAULTS, BotProcess, SlackFaultRun, socket_mode_env
@@ -18,10 +19,8 @@ ANSWER_TIMEOUT_S = 30.0
 
 
 async def poll(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
-    """Wait until ``predicate()`` holds, checking every 20 ms (state the fake cannot see)."""
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.02)
+    """Wait until ``predicate()`` holds (state the fake cannot see, e.g. readiness)."""
+    await eventually(predicate, timeout_s=timeout_s)
 
 
 async def test_an_event_after_each_fault_is_answered_once(tmp_path: Path) -> None:
