@@ -156,3 +156,33 @@ async def test_healthz_is_not_ready_while_down_and_counts_the_reconnect(tmp_path
             await slack.wait_for_ack(await slack.push_event(event))
             await slack.wait_until(lambda: bool(bot_posts(slack, "D7")), what="answer")
             assert running.link is not None and running.link.failure is None
+
+
+async def test_an_event_acked_just_before_a_drop_is_answered_and_bad_frames_are_ignored(
+    tmp_path: Path,
+) -> None:
+    async with running_fake_slack() as slack, running_fake_anthropic() as claude:
+        slack.redeliver_unacked = True
+        settings = slack_settings(
+            slack, claude, tmp_path / "m.db", slack_signing_secret=None, reconnect_backoff_s=0.05
+        )
+        async with running_bot(settings, http=False) as running:
+            await slack.wait_for_socket()
+            # Bad input on the socket: not JSON, not an object, an unknown envelope type,
+            # a huge unicode one: ignored, the connection stays.
+            socket = slack._sockets[-1]
+            await socket.send_str("not json \x00")
+            await socket.send_str("[1, 2]")
+            await socket.send_json({"envelope_id": "E-odd", "type": "nonsense", "payload": {}})
+            await socket.send_json({"type": "hello", "note": "é" * 100_000})
+            event = slack.events.message("acked then dropped", user="U8")
+            envelope_id = await slack.push_event(event)
+            await slack.wait_for_ack(envelope_id)
+            await slack.drop_sockets(abrupt=True)  # the answer streams over the Web API
+            await slack.wait_for_socket(connections=2)
+            await slack.wait_until(lambda: bool(bot_posts(slack, "D8")), what="answer")
+            await asyncio.sleep(0.5)
+            assert len(bot_posts(slack, "D8")) == 1
+            assert not slack.redelivered  # it was acknowledged: nothing to redeliver
+            assert slack.socket_connections == 2
+            assert running.runtime.readiness.reconnects == 1
