@@ -13,7 +13,8 @@ one :class:`SlackBot`:
 Every event is acknowledged once its message is stored (never before: an event whose intake
 fails gets HTTP 500 or no Socket Mode ack, so Slack redelivers it), commands and clicks at
 once; the work runs in a background task that shutdown waits for. Modes: Socket Mode
-(``SLACK_APP_TOKEN``, no public URL) or HTTP
+(``SLACK_APP_TOKEN``, no public URL; the connection is kept by
+:mod:`bots.slack_bot.socket_mode`) or HTTP
 (``SLACK_SIGNING_SECRET``; events, commands and interactions at ``POST /slack/events``, a
 health check at ``GET /healthz``). ``SLACK_API_URL`` is the Web API base URL. SIGTERM stops
 intake, lets answers in flight finish and drains reflections, within
