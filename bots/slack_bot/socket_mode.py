@@ -342,7 +342,11 @@ class SocketModeLink:
         request = SocketModeRequest.from_dict(envelope)
         if request is None:
             return
-        response = await run_async_bolt_app(self._app, request)
+        try:
+            response = await run_async_bolt_app(self._app, request)
+        except Exception:  # the edge: Bolt's own error handler has run; keep reading
+            logger.exception("slack envelope %s failed in Bolt", request.envelope_id)
+            return
         if response.status != 200:
             logger.info(
                 "slack envelope %s not acknowledged (status %d): Slack redelivers it",
