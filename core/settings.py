@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     reflection_max_attempts: int = Field(default=3, ge=1, le=10)
     reflection_related_k: int = Field(default=10, ge=0, le=50)
     shutdown_timeout_s: float = Field(default=10.0, ge=0)
+    reconnect_backoff_s: float = Field(default=1.0, gt=0)
+    reconnect_backoff_max_s: float = Field(default=30.0, gt=0)
 
     # --- streaming replies
     slack_edit_interval_s: float = Field(default=1.0, gt=0)

@@ -33,14 +33,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import aiohttp
 import discord
+import discord.client
 import discord.gateway
 import discord.http
 import yarl
+from discord.backoff import ExponentialBackoff
 
 from bots.discord_bot.cleanup import add_cleanup_command
 from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
@@ -76,6 +79,40 @@ MAX_RATELIMIT_WAIT_S = 30.0
 smallest allowed ``max_ratelimit_timeout``)."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
+
+
+class CappedBackoff(ExponentialBackoff[bool]):
+    """discord.py's reconnect backoff, uniform(0, 2^n) s with n growing per failure (full
+    jitter), scaled by ``base_s`` and with n capped so that no wait exceeds ``max_s``.
+
+    discord.py 2.7 caps n at 10 (waits up to 1,024 s) and resets it only after 2^11 s without
+    a failure, so a few short outages within half an hour push the next wait towards 17
+    minutes (bench/reconnect.py: a 1.5 s outage, three times, took up to 18.7 s to recover).
+    """
+
+    def __init__(self, *, base_s: float, max_s: float) -> None:
+        super().__init__(base=1)
+        self._scale_s = base_s
+        self._max = max(1, math.floor(math.log2(max(max_s / base_s, 2.0))))
+
+    def delay(self) -> float:
+        """The next wait in seconds, in [0, ``max_s``]."""
+        return float(super().delay()) * self._scale_s
+
+
+class ReconnectLogLine(logging.Filter):
+    """Turns discord.py's "Attempting a reconnect in %.2fs" (ERROR with a traceback, once per
+    failed attempt) into one INFO line naming the error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Attempting a reconnect in %.2fs" and record.args:
+            error = record.exc_info[1] if record.exc_info else None
+            reason = type(error).__name__ if error is not None else "unknown"
+            record.msg = "discord gateway: connection attempt failed (%s), next in %.2f s"
+            record.args = (reason, *tuple(record.args))
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def place_of(message: discord.Message) -> Place:
@@ -227,6 +264,30 @@ class SelfMindBot(discord.Client):
             ) from None
         scope = f"server {guild_id}" if guild_id is not None else "all servers (global)"
         logger.info("synced %d slash commands to %s", len(synced), scope)
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        """discord.py's gateway loop (it RESUMEs after drops and retries refused connections
+        forever), with two changes for the time it runs: its backoff capped at
+        ``SELFMIND_RECONNECT_BACKOFF_MAX_S`` (:class:`CappedBackoff`) and each failed attempt
+        logged as one INFO line (:class:`ReconnectLogLine`)."""
+        names = vars(discord.client)  # Client.connect looks ExponentialBackoff up here
+        previous = names["ExponentialBackoff"]
+        settings = self.settings
+        log_line = ReconnectLogLine()
+        client_log = logging.getLogger("discord.client")
+
+        def backoff() -> CappedBackoff:
+            return CappedBackoff(
+                base_s=settings.reconnect_backoff_s, max_s=settings.reconnect_backoff_max_s
+            )
+
+        names["ExponentialBackoff"] = backoff
+        client_log.addFilter(log_line)
+        try:
+            await super().connect(reconnect=reconnect)
+        finally:
+            names["ExponentialBackoff"] = previous
+            client_log.removeFilter(log_line)
 
     async def on_ready(self) -> None:
         assert self.user is not None

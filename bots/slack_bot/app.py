@@ -13,7 +13,8 @@ one :class:`SlackBot`:
 Every event is acknowledged once its message is stored (never before: an event whose intake
 fails gets HTTP 500 or no Socket Mode ack, so Slack redelivers it), commands and clicks at
 once; the work runs in a background task that shutdown waits for. Modes: Socket Mode
-(``SLACK_APP_TOKEN``, no public URL) or HTTP
+(``SLACK_APP_TOKEN``, no public URL; the connection is kept by
+:mod:`bots.slack_bot.socket_mode`) or HTTP
 (``SLACK_SIGNING_SECRET``; events, commands and interactions at ``POST /slack/events``, a
 health check at ``GET /healthz``). ``SLACK_API_URL`` is the Web API base URL. SIGTERM stops
 intake, lets answers in flight finish and drains reflections, within
@@ -33,7 +34,6 @@ from typing import Any, cast
 
 from aiohttp import ClientError, ClientSession, web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
@@ -49,6 +49,7 @@ from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands
 from bots.slack_bot.events import BotIdentity, SlackConversations
 from bots.slack_bot.sink import slack_error
+from bots.slack_bot.socket_mode import SocketModeLink, open_socket_mode
 from core.chat.intake import Intake
 from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
@@ -337,11 +338,14 @@ async def authenticate(client: AsyncWebClient, api_url: str) -> BotIdentity:
 
 @dataclass
 class RunningSlackBot:
-    """A started bot: ``port`` is the HTTP port (None in Socket Mode)."""
+    """A started bot: ``port`` is the HTTP port (None in Socket Mode), ``link`` the Socket
+    Mode connection."""
 
     bot: SlackBot
     runtime: Runtime
     port: int | None
+    link: SocketModeLink | None = None
+    """The Socket Mode connection (None over HTTP)."""
 
     @property
     def events_url(self) -> str:
@@ -401,11 +405,10 @@ async def open_slack_bot(
                     yield RunningSlackBot(bot, rt, bound)
             else:
                 assert secrets.app_token is not None
-                async with _socket_mode(bot, secrets.app_token):
+                async with _socket_mode(bot, secrets.app_token) as link:
                     logger.info("slack bot connected in socket mode")
-                    rt.readiness.connected("slack")
                     await bot.recover(unanswered)
-                    yield RunningSlackBot(bot, rt, None)
+                    yield RunningSlackBot(bot, rt, None, link)
         finally:
             rt.readiness.disconnected("slack")  # not ready while draining
             await bot.shutdown(settings.shutdown_timeout_s)
@@ -433,19 +436,31 @@ async def _serve_http(bot: SlackBot, host: str, port: int | None) -> AsyncIterat
 
 
 @contextlib.asynccontextmanager
-async def _socket_mode(bot: SlackBot, app_token: str) -> AsyncIterator[None]:
-    # Ask for the websocket URL here: the SDK's own connect() retries a refused token forever.
+async def _socket_mode(bot: SlackBot, app_token: str) -> AsyncIterator[SocketModeLink]:
+    # The link marks readiness itself: connected on hello, disconnected while it reconnects.
+    async with open_socket_mode(
+        bot.app,
+        client=bot.client,
+        app_token=app_token,
+        readiness=bot.runtime.readiness,
+        backoff_s=bot.settings.reconnect_backoff_s,
+        backoff_max_s=bot.settings.reconnect_backoff_max_s,
+    ) as link:
+        yield link
+
+
+async def _until_stopped(stop: asyncio.Event, link: SocketModeLink | None) -> ConfigError | None:
+    """Wait for SIGTERM/SIGINT, or for Slack to refuse the Socket Mode link for good
+    (returned)."""
+    waits: list[asyncio.Task[Any]] = [asyncio.ensure_future(stop.wait())]
+    if link is not None:
+        waits.append(asyncio.ensure_future(link.wait_failed()))
     try:
-        opened = await bot.client.apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise ConfigError(f"SLACK_APP_TOKEN was refused by Slack ({slack_error(exc)})") from None
-    handler = AsyncSocketModeHandler(bot.app, app_token=app_token, web_client=bot.client)
-    handler.client.wss_uri = str(opened["url"])
-    try:
-        await handler.connect_async()  # type: ignore[no-untyped-call]
-        yield
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await handler.close_async()  # type: ignore[no-untyped-call]
+        for task in waits:
+            task.cancel()
+    return link.failure if link is not None else None
 
 
 async def run_slack(
@@ -453,7 +468,8 @@ async def run_slack(
 ) -> int:
     """Run the Slack bot until SIGTERM or SIGINT; returns the exit code (0).
 
-    Raises ``ConfigError`` (one line naming the setting) when it cannot start.
+    Raises ``ConfigError`` (one line naming the setting) when it cannot start, or when Slack
+    refuses the Socket Mode link for good (``link_disabled``, a revoked app token).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -462,8 +478,10 @@ async def run_slack(
         loop.add_signal_handler(sig, stop.set)
     try:
         async with open_slack_bot(settings, db_url=db_url, http=http, port=port) as running:
-            await stop.wait()
+            failure = await _until_stopped(stop, running.link)
             logger.info("slack bot stopping: %d answers in flight", running.bot.busy)
+            if failure is not None:
+                raise failure  # one line naming the fix; exit 1, a process manager restarts
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)

@@ -429,6 +429,10 @@ class FakeDiscord:
         self._faults: list[_Fault] = []
         self._sessions: dict[str, _Session] = {}
         self._open: set[_Connection] = set()
+        self._refuse_gateway = 0
+        self._refuse_gateway_until = 0.0
+        self.refused_gateway = 0
+        self._requests_of: dict[int, web.Request] = {}
         self._routes = self._build_routes()
 
         self.bot_user = self.add_user(bot_name, bot=True, guilds=())
@@ -787,6 +791,24 @@ class FakeDiscord:
                 conn.session.conn = None  # from now on dispatches wait in the log for RESUME
             await conn.ws.close(code=code, message=b"fake disconnect")
 
+    def refuse_gateway(self, *, times: int = 0, for_s: float = 0.0) -> None:
+        """Refuse the next ``times`` gateway handshakes, and every one for the next ``for_s``
+        seconds, with HTTP 503 (the gateway unreachable for a while). discord.py retries with
+        its ExponentialBackoff (uniform(0, 2^n) s, n up to 10) and then RESUMEs."""
+        self._refuse_gateway += times
+        self._refuse_gateway_until = max(self._refuse_gateway_until, time.monotonic() + for_s)
+
+    async def drop(self) -> None:
+        """Reset every gateway connection's TCP stream with no close frame (a network drop);
+        the session stays, so the client can RESUME and get what it missed."""
+        for conn in list(self._open):
+            conn.closed_by_server = True
+            if conn.session is not None and conn.session.conn is conn:
+                conn.session.conn = None
+            request = self._requests_of.get(id(conn))
+            if request is not None and request.transport is not None:
+                request.transport.abort()
+
     async def request_reconnect(self) -> None:
         """Send op 7 RECONNECT: the client closes and RESUMEs."""
         for conn in list(self._open):
@@ -967,11 +989,17 @@ class FakeDiscord:
     # -- gateway: server side -------------------------------------------------------------------
 
     async def _handle_gateway(self, request: web.Request) -> web.WebSocketResponse:
+        if self._refuse_gateway > 0 or time.monotonic() < self._refuse_gateway_until:
+            self._refuse_gateway = max(0, self._refuse_gateway - 1)
+            self.refused_gateway += 1
+            self._notify()
+            raise web.HTTPServiceUnavailable(text="refused by the fake")
         ws = web.WebSocketResponse(timeout=2.0)
         await ws.prepare(request)
         conn = _Connection(ws, GatewayConnection(request.path, dict(request.query)))
         self.connections.append(conn.info)
         self._open.add(conn)
+        self._requests_of[id(conn)] = request
         try:
             await conn.send(
                 {
@@ -986,6 +1014,7 @@ class FakeDiscord:
                     await self._on_frame(conn, json.loads(msg.data))
         finally:
             self._open.discard(conn)
+            self._requests_of.pop(id(conn), None)
             session = conn.session
             if session is not None and session.conn is conn:
                 session.conn = None

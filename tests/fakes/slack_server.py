@@ -25,6 +25,16 @@ carrying the same data (the SDK reads ``sdk-ping-pong:<t>`` back to judge stalen
 ``{envelope_id, payload?}`` are recorded. The SDK treats ``{"type": "disconnect"}`` and a
 server close alike: apps.connections.open again, then a new connection.
 
+Socket Mode faults: ``disconnect_sockets(reason)`` (``refresh_requested``, ``warning``,
+``too_many_websockets``, ``link_disabled``: Slack closes the socket itself after
+``link_disabled``, as the fake does with ``close=True``); ``drop_sockets(abrupt=True)`` resets
+the TCP connection with no close frame; ``push_then_drop`` sends an envelope and drops the
+connection before an ack can come back; ``refuse_connections(n)`` fails the next ``n``
+``apps.connections.open`` calls with HTTP 500 ``internal_error`` and ``refuse_sockets(n)``
+the next ``n`` websocket handshakes with HTTP 503; with ``redeliver_unacked = True`` a new
+connection first receives, as new envelopes with ``retry_attempt`` + 1, every
+``events_api`` envelope an earlier connection left unacknowledged (Slack redelivers them).
+
 Redelivery, as Slack does it (https://docs.slack.dev/apis/events-api/#retries):
 ``deliver_event`` (HTTP) sends an event again after a non-2xx answer, no answer within 3 s or
 a refused connection, with ``X-Slack-Retry-Num`` 1-3 and ``X-Slack-Retry-Reason``;
@@ -430,6 +440,11 @@ class FakeSlack:
         self._rate_hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
+        self._socket_requests: dict[int, web.Request] = {}
+        self._refuse_sockets = 0
+        self._unacked: dict[str, tuple[JsonDict, int]] = {}
+        self.redeliver_unacked = False
+        self.redelivered: list[JsonDict] = []
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -926,9 +941,13 @@ class FakeSlack:
         if ticket not in self._tickets:
             raise web.HTTPUnauthorized(text="invalid ticket")
         self._tickets.discard(ticket)
+        if self._refuse_sockets > 0:
+            self._refuse_sockets -= 1
+            raise web.HTTPServiceUnavailable(text="refused by the fake")
         ws = web.WebSocketResponse()  # autoping: pongs the SDK's "sdk-ping-pong:<t>" pings
         await ws.prepare(request)
         self._sockets.append(ws)
+        self._socket_requests[id(ws)] = request
         self.socket_connections += 1
         try:
             await ws.send_json(
@@ -940,16 +959,51 @@ class FakeSlack:
                 }
             )
             await self._notify()
+            if self.redeliver_unacked:
+                await self._redeliver(ws)
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
                     with contextlib.suppress(ValueError):
                         data = json.loads(msg.data)
                         if isinstance(data, dict) and "envelope_id" in data:
                             self.acks.append(data)
+                            self._unacked.pop(str(data["envelope_id"]), None)
                             await self._notify()
         finally:
             self._sockets.remove(ws)
+            self._socket_requests.pop(id(ws), None)
         return ws
+
+    async def _redeliver(self, ws: web.WebSocketResponse) -> None:
+        for envelope_id, (envelope, sent_on) in list(self._unacked.items()):
+            if sent_on == id(ws):
+                continue
+            del self._unacked[envelope_id]
+            again = envelope | {
+                "envelope_id": str(uuid.uuid4()),
+                "retry_attempt": int(envelope.get("retry_attempt", 0)) + 1,
+                "retry_reason": "timeout",
+            }
+            self.envelopes.append(again)
+            self.redelivered.append(again)
+            self._unacked[str(again["envelope_id"])] = (again, id(ws))
+            await ws.send_json(again)
+        await self._notify()
+
+    def refuse_connections(self, times: int) -> None:
+        """Fail the next ``times`` ``apps.connections.open`` calls with HTTP 500."""
+        self.fail_next("apps.connections.open", error="internal_error", status=500, times=times)
+
+    def refuse_sockets(self, times: int) -> None:
+        """Refuse the next ``times`` websocket handshakes with HTTP 503."""
+        self._refuse_sockets += times
+
+    async def push_then_drop(self, type: str, payload: JsonDict, **kwargs: Any) -> str:
+        """Send an envelope and reset the connection at once: the app receives it but its
+        ack cannot arrive (an abrupt close mid-event). Returns the ``envelope_id``."""
+        envelope_id = await self.push_envelope(type, payload, **kwargs)
+        await self.drop_sockets(abrupt=True)
+        return envelope_id
 
     @property
     def open_sockets(self) -> int:
@@ -995,7 +1049,13 @@ class FakeSlack:
         if type == "events_api":
             self._observe_event(payload.get("event", {}))
         self.envelopes.append(envelope)
-        await self._sockets[-1].send_json(envelope)
+        if not self._sockets:  # it closed meanwhile: the next connection gets it (Slack queues)
+            self._unacked[str(envelope["envelope_id"])] = (envelope, 0)
+            return str(envelope["envelope_id"])
+        socket = self._sockets[-1]
+        if type == "events_api":
+            self._unacked[str(envelope["envelope_id"])] = (envelope, id(socket))
+        await socket.send_json(envelope)
         return str(envelope["envelope_id"])
 
     async def push_event(self, event: JsonDict, **kwargs: Any) -> str:
@@ -1014,15 +1074,26 @@ class FakeSlack:
         assert ack is not None
         return ack
 
-    async def disconnect_sockets(self, reason: str = "refresh_requested") -> None:
-        """Send Slack's ``{"type": "disconnect"}``; the SDK then opens a new connection."""
+    async def disconnect_sockets(
+        self, reason: str = "refresh_requested", *, close: bool | None = None
+    ) -> None:
+        """Send Slack's ``{"type": "disconnect"}``; the SDK then opens a new connection.
+        ``close`` (default: only for ``link_disabled``) closes the sockets afterwards."""
         for ws in list(self._sockets):
             await ws.send_json({"type": "disconnect", "reason": reason, "debug_info": {}})
+        if close or (close is None and reason == "link_disabled"):
+            for ws in list(self._sockets):
+                await ws.close(code=WSCloseCode.POLICY_VIOLATION)
 
-    async def drop_sockets(self) -> None:
-        """Close every connection from the server side, as a network drop would."""
+    async def drop_sockets(self, *, abrupt: bool = False) -> None:
+        """Close every connection from the server side, as a network drop would;
+        ``abrupt`` resets the TCP connection without a close frame."""
         for ws in list(self._sockets):
-            await ws.close(code=WSCloseCode.GOING_AWAY)
+            request = self._socket_requests.get(id(ws))
+            if abrupt and request is not None and request.transport is not None:
+                request.transport.abort()
+            else:
+                await ws.close(code=WSCloseCode.GOING_AWAY)
 
     # ---- inbound HTTP to the app --------------------------------------------------------
 

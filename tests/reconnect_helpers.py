@@ -1,0 +1,319 @@
+"""Connection faults against the real ``selfmind slack`` process (Socket Mode) and the
+Discord bot on the fake gateway, shared by tests/test_reconnect_*.py and bench/reconnect.py.
+
+:class:`SlackFaultRun` starts the bot as a separate process against the fake Slack (with
+``redeliver_unacked`` on, as Slack redelivers) and the fake Anthropic API (chat answers echo
+the user's message), applies faults, sends one DM per event from its own user (so each
+event's answers are the bot's posts in that user's DM channel) and counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.discord_helpers import eventually
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.discord_server import FakeDiscord, FakeUser
+from tests.fakes.slack_server import FakeSlack
+from tests.slack_helpers import bot_posts, slack_process_env
+
+READY_LINE = "slack bot connected in socket mode"
+SEND_ERRORS = (ConnectionError, RuntimeError)
+"""What pushing an envelope onto a socket that is going away raises; the fake keeps the
+envelope as unacknowledged and redelivers it on the next connection."""
+
+
+def socket_mode_env(slack: FakeSlack, claude: FakeAnthropic, **extra: str) -> dict[str, str]:
+    """The environment of ``selfmind slack`` in Socket Mode against the fakes, with short
+    reconnect backoff (50 ms first, 0.5 s at most)."""
+    values = {
+        "SLACK_SIGNING_SECRET": "",
+        "SLACK_APP_TOKEN": slack.app_token,
+        "SELFMIND_RECONNECT_BACKOFF_S": "0.05",
+        "SELFMIND_RECONNECT_BACKOFF_MAX_S": "0.5",
+    }
+    return slack_process_env(slack, claude.base_url, **(values | extra))
+
+
+@dataclass
+class BotProcess:
+    """``selfmind slack`` (Socket Mode) as a child process; stderr lines collected."""
+
+    proc: asyncio.subprocess.Process
+    lines: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, db: Path, env: dict[str, str], cwd: Path) -> BotProcess:
+        """Start it; return once it logged that it is connected."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "bots.cli", "--db", str(db), "slack"),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+        )
+        bot = cls(proc)
+        assert proc.stderr is not None
+        while True:
+            raw = await asyncio.wait_for(proc.stderr.readline(), 30)
+            if not raw:
+                raise AssertionError("bot exited before connecting:\n" + "".join(bot.lines))
+            bot.lines.append(raw.decode())
+            if READY_LINE in bot.lines[-1]:
+                break
+        bot.reader = asyncio.create_task(bot._drain())
+        return bot
+
+    async def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            self.lines.append(raw.decode())
+
+    async def wait(self, timeout_s: float = 30) -> int:
+        """The exit code, once it exits by itself."""
+        code = await asyncio.wait_for(self.proc.wait(), timeout_s)
+        if self.reader is not None:
+            await asyncio.wait_for(self.reader, 5)
+        return code
+
+    async def stop(self) -> int:
+        """SIGTERM and the exit code."""
+        if self.proc.returncode is None:
+            self.proc.terminate()
+        return await self.wait()
+
+
+Fault = Callable[[FakeSlack], Awaitable[None]]
+
+
+async def _refresh(slack: FakeSlack) -> None:
+    await slack.disconnect_sockets("refresh_requested")
+
+
+async def _warning(slack: FakeSlack) -> None:
+    await slack.disconnect_sockets("warning")
+
+
+async def _too_many(slack: FakeSlack) -> None:
+    await slack.disconnect_sockets("too_many_websockets")
+
+
+async def _abrupt(slack: FakeSlack) -> None:
+    await slack.drop_sockets(abrupt=True)
+
+
+async def _server_close(slack: FakeSlack) -> None:
+    await slack.drop_sockets()
+
+
+async def _open_5xx(slack: FakeSlack) -> None:
+    slack.refuse_connections(3)
+    await slack.drop_sockets(abrupt=True)
+
+
+async def _ws_refused(slack: FakeSlack) -> None:
+    slack.refuse_sockets(3)
+    await slack.drop_sockets(abrupt=True)
+
+
+SLACK_FAULTS: dict[str, Fault] = {
+    "disconnect refresh_requested": _refresh,
+    "disconnect warning": _warning,
+    "disconnect too_many_websockets": _too_many,
+    "close frame from server": _server_close,
+    "abrupt TCP reset": _abrupt,
+    "apps.connections.open 500 x3": _open_5xx,
+    "websocket refused (503) x3": _ws_refused,
+}
+"""Every fault but "abrupt close mid-event", which :meth:`SlackFaultRun.mid_event` applies
+(its event is the one sent on the dying connection)."""
+
+
+@dataclass
+class FaultStats:
+    """One fault's row: reconnect times (fault to the next accepted websocket) and events."""
+
+    fault: str
+    reconnect_s: list[float] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+    def row(self, answers: dict[str, int]) -> dict[str, object]:
+        counts = [answers.get(e, 0) for e in self.events]
+        times = self.reconnect_s or [0.0]
+        return {
+            "fault": self.fault,
+            "reconnect_p50_s": round(statistics.median(times), 3),
+            "reconnect_max_s": round(max(times), 3),
+            "sent": len(counts),
+            "answered": sum(1 for c in counts if c >= 1),
+            "answered_twice": sum(1 for c in counts if c >= 2),
+            "lost": sum(1 for c in counts if c == 0),
+        }
+
+
+class SlackFaultRun:
+    """Faults and events against one running bot; ``users`` numbers each event's sender."""
+
+    def __init__(self, slack: FakeSlack) -> None:
+        self.slack = slack
+        self.users = 1000
+        self.stats: dict[str, FaultStats] = {}
+
+    def _stats(self, fault: str) -> FaultStats:
+        return self.stats.setdefault(fault, FaultStats(fault))
+
+    async def send_event(self, fault: str) -> str:
+        """A DM from a new user; returns its channel. A push onto a socket going away is
+        left to the fake's redelivery."""
+        self.users += 1
+        user = f"U{self.users}"
+        event = self.slack.events.message(f"hello number {self.users}", user=user)
+        with contextlib.suppress(*SEND_ERRORS):
+            await self.slack.push_event(event)
+        channel = self.slack.events.dm_channel(user)
+        self._stats(fault).events.append(channel)
+        return channel
+
+    async def apply(self, fault: str, *, timeout_s: float = 20.0) -> None:
+        """Apply ``fault`` and wait until the bot has a new connection (timed)."""
+        before = self.slack.socket_connections
+        started = time.monotonic()
+        await SLACK_FAULTS[fault](self.slack)
+        await self.slack.wait_until(
+            lambda: self.slack.socket_connections > before,
+            timeout_s=timeout_s,
+            what=f"reconnect after {fault}",
+        )
+        self._stats(fault).reconnect_s.append(time.monotonic() - started)
+
+    async def mid_event(self, *, timeout_s: float = 20.0) -> None:
+        """Send an event and reset the connection before its ack can come back."""
+        fault = "abrupt close mid-event"
+        before = self.slack.socket_connections
+        started = time.monotonic()
+        self.users += 1
+        user = f"U{self.users}"
+        event = self.slack.events.message(f"hello number {self.users}", user=user)
+        with contextlib.suppress(*SEND_ERRORS):
+            await self.slack.push_then_drop("events_api", self.slack.events.event_callback(event))
+        self._stats(fault).events.append(self.slack.events.dm_channel(user))
+        await self.slack.wait_until(
+            lambda: self.slack.socket_connections > before, timeout_s=timeout_s, what=fault
+        )
+        self._stats(fault).reconnect_s.append(time.monotonic() - started)
+
+    def answers(self) -> dict[str, int]:
+        """Bot posts per event channel."""
+        return {
+            channel: len(bot_posts(self.slack, channel))
+            for stats in self.stats.values()
+            for channel in stats.events
+        }
+
+    async def wait_answered(self, *, timeout_s: float = 30.0, settle_s: float = 1.0) -> None:
+        """Wait until every event has an answer (or ``timeout_s``), then ``settle_s`` more
+        so a second answer would show."""
+        with contextlib.suppress(TimeoutError):
+            await self.slack.wait_until(
+                lambda: all(n >= 1 for n in self.answers().values()),
+                timeout_s=timeout_s,
+                what="every event answered",
+            )
+        await asyncio.sleep(settle_s)
+
+    def rows(self) -> list[dict[str, object]]:
+        answers = self.answers()
+        return [stats.row(answers) for stats in self.stats.values()]
+
+
+# ---- Discord --------------------------------------------------------------------------------
+
+DiscordFault = Callable[[FakeDiscord], Awaitable[None]]
+
+
+async def _close_4000(fake: FakeDiscord) -> None:
+    await fake.disconnect(code=4000)
+
+
+async def _op7(fake: FakeDiscord) -> None:
+    await fake.request_reconnect()
+
+
+async def _reset(fake: FakeDiscord) -> None:
+    await fake.drop()
+
+
+async def _unreachable(fake: FakeDiscord) -> None:
+    fake.refuse_gateway(for_s=1.5)
+    await fake.drop()
+
+
+DISCORD_FAULTS: dict[str, DiscordFault] = {
+    "close 4000 (resume)": _close_4000,
+    "op 7 RECONNECT": _op7,
+    "abrupt TCP reset": _reset,
+    "gateway refused for 1.5 s": _unreachable,
+}
+
+
+class DiscordFaultRun:
+    """Faults against one bot on the fake gateway: for each, one message sent while the
+    connection is down (replayed on RESUME) and one after it is back; answers are the bot's
+    posts that echo the message's token (the fake Anthropic API echoes the user's text)."""
+
+    def __init__(self, fake: FakeDiscord, author: FakeUser) -> None:
+        self.fake = fake
+        self.author = author
+        self.number = 0
+        self.stats: dict[str, FaultStats] = {}
+
+    async def send(self, fault: str) -> None:
+        self.number += 1
+        token = f"probe{self.number:04d}"
+        text = f"{self.fake.bot_user.mention} say {token}"
+        await self.fake.dispatch_message(self.fake.channel_id, self.author, text)
+        self.stats.setdefault(fault, FaultStats(fault)).events.append(token)
+
+    def _sessions(self) -> int:
+        return len(self.fake.resumes) + len(self.fake.identifies)
+
+    async def apply(self, fault: str, *, timeout_s: float = 60.0) -> None:
+        """Apply ``fault``, send one message while down, wait for the RESUME (timed), send
+        one more."""
+        before = self._sessions()
+        started = time.monotonic()
+        await DISCORD_FAULTS[fault](self.fake)
+        await self.send(fault)
+        await eventually(lambda: self._sessions() > before, timeout_s=timeout_s, what=fault)
+        self.stats[fault].reconnect_s.append(time.monotonic() - started)
+        await self.send(fault)
+
+    def answers(self) -> dict[str, int]:
+        bot_id = str(self.fake.bot_user.id)
+        posts = [
+            str(m["content"])
+            for m in self.fake.messages_in(self.fake.channel_id)
+            if m["author"]["id"] == bot_id
+        ]
+        tokens = [t for s in self.stats.values() for t in s.events]
+        return {t: sum(1 for p in posts if t in p) for t in tokens}
+
+    async def wait_answered(self, *, timeout_s: float = 30.0, settle_s: float = 1.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            await eventually(
+                lambda: all(n >= 1 for n in self.answers().values()), timeout_s=timeout_s
+            )
+        await asyncio.sleep(settle_s)
+
+    def rows(self) -> list[dict[str, object]]:
+        answers = self.answers()
+        return [stats.row(answers) for stats in self.stats.values()]
