@@ -33,13 +33,14 @@ from datetime import timedelta
 from typing import Any, cast
 
 from aiohttp import ClientError, ClientSession, web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -146,6 +147,7 @@ class SlackBot:
         )
         if runtime.reflector is not None and settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note
+        self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.app = self._build_app(signing_secret)
 
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
@@ -260,7 +262,34 @@ class SlackBot:
         return app
 
     async def _http_events(self, request: web.Request) -> web.Response:
-        response = await self.app.async_dispatch(await to_bolt_request(request))
+        """Check the signature on the raw bytes before anything parses them: an unsigned or
+        forged request gets 401 whatever its body (bad JSON, bad form encoding, invalid
+        UTF-8, a non-numeric timestamp), logged in one line at DEBUG."""
+        raw = await request.read()
+        stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        try:
+            body = raw.decode("utf-8")  # Slack signs UTF-8 text; anything else is not Slack's
+        except UnicodeDecodeError:
+            body = None
+        if self._verifier is not None and not (
+            body is not None
+            and stamp.isascii()
+            and stamp.isdigit()
+            and self._verifier.is_valid(
+                body=body, timestamp=stamp, signature=request.headers.get("X-Slack-Signature", "")
+            )
+        ):
+            logger.debug("slack request refused: bad or missing signature")
+            return web.Response(status=401, text="")
+        if body is None:
+            logger.debug("slack request refused: body is not UTF-8")
+            return web.Response(status=400, text="")
+        bolt_request = AsyncBoltRequest(
+            body=body,
+            query=request.query_string,
+            headers=cast(dict[str, str | Sequence[str]], dict(request.headers)),
+        )
+        response = await self.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
 
 
