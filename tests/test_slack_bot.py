@@ -24,6 +24,7 @@ from tests.slack_helpers import (
     key,
     running_bot,
     settle,
+    shown_text,
     slack,
     slack_settings,
     system_text,
@@ -104,7 +105,8 @@ async def test_mention_thread_follow_up_and_private_memory_stays_out_of_channels
         await settle(running)
         answer = bot_posts(slack, "C0GENERAL")[0]
         assert answer["thread_ts"] == root["ts"]  # answered in the mention's thread
-        assert answer["text"] == "You said: [<@U1>] how should I format a changelog?"
+        assert shown_text(answer) == "You said: [<@U1>] how should I format a changelog?"
+        assert slack.pings("C0GENERAL") == []  # the echoed mention notifies nobody
         assert "changelog" in str(claude.requests_of("chat")[0].body["messages"])
         assert "<@U0BOT>" not in str(claude.requests_of("chat")[0].body["messages"])
         assert memory_lines(system_text(claude)) == []  # DM-learned: not recalled here
@@ -315,7 +317,7 @@ async def test_bad_signatures_are_refused_and_nothing_is_stored(
 async def test_acknowledged_before_the_answer_is_written(
     slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
 ) -> None:
-    settings = slack_settings(slack, claude, tmp_path / "m.db")
+    settings = slack_settings(slack, claude, tmp_path / "m.db", slack_streaming="edits")
     claude.enqueue(slow("Here is the slow answer.", 1.0), kind="chat")
     async with running_bot(settings) as running:
         started = time.monotonic()

@@ -22,6 +22,43 @@ def escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_MENTION_OPENER = re.compile(r"<(?=[!@#])")
+
+
+def inert_mentions(text: str) -> str:
+    """``text`` with every mention and broadcast made inert, for ``markdown_text``.
+
+    Slack parses ``<@U123>``, ``<!here>``, ``<!channel>``, ``<!everyone>``,
+    ``<!subteam^S123>`` (and ``<#C123>``) as mentions in message text; ``<``, ``>`` and ``&``
+    are its control characters, and the documented way to show one as text is its HTML
+    entity (https://docs.slack.dev/messaging/formatting-message-text#escaping). So each ``<``
+    that opens such a token becomes ``&lt;``: the reader sees ``<!here>``, nobody is
+    notified. Other ``<`` (``a < b``, links) are left as they are. Stateless per character
+    pair, so it can be applied to pieces of a stream provided a piece never ends in ``<``
+    (:class:`MentionEscaper` holds such a ``<`` back).
+    """
+    return _MENTION_OPENER.sub("&lt;", text)
+
+
+class MentionEscaper:
+    """:func:`inert_mentions` over a text that arrives in pieces: a piece ending in ``<`` is
+    sent without it, and the ``<`` goes with the next piece (or with ``flush()``)."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def piece(self, text: str) -> str:
+        """The escaped text that can be sent now."""
+        text = self._held + text
+        self._held = "<" if text.endswith("<") else ""
+        return inert_mentions(text[: len(text) - len(self._held)])
+
+    def flush(self) -> str:
+        """What is held back, escaped (at the end of the stream)."""
+        held, self._held = self._held, ""
+        return held
+
+
 def clip_mrkdwn(text: str, limit: int = MAX_SECTION_CHARS) -> str:
     """Escaped ``text`` cut to ``limit`` characters (ending with "…"), never inside an
     ``&amp;``-style entity."""

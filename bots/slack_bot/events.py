@@ -61,12 +61,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.commands import user_key
-from bots.slack_bot.sink import SlackReplySink, StatusIndicator, answers_of
+from bots.slack_bot.sink import SlackReplySink, StatusIndicator, StreamingSupport, answers_of
 from core.chat.controls import NOT_ENABLED, Place
 from core.chat.loop import ContextMessage, Delivery, IncomingMessage, TurnLoop
 from core.errors import IntakeFailed, LimitReached, storage_failed
 from core.settings import Settings
 from core.store.seams import Store
+from core.streaming.native import NativeReply
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
 from core.types import Turn
 
@@ -223,6 +224,7 @@ class SlackConversations:
         )
         self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
+        self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._in_flight: set[str] = set()
         self._intakes: dict[str, asyncio.Future[bool]] = {}
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
@@ -481,6 +483,9 @@ class SlackConversations:
             status_thread_ts=message.thread_ts or message.ts,
             reuse_ts=reuse[0] if reuse else None,
             answers_ts=message.ts,
+            recipient_user_id=message.user,
+            recipient_team_id=message.team,
+            streaming=self.streaming,
         )
         for stale in reuse[1:]:
             try:
@@ -494,12 +499,16 @@ class SlackConversations:
             else self.loop.answer(self.incoming(message), turn_id=turn_id, delivery=delivery)
         )
         deltas = with_prefix(notice, answer)
+        limiter = self.budgets.for_scope(f"slack:{message.team}")
+        # Native streaming in threads; a cut answer left on screen is taken over by edits.
+        native = NativeReply(sink, self.stream_config, limiter=limiter)
         try:
             result = await stream_reply(
                 sink,
                 deltas,
                 self.stream_config,
-                limiter=self.budgets.for_scope(f"slack:{message.team}"),
+                limiter=limiter,
+                reply=native if sink.can_stream and not reuse else None,
             )
         finally:
             # Stored once Slack shows the whole answer (its final edit): a crash before
