@@ -226,6 +226,21 @@ async def m006_clean_text(conn: asyncpg.Connection) -> None:
     await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
 
+M008_FEEDBACK = """
+-- Thumbs up / down on an answer: one row per answer and user; a second click replaces it.
+-- (m007 is another change's: numbers need not be contiguous, each runs once.)
+CREATE TABLE feedback (
+    answer_ref text NOT NULL,  -- the answered message, e.g. slack:{team}:{channel}:{ts}
+    user_key text NOT NULL,
+    workspace text,
+    positive boolean NOT NULL,
+    at timestamptz NOT NULL,
+    PRIMARY KEY (answer_ref, user_key)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+"""
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -236,4 +251,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (4, "m004_embeddings", M004_EMBEDDINGS),
     (5, "m005_forget_index", M005_FORGET_INDEX),
     (6, "m006_clean_text", m006_clean_text),
+    (8, "m008_feedback", M008_FEEDBACK),
 ]

@@ -317,6 +317,21 @@ async def m007_clean_text(conn: aiosqlite.Connection) -> None:
     await clean_stored_text(fetch=fetch, execute=execute, now=now)
 
 
+M009_FEEDBACK = """
+-- Thumbs up / down on an answer: one row per answer and user; a second click replaces it.
+-- (m008 is another change's: numbers need not be contiguous, each runs once.)
+CREATE TABLE feedback (
+    answer_ref TEXT NOT NULL,  -- the answered message, e.g. slack:{team}:{channel}:{ts}
+    user_key TEXT NOT NULL,
+    workspace TEXT,
+    positive INTEGER NOT NULL CHECK (positive IN (0, 1)),
+    at TEXT NOT NULL,
+    PRIMARY KEY (answer_ref, user_key)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -328,4 +343,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (5, "m005_embeddings", M005_EMBEDDINGS),
     (6, "m006_sharded_fts", M006_SHARDED_FTS),
     (7, "m007_clean_text", m007_clean_text),
+    (9, "m009_feedback", M009_FEEDBACK),
 ]
