@@ -4,6 +4,7 @@ the real bot against the fake over real sockets, in HTTP mode and Socket Mode.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,51 @@ async def test_every_mention_form_in_an_answer_is_inert(
 def test_the_fake_renders_mentions_as_slack_documents() -> None:
     shown, pings = render_markdown_text("<!here> <@U1> &lt;!channel> a &amp; b")
     assert (shown, pings) == ("@here @U1 <!channel> a & b", ["!here", "@U1"])
+
+
+def feedback_values(message: JsonDict) -> tuple[str, str]:
+    (block,) = [b for b in message.get("blocks") or [] if b["type"] == "context_actions"]
+    (element,) = block["elements"]
+    assert element["type"] == "feedback_buttons"
+    return element["positive_button"]["value"], element["negative_button"]["value"]
+
+
+async def test_feedback_clicks_are_stored_once_per_user_and_only_the_asker_rates(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    claude.enqueue(answer_of(300), kind="chat")
+    mention = slack.events.app_mention(f"{slack.identity.mention} rate me", user="U1")
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        await slack.send_event(running.events_url, mention)
+        await slack.wait_for_call("chat.stopStream", timeout_s=10)
+        await settle(running)
+        (message,) = replies(slack, "C0GENERAL", mention["ts"])
+        up, down = feedback_values(message)
+        store = running.runtime.store
+        since = datetime(2020, 1, 1, tzinfo=UTC)
+
+        async def click_as(user: str, value: str) -> tuple[int, str]:
+            payload = slack.events.block_actions(
+                "selfmind_feedback", value, user=user, message_ts=message["ts"]
+            )
+            sent = await slack.send_interaction(running.events_url, payload)
+            return sent.status, str(payload["response_url"])
+
+        assert (await click_as("U1", up))[0] == 200
+        # acknowledged only once stored: the row is there when the 200 arrives
+        assert [(r.positive, r.negative) for r in await store.feedback_report(since=since)] == [
+            (1, 0)
+        ]
+        assert (await click_as("U1", down))[0] == 200  # changes it, adds nothing
+        rows = await store.feedback_report(since=since)
+        assert [(r.workspace, r.positive, r.negative) for r in rows] == [(TEAM, 0, 1)]
+
+        status, response_url = await click_as("U2", up)  # someone else's click
+        assert status == 200
+        reply = await slack.wait_for_response(response_url)
+        assert reply["text"] == "Only the person who asked can rate this answer."
+        assert await store.feedback_report(since=since) == rows
+
+        forged = "up:U1"  # malformed value: acknowledged, nothing stored
+        assert (await click_as("U1", forged))[0] == 200
+        assert await store.feedback_report(since=since) == rows

@@ -50,6 +50,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands
 from bots.slack_bot.events import BotIdentity, SlackConversations
+from bots.slack_bot.feedback import SlackFeedback
 from bots.slack_bot.sink import slack_error
 from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
@@ -174,6 +175,7 @@ class SlackBot:
         app.event("message")(self.on_event)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
+        SlackFeedback(self.runtime.store).register(app)
         app.error(self.on_error)
         return app
 

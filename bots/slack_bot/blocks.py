@@ -85,3 +85,45 @@ def button(text: str, action_id: str, value: str, style: str | None = None) -> J
     if style is not None:
         element["style"] = style
     return element
+
+
+FEEDBACK_ACTION = "selfmind_feedback"
+"""``action_id`` of the thumbs up / down under a finished answer."""
+
+
+def feedback_blocks(*, asker: str, answers_ts: str) -> list[JsonDict]:
+    """Slack's feedback buttons for an answer: a ``context_actions`` block holding one
+    ``feedback_buttons`` element (https://docs.slack.dev/reference/block-kit/blocks/
+    context-actions-block; slack_sdk ``ContextActionsBlock`` / ``FeedbackButtonsElement``:
+    button text at most 75 characters, value at most 2,000). Each button's value is
+    ``"up|down:{asker}:{answers_ts}"``: who may rate, and which message was answered."""
+
+    def choice(sign: str, text: str, label: str) -> JsonDict:
+        return {
+            "text": {"type": "plain_text", "text": text},
+            "accessibility_label": label,
+            "value": f"{sign}:{asker}:{answers_ts}",
+        }
+
+    return [
+        {
+            "type": "context_actions",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": FEEDBACK_ACTION,
+                    "positive_button": choice("up", "👍", "This answer was helpful"),
+                    "negative_button": choice("down", "👎", "This answer was not helpful"),
+                }
+            ],
+        }
+    ]
+
+
+def parse_feedback(value: str) -> tuple[bool, str, str] | None:
+    """``(positive, asker, answers_ts)`` from a feedback button's value, None if malformed."""
+    sign, _, rest = value.partition(":")
+    asker, _, answers_ts = rest.partition(":")
+    if sign not in ("up", "down") or not asker or not answers_ts:
+        return None
+    return sign == "up", asker, answers_ts

@@ -60,6 +60,7 @@ from aiohttp import ClientError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
 from bots.slack_bot.sink import SlackReplySink, StatusIndicator, StreamingSupport, answers_of
 from core.chat.controls import NOT_ENABLED, Place
@@ -486,6 +487,7 @@ class SlackConversations:
             recipient_user_id=message.user,
             recipient_team_id=message.team,
             streaming=self.streaming,
+            final_blocks=feedback_blocks(asker=message.user, answers_ts=message.ts),
         )
         for stale in reuse[1:]:
             try:
