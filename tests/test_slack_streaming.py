@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bots.slack_bot.sink import REPLY_EVENT_TYPE
+from core.store.sqlite.store import SQLiteStore
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import (
     FakeSlack,
@@ -252,3 +253,63 @@ async def test_feedback_clicks_are_stored_once_per_user_and_only_the_asker_rates
         forged = "up:U1"  # malformed value: acknowledged, nothing stored
         assert (await click_as("U1", forged))[0] == 200
         assert await store.feedback_report(since=since) == rows
+
+
+async def test_a_crash_mid_stream_is_answered_again_after_restart(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    """A process killed mid-stream leaves the user's turn unanswered and a streamed message
+    cut short (no metadata yet: Slack's chat.startStream takes none, chat.stopStream does).
+    The start-up recovery answers again, whole, and stores it; the cut message stays."""
+    db = tmp_path / "m.db"
+    ask = slack.events.app_mention(f"{slack.identity.mention} what about the launch?", user="U1")
+    slack.seed_message("C0GENERAL", ask["text"], user="U1", ts=ask["ts"])
+    slack.seed_message(
+        "C0GENERAL",
+        "The launch is",
+        user="U0BOT",
+        bot_id="B0BOT",
+        thread_ts=ask["ts"],
+        markdown_text="The launch is",
+        streaming=True,
+    )
+    store = await SQLiteStore.open(str(db))
+    try:
+        assert await store.claim_event(keys=[f"msg:C0GENERAL:{ask['ts']}"])
+        await store.add_turn(
+            conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}",
+            user_key=f"slack:{TEAM}:U1",
+            role="user",
+            text="what about the launch?",
+            origin="shared",
+            sent_at=datetime.now(UTC),
+            reflection="answering",
+            platform_ref=ask["ts"],
+        )
+    finally:
+        await store.close()
+    answer = "The launch is on Tuesday, as decided."
+    claude.enqueue(answer, kind="chat")
+    async with running_bot(slack_settings(slack, claude, db)) as running:
+        await slack.wait_for_call("chat.stopStream", timeout_s=10)
+        await settle(running)
+        turns = await running.runtime.store.recent_turns(
+            conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}", limit=5
+        )
+    assert [(t.role, t.text) for t in turns][-1] == ("assistant", answer)
+    posted = replies(slack, "C0GENERAL", ask["ts"])
+    assert [shown_text(m) for m in posted] == ["The launch is", answer]
+    assert posted[-1]["metadata"]["event_payload"] == {"answers_ts": ask["ts"]}
+
+
+def test_inert_mentions_and_the_escaper_for_pieces() -> None:
+    from bots.slack_bot.blocks import MentionEscaper, inert_mentions
+
+    assert inert_mentions("<!here> <@U1> <#C1> a < b <https://x.y>") == (
+        "&lt;!here> &lt;@U1> &lt;#C1> a < b <https://x.y>"
+    )
+    escaper = MentionEscaper()
+    pieces = [escaper.piece(p) for p in ("hi <", "!channel> and <", "@U2> <")] + [escaper.flush()]
+    joined = "".join(pieces)
+    assert joined == "hi &lt;!channel> and &lt;@U2> <"
+    assert render_markdown_text(joined)[1] == []
