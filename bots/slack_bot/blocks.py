@@ -42,20 +42,21 @@ def inert_mentions(text: str) -> str:
 
 class MentionEscaper:
     """:func:`inert_mentions` over a text that arrives in pieces: a piece ending in ``<`` is
-    sent without it, and the ``<`` goes with the next piece (or with ``flush()``)."""
+    sent without it, and the ``<`` goes with the next piece (or with ``flush()``). ``held``
+    is what is kept back ("" or "<"); a caller may save and restore it to undo a piece."""
 
     def __init__(self) -> None:
-        self._held = ""
+        self.held = ""
 
     def piece(self, text: str) -> str:
         """The escaped text that can be sent now."""
-        text = self._held + text
-        self._held = "<" if text.endswith("<") else ""
-        return inert_mentions(text[: len(text) - len(self._held)])
+        text = self.held + text
+        self.held = "<" if text.endswith("<") else ""
+        return inert_mentions(text[: len(text) - len(self.held)])
 
     def flush(self) -> str:
-        """What is held back, escaped (at the end of the stream)."""
-        held, self._held = self._held, ""
+        """What is held back (a ``<`` at the very end opens nothing: it goes as it is)."""
+        held, self.held = self.held, ""
         return held
 
 

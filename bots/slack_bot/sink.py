@@ -41,7 +41,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack_bot.blocks import inert_mentions
+from bots.slack_bot.blocks import MentionEscaper, inert_mentions
 from core.errors import EditFailed, RateLimited, StreamingRefused
 
 logger = logging.getLogger(__name__)
@@ -164,31 +164,30 @@ class SlackStream:
         self._max_chars = max_chars
         self._helper: AsyncChatStream | None = None
         self._chars = 0  # escaped characters given to the helper
-        self._held = ""  # a trailing "<" kept back until the next piece shows what it opens
+        self._escaper = MentionEscaper()  # keeps a trailing "<" until it shows what it opens
 
     @property
     def started(self) -> bool:
         return self._helper is not None and self._helper.ts is not None
 
     async def append(self, *, text: str, flush: bool = False) -> bool:
-        joined = self._held + text
-        held = "<" if joined.endswith("<") else ""
-        out = inert_mentions(joined[: len(joined) - len(held)])
-        if self._chars + len(out) + 4 * len(held) > self._max_chars:
+        before = self._escaper.held
+        out = self._escaper.piece(text)
+        if self._chars + len(out) + 4 * len(self._escaper.held) > self._max_chars:
+            self._escaper.held = before  # nothing of ``text`` is taken
             raise EditFailed("msg_too_long")
         helper = await self._helper_now()
         self._chars += len(out)
-        self._held = held
         try:  # the helper buffers ``out`` first, so after a failure it is still to be sent
             response = await helper.append(markdown_text=out, chunks=[] if flush else None)
         except SlackApiError as exc:
             raise self._mapped(exc) from exc
-        return response is not None and not held
+        return response is not None and not self._escaper.held
 
     async def stop(self, *, final: bool) -> str:
         helper = await self._helper_now()
-        if self._held:  # a "<" at the very end opens nothing: it goes as it is
-            held, self._held = self._held, ""
+        held = self._escaper.flush()
+        if held:
             self._chars += len(held)
             try:
                 await helper.append(markdown_text=held)
