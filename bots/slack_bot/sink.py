@@ -184,9 +184,9 @@ class SlackStream:
             raise self._mapped(exc) from exc
         return response is not None and not self._escaper.held
 
-    async def stop(self, *, final: bool) -> str:
+    async def stop(self, *, final: bool, text: str = "") -> str:
         helper = await self._helper_now()
-        held = self._escaper.flush()
+        held = self._escaper.flush() + inert_mentions(text)  # room kept: STREAM_MAX_CHARS
         if held:
             self._chars += len(held)
             try:

@@ -53,8 +53,9 @@ class NativeStream(Protocol):
 
     ``append`` adds ``text`` (``flush``: send it now rather than buffer it) and returns True
     when the platform now shows everything appended so far, False when some is buffered.
-    ``stop`` sends what is buffered and ends the message (``final``: the reply's last message,
-    which carries what finished answers carry, e.g. feedback buttons); returns its handle.
+    ``stop`` sends what is buffered, then ``text`` (a closing code fence: the stream keeps
+    room for it), and ends the message (``final``: the reply's last message, which carries
+    what finished answers carry, e.g. feedback buttons); returns its handle.
     Both raise ``RateLimited`` (429; nothing was sent: call again), ``StreamingRefused`` (the
     platform refuses streaming here); ``append`` raises ``EditFailed`` when the message cannot
     take ``text`` (nothing was added: stop it and continue in a new one).
@@ -67,7 +68,7 @@ class NativeStream(Protocol):
 
     async def append(self, *, text: str, flush: bool = False) -> bool: ...
 
-    async def stop(self, *, final: bool) -> str: ...
+    async def stop(self, *, final: bool, text: str = "") -> str: ...
 
 
 class NativeSink(ReplySink, Protocol):
@@ -244,9 +245,7 @@ class NativeReply:
         close = closing_suffix(
             at.fence, after_newline=text[:cut].endswith("\n"), max_chars=self._config.max_chars
         )
-        if close:
-            await self._append(close, cut, flush=False)
-        if not await self._stop(final=False):
+        if not await self._stop(final=False, text=close):
             raise StreamingRefused("stop refused")
         self._start = at
         self._stream = self._sink.open_stream()
@@ -254,7 +253,7 @@ class NativeReply:
         prefix = reopen_prefix(at.fence, self._config.max_chars)
         await self._append(prefix + piece, end, flush=True)
 
-    async def _stop(self, *, final: bool) -> bool:
+    async def _stop(self, *, final: bool, text: str = "") -> bool:
         """Stop the current stream; False when the platform refused (then the reply must
         fall back: what was buffered is not shown)."""
         stream = self._stream
@@ -262,7 +261,8 @@ class NativeReply:
         streak = 0
         while True:
             try:
-                handle = await stream.stop(final=final)
+                handle = await stream.stop(final=final, text=text)
+                text = ""  # taken, also if a later call of this loop is needed
                 break
             except RateLimited as exc:
                 self._rate_limited += 1
