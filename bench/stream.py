@@ -13,6 +13,14 @@ tier 3 does (https://api.slack.com/methods/chat.update). Three runs:
   :class:`core.streaming.reply.EditBudgets` (they should see no 429);
 - ``no budget``: the same load without it (for comparison: 429s, waited out).
 
+Then one answer (``--chars`` over ``--duration-s``) into a Slack thread twice, through the
+real :class:`bots.slack_bot.sink.SlackReplySink` over a Web API client that records calls
+instead of sending them: ``native`` (:class:`core.streaming.native.NativeReply`, slack_sdk's
+own ``AsyncChatStream`` buffering: ``chat.startStream`` / ``appendStream`` / ``stopStream``)
+and ``edits`` (``chat.postMessage`` + ``chat.update``, the edit throttle). The table shows the
+Web API calls each made and whether the final text is exact; JSON adds ``native_calls``,
+``edits_calls``.
+
 The event loop runs on virtual time (its clock jumps to the next timer when idle), so the
 whole bench takes about a second. The last line is JSON: ``max_edits_per_message`` (single and
 shared-budget runs), ``messages`` (per reply), ``final_text_exact`` (every run: the
@@ -35,6 +43,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from slack_sdk.web.async_chat_stream import AsyncChatStream
+
+from bots.slack_bot.sink import SlackReplySink, StreamingSupport
+from core.streaming.native import NativeReply
 from core.streaming.reply import (
     DEFAULT_WRITING_MARKER,
     EditBudgets,
@@ -172,6 +184,110 @@ def run(name: str, args: argparse.Namespace, *, replies: int, budget: bool) -> R
     return run_virtual(main())
 
 
+class RecordingWebClient:
+    """The slice of ``AsyncWebClient`` a reply uses, recording calls instead of sending them;
+    ``chat_stream`` builds slack_sdk's real ``AsyncChatStream`` over it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.texts: dict[str, str] = {}
+        self.chars_sent = 0
+
+    def _ts(self) -> str:
+        return f"1700000000.{len(self.texts) + 1:06d}"
+
+    async def chat_postMessage(self, *, markdown_text: str, **_: object) -> dict[str, object]:
+        self.calls.append("chat.postMessage")
+        self.chars_sent += len(markdown_text)
+        ts = self._ts()
+        self.texts[ts] = markdown_text
+        return {"ok": True, "ts": ts}
+
+    async def chat_update(self, *, ts: str, markdown_text: str, **_: object) -> dict[str, object]:
+        self.calls.append("chat.update")
+        self.chars_sent += len(markdown_text)
+        self.texts[ts] = markdown_text
+        return {"ok": True, "ts": ts}
+
+    async def chat_stream(self, **kwargs: object) -> AsyncChatStream:
+        import logging
+
+        return AsyncChatStream(
+            self,  # type: ignore[arg-type]
+            logger=logging.getLogger("bench"),
+            buffer_size=256,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    async def chat_startStream(self, **kwargs: object) -> dict[str, object]:
+        self.calls.append("chat.startStream")
+        ts = self._ts()
+        self.texts[ts] = self._sent(kwargs)
+        return {"ok": True, "ts": ts}
+
+    async def chat_appendStream(self, *, ts: str, **kwargs: object) -> dict[str, object]:
+        self.calls.append("chat.appendStream")
+        self.texts[ts] += self._sent(kwargs)
+        return {"ok": True, "ts": ts}
+
+    async def chat_stopStream(self, *, ts: str, **kwargs: object) -> dict[str, object]:
+        self.calls.append("chat.stopStream")
+        self.texts[ts] += self._sent(kwargs)
+        return {"ok": True, "ts": ts}
+
+    def _sent(self, kwargs: dict[str, object]) -> str:
+        text = self._chunk_text(kwargs)
+        self.chars_sent += len(text)
+        return text
+
+    @staticmethod
+    def _chunk_text(kwargs: dict[str, object]) -> str:
+        chunks = kwargs.get("chunks") or []
+        assert isinstance(chunks, list)
+        return "".join(c.text if hasattr(c, "text") else c["text"] for c in chunks)
+
+
+@dataclass
+class ModeRun:
+    name: str
+    calls: dict[str, int]
+    chars_sent: int
+    exact: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def run_mode(name: str, args: argparse.Namespace) -> ModeRun:
+    async def main() -> ModeRun:
+        answer = make_answer(random.Random(args.seed), args.chars)
+        client = RecordingWebClient()
+        sink = SlackReplySink(
+            client,  # type: ignore[arg-type]
+            channel="C1",
+            thread_ts="1699999999.000001",
+            recipient_user_id="U1",
+            recipient_team_id="T1",
+            streaming=StreamingSupport(enabled=name == "native"),
+        )
+        config = StreamConfig.for_slack(
+            max_chars=args.max_chars, edit_interval_s=args.edit_interval_s
+        )
+        limiter = EditBudgets.for_slack(updates_per_minute=args.updates_per_minute)
+        scope = limiter.for_scope("slack:T1")
+        reply = NativeReply(sink, config, limiter=scope) if sink.can_stream else None
+        deltas = timed_tokens(answer, random.Random(args.seed), args.duration_s)
+        result = await stream_reply(sink, deltas, config, limiter=scope, reply=reply)
+        counts: dict[str, int] = {}
+        for call in client.calls:
+            counts[call] = counts.get(call, 0) + 1
+        texts = FakeSlackThread(SlackLikeWorkspace(limit=10**6), args.max_chars, client.texts)
+        return ModeRun(name, counts, client.chars_sent, final_text_exact(result, texts, answer))
+
+    return run_virtual(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="end with a JSON summary line")
@@ -197,6 +313,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.max_edits_per_message:>13} {r.edits:>6} {r.rate_limited:>5} "
             f"{r.exact!s:>6} {r.simulated_s:>7.1f}"
         )
+    modes = [run_mode("native", args), run_mode("edits", args)]
+    print()
+    print(f"one {args.chars}-char answer over {args.duration_s:g} s into a Slack thread")
+    print(f"{'mode':<8} {'API calls':>9} {'chars sent':>10} {'exact':>6}  calls")
+    for m in modes:
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(m.calls.items()))
+        print(f"{m.name:<8} {m.total:>9} {m.chars_sent:>10} {m.exact!s:>6}  {detail}")
+    native, edits = modes
+    print(
+        f"native / edits: calls {native.total / edits.total:.2f}, "
+        f"chars sent {native.chars_sent / edits.chars_sent:.2f}"
+    )
     single, shared, _ = runs
     if args.json:
         summary = {
@@ -205,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             "final_text_exact": all(r.exact for r in runs),
             "concurrent_replies": shared.replies,
             "rate_limited": shared.rate_limited,
+            "native_calls": native.total,
+            "edits_calls": edits.total,
+            "native_exact": native.exact,
+            "edits_exact": edits.exact,
         }
         print(json.dumps(summary))
     return 0

@@ -606,6 +606,49 @@ def usage(
         )
 
 
+@app.command("feedback")
+def feedback(
+    ctx: typer.Context,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Start date (YYYY-MM-DD, UTC); default: all.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Thumbs up / down on answers, by day (UTC) and workspace; one rating per user and answer."""
+    try:
+        start = (
+            datetime.fromisoformat(since).replace(tzinfo=UTC)
+            if since
+            else datetime(1970, 1, 1, tzinfo=UTC)
+        )
+    except ValueError:
+        raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+    rows = run(with_store(ctx.obj, lambda store: store.feedback_report(since=start)))
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "since": start.date().isoformat(),
+                    "rows": [
+                        {
+                            "day": r.day,
+                            "workspace": r.workspace,
+                            "positive": r.positive,
+                            "negative": r.negative,
+                        }
+                        for r in rows
+                    ],
+                }
+            )
+        )
+        return
+    typer.echo(f"{'day':<12}{'workspace':<24}{'up':>6}{'down':>6}")
+    for r in rows:
+        typer.echo(f"{r.day:<12}{(r.workspace or '-')[:23]:<24}{r.positive:>6}{r.negative:>6}")
+    up, down = sum(r.positive for r in rows), sum(r.negative for r in rows)
+    typer.echo(f"{'total':<36}{up:>6}{down:>6}")
+
+
 @app.command("chat")
 def chat(
     ctx: typer.Context,

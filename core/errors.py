@@ -12,6 +12,7 @@
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
+    ├── StreamingRefused     the platform refuses native streaming here: fall back to edits
     ├── LimitReached         a daily cap on messages or tokens is reached (says when it resets)
     ├── PlanNotPending       a cleanup plan is gone, someone else's, or outdated; nothing changed
     └── ModelError           Claude could not answer; ``user_message`` is short and true
@@ -163,6 +164,16 @@ class EditFailed(SelfMindError):
 
     def __init__(self, reason: str = "edit failed") -> None:
         super().__init__(f"message edit failed: {reason}")
+        self.reason = reason
+
+
+class StreamingRefused(SelfMindError):
+    """The platform refuses its native streaming methods for this reply (an old workspace,
+    a missing scope, a channel type, a full message); :mod:`core.streaming.native` continues
+    the answer by edits. ``reason`` is the platform's error code."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"native streaming refused: {reason}")
         self.reason = reason
 
 

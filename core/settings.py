@@ -89,6 +89,8 @@ class Settings(BaseSettings):
     slack_max_reply_chars: int = Field(default=3500, ge=200, le=12000)
     discord_max_reply_chars: int = Field(default=2000, ge=200, le=2000)
     slack_updates_per_minute: int = Field(default=50, ge=1)
+    # native: chat.startStream/appendStream/stopStream in threads; edits: chat.update only
+    slack_streaming: Literal["native", "edits"] = "native"
 
     # --- Slack
     slack_bot_token: SecretStr | None = Field(

@@ -16,7 +16,7 @@ from bots.slack_bot.app import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict, running_fake_slack
+from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text, running_fake_slack
 from tests.loop_helpers import API_KEY
 
 BOT_USER = "U0BOT"
@@ -108,6 +108,12 @@ def bot_posts(slack: FakeSlack, channel: str, thread_ts: str | None = None) -> l
     """Messages the bot posted in ``channel`` (in one thread when ``thread_ts`` is given)."""
     messages = slack.thread(channel, thread_ts) if thread_ts else slack.messages(channel)
     return [m for m in messages if m.get("user") == BOT_USER]
+
+
+def shown_text(message: JsonDict) -> str:
+    """What a person sees of a bot message's ``markdown_text`` (mentions rendered, entities
+    decoded: :func:`tests.fakes.slack_server.render_markdown_text`)."""
+    return render_markdown_text(str(message.get("markdown_text") or message.get("text") or ""))[0]
 
 
 def system_text(claude: FakeAnthropic, index: int = -1) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import ClientError, ClientSession, web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
@@ -43,11 +43,13 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands
 from bots.slack_bot.events import BotIdentity, SlackConversations
+from bots.slack_bot.feedback import SlackFeedback
 from bots.slack_bot.sink import slack_error
 from bots.slack_bot.socket_mode import SocketModeLink, open_socket_mode
 from core.chat.intake import Intake
@@ -141,6 +143,7 @@ class SlackBot:
         )
         if settings.slack_memory_notes:
             runtime.reflector.on_learned = self.commands.memory_note
+        self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.app = self._build_app(signing_secret)
 
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
@@ -167,6 +170,7 @@ class SlackBot:
         app.event("message")(self.on_event)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
+        SlackFeedback(self.runtime.store).register(app)
         app.error(self.on_error)
         return app
 
@@ -252,7 +256,34 @@ class SlackBot:
         return app
 
     async def _http_events(self, request: web.Request) -> web.Response:
-        response = await self.app.async_dispatch(await to_bolt_request(request))
+        """Check the signature on the raw bytes before anything parses them: an unsigned or
+        forged request gets 401 whatever its body (bad JSON, bad form encoding, invalid
+        UTF-8, a non-numeric timestamp), logged in one line at DEBUG."""
+        raw = await request.read()
+        stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        try:
+            body = raw.decode("utf-8")  # Slack signs UTF-8 text; anything else is not Slack's
+        except UnicodeDecodeError:
+            body = None
+        if self._verifier is not None and not (
+            body is not None
+            and stamp.isascii()
+            and stamp.isdigit()
+            and self._verifier.is_valid(
+                body=body, timestamp=stamp, signature=request.headers.get("X-Slack-Signature", "")
+            )
+        ):
+            logger.debug("slack request refused: bad or missing signature")
+            return web.Response(status=401, text="")
+        if body is None:
+            logger.debug("slack request refused: body is not UTF-8")
+            return web.Response(status=400, text="")
+        bolt_request = AsyncBoltRequest(
+            body=body,
+            query=request.query_string,
+            headers=cast(dict[str, str | Sequence[str]], dict(request.headers)),
+        )
+        response = await self.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
 
 

@@ -22,6 +22,44 @@ def escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_MENTION_OPENER = re.compile(r"<(?=[!@#])")
+
+
+def inert_mentions(text: str) -> str:
+    """``text`` with every mention and broadcast made inert, for ``markdown_text``.
+
+    Slack parses ``<@U123>``, ``<!here>``, ``<!channel>``, ``<!everyone>``,
+    ``<!subteam^S123>`` (and ``<#C123>``) as mentions in message text; ``<``, ``>`` and ``&``
+    are its control characters, and the documented way to show one as text is its HTML
+    entity (https://docs.slack.dev/messaging/formatting-message-text#escaping). So each ``<``
+    that opens such a token becomes ``&lt;``: the reader sees ``<!here>``, nobody is
+    notified. Other ``<`` (``a < b``, links) are left as they are. Stateless per character
+    pair, so it can be applied to pieces of a stream provided a piece never ends in ``<``
+    (:class:`MentionEscaper` holds such a ``<`` back).
+    """
+    return _MENTION_OPENER.sub("&lt;", text)
+
+
+class MentionEscaper:
+    """:func:`inert_mentions` over a text that arrives in pieces: a piece ending in ``<`` is
+    sent without it, and the ``<`` goes with the next piece (or with ``flush()``). ``held``
+    is what is kept back ("" or "<"); a caller may save and restore it to undo a piece."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def piece(self, text: str) -> str:
+        """The escaped text that can be sent now."""
+        text = self.held + text
+        self.held = "<" if text.endswith("<") else ""
+        return inert_mentions(text[: len(text) - len(self.held)])
+
+    def flush(self) -> str:
+        """What is held back (a ``<`` at the very end opens nothing: it goes as it is)."""
+        held, self.held = self.held, ""
+        return held
+
+
 def clip_mrkdwn(text: str, limit: int = MAX_SECTION_CHARS) -> str:
     """Escaped ``text`` cut to ``limit`` characters (ending with "…"), never inside an
     ``&amp;``-style entity."""
@@ -48,3 +86,45 @@ def button(text: str, action_id: str, value: str, style: str | None = None) -> J
     if style is not None:
         element["style"] = style
     return element
+
+
+FEEDBACK_ACTION = "selfmind_feedback"
+"""``action_id`` of the thumbs up / down under a finished answer."""
+
+
+def feedback_blocks(*, asker: str, answers_ts: str) -> list[JsonDict]:
+    """Slack's feedback buttons for an answer: a ``context_actions`` block holding one
+    ``feedback_buttons`` element (https://docs.slack.dev/reference/block-kit/blocks/
+    context-actions-block; slack_sdk ``ContextActionsBlock`` / ``FeedbackButtonsElement``:
+    button text at most 75 characters, value at most 2,000). Each button's value is
+    ``"up|down:{asker}:{answers_ts}"``: who may rate, and which message was answered."""
+
+    def choice(sign: str, text: str, label: str) -> JsonDict:
+        return {
+            "text": {"type": "plain_text", "text": text},
+            "accessibility_label": label,
+            "value": f"{sign}:{asker}:{answers_ts}",
+        }
+
+    return [
+        {
+            "type": "context_actions",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": FEEDBACK_ACTION,
+                    "positive_button": choice("up", "👍", "This answer was helpful"),
+                    "negative_button": choice("down", "👎", "This answer was not helpful"),
+                }
+            ],
+        }
+    ]
+
+
+def parse_feedback(value: str) -> tuple[bool, str, str] | None:
+    """``(positive, asker, answers_ts)`` from a feedback button's value, None if malformed."""
+    sign, _, rest = value.partition(":")
+    asker, _, answers_ts = rest.partition(":")
+    if sign not in ("up", "down") or not asker or not answers_ts:
+        return None
+    return sign == "up", asker, answers_ts

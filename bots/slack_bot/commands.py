@@ -78,7 +78,7 @@ def memory_line(memory: Memory) -> str:
 
 def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
     """The "I'll remember" note: fallback text and blocks, a Forget button per memory."""
-    lines = "\n".join(f"• {m.text}" for m in memories)
+    lines = "\n".join(f"• {escape_mrkdwn(m.text)}" for m in memories)  # fallback: mentions inert
     blocks: list[JsonDict] = [section("I'll remember this:")]
     for m in memories:
         block = section(memory_line(m))

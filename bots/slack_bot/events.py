@@ -64,13 +64,15 @@ from aiohttp import ClientError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
-from bots.slack_bot.sink import SlackReplySink, StatusIndicator, answers_of
+from bots.slack_bot.sink import SlackReplySink, StatusIndicator, StreamingSupport, answers_of
 from core.chat.controls import NOT_ENABLED, Place
 from core.chat.intake import Intake, Received
 from core.chat.loop import ContextMessage, IncomingMessage, TurnLoop
 from core.errors import IntakeFailed
 from core.settings import Settings
+from core.streaming.native import NativeReply
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
 from core.types import Turn
 
@@ -209,6 +211,7 @@ class SlackConversations:
         )
         self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
+        self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
@@ -399,17 +402,25 @@ class SlackConversations:
             status_thread_ts=message.thread_ts or message.ts,
             reuse_ts=reuse[0] if reuse else None,
             answers_ts=message.ts,
+            recipient_user_id=message.user,
+            recipient_team_id=message.team,
+            streaming=self.streaming,
+            final_blocks=feedback_blocks(asker=message.user, answers_ts=message.ts),
         )
         for stale in reuse[1:]:
             try:
                 await self.stream_client.chat_delete(channel=message.channel, ts=stale)
             except (SlackApiError, ClientError) as exc:
                 logger.warning("could not delete a cut reply message: %s", exc)
+        limiter = self.budgets.for_scope(f"slack:{message.team}")
+        # Native streaming in threads; a cut answer left on screen is taken over by edits.
+        native = NativeReply(sink, self.stream_config, limiter=limiter)
         result = await stream_reply(
             sink,
             deltas,
             self.stream_config,
-            limiter=self.budgets.for_scope(f"slack:{message.team}"),
+            limiter=limiter,
+            reply=native if sink.can_stream and not reuse else None,
         )
         logger.info(
             "slack event %s answered: messages=%d edits=%d error=%s",

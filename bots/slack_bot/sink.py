@@ -11,6 +11,21 @@
   from ``chat.update`` -> ``EditFailed`` (the rest of the text goes to a new message);
 - anything else is a platform error and propagates as ``SlackApiError``.
 
+Native streaming (:meth:`SlackReplySink.open_stream`, :class:`SlackStream`): slack_sdk's
+``chat_stream()`` helper (``AsyncChatStream``: ``chat.startStream`` on the first flush,
+``chat.appendStream`` per 256 buffered characters, ``chat.stopStream`` with the last of the
+buffer, the feedback ``blocks`` and the reply metadata). Scope ``chat:write``; rate tiers
+2 / 4 / 2; a thread reply only (``thread_ts``); ``recipient_user_id`` and
+``recipient_team_id`` required outside DMs; ``markdown_text`` at most 12,000 characters
+(https://docs.slack.dev/reference/methods/chat.startStream, chat.appendStream,
+chat.stopStream). Errors: 429 -> ``RateLimited``; any other Web API error of these methods
+-> ``StreamingRefused`` (the reply continues by edits); one that says the app cannot use
+them at all (:data:`STREAMING_UNAVAILABLE_ERRORS`) also switches streaming off for the
+process (:class:`StreamingSupport`).
+
+Every text the bot sends as ``markdown_text`` has its mentions made inert
+(:func:`bots.slack_bot.blocks.inert_mentions`).
+
 The "is thinking…" status is ``assistant.threads.setStatus``
 (https://docs.slack.dev/reference/methods/assistant.threads.setStatus). Slack offers it in
 assistant threads only; elsewhere the call fails. Failures are logged at DEBUG and ignored,
@@ -23,9 +38,11 @@ import logging
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
 
-from core.errors import EditFailed, RateLimited
+from bots.slack_bot.blocks import MentionEscaper, inert_mentions
+from core.errors import EditFailed, RateLimited, StreamingRefused
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +57,22 @@ STATUS_UNAVAILABLE_ERRORS = frozenset(
     {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated"}
 )
 """``assistant.threads.setStatus`` errors that mean the app cannot use the status at all."""
+
+STREAMING_UNAVAILABLE_ERRORS = frozenset(
+    {
+        "unknown_method",
+        "method_deprecated",
+        "missing_scope",
+        "not_allowed_token_type",
+        "feature_not_enabled",
+        "team_not_allowed",
+    }
+)
+"""Streaming-method errors that mean the app cannot stream in this workspace at all."""
+
+STREAM_MAX_CHARS = 12_000 - 32
+"""Characters one streamed message holds: Slack's 12,000 ``markdown_text`` limit
+(docs.slack.dev/reference/methods/chat.appendStream), less room for a closing code fence."""
 
 DEFAULT_RETRY_AFTER_S = 1.0
 
@@ -108,6 +141,87 @@ class StatusIndicator:
             logger.debug("assistant.threads.setStatus failed: %s", error)
 
 
+class StreamingSupport:
+    """Whether native streaming is worth trying in this process: off for good once Slack
+    answers a streaming call with one of :data:`STREAMING_UNAVAILABLE_ERRORS`."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.available = enabled
+
+    def refused(self, error: str) -> StreamingRefused:
+        """The exception for a refused streaming call; remembers a refusal for good."""
+        if error in STREAMING_UNAVAILABLE_ERRORS and self.available:
+            self.available = False
+            logger.warning("slack refuses native streaming (%s): answering by edits", error)
+        return StreamingRefused(error)
+
+
+class SlackStream:
+    """One message streamed with slack_sdk's ``AsyncChatStream`` (a :class:`NativeStream`)."""
+
+    def __init__(self, sink: SlackReplySink, *, max_chars: int = STREAM_MAX_CHARS) -> None:
+        self._sink = sink
+        self._max_chars = max_chars
+        self._helper: AsyncChatStream | None = None
+        self._chars = 0  # escaped characters given to the helper
+        self._escaper = MentionEscaper()  # keeps a trailing "<" until it shows what it opens
+
+    @property
+    def started(self) -> bool:
+        return self._helper is not None and self._helper.ts is not None
+
+    async def append(self, *, text: str, flush: bool = False) -> bool:
+        before = self._escaper.held
+        out = self._escaper.piece(text)
+        if self._chars + len(out) + 4 * len(self._escaper.held) > self._max_chars:
+            self._escaper.held = before  # nothing of ``text`` is taken
+            raise EditFailed("msg_too_long")
+        helper = await self._helper_now()
+        self._chars += len(out)
+        try:  # the helper buffers ``out`` first, so after a failure it is still to be sent
+            response = await helper.append(markdown_text=out, chunks=[] if flush else None)
+        except SlackApiError as exc:
+            raise self._mapped(exc) from exc
+        return response is not None and not self._escaper.held
+
+    async def stop(self, *, final: bool, text: str = "") -> str:
+        helper = await self._helper_now()
+        held = self._escaper.flush() + inert_mentions(text)  # room kept: STREAM_MAX_CHARS
+        if held:
+            self._chars += len(held)
+            try:
+                await helper.append(markdown_text=held)
+            except SlackApiError as exc:
+                raise self._mapped(exc) from exc
+        sink = self._sink
+        try:
+            response = await helper.stop(
+                blocks=sink.final_blocks if final and sink.final_blocks else None,
+                metadata=reply_metadata(sink.answers_ts) if sink.answers_ts else None,
+            )
+        except SlackApiError as exc:
+            raise self._mapped(exc) from exc
+        return str(response.get("ts") or helper.ts)
+
+    async def _helper_now(self) -> AsyncChatStream:
+        if self._helper is None:
+            sink = self._sink
+            assert sink.thread_ts is not None, "a stream is a thread reply"
+            self._helper = await sink.client.chat_stream(
+                channel=sink.channel,
+                thread_ts=sink.thread_ts,
+                recipient_user_id=sink.recipient_user_id,
+                recipient_team_id=sink.recipient_team_id,
+            )
+        return self._helper
+
+    def _mapped(self, exc: SlackApiError) -> RateLimited | StreamingRefused:
+        wait_s = retry_after_s(exc)
+        if wait_s is not None:
+            return RateLimited(wait_s)
+        return self._sink.streaming.refused(slack_error(exc))
+
+
 class SlackReplySink:
     """One reply's messages in one Slack channel or thread.
 
@@ -131,8 +245,16 @@ class SlackReplySink:
         status_thread_ts: str | None = None,
         reuse_ts: str | None = None,
         answers_ts: str | None = None,
+        recipient_user_id: str | None = None,
+        recipient_team_id: str | None = None,
+        streaming: StreamingSupport | None = None,
+        final_blocks: list[JsonDict] | None = None,
     ) -> None:
         self.client = client
+        self.recipient_user_id = recipient_user_id
+        self.recipient_team_id = recipient_team_id
+        self.streaming = streaming or StreamingSupport(enabled=False)
+        self.final_blocks = final_blocks
         self.reuse_ts = reuse_ts
         self.answers_ts = answers_ts
         self.channel = channel
@@ -153,7 +275,7 @@ class SlackReplySink:
             response = await self.client.chat_postMessage(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
-                markdown_text=text,
+                markdown_text=inert_mentions(text),
                 metadata=reply_metadata(self.answers_ts) if self.answers_ts else None,
             )
         except SlackApiError as exc:
@@ -165,7 +287,9 @@ class SlackReplySink:
 
     async def edit(self, *, handle: str, text: str) -> None:
         try:
-            await self.client.chat_update(channel=self.channel, ts=handle, markdown_text=text)
+            await self.client.chat_update(
+                channel=self.channel, ts=handle, markdown_text=inert_mentions(text)
+            )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)
             if wait_s is not None:
@@ -174,6 +298,19 @@ class SlackReplySink:
             if error in EDIT_FAILED_ERRORS:
                 raise EditFailed(error) from exc
             raise
+
+    @property
+    def can_stream(self) -> bool:
+        """Native streaming is possible here: a thread reply, streaming not refused for the
+        process, and the recipient ids that channels require."""
+        in_dm = self.channel.startswith("D")
+        recipient = bool(self.recipient_user_id and self.recipient_team_id)
+        return self.streaming.available and self.thread_ts is not None and (in_dm or recipient)
+
+    def open_stream(self) -> SlackStream:
+        """A new message in the reply's thread, streamed natively (created by its first
+        ``append``)."""
+        return SlackStream(self)
 
     async def status(self, *, text: str | None) -> None:
         if self.status_indicator is None or self.status_thread_ts is None:

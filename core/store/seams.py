@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -278,6 +279,37 @@ class UsageStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class FeedbackRow:
+    """Ratings of answers on one UTC ``day`` (``YYYY-MM-DD``) in one ``workspace``."""
+
+    day: str
+    workspace: str | None
+    positive: int
+    negative: int
+
+
+class FeedbackStore(Protocol):
+    """Thumbs up / down on answers: one rating per user and answer (a new one replaces it)."""
+
+    async def record_feedback(
+        self,
+        *,
+        answer_ref: str,
+        user_key: str,
+        workspace: str | None,
+        positive: bool,
+        at: datetime | None = None,
+    ) -> None:
+        """Store ``user_key``'s rating of the answer ``answer_ref`` (e.g.
+        ``slack:{team}:{channel}:{ts}``), replacing an earlier one. Raises ``StoreError``."""
+        ...
+
+    async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
+        """Counts of ratings given since ``since``, by day and workspace (sorted)."""
+        ...
+
+
 class VectorStore(Protocol):
     """Embeddings of memories, for optional semantic recall (float32 bytes per memory)."""
 
@@ -338,5 +370,7 @@ class PlanStore(Protocol):
         ...
 
 
-class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, PlanStore, Protocol):
+class Store(
+    MemoryStore, ConversationStore, UsageStore, FeedbackStore, VectorStore, PlanStore, Protocol
+):
     """Everything the core keeps: memories and conversations."""

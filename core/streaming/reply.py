@@ -57,6 +57,7 @@ __all__ = [
     "EditBudgets",
     "EditLimiter",
     "PostedMessage",
+    "Reply",
     "ReplyResult",
     "ReplySink",
     "StreamConfig",
@@ -568,6 +569,24 @@ class StreamedReply:
         return ReplyResult(self._text.value(), posted, self._rate_limited, self._error)
 
 
+class Reply(Protocol):
+    """What :func:`stream_reply` drives: :class:`StreamedReply` (edits) or
+    :class:`core.streaming.native.NativeReply` (the platform's streaming methods)."""
+
+    @property
+    def text(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def feed(self, delta: str) -> None: ...
+
+    async def finish(self) -> ReplyResult: ...
+
+    async def fail(self, note: str, *, error: SelfMindError | None = None) -> ReplyResult: ...
+
+    async def aclose(self) -> None: ...
+
+
 async def stream_reply(
     sink: ReplySink,
     deltas: AsyncIterable[str],
@@ -576,6 +595,7 @@ async def stream_reply(
     limiter: EditLimiter | None = None,
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Awaitable[None]] | None = None,
+    reply: Reply | None = None,
 ) -> ReplyResult:
     """Stream ``deltas`` (an answer's text deltas) into ``sink`` and return what was posted.
 
@@ -586,9 +606,11 @@ async def stream_reply(
     not yet fed is shown first. Any other exception from ``deltas`` gets a generic note and is
     re-raised (a bug: let the adapter edge log it). Sink platform errors are raised as they
     are. ``deltas`` is closed (``aclose()``) if it has that method; no task outlives the call,
-    also when it is cancelled.
+    also when it is cancelled. ``reply``: drive this reply (over ``sink``) instead of a new
+    :class:`StreamedReply`, e.g. a :class:`core.streaming.native.NativeReply`.
     """
-    reply = StreamedReply(sink, config, limiter=limiter, clock=clock, sleep=sleep)
+    if reply is None:
+        reply = StreamedReply(sink, config, limiter=limiter, clock=clock, sleep=sleep)
     iterator = aiter(deltas)
     try:
         await reply.start()
@@ -611,7 +633,7 @@ async def stream_reply(
             await close()
 
 
-async def _fail_with(reply: StreamedReply, error: SelfMindError) -> ReplyResult:
+async def _fail_with(reply: Reply, error: SelfMindError) -> ReplyResult:
     logger.info("answer stream failed mid-reply: %s", type(error).__name__)
     if isinstance(error, StreamCutError):
         fed = reply.text

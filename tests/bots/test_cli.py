@@ -216,3 +216,35 @@ def test_new_commands_refuse_bad_input_with_one_line(
     monkeypatch.delenv("SELFMIND_SQLITE_SYNCHRONOUS")
     code, out, _ = cli(db_path, "memories", "list", "--user", "alice", "--json")
     assert code == 0 and [r["text"] for r in json.loads(out)] == ["The user likes tea."]
+
+
+def test_feedback_report_by_day_and_workspace(db_path: Path) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from core.runtime import open_store
+
+    async def seed() -> None:
+        store = await open_store(f"sqlite:///{db_path}")
+        try:
+            for user, positive in (("U1", True), ("U2", False), ("U3", True)):
+                await store.record_feedback(
+                    answer_ref="slack:T1:C1:1.1",
+                    user_key=f"slack:T1:{user}",
+                    workspace="T1",
+                    positive=positive,
+                    at=datetime(2026, 12, 1, 9, tzinfo=UTC),
+                )
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    code, out, _ = cli(db_path, "feedback", "--json")
+    assert code == 0
+    assert json.loads(out)["rows"] == [
+        {"day": "2026-12-01", "workspace": "T1", "positive": 2, "negative": 1}
+    ]
+    code, out, _ = cli(db_path, "feedback")
+    assert code == 0 and out.splitlines()[-1].split() == ["total", "2", "1"]
+    code, _, err = cli(db_path, "feedback", "--since", "yesterday")
+    assert code == 2 and err.count("\n") == 1

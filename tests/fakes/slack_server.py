@@ -58,6 +58,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import time
 import uuid
@@ -80,7 +81,31 @@ https://docs.slack.dev/apis/events-api/#retries), compressed for tests."""
 ACK_TIMEOUT_S = 3.0
 """Slack waits this long for an event's acknowledgement before it retries it."""
 
-_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages")
+_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages", "chunks")
+
+STREAM_TIERS = {"chat.startStream": 20, "chat.appendStream": 100, "chat.stopStream": 20}
+"""Calls a minute per workspace of the streaming methods: rate tiers 2 / 4 / 2
+(docs.slack.dev/reference/methods/chat.startStream, chat.appendStream, chat.stopStream;
+docs.slack.dev/apis/web-api/rate-limits: tier 2 about 20, tier 4 about 100 a minute)."""
+
+_MENTION = re.compile(r"<([@!#][^<>\s]*)>")
+
+
+def render_markdown_text(text: str) -> tuple[str, list[str]]:
+    """What a person sees of ``markdown_text`` and the mentions in it that notify someone.
+
+    As Slack documents for message text (docs.slack.dev/messaging/formatting-message-text):
+    ``<`` ``>`` ``&`` are control characters; ``<@U123>``, ``<!here>``, ``<!channel>``,
+    ``<!everyone>`` and ``<!subteam^S1>`` are mentions (shown as ``@U123``, ``@here``...,
+    and they notify); the entities ``&lt;`` ``&gt;`` ``&amp;`` show as ``<`` ``>`` ``&`` and
+    never form a mention.
+    """
+    pings = [m.group(1) for m in _MENTION.finditer(text) if m.group(1)[0] in "@!"]
+    shown = _MENTION.sub(lambda m: "@" + m.group(1).lstrip("@!#").split("|")[0], text)
+    shown = shown.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return shown, pings
+
+
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 
@@ -414,6 +439,7 @@ class FakeSlack:
         markdown_max_chars: int = 12_000,
         rate_limits: Mapping[str, int] | None = None,
         rate_window_s: float = 60.0,
+        streaming_refusal: str | None = None,
     ) -> None:
         self.host, self._port = host, port
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
@@ -421,8 +447,12 @@ class FakeSlack:
         self.update_max_chars = update_max_chars
         self.post_max_chars = post_max_chars
         self.markdown_max_chars = markdown_max_chars
-        self.rate_limits = dict(rate_limits or {})
+        self.rate_limits = STREAM_TIERS | dict(rate_limits or {})
         self.rate_window_s = rate_window_s
+        self.streaming_refusal = streaming_refusal
+        """Set to an error code (``"unknown_method"``: a workspace without the streaming
+        methods; ``"channel_type_not_supported"``...) to refuse every streaming call from now
+        on, also in the middle of a stream."""
         self.events = SlackEvents(self.identity, response_url=self.new_response_url)
 
         self.recorded: list[RecordedCall] = []
@@ -455,6 +485,9 @@ class FakeSlack:
             "chat.update": self._chat_update,
             "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.delete": self._chat_delete,
+            "chat.startStream": self._chat_start_stream,
+            "chat.appendStream": self._chat_append_stream,
+            "chat.stopStream": self._chat_stop_stream,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "conversations.open": self._conversations_open,
@@ -779,6 +812,83 @@ class FakeSlack:
             msg.pop("markdown_text", None)
         msg |= content | {"edited": {"user": self.identity.user_id, "ts": self.events.next_ts()}}
         return {"channel": channel, "ts": msg["ts"], "text": msg.get("text", ""), "message": msg}
+
+    # streaming (docs.slack.dev/reference/methods/chat.startStream, .appendStream, .stopStream)
+
+    def _stream_text(self, params: JsonDict, *, required: bool) -> str:
+        parts: list[str] = []
+        if params.get("markdown_text") is not None:
+            parts.append(str(params["markdown_text"]))
+        for chunk in params.get("chunks") or []:
+            if not isinstance(chunk, dict) or chunk.get("type") != "markdown_text":
+                raise _ApiError("invalid_chunks")
+            parts.append(str(chunk.get("text") or ""))
+        text = "".join(parts)
+        if required and not text:
+            raise _ApiError("no_text")
+        if len(text) > self.markdown_max_chars:
+            raise _ApiError("msg_too_long")
+        return text
+
+    def _refuse_streaming(self) -> None:
+        if self.streaming_refusal is not None:
+            raise _ApiError(self.streaming_refusal)
+
+    def _chat_start_stream(self, params: JsonDict) -> JsonDict:
+        self._refuse_streaming()
+        channel = self._required(params, "channel", "channel_not_found")
+        thread_ts = self._required(params, "thread_ts", "invalid_arguments")
+        if not channel.startswith("D") and not (
+            params.get("recipient_user_id") and params.get("recipient_team_id")
+        ):
+            raise _ApiError("invalid_arguments")  # required outside DMs
+        text = self._stream_text(params, required=False)
+        msg = self._bot_message({"text": text, "markdown_text": text})
+        msg |= {"thread_ts": thread_ts, "streaming": True}
+        if params.get("recipient_user_id"):
+            msg["recipient_user_id"] = str(params["recipient_user_id"])
+        self._store(channel, msg)
+        return {"channel": channel, "ts": msg["ts"]}
+
+    def _streaming_message(self, params: JsonDict) -> JsonDict:
+        self._refuse_streaming()
+        _, msg = self._own_message(params, denied="cant_update_message")
+        if not msg.get("streaming"):
+            raise _ApiError("message_not_in_streaming_state")
+        return msg
+
+    def _append(self, msg: JsonDict, text: str) -> None:
+        total = msg["markdown_text"] + text
+        if len(total) > self.markdown_max_chars:
+            raise _ApiError("msg_too_long")
+        msg["text"] = msg["markdown_text"] = total
+
+    def _chat_append_stream(self, params: JsonDict) -> JsonDict:
+        msg = self._streaming_message(params)
+        self._append(msg, self._stream_text(params, required=True))
+        return {"channel": params["channel"], "ts": msg["ts"]}
+
+    def _chat_stop_stream(self, params: JsonDict) -> JsonDict:
+        msg = self._streaming_message(params)
+        self._append(msg, self._stream_text(params, required=False))
+        blocks = params.get("blocks")
+        if blocks is not None:
+            if not isinstance(blocks, list) or len(blocks) > 50:
+                raise _ApiError("invalid_blocks")
+            msg["blocks"] = blocks
+        if isinstance(params.get("metadata"), dict):
+            msg["metadata"] = params["metadata"]
+        msg["streaming"] = False
+        return {"channel": params["channel"], "ts": msg["ts"], "message": msg}
+
+    def pings(self, channel: str) -> list[str]:
+        """The mentions that notified someone in the bot's messages in ``channel`` (their
+        ``markdown_text`` rendered by :func:`render_markdown_text`)."""
+        found: list[str] = []
+        for msg in self._history.get(channel, []):
+            if msg.get("user") == self.identity.user_id and "markdown_text" in msg:
+                found += render_markdown_text(str(msg["markdown_text"]))[1]
+        return found
 
     def _chat_post_ephemeral(self, params: JsonDict) -> JsonDict:
         channel = self._required(params, "channel", "channel_not_found")

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.store.seams import FeedbackRow
 from core.types import (
     CallKind,
     MemoryMode,
@@ -325,6 +326,35 @@ class PostgresConversations(PostgresBase):
             cache_creation_input_tokens,
             turn_id,
         )
+
+    async def record_feedback(
+        self,
+        *,
+        answer_ref: str,
+        user_key: str,
+        workspace: str | None,
+        positive: bool,
+        at: datetime | None = None,
+    ) -> None:
+        await self._execute(
+            "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (answer_ref, user_key) DO UPDATE SET"
+            " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at",
+            answer_ref,
+            user_key,
+            workspace,
+            positive,
+            at or utcnow(),
+        )
+
+    async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
+        rows = await self._fetch(
+            "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), workspace,"
+            " COUNT(*) FILTER (WHERE positive), COUNT(*) FILTER (WHERE NOT positive)"
+            " FROM feedback WHERE at >= $1 GROUP BY 1, 2 ORDER BY 1, 2",
+            since,
+        )
+        return [FeedbackRow(str(r[0]), r[1], int(r[2]), int(r[3])) for r in rows]
 
     async def usage_report(
         self,

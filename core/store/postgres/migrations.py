@@ -241,6 +241,19 @@ CREATE INDEX pending_actions_by_user ON pending_actions(user_key, kind);
 CREATE INDEX pending_actions_by_expiry ON pending_actions(expires_at);
 """
 
+M008_FEEDBACK = """
+-- Thumbs up / down on an answer: one row per answer and user; a second click replaces it.
+CREATE TABLE feedback (
+    answer_ref text NOT NULL,  -- the answered message, e.g. slack:{team}:{channel}:{ts}
+    user_key text NOT NULL,
+    workspace text,
+    positive boolean NOT NULL,
+    at timestamptz NOT NULL,
+    PRIMARY KEY (answer_ref, user_key)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+"""
+
 
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
@@ -253,4 +266,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (5, "m005_forget_index", M005_FORGET_INDEX),
     (6, "m006_clean_text", m006_clean_text),
     (7, "m007_pending_actions", M007_PENDING_ACTIONS),
+    (8, "m008_feedback", M008_FEEDBACK),
 ]

@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Any, cast
 
+from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
     CallKind,
@@ -306,6 +307,31 @@ class SQLiteConversations(SQLiteBase):
             f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
         )
         return int(row[0]) if row else 0
+
+    async def record_feedback(
+        self,
+        *,
+        answer_ref: str,
+        user_key: str,
+        workspace: str | None,
+        positive: bool,
+        at: datetime | None = None,
+    ) -> None:
+        async with self._write():
+            await self._conn.execute(
+                "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(answer_ref, user_key) DO UPDATE SET"
+                " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at",
+                (answer_ref, user_key, workspace, int(positive), ts(at or utcnow())),
+            )
+
+    async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
+        rows = await self._fetchall(
+            "SELECT substr(at, 1, 10), workspace, SUM(positive), SUM(1 - positive)"
+            " FROM feedback WHERE at >= ? GROUP BY 1, 2 ORDER BY 1, 2",
+            [ts(since)],
+        )
+        return [FeedbackRow(str(r[0]), r[1], int(r[2]), int(r[3])) for r in rows]
 
 
 def _usage_filter(

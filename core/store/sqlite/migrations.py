@@ -332,6 +332,19 @@ CREATE INDEX pending_actions_by_user ON pending_actions(user_key, kind);
 CREATE INDEX pending_actions_by_expiry ON pending_actions(expires_at);
 """
 
+M009_FEEDBACK = """
+-- Thumbs up / down on an answer: one row per answer and user; a second click replaces it.
+CREATE TABLE feedback (
+    answer_ref TEXT NOT NULL,  -- the answered message, e.g. slack:{team}:{channel}:{ts}
+    user_key TEXT NOT NULL,
+    workspace TEXT,
+    positive INTEGER NOT NULL CHECK (positive IN (0, 1)),
+    at TEXT NOT NULL,
+    PRIMARY KEY (answer_ref, user_key)
+);
+CREATE INDEX feedback_by_time ON feedback(at);
+"""
+
 
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
@@ -345,4 +358,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (6, "m006_sharded_fts", M006_SHARDED_FTS),
     (7, "m007_clean_text", m007_clean_text),
     (8, "m008_pending_actions", M008_PENDING_ACTIONS),
+    (9, "m009_feedback", M009_FEEDBACK),
 ]

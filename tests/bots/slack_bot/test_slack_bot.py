@@ -24,6 +24,7 @@ from tests.slack_helpers import (
     key,
     running_bot,
     settle,
+    shown_text,
     slack,
     slack_settings,
     system_text,
@@ -104,7 +105,8 @@ async def test_mention_thread_follow_up_and_private_memory_stays_out_of_channels
         await settle(running)
         answer = bot_posts(slack, "C0GENERAL")[0]
         assert answer["thread_ts"] == root["ts"]  # answered in the mention's thread
-        assert answer["text"] == "You said: [<@U1>] how should I format a changelog?"
+        assert shown_text(answer) == "You said: [<@U1>] how should I format a changelog?"
+        assert slack.pings("C0GENERAL") == []  # the echoed mention notifies nobody
         assert "changelog" in str(claude.requests_of("chat")[0].body["messages"])
         assert "<@U0BOT>" not in str(claude.requests_of("chat")[0].body["messages"])
         assert memory_lines(system_text(claude)) == []  # DM-learned: not recalled here
@@ -315,7 +317,7 @@ async def test_bad_signatures_are_refused_and_nothing_is_stored(
 async def test_acknowledged_before_the_answer_is_written(
     slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
 ) -> None:
-    settings = slack_settings(slack, claude, tmp_path / "m.db")
+    settings = slack_settings(slack, claude, tmp_path / "m.db", slack_streaming="edits")
     claude.enqueue(slow("Here is the slow answer.", 1.0), kind="chat")
     async with running_bot(settings) as running:
         started = time.monotonic()
@@ -441,3 +443,39 @@ async def test_allow_lists_and_daily_caps(
     assert bot_posts(slack, "D2")[0]["text"].startswith("SelfMind is not enabled here.")
     assert reply["text"].startswith("SelfMind is not enabled here.")
     assert len(claude.requests_of("chat")) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "stamp"),
+    [
+        (b"{not json", "application/json", None),
+        (b"command=%zz&text=%", "application/x-www-form-urlencoded", None),
+        (b'{"type": "\xff\xfe"}', "application/json", None),
+        (b'{"type": "event_callback"}', "application/json", "soon"),
+        (b"", "application/json", None),
+    ],
+    ids=["bad-json", "bad-form", "invalid-utf8", "non-numeric-timestamp", "empty"],
+)
+async def test_malformed_unsigned_bodies_get_401_and_no_traceback(
+    slack: FakeSlack,
+    claude: FakeAnthropic,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    body: bytes,
+    content_type: str,
+    stamp: str | None,
+) -> None:
+    settings = slack_settings(slack, claude, tmp_path / "m.db")
+    async with running_bot(settings) as running, ClientSession() as http:
+        headers = {"Content-Type": content_type, "X-Slack-Signature": "v0=" + "0" * 64}
+        headers["X-Slack-Request-Timestamp"] = stamp or str(int(time.time()))
+        caplog.clear()
+        caplog.set_level("DEBUG")
+        async with http.post(running.events_url, data=body, headers=headers) as resp:
+            assert resp.status == 401
+        async with http.post(running.events_url, data=body) as resp:  # no headers at all
+            assert resp.status == 401
+    ours = [r for r in caplog.records if r.name.startswith(("bots.", "slack_bolt"))]
+    assert all(r.exc_info is None and r.levelname == "DEBUG" for r in ours), ours
+    assert len([r for r in ours if "refused" in r.getMessage()]) <= 2
+    assert claude.requests == []

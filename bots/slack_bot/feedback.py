@@ -1,0 +1,69 @@
+"""Thumbs up / down under finished answers (:func:`bots.slack_bot.blocks.feedback_blocks`).
+
+A click is stored first and acknowledged after (``process_before_response``: Bolt answers
+Slack once the listener returns; a store that fails raises, Slack gets HTTP 500 / no Socket
+Mode ack and shows the click as failed). One rating per user and answer
+(:class:`core.store.seams.FeedbackStore`; a second click replaces the first). Only the
+person who asked may rate: anyone else's click is acknowledged, not stored, and told so
+ephemerally. Answer ref: ``slack:{team}:{channel}:{answered ts}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.respond.async_respond import AsyncRespond
+
+from bots.slack_bot.blocks import FEEDBACK_ACTION, parse_feedback
+from bots.slack_bot.commands import user_key
+from core.store.seams import FeedbackStore
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+
+ONLY_THE_ASKER = "Only the person who asked can rate this answer."
+
+
+class SlackFeedback:
+    """The feedback button listener over a :class:`FeedbackStore`."""
+
+    def __init__(self, store: FeedbackStore) -> None:
+        self.store = store
+
+    def register(self, app: AsyncApp) -> None:
+        app.action(FEEDBACK_ACTION)(self.on_feedback)
+
+    async def on_feedback(
+        self, ack: AsyncAck, body: JsonDict, action: JsonDict, respond: AsyncRespond
+    ) -> None:
+        user = cast(JsonDict, body.get("user") or {})
+        clicker = str(user.get("id") or "")
+        parsed = parse_feedback(str(action.get("value") or ""))
+        if parsed is None or not clicker:
+            logger.info("feedback click with a malformed value ignored")
+            await ack()
+            return
+        positive, asker, answers_ts = parsed
+        if clicker != asker:
+            await ack()
+            await respond(text=ONLY_THE_ASKER, response_type="ephemeral", replace_original=False)
+            logger.info("feedback by user=%s on another's answer refused", clicker)
+            return
+        team = str(user.get("team_id") or cast(JsonDict, body.get("team") or {}).get("id") or "")
+        channel = str(
+            cast(JsonDict, body.get("channel") or {}).get("id")
+            or cast(JsonDict, body.get("container") or {}).get("channel_id")
+            or ""
+        )
+        await self.store.record_feedback(  # raises: not acknowledged, Slack shows a failure
+            answer_ref=f"slack:{team}:{channel}:{answers_ts}",
+            user_key=user_key(team, clicker),
+            workspace=team or None,
+            positive=positive,
+        )
+        await ack()
+        logger.info("feedback stored: user=%s positive=%s", clicker, positive)

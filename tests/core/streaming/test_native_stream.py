@@ -1,0 +1,129 @@
+"""core.streaming.native.NativeReply over an in-memory native sink: roll-over with code
+fences, 429s on appends waited out, refusal mid-answer continued by edits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.errors import EditFailed, RateLimited, StreamingRefused
+from core.streaming.native import NativeReply
+from core.streaming.reply import StreamConfig
+
+CONFIG = StreamConfig(max_chars=400, edit_interval_s=0.01, placeholder=None, status_text=None)
+
+
+@dataclass
+class Stream:
+    sink: Sink
+    text: str = ""
+    buffer: str = ""
+    handle: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.handle is not None
+
+    async def append(self, *, text: str, flush: bool = False) -> bool:
+        if len(self.text) + len(self.buffer) + len(text) > self.sink.max_chars - 8:  # room: fence
+            raise EditFailed("msg_too_long")
+        self.buffer += text
+        if not (flush or len(self.buffer) >= 16):
+            return False
+        await self._flush()
+        return True
+
+    async def stop(self, *, final: bool, text: str = "") -> str:
+        self.buffer += text
+        await self._flush()
+        assert self.handle is not None
+        self.sink.stopped.append(self.handle)
+        return self.handle
+
+    async def _flush(self) -> None:
+        self.sink.calls += 1
+        if self.sink.refuse_after is not None and self.sink.calls > self.sink.refuse_after:
+            raise StreamingRefused("unknown_method")
+        if self.sink.rate_limits:
+            self.sink.rate_limits -= 1
+            raise RateLimited(0.01)
+        if self.handle is None:
+            self.handle = f"s{len(self.sink.messages) + 1}"
+            self.sink.messages[self.handle] = ""
+        self.text += self.buffer
+        self.sink.messages[self.handle] = self.text
+        self.buffer = ""
+
+
+@dataclass
+class Sink:
+    max_chars: int = 200
+    refuse_after: int | None = None
+    rate_limits: int = 0
+    calls: int = 0
+    messages: dict[str, str] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)
+
+    def open_stream(self) -> Stream:
+        return Stream(self)
+
+    async def post(self, *, text: str) -> str:
+        handle = f"p{len(self.messages) + 1}"
+        self.messages[handle] = text
+        return handle
+
+    async def edit(self, *, handle: str, text: str) -> None:
+        self.messages[handle] = text
+
+    async def status(self, *, text: str | None) -> None:
+        return None
+
+
+async def feed_all(reply: NativeReply, text: str, size: int = 7) -> None:
+    for i in range(0, len(text), size):
+        await reply.feed(text[i : i + size])
+
+
+async def test_roll_over_closes_and_reopens_a_code_block() -> None:
+    sink = Sink()
+    text = "Intro line.\n\n```python\n" + "".join(f"x_{i} = {i}\n" for i in range(40)) + "```\nEnd."
+    reply = NativeReply(sink, CONFIG)
+    await feed_all(reply, text)
+    result = await reply.finish()
+    shown = [sink.messages[m.handle] for m in result.messages]
+    assert len(shown) >= 2 and all(len(s) <= sink.max_chars for s in shown)
+    assert shown[0].endswith("\n```") and shown[1].startswith("```python\n")
+    pieces = [
+        (m.removeprefix("```python\n") if i and shown[i - 1].endswith("\n```") else m)
+        for i, m in enumerate(shown)
+    ]
+    pieces = [
+        p.removesuffix("\n```") if i < len(shown) - 1 and p.endswith("\n```") else p
+        for i, p in enumerate(pieces)
+    ]
+    assert "".join(pieces) == text
+    assert sink.stopped == [m.handle for m in result.messages]
+    assert result.text == text
+
+
+async def test_429s_on_appends_are_waited_out_and_nothing_is_lost() -> None:
+    sink = Sink(max_chars=10_000)
+    reply = NativeReply(sink, CONFIG)
+    text = "Alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu."
+    await reply.feed(text[:5])  # starts the stream
+    sink.rate_limits = 2
+    await feed_all(reply, text[5:])
+    result = await reply.finish()
+    assert [sink.messages[m.handle] for m in result.messages] == [text]
+    assert result.rate_limited == 2
+
+
+async def test_refused_mid_answer_continues_by_edits_without_loss_or_repeat() -> None:
+    sink = Sink(max_chars=10_000, refuse_after=3)
+    reply = NativeReply(sink, CONFIG)
+    text = "".join(f"Sentence number {i} of the answer. " for i in range(30))
+    await feed_all(reply, text)
+    result = await reply.finish()
+    assert reply.fell_back
+    streamed = next(v for k, v in sink.messages.items() if k.startswith("s"))
+    rest = [sink.messages[m.handle] for m in result.messages]
+    assert streamed + "".join(rest) == text
