@@ -70,7 +70,13 @@ https://docs.slack.dev/apis/events-api/#retries), compressed for tests."""
 ACK_TIMEOUT_S = 3.0
 """Slack waits this long for an event's acknowledgement before it retries it."""
 
-_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages")
+_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages", "view", "prompts")
+MAX_VIEW_BLOCKS = 100
+"""A Home tab view holds at most 100 blocks (docs.slack.dev, "Home tab views")."""
+MAX_PRIVATE_METADATA_CHARS = 3000
+MAX_CALLBACK_ID_CHARS = 255
+MAX_SUGGESTED_PROMPTS = 4
+"""assistant.threads.setSuggestedPrompts takes at most four prompts (docs.slack.dev)."""
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 
@@ -85,6 +91,10 @@ class BotIdentity:
     team: str = "SelfMind Test"
     user: str = "selfmind"
     url: str = "https://selfmind-test.slack.com/"
+    enterprise_id: str | None = None
+    """An Enterprise Grid org's id (``E...``); None: a workspace outside Grid."""
+    org_install: bool = False
+    """Installed org-wide on Grid (``is_enterprise_install``)."""
 
     @property
     def mention(self) -> str:
@@ -303,14 +313,76 @@ class SlackEvents:
             "event_time": int(time.time()),
             "authorizations": [
                 {
-                    "enterprise_id": None,
+                    "enterprise_id": self.identity.enterprise_id,
                     "team_id": self.identity.team_id,
                     "user_id": self.identity.user_id,
                     "is_bot": True,
-                    "is_enterprise_install": False,
+                    "is_enterprise_install": self.identity.org_install,
                 }
             ],
             "is_ext_shared_channel": False,
+        } | ({"enterprise_id": self.identity.enterprise_id} if self.identity.enterprise_id else {})
+
+    def app_home_opened(self, *, user: str = "U0USER", tab: str = "home") -> JsonDict:
+        """``app_home_opened``: ``tab`` is ``home`` or ``messages`` (the DM); ``channel`` the
+        user's DM with the app."""
+        return {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": self.dm_channel(user),
+            "tab": tab,
+            "event_ts": self.next_ts(),
+        }
+
+    def assistant_thread_started(self, *, user: str = "U0USER") -> JsonDict:
+        """``assistant_thread_started``: a new thread in the assistant view."""
+        channel = self.dm_channel(user)
+        return {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": user,
+                "context": {},
+                "channel_id": channel,
+                "thread_ts": self.next_ts(),
+            },
+            "event_ts": self.next_ts(),
+        }
+
+    def view_action(
+        self,
+        view: JsonDict,
+        action_id: str,
+        value: str = "",
+        *,
+        user: str = "U0USER",
+        user_team: str | None = None,
+        action_type: str = "button",
+    ) -> JsonDict:
+        """A ``block_actions`` payload for a click in a published Home ``view`` (as the fake
+        stored it: with its ``id``, ``hash`` and ``private_metadata``); no response_url,
+        as for every view."""
+        action: JsonDict = {
+            "action_id": action_id,
+            "block_id": "b1",
+            "type": action_type,
+            "action_ts": self.next_ts(),
+        }
+        action["value"] = value
+        return {
+            "type": "block_actions",
+            "user": {
+                "id": user,
+                "username": "tester",
+                "team_id": user_team or self.identity.team_id,
+            },
+            "api_app_id": self.identity.app_id,
+            "token": "fake-verification-token",
+            "container": {"type": "view", "view_id": view.get("id", "V0")},
+            "trigger_id": f"{next(self._ids)}.{int(time.time())}.fake",
+            "team": {"id": self.identity.team_id, "domain": "selfmind-test"},
+            "is_enterprise_install": False,
+            "view": view,
+            "actions": [action],
         }
 
     def slash_command(
@@ -323,11 +395,13 @@ class SlackEvents:
         channel: str = "C0GENERAL",
         channel_name: str = "general",
         response_url: str | None = None,
+        team_id: str | None = None,
     ) -> dict[str, str]:
-        """Slash command fields (form-encoded over HTTP, the payload in Socket Mode)."""
+        """Slash command fields (form-encoded over HTTP, the payload in Socket Mode);
+        ``team_id``: another team's (an external Slack Connect user's), default the app's."""
         return {
             "token": "fake-verification-token",
-            "team_id": self.identity.team_id,
+            "team_id": team_id or self.identity.team_id,
             "team_domain": "selfmind-test",
             "channel_id": channel,
             "channel_name": channel_name,
@@ -418,6 +492,9 @@ class FakeSlack:
         self.recorded: list[RecordedCall] = []
         self.ephemerals: list[JsonDict] = []
         self.statuses: list[JsonDict] = []
+        self.prompts: list[JsonDict] = []
+        self.home_views: dict[str, JsonDict] = {}
+        """The Home tab each user sees now (the last ``views.publish`` for their user_id)."""
         self.files: dict[str, UploadedFile] = {}
         self.envelopes: list[JsonDict] = []
         self.acks: list[JsonDict] = []
@@ -445,6 +522,8 @@ class FakeSlack:
             "conversations.open": self._conversations_open,
             "conversations.info": self._conversations_info,
             "assistant.threads.setStatus": self._assistant_set_status,
+            "assistant.threads.setSuggestedPrompts": self._assistant_set_prompts,
+            "views.publish": self._views_publish,
             "apps.connections.open": self._apps_connections_open,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
@@ -735,8 +814,8 @@ class FakeSlack:
             "team_id": i.team_id,
             "user_id": i.user_id,
             "bot_id": i.bot_id,
-            "is_enterprise_install": False,
-        }
+            "is_enterprise_install": i.org_install,
+        } | ({"enterprise_id": i.enterprise_id} if i.enterprise_id else {})
 
     def _chat_post_message(self, params: JsonDict) -> JsonDict:
         channel = self._required(params, "channel", "channel_not_found")
@@ -851,6 +930,36 @@ class FakeSlack:
         self._required(params, "thread_ts")
         self.statuses.append(dict(params))
         return {}
+
+    def _assistant_set_prompts(self, params: JsonDict) -> JsonDict:
+        self._required(params, "channel_id", "channel_not_found")
+        prompts = params.get("prompts")
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_SUGGESTED_PROMPTS:
+            raise _ApiError("invalid_arguments")
+        for prompt in prompts:
+            if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
+                raise _ApiError("invalid_arguments")
+        self.prompts.append(dict(params))
+        return {}
+
+    def _views_publish(self, params: JsonDict) -> JsonDict:
+        user = self._required(params, "user_id", "user_not_found")
+        view = params.get("view")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise _ApiError("invalid_arguments")
+        blocks = view.get("blocks")
+        if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
+            raise _ApiError("invalid_blocks")
+        if len(str(view.get("private_metadata") or "")) > MAX_PRIVATE_METADATA_CHARS:
+            raise _ApiError("invalid_arguments")
+        if len(str(view.get("callback_id") or "")) > MAX_CALLBACK_ID_CHARS:
+            raise _ApiError("invalid_arguments")
+        for block in blocks:
+            if not isinstance(block, dict) or not block.get("type"):
+                raise _ApiError("invalid_blocks")
+        stored = dict(view) | {"id": f"V{next(self._ids):06d}", "hash": uuid.uuid4().hex}
+        self.home_views[user] = stored
+        return {"view": stored}
 
     def _apps_connections_open(self, params: JsonDict) -> JsonDict:
         ticket = str(uuid.uuid4())
