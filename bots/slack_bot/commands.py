@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -154,7 +154,7 @@ class SlackCommands:
     ) -> None:
         self.install_id = install_id
         """The team part of every user key (:func:`user_key`); None: the request's team."""
-        self.after_change: Callable[[str], Awaitable[None]] | None = None
+        self.after_change: Callable[[str], Coroutine[Any, Any, None]] | None = None
         """Awaited with the user key after each command or click (the App Home refresh)."""
         self.service = service
         self.store = store
