@@ -396,3 +396,39 @@ async def test_enterprise_grid_org_install_keys_by_enterprise(
             view = await open_home(fake, running, "W1")
             await click_view(fake, running, view, home.FORGET, "1", user="W1", user_team="T0WS2")
             assert await running.runtime.service.count(user_key=grid) == 0
+
+
+async def test_home_tab_and_a_forget_click_over_socket_mode(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    settings = slack_settings(slack, claude, tmp_path / "m.db")
+    async with running_bot(settings, http=False) as running:
+        await slack.wait_for_socket()
+        await seed(running, "U1", 2)
+        await slack.deliver_socket_event(slack.events.app_home_opened(user="U1", tab="home"))
+        await slack.wait_until(lambda: "U1" in slack.home_views, what="views.publish")
+        view = slack.home_views["U1"]
+        stranger = slack.events.view_action(view, home.FORGET, "2", user="U2")
+        await slack.wait_for_ack(await slack.push_envelope("interactive", stranger))
+        await settle(running)
+        assert await running.runtime.service.count(user_key=key("U1")) == 2
+        owner = slack.events.view_action(view, home.FORGET, "2", user="U1")
+        await slack.wait_for_ack(await slack.push_envelope("interactive", owner))
+        await settle(running)
+        assert await running.runtime.service.count(user_key=key("U1")) == 1
+        assert "Forgot #2." in texts(slack.home_views["U1"])
+
+
+async def test_messages_tab_over_http_greets_once(slack: FakeSlack, bot: RunningSlackBot) -> None:
+    for _ in range(2):
+        event = slack.events.app_home_opened(user="U3", tab="messages")
+        assert (await slack.send_event(bot.events_url, event)).status == 200
+        await settle(bot)
+    assert [PRIVACY_LINE in m["markdown_text"] for m in bot_posts(slack, "D3")] == [True]
+    assert len(slack.prompts) == 2 and slack.prompts[0]["title"] == "Try asking"
+    # The prompts are cosmetic: Slack refusing them is logged, and the tab still works.
+    slack.fail_next("assistant.threads.setSuggestedPrompts", error="not_allowed")
+    event = slack.events.app_home_opened(user="U3", tab="messages")
+    assert (await slack.send_event(bot.events_url, event)).status == 200
+    await settle(bot)
+    assert len(slack.prompts) == 2
