@@ -290,7 +290,8 @@ async def test_messages_tab_greets_once_and_suggests_prompts_over_socket_mode(
         started = slack.events.assistant_thread_started(user="U1")
         await slack.deliver_socket_event(started)
         await settle(running)
-        assert slack.prompts[-1]["thread_ts"] == started["assistant_thread"]["thread_ts"]
+        sent = slack.calls("assistant.threads.setSuggestedPrompts")[-1].params
+        assert sent["thread_ts"] == started["assistant_thread"]["thread_ts"]
 
 
 def test_suggested_prompts_are_at_most_four_and_generic_for_a_stranger() -> None:
@@ -335,6 +336,13 @@ async def test_fake_views_publish_enforces_the_documented_limits(slack: FakeSlac
         await client.assistant_threads_setSuggestedPrompts(
             channel_id="D1", prompts=[{"title": "a", "message": "a"}] * 5
         )
+    one = [{"title": "a", "message": "a"}]
+    dropped = await client.assistant_threads_setSuggestedPrompts(
+        channel_id="D1", thread_ts="1.000001", prompts=one
+    )
+    assert dropped["ok"] and slack.prompts == []  # an agent app's call with thread_ts: ignored
+    await client.assistant_threads_setSuggestedPrompts(channel_id="D1", prompts=one)
+    assert slack.prompts[0]["prompts"] == one
 
 
 # --- the team-id rule

@@ -1,13 +1,15 @@
 """Agent conversations: the Messages tab's greeting and suggested prompts.
 
-When a person opens the app's Messages tab (``app_home_opened`` with ``tab == "messages"``)
-or starts an assistant thread (``assistant_thread_started``, the split-pane assistant view),
-the bot
+Slack's Agent messaging experience (manifest ``agent_view``; docs.slack.dev, "Migrating to
+the Agent messaging experience"): when a person opens the app's Messages tab
+(``app_home_opened`` with ``tab == "messages"``), or, for an app still on the legacy
+``assistant_view``, starts an assistant thread (``assistant_thread_started``), the bot
 
 - greets them once, with the privacy line of the first DM (:data:`bots.slack_bot.events.DM_NOTICE`;
   the same once-mark as that notice, so nobody reads it twice), and
 - sets up to :data:`MAX_PROMPTS` suggested prompts (``assistant.threads.setSuggestedPrompts``;
-  without ``thread_ts`` in the DM itself, which slack_bolt 1.30 allows in any DM), drawn from
+  without ``thread_ts`` in the Messages tab: Slack silently ignores a call with one from an
+  agent app; slack_bolt 1.30 offers it on any DM), drawn from
   what it remembers about them (:func:`suggested_prompts`), generic ones otherwise.
 
 The prompts and the greeting are cosmetic: a Slack error is logged, never raised.

@@ -461,7 +461,9 @@ class FakeSlack:
     ``post_max_chars`` (40,000) and ``markdown_max_chars`` (12,000; docs.slack.dev,
     chat.postMessage).
     ``rate_limits`` maps a method to calls per ``rate_window_s`` per team (off by default; Slack's
-    tier 3, e.g. chat.update, is about 50 a minute).
+    tier 3, e.g. chat.update, is about 50 a minute). ``agent_app``: the app uses the Agent
+    messaging experience (manifest ``agent_view``), so suggested prompts sent with a
+    ``thread_ts`` are silently dropped, as Slack does; False: the legacy ``assistant_view``.
     """
 
     def __init__(
@@ -478,6 +480,7 @@ class FakeSlack:
         markdown_max_chars: int = 12_000,
         rate_limits: Mapping[str, int] | None = None,
         rate_window_s: float = 60.0,
+        agent_app: bool = True,
     ) -> None:
         self.host, self._port = host, port
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
@@ -493,6 +496,8 @@ class FakeSlack:
         self.ephemerals: list[JsonDict] = []
         self.statuses: list[JsonDict] = []
         self.prompts: list[JsonDict] = []
+        """Suggested prompts Slack applied (a call an agent app makes with thread_ts is not)."""
+        self.agent_app = agent_app
         self.home_views: dict[str, JsonDict] = {}
         """The Home tab each user sees now (the last ``views.publish`` for their user_id)."""
         self.files: dict[str, UploadedFile] = {}
@@ -939,6 +944,9 @@ class FakeSlack:
         for prompt in prompts:
             if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
                 raise _ApiError("invalid_arguments")
+        if self.agent_app and params.get("thread_ts"):
+            return {}  # Slack: "Including it in a call for an agent app will cause the call
+            # to silently fail" (docs.slack.dev, assistant.threads.setSuggestedPrompts)
         self.prompts.append(dict(params))
         return {}
 
