@@ -46,15 +46,18 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_bot.assistant import SlackAssistant
 from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands
 from bots.slack_bot.events import BotIdentity, SlackConversations
 from bots.slack_bot.feedback import SlackFeedback
+from bots.slack_bot.home import SlackHome
 from bots.slack_bot.sink import slack_error
 from bots.slack_bot.socket_mode import SocketModeLink, open_socket_mode
 from core.chat.intake import Intake
 from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
+from core.memory.reflection import ReflectionResult
 from core.runtime import Runtime, open_runtime
 from core.settings import DEFAULT_SLACK_API_URL, Settings
 from core.types import Turn
@@ -140,11 +143,43 @@ class SlackBot:
             spawn=self.spawn,
             controls=runtime.loop.controls,
             cleanup=SlackCleanup(runtime.reviews),
+            install_id=identity.install_id,
         )
-        if settings.slack_memory_notes:
-            runtime.reflector.on_learned = self.commands.memory_note
+        self.home = SlackHome(
+            service=runtime.service,
+            store=runtime.store,
+            client=client,
+            install_id=identity.install_id,
+            spawn=self.spawn,
+            send_export=self.commands.send_export,
+        )
+        self.assistant = SlackAssistant(
+            service=runtime.service,
+            store=runtime.store,
+            client=client,
+            install_id=identity.install_id,
+        )
+        self.commands.after_change = self.home.refresh
+        runtime.reflector.on_learned = self.on_learned
         self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.app = self._build_app(signing_secret)
+
+    async def on_learned(self, result: ReflectionResult) -> None:
+        """After a reflection that stored something: the note (if on), the Home tab."""
+        if self.settings.slack_memory_notes:
+            await self.commands.memory_note(result)
+        await self.home.refresh(result.turn.user_key or "")
+
+    async def on_app_home_opened(self, event: JsonDict) -> None:
+        """``app_home_opened``: the Home tab shows the memory page, the Messages tab greets."""
+        user = str(event.get("user") or "")
+        if event.get("tab") == "home" and user:
+            self.spawn(self.home.publish(user), "slack-home")
+        elif event.get("tab") == "messages":
+            self.spawn(self.assistant.on_app_home_opened(event), "slack-messages-tab")
+
+    async def on_thread_started(self, event: JsonDict) -> None:
+        self.spawn(self.assistant.on_thread_started(event), "slack-assistant-thread")
 
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
         # Bolt reads SLACK_BOT_TOKEN from the environment itself and, given a client too,
@@ -168,6 +203,9 @@ class SlackBot:
         )
         app.event("app_mention")(self.on_event)
         app.event("message")(self.on_event)
+        app.event("app_home_opened")(self.on_app_home_opened)
+        app.event("assistant_thread_started")(self.on_thread_started)
+        self.home.register(app)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
         SlackFeedback(self.runtime.store).register(app)
@@ -364,6 +402,8 @@ async def authenticate(client: AsyncWebClient, api_url: str) -> BotIdentity:
         team_id=str(auth["team_id"]),
         user_id=str(auth["user_id"]),
         bot_id=str(auth["bot_id"]) if auth.get("bot_id") else None,
+        enterprise_id=str(auth["enterprise_id"]) if auth.get("enterprise_id") else None,
+        org_install=bool(auth.get("is_enterprise_install")),
     )
 
 

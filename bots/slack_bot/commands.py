@@ -66,9 +66,21 @@ REMEMBER_BEFORE_ACK_S = 2.0
 """How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
 
 
-def user_key(team_id: str, user_id: str) -> str:
-    """The memory key of a Slack user: ``slack:{team_id}:{user_id}``."""
-    return f"slack:{team_id}:{user_id}"
+def user_key(install_id: str, user_id: str) -> str:
+    """The memory key of a Slack user: ``slack:{install_id}:{user_id}``.
+
+    The team-id rule, the same on every entry point (events, slash commands, buttons, the
+    App Home and Messages tabs, feedback): ``install_id`` is the installation's id from
+    ``auth.test`` at start-up (:attr:`bots.slack_bot.events.BotIdentity.install_id`): the
+    workspace's ``team_id``, or the ``enterprise_id`` of an org-wide Enterprise Grid install.
+    It never comes from the request: an event's envelope ``team_id``, a command's ``team_id``
+    and a button's ``user.team_id`` differ for an external (Slack Connect) user, and keys
+    built from them split one person's memory in two (``/memory off`` did not stop the
+    learning, a Forget button could not reach a learned memory). Slack user ids are unique
+    across workspaces (a Slack Connect user keeps their id), so ``user_id`` alone names the
+    person within the installation.
+    """
+    return f"slack:{install_id}:{user_id}"
 
 
 def memory_line(memory: Memory) -> str:
@@ -139,7 +151,12 @@ class SlackCommands:
         spawn: Spawn,
         controls: Controls | None = None,
         cleanup: SlackCleanup | None = None,
+        install_id: str | None = None,
     ) -> None:
+        self.install_id = install_id
+        """The team part of every user key (:func:`user_key`); None: the request's team."""
+        self.after_change: Callable[[str], Coroutine[Any, Any, None]] | None = None
+        """Awaited with the user key after each command or click (the App Home refresh)."""
         self.service = service
         self.client = client
         self.spawn = spawn
@@ -213,7 +230,7 @@ class SlackCommands:
         name = str(command.get("command", ""))
         text = str(command.get("text") or "").strip()
         team, user = str(command.get("team_id", "")), str(command.get("user_id", ""))
-        key = user_key(team, user)
+        key = user_key(self.install_id or team, user)
         logger.info("slash command %s user=%s", name, key)
         channel = str(command.get("channel_id") or "")
         if not self.allowed(key, team, channel):
@@ -235,18 +252,22 @@ class SlackCommands:
                 await self.memory_mode(key, text, respond)
             case _:
                 await respond(text=f"Unknown command {name}.", response_type="ephemeral")
+        if self.after_change is not None:
+            await self.after_change(key)
 
     async def remember(self, command: JsonDict) -> str:
         """Store the ``/remember`` text for the caller (through dedupe); the reply to show.
         Raises ``MemoryInputError`` for unusable text and the store's error when it fails."""
         team, user = str(command.get("team_id", "")), str(command.get("user_id", ""))
-        key = user_key(team, user)
+        key = user_key(self.install_id or team, user)
         channel = str(command.get("channel_id") or "")
         if not self.allowed(key, team, channel):
             return NOT_ENABLED
         origin: Origin = "private" if channel.startswith("D") else "shared"
         text = str(command.get("text") or "").strip()
         result = await self.service.remember(user_key=key, text=text, origin=origin)
+        if self.after_change is not None:  # in the background: the ack waits for this
+            self.spawn(self.after_change(key), "slack-after-remember")
         return replies.remembered(result)
 
     async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
@@ -316,10 +337,18 @@ class SlackCommands:
         )
 
     async def export(self, key: str, user: str, respond: AsyncRespond) -> None:
-        records = await self.service.export(user_key=key)
-        if not records:
+        count = await self.send_export(key, user)
+        if not count:
             await respond(text=replies.NO_EXPORT, response_type="ephemeral")
             return
+        await respond(text=replies.export_sent(count), response_type="ephemeral")
+
+    async def send_export(self, key: str, user: str) -> int:
+        """Send the memories of ``key`` to ``user``'s DM as a JSON Lines file; the count
+        sent (0: nothing to send, no file)."""
+        records = await self.service.export(user_key=key)
+        if not records:
+            return 0
         opened = await self.client.conversations_open(users=user)
         channel = str(cast(JsonDict, opened["channel"])["id"])
         day = datetime.now(UTC).date().isoformat()
@@ -331,10 +360,7 @@ class SlackCommands:
             initial_comment=replies.exported(len(records)),
         )
         logger.info("exported %d memories of %s to their DM", len(records), key)
-        await respond(
-            text=f"I sent your {len(records)} memories to our DM as a JSON Lines file.",
-            response_type="ephemeral",
-        )
+        return len(records)
 
     async def memory_mode(self, key: str, arg: str, respond: AsyncRespond) -> None:
         word = arg.lower()
@@ -355,7 +381,7 @@ class SlackCommands:
         """Handle one ``block_actions`` click, always for the user who clicked."""
         who = cast(JsonDict, body.get("user") or {})
         team = str(who.get("team_id") or cast(JsonDict, body.get("team") or {}).get("id", ""))
-        key = user_key(team, str(who.get("id", "")))
+        key = user_key(self.install_id or team, str(who.get("id", "")))
         actions = cast(list[JsonDict], body.get("actions") or [])
         if not actions:
             return
@@ -385,6 +411,8 @@ class SlackCommands:
             await self.cleanup.action(
                 action_id=action_id, value=value, user_key=key, respond=respond
             )
+        if self.after_change is not None:
+            await self.after_change(key)
 
     # --- reflection notes
 

@@ -10,7 +10,7 @@
   message is); the store is the source after that;
 - ignored: the bot's own messages, other bots, and every message subtype (edits,
   deletions, joins ...);
-- memory key ``slack:{team}:{user}`` of the writer;
+- memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
 - outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
   note saying when they reset (``LimitReached`` from the turn loop).
@@ -101,10 +101,21 @@ class BotIdentity:
     team_id: str
     user_id: str
     bot_id: str | None
+    enterprise_id: str | None = None
+    org_install: bool = False
+    """An org-wide Enterprise Grid install (``auth.test`` ``is_enterprise_install``)."""
 
     @property
     def mention(self) -> str:
         return f"<@{self.user_id}>"
+
+    @property
+    def install_id(self) -> str:
+        """The team part of every user key (:func:`bots.slack_bot.commands.user_key`): the
+        ``enterprise_id`` of an org-wide Grid install, else the workspace's ``team_id``."""
+        if self.org_install and self.enterprise_id:
+            return self.enterprise_id
+        return self.team_id
 
 
 @dataclass(frozen=True)
@@ -120,10 +131,12 @@ class SlackMessage:
     text: str
     is_dm: bool
     mentioned: bool
+    install: str = ""
+    """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
 
     @property
     def user_key(self) -> str:
-        return user_key(self.team, self.user)
+        return user_key(self.install or self.team, self.user)
 
     @property
     def conversation_key(self) -> str:
@@ -174,6 +187,7 @@ def message_of_turn(turn: Turn) -> SlackMessage | None:
         text=turn.text,
         is_dm=is_dm,
         mentioned=not is_dm,
+        install=who[1],
     )
 
 
@@ -243,6 +257,7 @@ class SlackConversations:
             text=text,
             is_dm=is_dm,
             mentioned=mentioned,
+            install=self.identity.install_id,
         )
 
     async def handle(self, message: SlackMessage) -> None:
@@ -474,7 +489,10 @@ class SlackConversations:
             name = str(m.get("username") or m.get("bot_id") or "a bot")
             return ContextMessage(text=text, author=name, sent_at=sent_at)
         return ContextMessage(
-            text=text, author=f"<@{user}>", user_key=user_key(team, str(user)), sent_at=sent_at
+            text=text,
+            author=f"<@{user}>",
+            user_key=user_key(self.identity.install_id, str(user)),
+            sent_at=sent_at,
         )
 
 

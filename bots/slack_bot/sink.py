@@ -119,6 +119,11 @@ def retry_after_s(exc: SlackApiError) -> float | None:
         return DEFAULT_RETRY_AFTER_S
 
 
+LOADING_MESSAGES = ("Recalling what you told me…", "Thinking it over…", "Writing it down…")
+"""What the status says while an answer is recalled and thought over
+(``assistant.threads.setStatus`` ``loading_messages``, docs.slack.dev; Slack rotates them)."""
+
+
 class StatusIndicator:
     """Slack's "is thinking…" status for one process; off for good once Slack refuses it."""
 
@@ -132,7 +137,11 @@ class StatusIndicator:
             return
         try:
             await self.client.assistant_threads_setStatus(
-                channel_id=channel, thread_ts=thread_ts, status=text or ""
+                channel_id=channel,
+                thread_ts=thread_ts,
+                status=text or "",
+                # Slack rotates these while the status shows; an empty status clears it.
+                loading_messages=list(LOADING_MESSAGES) if text else None,
             )
         except SlackApiError as exc:
             error = slack_error(exc)

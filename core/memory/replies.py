@@ -77,6 +77,11 @@ def list_header(*, first: int, last: int, total: int) -> str:
     return f"Your memories, newest first ({first}–{last} of {total}):"
 
 
+def export_sent(count: int) -> str:
+    """The answer once the export file is in the person's DM."""
+    return f"I sent your {_memories(count)} to our DM as a JSON Lines file."
+
+
 def exported(count: int) -> str:
     """What accompanies an export file."""
     return (

@@ -81,7 +81,16 @@ https://docs.slack.dev/apis/events-api/#retries), compressed for tests."""
 ACK_TIMEOUT_S = 3.0
 """Slack waits this long for an event's acknowledgement before it retries it."""
 
-_JSON_PARAMS = ("blocks", "attachments", "files", "metadata", "loading_messages", "chunks")
+_JSON_PARAMS = (
+    "blocks",
+    "attachments",
+    "files",
+    "metadata",
+    "loading_messages",
+    "chunks",
+    "view",
+    "prompts",
+)
 
 STREAM_TIERS = {"chat.startStream": 20, "chat.appendStream": 100, "chat.stopStream": 20}
 """Calls a minute per workspace of the streaming methods: rate tiers 2 / 4 / 2
@@ -106,6 +115,12 @@ def render_markdown_text(text: str) -> tuple[str, list[str]]:
     return shown, pings
 
 
+MAX_VIEW_BLOCKS = 100
+"""A Home tab view holds at most 100 blocks (docs.slack.dev, "Home tab views")."""
+MAX_PRIVATE_METADATA_CHARS = 3000
+MAX_CALLBACK_ID_CHARS = 255
+MAX_SUGGESTED_PROMPTS = 4
+"""assistant.threads.setSuggestedPrompts takes at most four prompts (docs.slack.dev)."""
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 
@@ -120,6 +135,10 @@ class BotIdentity:
     team: str = "SelfMind Test"
     user: str = "selfmind"
     url: str = "https://selfmind-test.slack.com/"
+    enterprise_id: str | None = None
+    """An Enterprise Grid org's id (``E...``); None: a workspace outside Grid."""
+    org_install: bool = False
+    """Installed org-wide on Grid (``is_enterprise_install``)."""
 
     @property
     def mention(self) -> str:
@@ -338,14 +357,76 @@ class SlackEvents:
             "event_time": int(time.time()),
             "authorizations": [
                 {
-                    "enterprise_id": None,
+                    "enterprise_id": self.identity.enterprise_id,
                     "team_id": self.identity.team_id,
                     "user_id": self.identity.user_id,
                     "is_bot": True,
-                    "is_enterprise_install": False,
+                    "is_enterprise_install": self.identity.org_install,
                 }
             ],
             "is_ext_shared_channel": False,
+        } | ({"enterprise_id": self.identity.enterprise_id} if self.identity.enterprise_id else {})
+
+    def app_home_opened(self, *, user: str = "U0USER", tab: str = "home") -> JsonDict:
+        """``app_home_opened``: ``tab`` is ``home`` or ``messages`` (the DM); ``channel`` the
+        user's DM with the app."""
+        return {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": self.dm_channel(user),
+            "tab": tab,
+            "event_ts": self.next_ts(),
+        }
+
+    def assistant_thread_started(self, *, user: str = "U0USER") -> JsonDict:
+        """``assistant_thread_started``: a new thread in the assistant view."""
+        channel = self.dm_channel(user)
+        return {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": user,
+                "context": {},
+                "channel_id": channel,
+                "thread_ts": self.next_ts(),
+            },
+            "event_ts": self.next_ts(),
+        }
+
+    def view_action(
+        self,
+        view: JsonDict,
+        action_id: str,
+        value: str = "",
+        *,
+        user: str = "U0USER",
+        user_team: str | None = None,
+        action_type: str = "button",
+    ) -> JsonDict:
+        """A ``block_actions`` payload for a click in a published Home ``view`` (as the fake
+        stored it: with its ``id``, ``hash`` and ``private_metadata``); no response_url,
+        as for every view."""
+        action: JsonDict = {
+            "action_id": action_id,
+            "block_id": "b1",
+            "type": action_type,
+            "action_ts": self.next_ts(),
+        }
+        action["value"] = value
+        return {
+            "type": "block_actions",
+            "user": {
+                "id": user,
+                "username": "tester",
+                "team_id": user_team or self.identity.team_id,
+            },
+            "api_app_id": self.identity.app_id,
+            "token": "fake-verification-token",
+            "container": {"type": "view", "view_id": view.get("id", "V0")},
+            "trigger_id": f"{next(self._ids)}.{int(time.time())}.fake",
+            "team": {"id": self.identity.team_id, "domain": "selfmind-test"},
+            "is_enterprise_install": False,
+            "view": view,
+            "actions": [action],
         }
 
     def slash_command(
@@ -358,11 +439,13 @@ class SlackEvents:
         channel: str = "C0GENERAL",
         channel_name: str = "general",
         response_url: str | None = None,
+        team_id: str | None = None,
     ) -> dict[str, str]:
-        """Slash command fields (form-encoded over HTTP, the payload in Socket Mode)."""
+        """Slash command fields (form-encoded over HTTP, the payload in Socket Mode);
+        ``team_id``: another team's (an external Slack Connect user's), default the app's."""
         return {
             "token": "fake-verification-token",
-            "team_id": self.identity.team_id,
+            "team_id": team_id or self.identity.team_id,
             "team_domain": "selfmind-test",
             "channel_id": channel,
             "channel_name": channel_name,
@@ -422,7 +505,9 @@ class FakeSlack:
     ``post_max_chars`` (40,000) and ``markdown_max_chars`` (12,000; docs.slack.dev,
     chat.postMessage).
     ``rate_limits`` maps a method to calls per ``rate_window_s`` per team (off by default; Slack's
-    tier 3, e.g. chat.update, is about 50 a minute).
+    tier 3, e.g. chat.update, is about 50 a minute). ``agent_app``: the app uses the Agent
+    messaging experience (manifest ``agent_view``), so suggested prompts sent with a
+    ``thread_ts`` are silently dropped, as Slack does; False: the legacy ``assistant_view``.
     """
 
     def __init__(
@@ -440,6 +525,7 @@ class FakeSlack:
         rate_limits: Mapping[str, int] | None = None,
         rate_window_s: float = 60.0,
         streaming_refusal: str | None = None,
+        agent_app: bool = True,
     ) -> None:
         self.host, self._port = host, port
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
@@ -458,6 +544,11 @@ class FakeSlack:
         self.recorded: list[RecordedCall] = []
         self.ephemerals: list[JsonDict] = []
         self.statuses: list[JsonDict] = []
+        self.prompts: list[JsonDict] = []
+        """Suggested prompts Slack applied (a call an agent app makes with thread_ts is not)."""
+        self.agent_app = agent_app
+        self.home_views: dict[str, JsonDict] = {}
+        """The Home tab each user sees now (the last ``views.publish`` for their user_id)."""
         self.files: dict[str, UploadedFile] = {}
         self.envelopes: list[JsonDict] = []
         self.acks: list[JsonDict] = []
@@ -493,6 +584,8 @@ class FakeSlack:
             "conversations.open": self._conversations_open,
             "conversations.info": self._conversations_info,
             "assistant.threads.setStatus": self._assistant_set_status,
+            "assistant.threads.setSuggestedPrompts": self._assistant_set_prompts,
+            "views.publish": self._views_publish,
             "apps.connections.open": self._apps_connections_open,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
@@ -783,8 +876,8 @@ class FakeSlack:
             "team_id": i.team_id,
             "user_id": i.user_id,
             "bot_id": i.bot_id,
-            "is_enterprise_install": False,
-        }
+            "is_enterprise_install": i.org_install,
+        } | ({"enterprise_id": i.enterprise_id} if i.enterprise_id else {})
 
     def _chat_post_message(self, params: JsonDict) -> JsonDict:
         channel = self._required(params, "channel", "channel_not_found")
@@ -976,6 +1069,39 @@ class FakeSlack:
         self._required(params, "thread_ts")
         self.statuses.append(dict(params))
         return {}
+
+    def _assistant_set_prompts(self, params: JsonDict) -> JsonDict:
+        self._required(params, "channel_id", "channel_not_found")
+        prompts = params.get("prompts")
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_SUGGESTED_PROMPTS:
+            raise _ApiError("invalid_arguments")
+        for prompt in prompts:
+            if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
+                raise _ApiError("invalid_arguments")
+        if self.agent_app and params.get("thread_ts"):
+            return {}  # Slack: "Including it in a call for an agent app will cause the call
+            # to silently fail" (docs.slack.dev, assistant.threads.setSuggestedPrompts)
+        self.prompts.append(dict(params))
+        return {}
+
+    def _views_publish(self, params: JsonDict) -> JsonDict:
+        user = self._required(params, "user_id", "user_not_found")
+        view = params.get("view")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise _ApiError("invalid_arguments")
+        blocks = view.get("blocks")
+        if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
+            raise _ApiError("invalid_blocks")
+        if len(str(view.get("private_metadata") or "")) > MAX_PRIVATE_METADATA_CHARS:
+            raise _ApiError("invalid_arguments")
+        if len(str(view.get("callback_id") or "")) > MAX_CALLBACK_ID_CHARS:
+            raise _ApiError("invalid_arguments")
+        for block in blocks:
+            if not isinstance(block, dict) or not block.get("type"):
+                raise _ApiError("invalid_blocks")
+        stored = dict(view) | {"id": f"V{next(self._ids):06d}", "hash": uuid.uuid4().hex}
+        self.home_views[user] = stored
+        return {"view": stored}
 
     def _apps_connections_open(self, params: JsonDict) -> JsonDict:
         ticket = str(uuid.uuid4())

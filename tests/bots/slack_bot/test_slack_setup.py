@@ -38,6 +38,7 @@ def test_manifest_has_the_commands_events_scopes_and_socket_mode() -> None:
     commands = re.findall(r"^\s*- command: (\S+)", MANIFEST, flags=re.M)
     assert sorted(commands) == sorted(COMMANDS)
     assert manifest_list("bot_events") == [
+        "app_home_opened",
         "app_mention",
         "message.channels",
         "message.groups",
@@ -46,6 +47,9 @@ def test_manifest_has_the_commands_events_scopes_and_socket_mode() -> None:
     scopes = set(manifest_list("bot"))
     assert {"app_mentions:read", "channels:history", "groups:history", "im:history"} <= scopes
     assert {"chat:write", "commands", "im:write", "files:write"} <= scopes
+    assert "assistant:write" in scopes  # setStatus, setSuggestedPrompts
+    assert re.search(r"home_tab_enabled: true", MANIFEST)  # the memory page
+    assert re.search(r"^  agent_view:\n    agent_description: \S", MANIFEST, flags=re.M)
     assert re.search(r"^  socket_mode_enabled: true$", MANIFEST, flags=re.M)
     assert re.search(r"interactivity:\n    is_enabled: true", MANIFEST)
     assert re.search(r"messages_tab_enabled: true", MANIFEST)  # users can DM the bot
