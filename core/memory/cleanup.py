@@ -32,7 +32,14 @@ from core.errors import ModelError
 from core.memory.reflection import check_text
 from core.model.claude import ChatModel, Usage
 from core.model.usage import record_call
-from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp, RetireOp, SupersedeOp
+from core.rules.cleanup_ops import (
+    AppliedChange,
+    ChangeOp,
+    MergeOp,
+    RetireOp,
+    SupersedeOp,
+    op_ids,
+)
 from core.rules.text import as_data
 from core.store.seams import Store
 from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory
@@ -304,14 +311,6 @@ def check_plan(plan: PlanOutput, batch: Sequence[Memory]) -> list[PlannedOp] | N
         out.append(PlannedOp(change, op.reason[:200], tuple(sorted(touched_user))))
     # A superseding memory must stay active: it may not be merged or retired elsewhere.
     keepers = {p.op.new_id for p in out if isinstance(p.op, SupersedeOp)}
-    if keepers & {i for p in out if not isinstance(p.op, SupersedeOp) for i in _ids(p.op)}:
+    if keepers & {i for p in out if not isinstance(p.op, SupersedeOp) for i in op_ids(p.op)}:
         return None
     return out
-
-
-def _ids(op: ChangeOp) -> tuple[int, ...]:
-    if isinstance(op, MergeOp):
-        return op.ids
-    if isinstance(op, SupersedeOp):
-        return (op.old_id,)
-    return (op.memory_id,)

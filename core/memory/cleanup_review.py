@@ -31,7 +31,7 @@ from typing import Protocol
 
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun
-from core.rules.cleanup_ops import ChangeOp, MergeOp, SupersedeOp
+from core.rules.cleanup_ops import op_ids
 from core.store.seams import Store
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class CleanupReviews:
         if cleaner is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
         run = await cleaner.plan(user_key=user_key)
-        touched = {i for p in run.planned for i in _shown_ids(p.op)}
+        touched = {i for p in run.planned for i in op_ids(p.op)}
         run.texts = {i: t for i, t in run.texts.items() if i in touched}  # keep only what shows
         if not run.planned:
             return Proposal(run, None)
@@ -221,14 +221,6 @@ class CleanupReviews:
         now = self.clock()
         for plan_id in [k for k, v in self._plans.items() if v.expires_at <= now]:
             del self._plans[plan_id]
-
-
-def _shown_ids(op: ChangeOp) -> tuple[int, ...]:
-    if isinstance(op, MergeOp):
-        return op.ids
-    if isinstance(op, SupersedeOp):
-        return (op.old_id,)
-    return (op.memory_id,)
 
 
 def plan_header(run: CleanupRun) -> str:
