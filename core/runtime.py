@@ -12,12 +12,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
 from core.memory.cleanup import Cleaner
 from core.memory.cleanup_review import CleanupReviews
+from core.memory.recall import BM25Recaller, Recaller
 from core.memory.reflection import Reflector
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
@@ -118,7 +119,10 @@ async def open_runtime(
                 readiness=readiness,
                 metrics=metrics,
             )
-        service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics)
+        recaller = open_recaller(store, settings)
+        service = MemoryService(
+            store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics, recaller=recaller
+        )
         reflector = loop = cleaner = None
         if settings.anthropic_api_key is not None or require_model:
             model = ClaudeChatModel.from_settings(settings, metrics=metrics)
@@ -130,9 +134,15 @@ async def open_runtime(
                 max_attempts=settings.reflection_max_attempts,
                 model_name=settings.reflection_model,
                 metrics=metrics,
+                recaller=recaller,
             )
             loop = TurnLoop(
-                store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
+                store=store,
+                model=model,
+                reflector=reflector,
+                settings=settings,
+                metrics=metrics,
+                recaller=recaller,
             )
             cleaner = Cleaner.from_settings(settings, store=store, model=model)
         metrics.watch(
@@ -170,16 +180,14 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
     """Open (creating and migrating) the store named by a ``sqlite:///`` or
     ``postgresql://`` URL (a pool of ``settings.db_pool_size`` connections).
 
-    With ``settings.recall == "hybrid"`` the store is wrapped for hybrid recall
-    (:mod:`core.memory.hybrid`). Raises ``ConfigError`` for other schemes or a missing semantic
-    extra (checked before anything is opened), ``StoreError`` when the file or server cannot be
-    opened.
+    Raises ``ConfigError`` for other schemes or, with ``settings.recall == "hybrid"``, a
+    missing semantic extra (checked before anything is opened; recall itself is
+    :func:`open_recaller`'s), ``StoreError`` when the file or server cannot be opened.
     """
-    embedder = None
     if settings is not None and settings.recall == "hybrid":
         from core.memory.embeddings import load_embedder
 
-        embedder = load_embedder(settings.embedding_model_dir)
+        load_embedder(settings.embedding_model_dir)  # cheap: checks, loads no model
     store: Store
     if url.startswith("sqlite:///"):
         from core.store.sqlite.store import SQLiteStore
@@ -195,8 +203,16 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
         store = await PostgresStore.open(url, pool_size=pool_size)
     else:
         raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
-    if embedder is not None:
-        from core.memory.hybrid import HybridStore
-
-        return cast(Store, HybridStore(store, embedder))
     return store
+
+
+def open_recaller(store: Store, settings: Settings | None = None) -> Recaller:
+    """The recall the settings ask for over ``store``: BM25 (the default), or with
+    ``settings.recall == "hybrid"`` BM25 fused with embeddings (:mod:`core.memory.hybrid`;
+    ``ConfigError`` when the semantic extra is missing)."""
+    if settings is None or settings.recall != "hybrid":
+        return BM25Recaller(store)
+    from core.memory.embeddings import load_embedder
+    from core.memory.hybrid import HybridRecaller
+
+    return HybridRecaller(store, load_embedder(settings.embedding_model_dir))

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
+from core.memory.recall import BM25Recaller, Recaller
 from core.memory.reflection import Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
@@ -129,9 +130,11 @@ class TurnLoop:
         settings: Settings,
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
+        recaller: Recaller | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.store = store
+        self.recaller: Recaller = recaller or BM25Recaller(store)
         self.model = model
         self.reflector = reflector
         self.settings = settings
@@ -159,7 +162,7 @@ class TurnLoop:
         origins: Sequence[Origin] | None = None
         if message.origin == "shared" and not self.settings.recall_private_in_channels:
             origins = ["shared"]
-        return await self.store.search(
+        return await self.recaller.recall(
             user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
         )
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ModelError
+from core.memory.recall import BM25Recaller, Recaller
 from core.metrics import Metrics
 from core.model.claude import ChatModel, Usage
 from core.model.usage import record_call
@@ -154,9 +155,11 @@ class Reflector:
         on_learned: LearnedCallback | None = None,
         model_name: str = "unknown",
         metrics: Metrics | None = None,
+        recaller: Recaller | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.store = store
+        self.recaller: Recaller = recaller or BM25Recaller(store)
         self.model = model
         self.deduper = deduper
         self.related_k = related_k
@@ -309,7 +312,7 @@ class Reflector:
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
         # A message in a shared channel is reflected on beside the user's shared memories
         # only: private ones must not be copied into (or superseded from) what the team sees.
-        related = await self.store.search(
+        related = await self.recaller.recall(
             user_key=turn.user_key,
             query=query,
             k=self.related_k,

@@ -299,6 +299,14 @@ class VectorStore(Protocol):
         """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
         ...
 
+    async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
+        """``(last memory event id, active memories, active ones embedded by model)`` of the
+        user: one indexed read that changes whenever the user's active memories or their
+        embeddings do (every add, supersede, retire, forget and restore appends an event),
+        also when another process sharing the store made the change. ``(0, 0, 0)`` for an
+        unknown user."""
+        ...
+
 
 class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
     """Everything the core keeps: memories and conversations."""
