@@ -27,11 +27,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
-from core.memory.recall import BM25Recaller, Recaller
+from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
@@ -39,7 +40,7 @@ from core.model.usage import record_call
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.text import clean_text
 from core.settings import Settings
-from core.store.seams import Store
+from core.store.seams import CleanupStore, ModeStore, TurnStore, UsageStore
 from core.types import Origin, ScoredMemory, utcnow
 
 logger = logging.getLogger(__name__)
@@ -118,13 +119,18 @@ class Delivery:
             await finish()
 
 
+class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, Protocol):
+    """What the turn loop uses of the store: turns, modes, usage (caps), the purge after the
+    cleanup undo window, and BM25 search (the default recall)."""
+
+
 class TurnLoop:
     """Runs turns over one store, one model and one reflector."""
 
     def __init__(
         self,
         *,
-        store: Store,
+        store: LoopStore,
         model: ChatModel,
         reflector: Reflector,
         settings: Settings,

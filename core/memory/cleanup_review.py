@@ -32,7 +32,7 @@ from typing import Protocol
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun
 from core.rules.cleanup_ops import op_ids
-from core.store.seams import Store
+from core.store.seams import CleanupStore, MemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,10 @@ class _Pending:
     expires_at: float
 
 
+class ReviewStore(MemoryStore, CleanupStore, Protocol):
+    """What plan review uses of the store: memory counts and cleanup changes."""
+
+
 class CleanupReviews:
     """Plans shown in chats, waiting for their owner's Apply or Cancel.
 
@@ -104,7 +108,7 @@ class CleanupReviews:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReviewStore,
         cleaner: Cleaner | None,
         controls: LimitCheck | None = None,
         ttl_s: float = PLAN_TTL_S,

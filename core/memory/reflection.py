@@ -23,6 +23,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +34,7 @@ from core.model.claude import ChatModel, Usage
 from core.model.usage import record_call
 from core.rules.dedupe import Deduper
 from core.rules.text import as_data, clean_text
-from core.store.seams import Store
+from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
 from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,11 @@ class ReflectionResult:
 LearnedCallback = Callable[[ReflectionResult], Awaitable[None]]
 
 
+class ReflectionStore(MemoryStore, TurnStore, ModeStore, ReflectionQueue, UsageStore, Protocol):
+    """What reflection uses of the store: memories (related ones, writes), the turns it
+    reflects on, modes, the reflection queue and usage."""
+
+
 class Reflector:
     """Runs reflections in the background: one queue per user, one at a time, in order.
 
@@ -146,7 +152,7 @@ class Reflector:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReflectionStore,
         model: ChatModel,
         deduper: Deduper,
         related_k: int = 10,

@@ -1,4 +1,18 @@
-"""The memory store seam and its factory.
+"""The store seams, split by consumer.
+
+Each is a small ``typing.Protocol`` with keyword-only arguments, taken only by the code that
+needs it (a consumer needing several declares their union where it lives, e.g.
+:class:`core.memory.reflection.ReflectionStore`):
+
+- :class:`MemoryStore`: the user's memories (write, read, BM25 search, forget, export);
+- :class:`CleanupStore`: cleanup changes (apply, undo, purge after the undo window);
+- :class:`TurnStore`: conversation turns (history, answers, crash recovery, pruning);
+- :class:`ReflectionQueue`: the durable queue of reflections and its per-user lock;
+- :class:`ClaimStore`: claimed platform events and one-time marks;
+- :class:`ModeStore`: per-user memory modes;
+- :class:`UsageStore`: what every Claude call cost;
+- :class:`VectorStore`: embeddings for optional hybrid recall;
+- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens).
 
 Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
 no method reads, ranks or deletes another user's rows. Backends: SQLite
@@ -11,13 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from core.rules.dedupe import Deduper
-
-if TYPE_CHECKING:
-    pass
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
+from core.rules.dedupe import Deduper
 from core.types import (
     AddResult,
     CallKind,
@@ -36,7 +47,7 @@ from core.types import (
 
 
 class MemoryStore(Protocol):
-    """Persistent per-user memories, their history, and BM25 recall."""
+    """Persistent per-user memories, their history, and BM25 search."""
 
     async def add(
         self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
@@ -83,12 +94,6 @@ class MemoryStore(Protocol):
         """
         ...
 
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        """Mark ``old_id`` superseded by ``new_id``; False when either is not the user's."""
-        ...
-
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
         """Erase one memory's text; only its id and a ``forgotten`` event remain."""
         ...
@@ -108,6 +113,15 @@ class MemoryStore(Protocol):
     async def export(self, *, user_key: str) -> list[Memory]:
         """All of the user's active memories, oldest first."""
         ...
+
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key
+        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
+        ...
+
+
+class CleanupStore(Protocol):
+    """Cleanup changes over a user's memories (:mod:`core.store.cleanup` holds their rules)."""
 
     async def apply_change(
         self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
@@ -129,19 +143,9 @@ class MemoryStore(Protocol):
         """User keys holding at least ``at_least`` active memories."""
         ...
 
-    async def close(self) -> None:
-        """Flush and close."""
-        ...
 
-    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
-        """Every user key with memories, memory events or stored messages, sorted by key
-        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
-        ...
-
-
-class ConversationStore(Protocol):
-    """Conversation turns (history, and the durable queue of reflections), claimed platform
-    events, per-user memory modes and one-time marks."""
+class TurnStore(Protocol):
+    """Conversation turns: history, answers, interrupted answers, pruning."""
 
     async def add_turn(
         self,
@@ -193,6 +197,14 @@ class ConversationStore(Protocol):
         that have no answer: the process answering them died. Oldest first."""
         ...
 
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
+        ...
+
+
+class ReflectionQueue(Protocol):
+    """The durable queue of reflections (a state on each user turn) and its per-user lock."""
+
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
         ...
@@ -203,21 +215,22 @@ class ConversationStore(Protocol):
         """Record a reflection's state (and attempts so far)."""
         ...
 
-    async def prune_turns(self, *, older_than: datetime) -> int:
-        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
+    sweep_interval_s: float | None
+    """Seconds between looks for reflections other processes left behind (``turns_to_reflect``
+    then returns only those); None when one process owns the store (start-up only)."""
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """Held around each reflection of ``user_key``: excludes other reflections of the
+        user, also in other processes sharing the store."""
         ...
+
+
+class ClaimStore(Protocol):
+    """Claimed platform events (each answered once, across restarts) and one-time marks."""
 
     async def claim_event(self, *, keys: Sequence[str]) -> bool:
         """Claim a platform event by all its keys (event id, channel+ts). True for the first
         claim of any of them, False if any was claimed before (also across restarts)."""
-        ...
-
-    async def get_mode(self, *, user_key: str) -> MemoryMode:
-        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
-        ...
-
-    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        """Set the user's memory mode."""
         ...
 
     async def mark_once(self, *, mark: str) -> bool:
@@ -230,14 +243,22 @@ class ConversationStore(Protocol):
         a dead one's (then an unanswered event is an interrupted one)."""
         ...
 
-    sweep_interval_s: float | None
-    """Seconds between looks for reflections other processes left behind (``turns_to_reflect``
-    then returns only those); None when one process owns the store (start-up only)."""
 
-    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
-        """Held around each reflection of ``user_key``: excludes other reflections of the
-        user, also in other processes sharing the store."""
+class ModeStore(Protocol):
+    """Per-user memory modes."""
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
         ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode."""
+        ...
+
+
+class ConversationStore(TurnStore, ReflectionQueue, ClaimStore, ModeStore, Protocol):
+    """Turns, the reflection queue, claims and modes together (what a platform adapter's
+    event path uses)."""
 
 
 class UsageStore(Protocol):
@@ -308,5 +329,9 @@ class VectorStore(Protocol):
         ...
 
 
-class Store(MemoryStore, ConversationStore, UsageStore, VectorStore, Protocol):
-    """Everything the core keeps: memories and conversations."""
+class Store(MemoryStore, CleanupStore, ConversationStore, UsageStore, VectorStore, Protocol):
+    """Everything the core keeps: what each backend implements and composition opens."""
+
+    async def close(self) -> None:
+        """Flush and close."""
+        ...

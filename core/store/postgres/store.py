@@ -240,15 +240,6 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         await self._event(conn, uid, memory_id, "added", utcnow(), memory.conversation_key)
         return AddResult(id=memory_id, status="added")
 
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key)
-            if uid is None:
-                return False
-            return await self._supersede(conn, uid, old_id, new_id, conversation_key)
-
     async def _supersede(
         self,
         conn: asyncpg.Connection,

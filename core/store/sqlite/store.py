@@ -262,15 +262,6 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             )
         return [_Candidate(r[0], r[1]) for r in rows]
 
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        async with self._write():
-            uid = await self._uid(user_key)
-            if uid is None:
-                return False
-            return await self._supersede(uid, old_id, new_id, conversation_key)
-
     async def _supersede(
         self, uid: int, old_id: int, new_id: int, conversation_key: str | None
     ) -> bool:
