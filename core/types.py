@@ -133,6 +133,27 @@ class Turn:
     workspace: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewTurn:
+    """One message to store (:meth:`core.store.seams.TurnStore.add_turn`): ``role`` is
+    ``user`` or ``assistant``; ``sent_at`` the platform's time (aware UTC); ``reply_to`` the
+    turn id it answers; ``reflection`` ``answering`` for a user message about to be answered;
+    ``platform_ref`` the platform's message id (Slack ts, Discord snowflake); ``workspace``
+    the Slack team (None elsewhere)."""
+
+    conversation_key: str
+    user_key: str | None
+    role: str
+    text: str
+    origin: Origin
+    sent_at: datetime
+    author: str | None = None
+    reply_to: int | None = None
+    reflection: ReflectionState | None = None
+    platform_ref: str | None = None
+    workspace: str | None = None
+
+
 CallKind = Literal["chat", "reflection", "cleanup"]
 
 _USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}

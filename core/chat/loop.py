@@ -41,7 +41,7 @@ from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import CleanupStore, ModeStore, TurnStore, UsageStore
-from core.types import Origin, ScoredMemory, utcnow
+from core.types import NewTurn, Origin, ScoredMemory, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +178,15 @@ class TurnLoop:
         """Store earlier platform messages as history (a thread the bot joins late)."""
         for m in messages:
             await self.store.add_turn(
-                conversation_key=conversation_key,
-                user_key=m.user_key,
-                role="assistant" if m.role == "assistant" else "user",
-                text=m.text,
-                origin=origin,
-                sent_at=m.sent_at or self.clock(),
-                author=m.author,
+                turn=NewTurn(
+                    conversation_key=conversation_key,
+                    user_key=m.user_key,
+                    role="assistant" if m.role == "assistant" else "user",
+                    text=m.text,
+                    origin=origin,
+                    sent_at=m.sent_at or self.clock(),
+                    author=m.author,
+                )
             )
 
     async def receive(self, message: IncomingMessage) -> int:
@@ -199,16 +201,18 @@ class TurnLoop:
         )
         await self._maybe_prune()
         turn_id = await self.store.add_turn(
-            conversation_key=message.conversation_key,
-            user_key=message.user_key,
-            role="user",
-            text=message.text,
-            origin=message.origin,
-            sent_at=message.sent_at,
-            author=message.author,
-            reflection="answering",
-            platform_ref=message.platform_ref,
-            workspace=message.workspace,
+            turn=NewTurn(
+                conversation_key=message.conversation_key,
+                user_key=message.user_key,
+                role="user",
+                text=message.text,
+                origin=message.origin,
+                sent_at=message.sent_at,
+                author=message.author,
+                reflection="answering",
+                platform_ref=message.platform_ref,
+                workspace=message.workspace,
+            )
         )
         self.metrics.message_received(message.user_key)
         return turn_id

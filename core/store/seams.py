@@ -37,6 +37,7 @@ from core.types import (
     MemoryMode,
     MemoryStats,
     NewMemory,
+    NewTurn,
     Origin,
     ReflectionState,
     ScoredMemory,
@@ -147,21 +148,7 @@ class CleanupStore(Protocol):
 class TurnStore(Protocol):
     """Conversation turns: history, answers, interrupted answers, pruning."""
 
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
+    async def add_turn(self, *, turn: NewTurn) -> int:
         """Store one message; returns its turn id. A user message that will be answered is
         stored with ``reflection="answering"`` before the answer starts."""
         ...

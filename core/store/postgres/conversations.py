@@ -20,7 +20,7 @@ from core.store.postgres.base import LOCK_REPLICA, PostgresBase
 from core.types import (
     CallKind,
     MemoryMode,
-    Origin,
+    NewTurn,
     ReflectionState,
     Turn,
     UsageRow,
@@ -66,22 +66,8 @@ class _Unclaimed(Exception):
 class PostgresConversations(PostgresBase):
     """The :class:`core.store.seams.ConversationStore` and usage half of the PostgreSQL store."""
 
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
-        waiting = reflection in ("answering", "pending")
+    async def add_turn(self, *, turn: NewTurn) -> int:
+        waiting = turn.reflection in ("answering", "pending")
         return int(
             await self._fetchval(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
@@ -89,18 +75,18 @@ class PostgresConversations(PostgresBase):
                 " claimed_by, claimed_at)"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                 " RETURNING id",
-                conversation_key,
-                user_key,
-                role,
-                author,
-                text,
-                origin,
-                sent_at,
+                turn.conversation_key,
+                turn.user_key,
+                turn.role,
+                turn.author,
+                turn.text,
+                turn.origin,
+                turn.sent_at,
                 utcnow(),
-                reply_to,
-                reflection,
-                platform_ref,
-                workspace,
+                turn.reply_to,
+                turn.reflection,
+                turn.platform_ref,
+                turn.workspace,
                 self.replica_id if waiting else None,
                 utcnow() if waiting else None,
             )

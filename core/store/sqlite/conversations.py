@@ -13,7 +13,7 @@ from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
     CallKind,
     MemoryMode,
-    Origin,
+    NewTurn,
     ReflectionState,
     Turn,
     UsageRow,
@@ -61,39 +61,25 @@ class SQLiteConversations(SQLiteBase):
         process that is gone."""
         return False
 
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
+    async def add_turn(self, *, turn: NewTurn) -> int:
         async with self._write():
             cur = await self._conn.execute(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
                 " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    conversation_key,
-                    user_key,
-                    role,
-                    author,
-                    text,
-                    origin,
-                    ts(sent_at),
+                    turn.conversation_key,
+                    turn.user_key,
+                    turn.role,
+                    turn.author,
+                    turn.text,
+                    turn.origin,
+                    ts(turn.sent_at),
                     ts(utcnow()),
-                    reply_to,
-                    reflection,
-                    platform_ref,
-                    workspace,
+                    turn.reply_to,
+                    turn.reflection,
+                    turn.platform_ref,
+                    turn.workspace,
                 ),
             )
             return cast(int, cur.lastrowid)
