@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from core.errors import StoreError
 from core.store.seams import Store
-from core.types import NewTurn, utcnow
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory, NewTurn, utcnow
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
 DM = "slack:T1:D1"
@@ -150,3 +153,52 @@ async def test_usage_report_and_daily_count_filter_by_user_and_workspace(store: 
     assert await store.chat_messages_since(since=old, user_key=ALICE, workspace="T1") == 2
     with pytest.raises(ValueError, match="by must be one of"):
         await store.usage_report(since=since, by="model")
+
+
+async def test_embeddings_stay_with_their_user_and_version_moves(store: Store) -> None:
+    alice = await store.add_many(
+        user_key=ALICE,
+        memories=[NewMemory(text="The user drives a red car."), NewMemory(text="The user rows.")],
+        dedupe=None,
+    )
+    bob = await store.add_many(
+        user_key=BOB, memories=[NewMemory(text="The user owns a boat.")], dedupe=None
+    )
+    assert await store.embedding_version(user_key="cli:nobody", model="m") == (0, 0, 0)
+    assert await store.put_embeddings(user_key=ALICE, model="m", items=[]) == 0
+    assert await store.put_embeddings(user_key="cli:nobody", model="m", items=[(1, b"x")]) == 0
+    before = await store.embedding_version(user_key=ALICE, model="m")
+    assert before[1:] == (2, 0)
+    # Bob's memory id is ignored when written under Alice.
+    items = [(alice[0].id, b"\x01" * 8), (bob[0].id, b"\x02" * 8)]
+    assert await store.put_embeddings(user_key=ALICE, model="m", items=items) == 1
+    assert await store.active_embeddings(user_key=BOB, model="m") == []
+    embedded = await store.embedding_version(user_key=ALICE, model="m")
+    assert embedded[0] == before[0] and embedded[1:] == (2, 1)
+    missing = await store.memories_without_embedding(model="m", user_key=ALICE)
+    assert [(k, i) for k, i, _ in missing] == [(ALICE, alice[1].id)]
+    assert await store.forget(user_key=ALICE, memory_id=alice[0].id)
+    forgotten = await store.embedding_version(user_key=ALICE, model="m")
+    assert forgotten[0] > embedded[0] and forgotten[1:] == (1, 0)
+    assert await store.active_embeddings(user_key=ALICE, model="m") == []
+
+
+async def test_sqlite_open_creates_a_private_folder(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "deeper" / "memory.db"
+    store = await SQLiteStore.open(str(path))
+    await store.close()
+    assert path.exists() and (path.parent.stat().st_mode & 0o777) == 0o700
+
+
+async def test_sqlite_open_refuses_bad_paths_and_settings(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StoreError, match="cannot create database"):
+        await SQLiteStore.open(str(blocker / "memory.db"))
+    with pytest.raises(StoreError, match="cannot"):
+        await SQLiteStore.open(str(tmp_path))  # a folder, not a database file
+    with pytest.raises(StoreError, match="synchronous must be normal or full"):
+        await SQLiteStore.open(str(tmp_path / "memory.db"), synchronous="off")
+    # Refused settings leave the file usable.
+    store = await SQLiteStore.open(str(tmp_path / "memory.db"), synchronous="normal")
+    await store.close()
