@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import StoreError
+from core.errors import MemoryNotFound, StoreError
+from core.rules.cleanup_ops import ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory, NewTurn, utcnow
@@ -202,3 +203,70 @@ async def test_sqlite_open_refuses_bad_paths_and_settings(tmp_path: Path) -> Non
     # Refused settings leave the file usable.
     store = await SQLiteStore.open(str(tmp_path / "memory.db"), synchronous="normal")
     await store.close()
+
+
+async def _three(store: Store, user: str = ALICE) -> list[int]:
+    added = await store.add_many(
+        user_key=user,
+        memories=[
+            NewMemory(text="The user likes tea."),
+            NewMemory(text="The user enjoys tea."),
+            NewMemory(text="The user lives in Oslo."),
+        ],
+        dedupe=None,
+    )
+    return [r.id for r in added]
+
+
+async def test_cleanup_change_refusals_change_nothing(store: Store) -> None:
+    tea, tea2, oslo = await _three(store)
+    bobs = await _three(store, BOB)
+    before = await store.list_memories(user_key=ALICE, include_superseded=True)
+    merge = MergeOp(
+        ids=(tea, tea2), text="The user lives in Oslo.", kind="fact", category="general"
+    )
+    refused: list[tuple[list[ChangeOp], str | None, type[Exception]]] = [
+        ([RetireOp(tea), SupersedeOp(old_id=tea, new_id=oslo)], "two operations", StoreError),
+        ([RetireOp(bobs[0])], None, MemoryNotFound),  # another user's memory
+        ([SupersedeOp(old_id=tea, new_id=10**9)], None, MemoryNotFound),
+        ([RetireOp(oslo), merge], "duplicates another memory", StoreError),
+    ]
+    for ops, message, error in refused:
+        with pytest.raises(error, match=message):
+            await store.apply_change(user_key=ALICE, change_id="refused", ops=ops)
+    with pytest.raises(MemoryNotFound):
+        await store.apply_change(user_key="cli:nobody", change_id="x", ops=[RetireOp(tea)])
+    assert await store.list_memories(user_key=ALICE, include_superseded=True) == before
+    assert not [e for e in await store.history(user_key=ALICE) if e.change_id]
+    assert await store.users_with_memories(at_least=3) == [ALICE, BOB]
+    assert await store.users_with_memories(at_least=4) == []
+
+
+async def test_undo_refuses_unknown_repeated_and_built_on_changes(store: Store) -> None:
+    tea, tea2, oslo = await _three(store)
+    with pytest.raises(StoreError, match="no change 'c0' for this user"):
+        await store.undo_change(user_key="cli:nobody", change_id="c0")
+    merge = MergeOp(
+        ids=(tea, tea2), text="The user loves tea.", kind="preference", category="general"
+    )
+    first = await store.apply_change(user_key=ALICE, change_id="c1", ops=[merge])
+    (merged,) = first.added
+    second = await store.apply_change(
+        user_key=ALICE, change_id="c2", ops=[SupersedeOp(old_id=merged, new_id=oslo)]
+    )
+    assert second.superseded == (merged,)
+    with pytest.raises(StoreError, match="no change 'c1' for this user"):
+        await store.undo_change(user_key=BOB, change_id="c1")  # not Bob's change
+    assert await store.undo_change(user_key=ALICE, change_id="c2") == 1
+    # A later change that keeps the merged memory as the newer one builds on c1.
+    await store.apply_change(
+        user_key=ALICE, change_id="c3", ops=[SupersedeOp(old_id=oslo, new_id=merged)]
+    )
+    with pytest.raises(StoreError, match="a later change builds on 'c1'; undo it first"):
+        await store.undo_change(user_key=ALICE, change_id="c1")
+    assert await store.undo_change(user_key=ALICE, change_id="c3") == 1
+    assert await store.undo_change(user_key=ALICE, change_id="c1") == 2
+    with pytest.raises(StoreError, match="already undone"):
+        await store.undo_change(user_key=ALICE, change_id="c1")
+    texts = sorted(m.text for m in await store.list_memories(user_key=ALICE))
+    assert texts == ["The user enjoys tea.", "The user likes tea.", "The user lives in Oslo."]
