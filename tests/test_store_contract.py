@@ -229,7 +229,7 @@ async def test_cleanup_change_refusals_change_nothing(store: Store) -> None:
         ([RetireOp(tea), SupersedeOp(old_id=tea, new_id=oslo)], "two operations", StoreError),
         ([RetireOp(bobs[0])], None, MemoryNotFound),  # another user's memory
         ([SupersedeOp(old_id=tea, new_id=10**9)], None, MemoryNotFound),
-        ([RetireOp(oslo), merge], "duplicates another memory", StoreError),
+        ([merge], "duplicates another memory", StoreError),
     ]
     for ops, message, error in refused:
         with pytest.raises(error, match=message):
