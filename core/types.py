@@ -156,6 +156,25 @@ class NewTurn:
 
 CallKind = Literal["chat", "reflection", "cleanup"]
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRecord:
+    """One Claude call's usage as the API reported it
+    (:meth:`core.store.seams.UsageStore.record_usage`): token counts per the Messages API's
+    ``usage`` object; ``at`` defaults to now (aware UTC)."""
+
+    user_key: str
+    workspace: str | None
+    kind: CallKind
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    turn_id: int | None = None
+    at: datetime | None = None
+
+
 _USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
 
 

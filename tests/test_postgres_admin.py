@@ -18,7 +18,7 @@ from core.runtime import open_store
 from core.store.postgres.admin import migrate_database
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn
+from core.types import NewMemory, NewTurn, UsageRecord
 from tests.conftest import fresh_pg_database
 
 ALICE, BOB = "slack:T1:UALICE", "discord:42"
@@ -66,10 +66,10 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
     assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
     await store.set_mode(user_key=BOB, mode="paused")
     assert await store.mark_once(mark="notice:alice")
-    await store.record_usage(
+    await store.record_usage(usage=UsageRecord(
         user_key=ALICE, workspace="T1", kind="chat", model="claude", input_tokens=10,
         output_tokens=5, cache_read_input_tokens=2, cache_creation_input_tokens=1, at=SENT,
-    )  # fmt: skip
+    ))  # fmt: skip
     return ids
 
 

@@ -12,7 +12,7 @@ from core.errors import MemoryNotFound, StoreError
 from core.rules.cleanup_ops import ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn, utcnow
+from core.types import NewMemory, NewTurn, UsageRecord, utcnow
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
 DM = "slack:T1:D1"
@@ -110,14 +110,16 @@ async def test_mark_once_and_claims(store: Store) -> None:
 
 async def _record(store: Store, user: str, workspace: str | None, kind: str, n: int) -> None:
     await store.record_usage(
-        user_key=user,
-        workspace=workspace,
-        kind=kind,  # type: ignore[arg-type]
-        model="claude-test",
-        input_tokens=n,
-        output_tokens=2 * n,
-        cache_read_input_tokens=3 * n,
-        cache_creation_input_tokens=4 * n,
+        usage=UsageRecord(
+            user_key=user,
+            workspace=workspace,
+            kind=kind,  # type: ignore[arg-type]
+            model="claude-test",
+            input_tokens=n,
+            output_tokens=2 * n,
+            cache_read_input_tokens=3 * n,
+            cache_creation_input_tokens=4 * n,
+        )
     )
 
 
@@ -129,15 +131,17 @@ async def test_usage_report_and_daily_count_filter_by_user_and_workspace(store: 
     await _record(store, "discord:42", None, "chat", 5)
     old = datetime(2020, 1, 1, tzinfo=UTC)
     await store.record_usage(
-        user_key=ALICE,
-        workspace="T1",
-        kind="chat",
-        model="claude-test",
-        input_tokens=7,
-        output_tokens=7,
-        cache_read_input_tokens=0,
-        cache_creation_input_tokens=0,
-        at=old,
+        usage=UsageRecord(
+            user_key=ALICE,
+            workspace="T1",
+            kind="chat",
+            model="claude-test",
+            input_tokens=7,
+            output_tokens=7,
+            cache_read_input_tokens=0,
+            cache_creation_input_tokens=0,
+            at=old,
+        )
     )
     by_kind = {r.key: r for r in await store.usage_report(since=since)}
     assert by_kind["chat"].calls == 3 and by_kind["chat"].input_tokens == 115

@@ -31,7 +31,6 @@ from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
 from core.types import (
     AddResult,
-    CallKind,
     Memory,
     MemoryEvent,
     MemoryMode,
@@ -42,6 +41,7 @@ from core.types import (
     ReflectionState,
     ScoredMemory,
     Turn,
+    UsageRecord,
     UsageRow,
     UserSummary,
 )
@@ -251,20 +251,7 @@ class ConversationStore(TurnStore, ReflectionQueue, ClaimStore, ModeStore, Proto
 class UsageStore(Protocol):
     """What every Claude call cost, as the API reported it."""
 
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         """Record one call's usage."""
         ...
 

@@ -18,11 +18,11 @@ from typing import Any, cast
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
 from core.types import (
-    CallKind,
     MemoryMode,
     NewTurn,
     ReflectionState,
     Turn,
+    UsageRecord,
     UsageRow,
     usage_group_column,
     utcnow,
@@ -282,34 +282,21 @@ class PostgresConversations(PostgresBase):
         return status == "INSERT 0 1"
 
     # ---------------------------------------------------------------- usage
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         await self._execute(
             "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
             " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            at or utcnow(),
-            user_key,
-            workspace,
-            kind,
-            model,
-            input_tokens,
-            output_tokens,
-            cache_read_input_tokens,
-            cache_creation_input_tokens,
-            turn_id,
+            usage.at or utcnow(),
+            usage.user_key,
+            usage.workspace,
+            usage.kind,
+            usage.model,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.turn_id,
         )
 
     async def usage_report(

@@ -11,11 +11,11 @@ from typing import Any, cast
 
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
-    CallKind,
     MemoryMode,
     NewTurn,
     ReflectionState,
     Turn,
+    UsageRecord,
     UsageRow,
     usage_group_column,
     utcnow,
@@ -233,36 +233,23 @@ class SQLiteConversations(SQLiteBase):
             )
             return cur.rowcount == 1
 
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         async with self._write():
             await self._conn.execute(
                 "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
                 " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    ts(at or utcnow()),
-                    user_key,
-                    workspace,
-                    kind,
-                    model,
-                    input_tokens,
-                    output_tokens,
-                    cache_read_input_tokens,
-                    cache_creation_input_tokens,
-                    turn_id,
+                    ts(usage.at or utcnow()),
+                    usage.user_key,
+                    usage.workspace,
+                    usage.kind,
+                    usage.model,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_input_tokens,
+                    usage.cache_creation_input_tokens,
+                    usage.turn_id,
                 ),
             )
 
