@@ -42,16 +42,20 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import reference_bm25
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
+from core.memory.recall import BM25Recaller, Recaller
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory
+
+if TYPE_CHECKING:
+    from core.memory.hybrid import HybridRecaller
 
 KS = (1, 6, 10)
 CACHE = REPO_ROOT / "bench" / ".cache"
@@ -99,12 +103,12 @@ async def load_users(store: Store, convs: Sequence[Conversation]) -> list[UserDa
     return users
 
 
-async def measure_selfmind(store: Store, users: Sequence[UserData]) -> dict[str, float]:
+async def measure_selfmind(recaller: Recaller, users: Sequence[UserData]) -> dict[str, float]:
     hits = dict.fromkeys(KS, 0)
     n = 0
     for u in users:
         for q in u.conv.questions:
-            found = await store.search(user_key=u.user_key, query=q.text, k=max(KS))
+            found = await recaller.recall(user_key=u.user_key, query=q.text, k=max(KS))
             n += 1
             for k in KS:
                 if any(u.evidence[s.memory.id] & q.evidence for s in found[:k]):
@@ -220,21 +224,21 @@ def open_stores(
     return sqlite_small(tmp), sqlite_big(tmp, convs, args.scale_users, args.scale_per_user)
 
 
-def hybrid_of(store: Store) -> Store:
-    """``store`` wrapped for hybrid recall (needs the semantic extra)."""
+def hybrid_of(store: Store) -> HybridRecaller:
+    """Hybrid recall over ``store`` (needs the semantic extra)."""
     from core.memory.embeddings import load_embedder
-    from core.memory.hybrid import HybridStore
+    from core.memory.hybrid import HybridRecaller
 
-    return cast(Store, HybridStore(store, load_embedder(None)))
+    return HybridRecaller(store, load_embedder(None))
 
 
-async def timed(store: Store, user_key: str, questions: Sequence[str]) -> list[float]:
+async def timed(recaller: Recaller, user_key: str, questions: Sequence[str]) -> list[float]:
     for q in questions:  # one pass to warm caches
-        await store.search(user_key=user_key, query=q, k=6)
+        await recaller.recall(user_key=user_key, query=q, k=6)
     out = []
     for q in questions:
         t0 = time.perf_counter()
-        await store.search(user_key=user_key, query=q, k=6)
+        await recaller.recall(user_key=user_key, query=q, k=6)
         out.append((time.perf_counter() - t0) * 1000)
     return out
 
@@ -248,23 +252,22 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         small_store, big_store = open_stores(args, Path(tmp), convs)
         async with small_store as small:
-            small_hybrid = hybrid_of(small) if with_hybrid else small
-            users = await load_users(small_hybrid, convs)
-            selfmind = await measure_selfmind(small, users)
+            users = await load_users(small, convs)
+            selfmind = await measure_selfmind(BM25Recaller(small), users)
             if with_hybrid:
-                hybrid = await measure_selfmind(small_hybrid, users)
+                hybrid = await measure_selfmind(hybrid_of(small), users)
         reference = measure_reference(users)
 
         async with big_store as big:
-            wrapped = hybrid_of(big) if with_hybrid else big
-            shared_users = await load_users(wrapped, convs)
-            shared = await measure_selfmind(big, shared_users)
+            shared_users = await load_users(big, convs)
+            shared = await measure_selfmind(BM25Recaller(big), shared_users)
             if with_hybrid:
+                wrapped = hybrid_of(big)
                 hybrid["hit@6_shared_store"] = (await measure_selfmind(wrapped, shared_users))[
                     "hit@6"
                 ]
                 t0 = time.perf_counter()
-                await cast(Any, wrapped).reindex(user_key="synthetic:0")
+                await wrapped.reindex(user_key="synthetic:0")
                 embed_s = time.perf_counter() - t0
                 hybrid_latencies = await timed(wrapped, "synthetic:0", questions[:LATENCY_QUERIES])
 

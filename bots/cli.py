@@ -181,13 +181,15 @@ async def with_service(
     """Open the store, run ``work`` with a service over it, close the store. Unless
     ``create``, the database must exist (:func:`require_database`)."""
     from core.memory.service import MemoryService
-    from core.runtime import open_store
+    from core.runtime import open_recaller, open_store
 
     if not create:
         await require_database(ctx)
     store = await open_store(ctx.db_url, ctx.settings)
     try:
-        return await work(MemoryService(store, dedupe_threshold=ctx.settings.dedupe_threshold))
+        recaller = open_recaller(store, ctx.settings)
+        threshold = ctx.settings.dedupe_threshold
+        return await work(MemoryService(store, dedupe_threshold=threshold, recaller=recaller))
     finally:
         await store.close()
 
@@ -510,11 +512,11 @@ def memories_reindex(
         if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
             raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
         from core.memory.embeddings import load_embedder
-        from core.memory.hybrid import HybridStore
+        from core.memory.hybrid import HybridRecaller
 
         embedder = load_embedder(settings.embedding_model_dir)
         return await with_store(
-            ctx.obj, lambda store: HybridStore(store, embedder).reindex(user_key=key)
+            ctx.obj, lambda store: HybridRecaller(store, embedder).reindex(user_key=key)
         )
 
     count = run(work())

@@ -15,12 +15,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, cast, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
 from core.memory.cleanup import Cleaner
 from core.memory.cleanup_review import CleanupReviews
+from core.memory.recall import BM25Recaller, Recaller
 from core.memory.reflection import Reflector
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
@@ -125,9 +126,15 @@ def chat_runtime(base: MemoryRuntime, model: ChatModel) -> ChatRuntime:
         max_attempts=settings.reflection_max_attempts,
         model_name=settings.reflection_model,
         metrics=metrics,
+        recaller=base.service.recaller,
     )
     loop = TurnLoop(
-        store=store, model=model, reflector=reflector, settings=settings, metrics=metrics
+        store=store,
+        model=model,
+        reflector=reflector,
+        settings=settings,
+        metrics=metrics,
+        recaller=base.service.recaller,
     )
     cleaner = Cleaner.from_settings(settings, store=store, model=model)
     reviews = CleanupReviews(store=store, cleaner=cleaner, controls=loop.controls)
@@ -226,7 +233,10 @@ async def _open_runtime(
                 readiness=readiness,
                 metrics=metrics,
             )
-        service = MemoryService(store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics)
+        recaller = open_recaller(store, settings)
+        service = MemoryService(
+            store, dedupe_threshold=settings.dedupe_threshold, metrics=metrics, recaller=recaller
+        )
         base = MemoryRuntime(settings, store, service, metrics, readiness, health)
         if settings.anthropic_api_key is None and not require_model:
             metrics.watch(readiness=readiness, queue_depth=None)
@@ -257,16 +267,14 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
     """Open (creating and migrating) the store named by a ``sqlite:///`` or
     ``postgresql://`` URL (a pool of ``settings.db_pool_size`` connections).
 
-    With ``settings.recall == "hybrid"`` the store is wrapped for hybrid recall
-    (:mod:`core.memory.hybrid`). Raises ``ConfigError`` for other schemes or a missing semantic
-    extra (checked before anything is opened), ``StoreError`` when the file or server cannot be
-    opened.
+    Raises ``ConfigError`` for other schemes or, with ``settings.recall == "hybrid"``, a
+    missing semantic extra (checked before anything is opened; recall itself is
+    :func:`open_recaller`'s), ``StoreError`` when the file or server cannot be opened.
     """
-    embedder = None
     if settings is not None and settings.recall == "hybrid":
         from core.memory.embeddings import load_embedder
 
-        embedder = load_embedder(settings.embedding_model_dir)
+        load_embedder(settings.embedding_model_dir)  # cheap: checks, loads no model
     store: Store
     if url.startswith("sqlite:///"):
         from core.store.sqlite.store import SQLiteStore
@@ -282,8 +290,16 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
         store = await PostgresStore.open(url, pool_size=pool_size)
     else:
         raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
-    if embedder is not None:
-        from core.memory.hybrid import HybridStore
-
-        return cast(Store, HybridStore(store, embedder))
     return store
+
+
+def open_recaller(store: Store, settings: Settings | None = None) -> Recaller:
+    """The recall the settings ask for over ``store``: BM25 (the default), or with
+    ``settings.recall == "hybrid"`` BM25 fused with embeddings (:mod:`core.memory.hybrid`;
+    ``ConfigError`` when the semantic extra is missing)."""
+    if settings is None or settings.recall != "hybrid":
+        return BM25Recaller(store)
+    from core.memory.embeddings import load_embedder
+    from core.memory.hybrid import HybridRecaller
+
+    return HybridRecaller(store, load_embedder(settings.embedding_model_dir))

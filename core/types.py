@@ -133,7 +133,47 @@ class Turn:
     workspace: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewTurn:
+    """One message to store (:meth:`core.store.seams.TurnStore.add_turn`): ``role`` is
+    ``user`` or ``assistant``; ``sent_at`` the platform's time (aware UTC); ``reply_to`` the
+    turn id it answers; ``reflection`` ``answering`` for a user message about to be answered;
+    ``platform_ref`` the platform's message id (Slack ts, Discord snowflake); ``workspace``
+    the Slack team (None elsewhere)."""
+
+    conversation_key: str
+    user_key: str | None
+    role: str
+    text: str
+    origin: Origin
+    sent_at: datetime
+    author: str | None = None
+    reply_to: int | None = None
+    reflection: ReflectionState | None = None
+    platform_ref: str | None = None
+    workspace: str | None = None
+
+
 CallKind = Literal["chat", "reflection", "cleanup"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRecord:
+    """One Claude call's usage as the API reported it
+    (:meth:`core.store.seams.UsageStore.record_usage`): token counts per the Messages API's
+    ``usage`` object; ``at`` defaults to now (aware UTC)."""
+
+    user_key: str
+    workspace: str | None
+    kind: CallKind
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    turn_id: int | None = None
+    at: datetime | None = None
+
 
 _USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
 

@@ -27,10 +27,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
+from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
@@ -38,8 +40,8 @@ from core.model.usage import record_call
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.text import clean_text
 from core.settings import Settings
-from core.store.seams import Store
-from core.types import Origin, ScoredMemory, utcnow
+from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
+from core.types import NewTurn, Origin, ScoredMemory, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -117,21 +119,29 @@ class Delivery:
             await finish()
 
 
+class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, ClaimStore, Protocol):
+    """What the turn loop uses of the store: turns, modes, usage (caps), the purge after the
+    cleanup undo window, BM25 search (the default recall), and the claims and marks its
+    message intake (:mod:`core.chat.intake`) takes."""
+
+
 class TurnLoop:
     """Runs turns over one store, one model and one reflector."""
 
     def __init__(
         self,
         *,
-        store: Store,
+        store: LoopStore,
         model: ChatModel,
         reflector: Reflector,
         settings: Settings,
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
+        recaller: Recaller | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.store = store
+        self.recaller: Recaller = recaller or BM25Recaller(store)
         self.model = model
         self.reflector = reflector
         self.settings = settings
@@ -159,7 +169,7 @@ class TurnLoop:
         origins: Sequence[Origin] | None = None
         if message.origin == "shared" and not self.settings.recall_private_in_channels:
             origins = ["shared"]
-        return await self.store.search(
+        return await self.recaller.recall(
             user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
         )
 
@@ -169,13 +179,15 @@ class TurnLoop:
         """Store earlier platform messages as history (a thread the bot joins late)."""
         for m in messages:
             await self.store.add_turn(
-                conversation_key=conversation_key,
-                user_key=m.user_key,
-                role="assistant" if m.role == "assistant" else "user",
-                text=m.text,
-                origin=origin,
-                sent_at=m.sent_at or self.clock(),
-                author=m.author,
+                turn=NewTurn(
+                    conversation_key=conversation_key,
+                    user_key=m.user_key,
+                    role="assistant" if m.role == "assistant" else "user",
+                    text=m.text,
+                    origin=origin,
+                    sent_at=m.sent_at or self.clock(),
+                    author=m.author,
+                )
             )
 
     async def receive(self, message: IncomingMessage) -> int:
@@ -190,16 +202,18 @@ class TurnLoop:
         )
         await self._maybe_prune()
         turn_id = await self.store.add_turn(
-            conversation_key=message.conversation_key,
-            user_key=message.user_key,
-            role="user",
-            text=message.text,
-            origin=message.origin,
-            sent_at=message.sent_at,
-            author=message.author,
-            reflection="answering",
-            platform_ref=message.platform_ref,
-            workspace=message.workspace,
+            turn=NewTurn(
+                conversation_key=message.conversation_key,
+                user_key=message.user_key,
+                role="user",
+                text=message.text,
+                origin=message.origin,
+                sent_at=message.sent_at,
+                author=message.author,
+                reflection="answering",
+                platform_ref=message.platform_ref,
+                workspace=message.workspace,
+            )
         )
         self.metrics.message_received(message.user_key)
         return turn_id

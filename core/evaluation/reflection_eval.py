@@ -41,7 +41,7 @@ from core.model.claude import ChatModel, Usage
 from core.model.prices import price_of
 from core.rules.dedupe import Deduper
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory
+from core.types import NewMemory, NewTurn
 
 logger = logging.getLogger(__name__)
 
@@ -195,14 +195,16 @@ class EvalRun:
         found = await self.store.find_turn(conversation_key=conversation, platform_ref=ref)
         if found is None:
             turn_id = await self.store.add_turn(
-                conversation_key=conversation,
-                user_key=key,
-                role="user",
-                text=text,
-                origin="private",
-                sent_at=at,
-                platform_ref=ref,
-                reflection="answering",
+                turn=NewTurn(
+                    conversation_key=conversation,
+                    user_key=key,
+                    role="user",
+                    text=text,
+                    origin="private",
+                    sent_at=at,
+                    platform_ref=ref,
+                    reflection="answering",
+                )
             )
             await self.store.finish_turn(turn_id=turn_id, answer=answer)
         else:

@@ -3,7 +3,7 @@
 A run reads one user's active memories in batches of related ones (each batch is a memory
 and its nearest BM25 neighbours, then leftovers grouped together), asks Claude for a plan per
 batch (structured output), checks the plan in code, and either shows it (dry run) or applies
-it as one change in the store (:meth:`core.store.seams.MemoryStore.apply_change`), which
+it as one change in the store (:meth:`core.store.seams.CleanupStore.apply_change`), which
 ``undo_change`` reverses exactly. Operations:
 
 - merge near-duplicates into one better sentence;
@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,9 +32,16 @@ from core.errors import ModelError
 from core.memory.reflection import check_text
 from core.model.claude import ChatModel, Usage
 from core.model.usage import record_call
-from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp, RetireOp, SupersedeOp
+from core.rules.cleanup_ops import (
+    AppliedChange,
+    ChangeOp,
+    MergeOp,
+    RetireOp,
+    SupersedeOp,
+    op_ids,
+)
 from core.rules.text import as_data
-from core.store.seams import Store
+from core.store.seams import CleanupStore, MemoryStore, UsageStore
 from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory
 
 if TYPE_CHECKING:
@@ -139,13 +146,18 @@ def _add_usage(a: Usage, b: Usage) -> Usage:
     )
 
 
+class CleanerStore(MemoryStore, CleanupStore, UsageStore, Protocol):
+    """What cleanup uses of the store: memories (export, count, near neighbours), cleanup
+    changes, and usage."""
+
+
 class Cleaner:
     """Plans and applies cleanups of one user's memories."""
 
     def __init__(
         self,
         *,
-        store: Store,
+        store: CleanerStore,
         model: ChatModel,
         model_name: str = "unknown",
         batch_size: int = 25,
@@ -158,7 +170,7 @@ class Cleaner:
         self.max_batches = max(1, max_batches)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, store: Store, model: ChatModel) -> Cleaner:
+    def from_settings(cls, settings: Settings, *, store: CleanerStore, model: ChatModel) -> Cleaner:
         """The one way the bot builds a cleaner: the reflection model's name (for usage) and
         the batch settings ``SELFMIND_CLEANUP_BATCH_SIZE`` / ``SELFMIND_CLEANUP_MAX_BATCHES``."""
         return cls(
@@ -304,14 +316,6 @@ def check_plan(plan: PlanOutput, batch: Sequence[Memory]) -> list[PlannedOp] | N
         out.append(PlannedOp(change, op.reason[:200], tuple(sorted(touched_user))))
     # A superseding memory must stay active: it may not be merged or retired elsewhere.
     keepers = {p.op.new_id for p in out if isinstance(p.op, SupersedeOp)}
-    if keepers & {i for p in out if not isinstance(p.op, SupersedeOp) for i in _ids(p.op)}:
+    if keepers & {i for p in out if not isinstance(p.op, SupersedeOp) for i in op_ids(p.op)}:
         return None
     return out
-
-
-def _ids(op: ChangeOp) -> tuple[int, ...]:
-    if isinstance(op, MergeOp):
-        return op.ids
-    if isinstance(op, SupersedeOp):
-        return (op.old_id,)
-    return (op.memory_id,)

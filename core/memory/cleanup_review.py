@@ -33,8 +33,8 @@ from typing import Any, Protocol
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun, PlannedOp
 from core.memory.service import is_token, new_token
-from core.rules.cleanup_ops import UNDO_WINDOW, ChangeOp, MergeOp, RetireOp, SupersedeOp
-from core.store.seams import Store
+from core.rules.cleanup_ops import UNDO_WINDOW, ChangeOp, MergeOp, RetireOp, SupersedeOp, op_ids
+from core.store.seams import CleanupStore, MemoryStore, PlanStore
 from core.types import utcnow
 
 logger = logging.getLogger(__name__)
@@ -97,6 +97,10 @@ UNDO_KIND = "cleanup_undo"
 """The ``kind`` of an Undo button's single-use token."""
 
 
+class ReviewStore(MemoryStore, CleanupStore, PlanStore, Protocol):
+    """What plan review uses of the store: memory counts, cleanup changes, pending plans."""
+
+
 class CleanupReviews:
     """Plans shown in chats, waiting for their owner's Apply or Cancel.
 
@@ -108,7 +112,7 @@ class CleanupReviews:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReviewStore,
         cleaner: Cleaner | None,
         controls: LimitCheck | None = None,
         ttl_s: float = PLAN_TTL_S,
@@ -147,7 +151,7 @@ class CleanupReviews:
         if cleaner is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
         run = await cleaner.plan(user_key=user_key)
-        touched = {i for p in run.planned for i in _shown_ids(p.op)}
+        touched = {i for p in run.planned for i in op_ids(p.op)}
         run.texts = {i: t for i, t in run.texts.items() if i in touched}  # keep only what shows
         if not run.planned:
             return Proposal(run, None)
@@ -315,14 +319,6 @@ def _op_from_dict(data: dict[str, Any]) -> ChangeOp:
     if "supersede" in data:
         return SupersedeOp(old_id=int(data["supersede"]), new_id=int(data["by"]))
     return RetireOp(memory_id=int(data["retire"]))
-
-
-def _shown_ids(op: ChangeOp) -> tuple[int, ...]:
-    if isinstance(op, MergeOp):
-        return op.ids
-    if isinstance(op, SupersedeOp):
-        return (op.old_id,)
-    return (op.memory_id,)
 
 
 def plan_header(run: CleanupRun) -> str:

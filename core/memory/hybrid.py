@@ -1,10 +1,8 @@
 """Hybrid recall: BM25 and embedding cosine candidates fused by reciprocal rank fusion.
 
-:class:`HybridStore` wraps any :class:`core.store.seams.Store` (the decorator pattern): every write
-that adds memories (remember, import, reflection, cleanup merges) also stores their
-embeddings, and ``search`` - the recall seam, same signature - fuses two ranked lists:
+:class:`HybridRecaller` is a :class:`core.memory.recall.Recaller`: it fuses two ranked lists,
 
-- BM25 candidates from the wrapped store (its own per-user BM25);
+- BM25 candidates from the store's own per-user BM25 search;
 - cosine-similarity candidates over the user's active memories' embeddings;
 
 with reciprocal rank fusion, ``score(d) = sum over lists of 1 / (RRF_K + rank(d))``,
@@ -13,9 +11,14 @@ and individual rank learning methods", SIGIR 2009). Each list contributes its to
 rank window; Elasticsearch's RRF retriever also defaults its window to the requested size):
 a memory far down one list gains nothing from that list.
 
-A user's embedding matrix is cached in memory after the first recall (float32, 384 values a
-memory: 1.5 MB per 1,000 memories) and dropped whenever that user's memories change; at most
-``cache_users`` users are cached (least recently used first out).
+Embeddings are made at recall: before ranking, the user's active memories that have no
+embedding from this model yet (remembered, imported, learned by reflection or merged by a
+cleanup since the last recall, here or in another process) are embedded and stored. A user's
+embedding matrix is cached in memory (float32, 384 values a memory: 1.5 MB per 1,000
+memories) and used as long as :meth:`core.store.seams.VectorStore.embedding_version` is
+unchanged (one indexed read per recall); at most ``cache_users`` users are cached (least
+recently used first out). The cache is per process; the version makes it correct across
+processes.
 """
 
 from __future__ import annotations
@@ -23,16 +26,13 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from core.memory.embeddings import Embedder
-from core.rules.cleanup_ops import AppliedChange, ChangeOp
-from core.rules.dedupe import Deduper
-from core.store.seams import Store
-from core.types import AddResult, NewMemory, Origin, ScoredMemory
+from core.types import Memory, Origin, ScoredMemory
 
 logger = logging.getLogger(__name__)
 
@@ -61,92 +61,56 @@ class _UserMatrix:
         )
 
 
-class HybridStore:
-    """A :class:`core.store.seams.Store` whose recall fuses BM25 with embedding similarity."""
+class HybridSource(Protocol):
+    """What hybrid recall reads and writes in the store (parts of its memory and vector
+    seams)."""
 
-    def __init__(self, inner: Store, embedder: Embedder, *, cache_users: int = 64) -> None:
-        self.inner = inner
+    async def search(
+        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+    ) -> list[ScoredMemory]: ...
+
+    async def get(self, *, user_key: str, memory_id: int) -> Memory | None: ...
+
+    async def put_embeddings(
+        self, *, user_key: str, model: str, items: Sequence[tuple[int, bytes]]
+    ) -> int: ...
+
+    async def active_embeddings(
+        self, *, user_key: str, model: str
+    ) -> list[tuple[int, Origin, bytes]]: ...
+
+    async def memories_without_embedding(
+        self, *, model: str, user_key: str | None = None, limit: int = 256
+    ) -> list[tuple[str, int, str]]: ...
+
+    async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]: ...
+
+
+class HybridRecaller:
+    """A :class:`core.memory.recall.Recaller` fusing BM25 with embedding similarity."""
+
+    def __init__(self, store: HybridSource, embedder: Embedder, *, cache_users: int = 64) -> None:
+        self.store = store
         self.embedder = embedder
         self.cache_users = cache_users
-        self._cache: OrderedDict[str, _UserMatrix] = OrderedDict()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _drop(self, user_key: str) -> None:
-        self._cache.pop(user_key, None)
+        self._cache: OrderedDict[str, tuple[tuple[int, int, int], _UserMatrix]] = OrderedDict()
 
     async def _index(self, user_key: str, pairs: Sequence[tuple[int, str]]) -> None:
         if not pairs:
             return
         vectors = await self.embedder.embed([text for _, text in pairs])
-        await self.inner.put_embeddings(
+        await self.store.put_embeddings(
             user_key=user_key,
             model=self.embedder.name,
             items=[(i, v.tobytes()) for (i, _), v in zip(pairs, vectors, strict=True)],
         )
-        self._drop(user_key)
-
-    # --- writes: the wrapped store, then the new memories' embeddings
-    async def add(
-        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
-    ) -> AddResult:
-        result = await self.inner.add(
-            user_key=user_key, memory=memory, dedupe=dedupe, supersedes=supersedes
-        )
-        if result.status == "added":
-            await self._index(user_key, [(result.id, memory.text)])
-        self._drop(user_key)
-        return result
-
-    async def add_many(
-        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
-    ) -> list[AddResult]:
-        results = await self.inner.add_many(user_key=user_key, memories=memories, dedupe=dedupe)
-        await self._index(
-            user_key,
-            [(r.id, m.text) for r, m in zip(results, memories, strict=True) if r.status == "added"],
-        )
-        return results
-
-    async def apply_change(
-        self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
-    ) -> AppliedChange:
-        applied = await self.inner.apply_change(user_key=user_key, change_id=change_id, ops=ops)
-        pairs = []
-        for memory_id in applied.added:
-            memory = await self.inner.get(user_key=user_key, memory_id=memory_id)
-            if memory is not None:
-                pairs.append((memory_id, memory.text))
-        await self._index(user_key, pairs)
-        self._drop(user_key)
-        return applied
-
-    async def undo_change(self, *, user_key: str, change_id: str) -> int:
-        self._drop(user_key)
-        return await self.inner.undo_change(user_key=user_key, change_id=change_id)
-
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        self._drop(user_key)
-        return await self.inner.supersede(
-            user_key=user_key, old_id=old_id, new_id=new_id, conversation_key=conversation_key
-        )
-
-    async def forget(self, *, user_key: str, memory_id: int) -> bool:
-        self._drop(user_key)
-        return await self.inner.forget(user_key=user_key, memory_id=memory_id)
-
-    async def forget_all(self, *, user_key: str) -> int:
-        self._drop(user_key)
-        return await self.inner.forget_all(user_key=user_key)
 
     async def reindex(self, *, user_key: str | None = None, batch: int = 256) -> int:
-        """Embed every active memory that has no embedding from this model; returns count."""
+        """Embed every active memory (of one user, or all) that has no embedding from this
+        model, ``batch`` texts at a time; returns how many were embedded."""
         done = 0
         while True:
-            missing = await self.inner.memories_without_embedding(
+            missing = await self.store.memories_without_embedding(
                 model=self.embedder.name, user_key=user_key, limit=batch
             )
             if not missing:
@@ -160,25 +124,31 @@ class HybridStore:
 
     # --- recall
     async def _matrix(self, user_key: str) -> _UserMatrix:
+        model = self.embedder.name
+        version = await self.store.embedding_version(user_key=user_key, model=model)
+        if version[2] < version[1]:  # active memories without an embedding: make them
+            await self.reindex(user_key=user_key)
+            version = await self.store.embedding_version(user_key=user_key, model=model)
         cached = self._cache.get(user_key)
-        if cached is not None:
+        if cached is not None and cached[0] == version:
             self._cache.move_to_end(user_key)
-            return cached
-        rows = await self.inner.active_embeddings(user_key=user_key, model=self.embedder.name)
+            return cached[1]
+        rows = await self.store.active_embeddings(user_key=user_key, model=model)
         matrix = _UserMatrix(rows)
-        self._cache[user_key] = matrix
+        self._cache[user_key] = (version, matrix)
         while len(self._cache) > self.cache_users:
             self._cache.popitem(last=False)
         return matrix
 
-    async def search(
+    async def recall(
         self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
     ) -> list[ScoredMemory]:
-        """Hybrid recall, best first, at most ``k``; same contract as the wrapped store."""
+        """Hybrid recall, best first, at most ``k`` (scores: fused RRF, higher is better);
+        the contract of :meth:`core.memory.recall.Recaller.recall`."""
         if k <= 0 or (origins is not None and not origins):
             return []
         window = k
-        bm25 = await self.inner.search(user_key=user_key, query=query, k=window, origins=origins)
+        bm25 = await self.store.search(user_key=user_key, query=query, k=window, origins=origins)
         cosine: list[int] = []
         data = await self._matrix(user_key)
         if query.strip() and len(data.ids):
@@ -193,7 +163,7 @@ class HybridStore:
         known = {s.memory.id: s.memory for s in bm25}
         out = []
         for memory_id in best:
-            memory = known.get(memory_id) or await self.inner.get(
+            memory = known.get(memory_id) or await self.store.get(
                 user_key=user_key, memory_id=memory_id
             )
             if memory is not None and memory.active:

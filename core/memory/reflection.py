@@ -23,16 +23,18 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ModelError
+from core.memory.recall import BM25Recaller, Recaller
 from core.metrics import Metrics
 from core.model.claude import ChatModel, Usage
 from core.model.usage import record_call
 from core.rules.dedupe import Deduper
 from core.rules.text import as_data, clean_text
-from core.store.seams import Store
+from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
 from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 
 logger = logging.getLogger(__name__)
@@ -134,6 +136,11 @@ class ReflectionResult:
 LearnedCallback = Callable[[ReflectionResult], Awaitable[None]]
 
 
+class ReflectionStore(MemoryStore, TurnStore, ModeStore, ReflectionQueue, UsageStore, Protocol):
+    """What reflection uses of the store: memories (related ones, writes), the turns it
+    reflects on, modes, the reflection queue and usage."""
+
+
 class Reflector:
     """Runs reflections in the background: one queue per user, one at a time, in order.
 
@@ -145,7 +152,7 @@ class Reflector:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ReflectionStore,
         model: ChatModel,
         deduper: Deduper,
         related_k: int = 10,
@@ -154,9 +161,11 @@ class Reflector:
         on_learned: LearnedCallback | None = None,
         model_name: str = "unknown",
         metrics: Metrics | None = None,
+        recaller: Recaller | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.store = store
+        self.recaller: Recaller = recaller or BM25Recaller(store)
         self.model = model
         self.deduper = deduper
         self.related_k = related_k
@@ -309,7 +318,7 @@ class Reflector:
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
         # A message in a shared channel is reflected on beside the user's shared memories
         # only: private ones must not be copied into (or superseded from) what the team sees.
-        related = await self.store.search(
+        related = await self.recaller.recall(
             user_key=turn.user_key,
             query=query,
             k=self.related_k,

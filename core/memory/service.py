@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
+from core.memory.recall import BM25Recaller, Recaller
 from core.metrics import Metrics
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
@@ -221,9 +222,11 @@ class MemoryService:
         *,
         dedupe_threshold: float = 0.55,
         metrics: Metrics | None = None,
+        recaller: Recaller | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
+        self.recaller: Recaller = recaller or BM25Recaller(store)
         self.deduper = Deduper(dedupe_threshold)
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -324,8 +327,9 @@ class MemoryService:
     async def search(
         self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
     ) -> list[ScoredMemory]:
-        """BM25 recall, best first; any text is a valid query."""
-        return await self.store.search(
+        """Recall through the :class:`core.memory.recall.Recaller` (BM25 by default), best
+        first, ``k`` clamped to 1..100; any text is a valid query."""
+        return await self.recaller.recall(
             user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.model.claude import Usage
 from core.store.seams import UsageStore
-from core.types import CallKind
+from core.types import CallKind, UsageRecord
 
 
 async def record_call(
@@ -19,13 +19,15 @@ async def record_call(
 ) -> None:
     """Record one Claude call's ``usage`` (as the API reported it) in ``store``."""
     await store.record_usage(
-        user_key=user_key,
-        workspace=workspace,
-        kind=kind,
-        model=model,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_input_tokens=usage.cache_read_input_tokens,
-        cache_creation_input_tokens=usage.cache_creation_input_tokens,
-        turn_id=turn_id,
+        usage=UsageRecord(
+            user_key=user_key,
+            workspace=workspace,
+            kind=kind,
+            model=model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            turn_id=turn_id,
+        )
     )

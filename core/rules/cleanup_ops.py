@@ -47,6 +47,16 @@ class RetireOp:
 ChangeOp = MergeOp | SupersedeOp | RetireOp
 
 
+def op_ids(op: ChangeOp) -> tuple[int, ...]:
+    """The memories ``op`` takes out of recall: a merge's ``ids``, a supersede's ``old_id``,
+    a retire's ``memory_id`` (a supersede's ``new_id`` stays active and is not listed)."""
+    if isinstance(op, MergeOp):
+        return op.ids
+    if isinstance(op, SupersedeOp):
+        return (op.old_id,)
+    return (op.memory_id,)
+
+
 @dataclass(frozen=True)
 class AppliedChange:
     """What a change did: memories added, superseded and retired (ids)."""

@@ -1,4 +1,18 @@
-"""The memory store seam and its factory.
+"""The store seams, split by consumer.
+
+Each is a small ``typing.Protocol`` with keyword-only arguments, taken only by the code that
+needs it (a consumer needing several declares their union where it lives, e.g.
+:class:`core.memory.reflection.ReflectionStore`):
+
+- :class:`MemoryStore`: the user's memories (write, read, BM25 search, forget, export);
+- :class:`CleanupStore`: cleanup changes (apply, undo, purge after the undo window);
+- :class:`TurnStore`: conversation turns (history, answers, crash recovery, pruning);
+- :class:`ReflectionQueue`: the durable queue of reflections and its per-user lock;
+- :class:`ClaimStore`: claimed platform events and one-time marks;
+- :class:`ModeStore`: per-user memory modes;
+- :class:`UsageStore`: what every Claude call cost;
+- :class:`VectorStore`: embeddings for optional hybrid recall;
+- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens).
 
 Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
 no method reads, ranks or deletes another user's rows. Backends: SQLite
@@ -12,32 +26,30 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from core.rules.dedupe import Deduper
-
-if TYPE_CHECKING:
-    pass
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
+from core.rules.dedupe import Deduper
 from core.types import (
     AddResult,
-    CallKind,
     Memory,
     MemoryEvent,
     MemoryMode,
     MemoryStats,
     NewMemory,
+    NewTurn,
     Origin,
     ReflectionState,
     ScoredMemory,
     Turn,
+    UsageRecord,
     UsageRow,
     UserSummary,
 )
 
 
 class MemoryStore(Protocol):
-    """Persistent per-user memories, their history, and BM25 recall."""
+    """Persistent per-user memories, their history, and BM25 search."""
 
     async def add(
         self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
@@ -84,12 +96,6 @@ class MemoryStore(Protocol):
         """
         ...
 
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        """Mark ``old_id`` superseded by ``new_id``; False when either is not the user's."""
-        ...
-
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
         """Erase one memory's text; only its id and a ``forgotten`` event remain."""
         ...
@@ -109,6 +115,15 @@ class MemoryStore(Protocol):
     async def export(self, *, user_key: str) -> list[Memory]:
         """All of the user's active memories, oldest first."""
         ...
+
+    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
+        """Every user key with memories, memory events or stored messages, sorted by key
+        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
+        ...
+
+
+class CleanupStore(Protocol):
+    """Cleanup changes over a user's memories (:mod:`core.store.cleanup` holds their rules)."""
 
     async def apply_change(
         self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
@@ -130,35 +145,11 @@ class MemoryStore(Protocol):
         """User keys holding at least ``at_least`` active memories."""
         ...
 
-    async def close(self) -> None:
-        """Flush and close."""
-        ...
 
-    async def users(self, *, user_key: str | None = None) -> list[UserSummary]:
-        """Every user key with memories, memory events or stored messages, sorted by key
-        (byte order); with ``user_key``, just that one (an empty list: no such user)."""
-        ...
+class TurnStore(Protocol):
+    """Conversation turns: history, answers, interrupted answers, pruning."""
 
-
-class ConversationStore(Protocol):
-    """Conversation turns (history, and the durable queue of reflections), claimed platform
-    events, per-user memory modes and one-time marks."""
-
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
+    async def add_turn(self, *, turn: NewTurn) -> int:
         """Store one message; returns its turn id. A user message that will be answered is
         stored with ``reflection="answering"`` before the answer starts."""
         ...
@@ -194,6 +185,14 @@ class ConversationStore(Protocol):
         that have no answer: the process answering them died. Oldest first."""
         ...
 
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
+        ...
+
+
+class ReflectionQueue(Protocol):
+    """The durable queue of reflections (a state on each user turn) and its per-user lock."""
+
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
         ...
@@ -202,33 +201,6 @@ class ConversationStore(Protocol):
         self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
     ) -> None:
         """Record a reflection's state (and attempts so far)."""
-        ...
-
-    async def prune_turns(self, *, older_than: datetime) -> int:
-        """Delete turns (and event claims) older than ``older_than`` that wait for nothing."""
-        ...
-
-    async def claim_event(self, *, keys: Sequence[str]) -> bool:
-        """Claim a platform event by all its keys (event id, channel+ts). True for the first
-        claim of any of them, False if any was claimed before (also across restarts)."""
-        ...
-
-    async def get_mode(self, *, user_key: str) -> MemoryMode:
-        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
-        ...
-
-    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        """Set the user's memory mode."""
-        ...
-
-    async def mark_once(self, *, mark: str) -> bool:
-        """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
-        ...
-
-    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
-        """True when another live process sharing the store claimed the event by any of its
-        keys (it is answering it, or has): skip it. False when the claim is this process's or
-        a dead one's (then an unanswered event is an interrupted one)."""
         ...
 
     sweep_interval_s: float | None
@@ -241,23 +213,46 @@ class ConversationStore(Protocol):
         ...
 
 
+class ClaimStore(Protocol):
+    """Claimed platform events (each answered once, across restarts) and one-time marks."""
+
+    async def claim_event(self, *, keys: Sequence[str]) -> bool:
+        """Claim a platform event by all its keys (event id, channel+ts). True for the first
+        claim of any of them, False if any was claimed before (also across restarts)."""
+        ...
+
+    async def mark_once(self, *, mark: str) -> bool:
+        """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
+        ...
+
+    async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
+        """True when another live process sharing the store claimed the event by any of its
+        keys (it is answering it, or has): skip it. False when the claim is this process's or
+        a dead one's (then an unanswered event is an interrupted one)."""
+        ...
+
+
+class ModeStore(Protocol):
+    """Per-user memory modes."""
+
+    async def get_mode(self, *, user_key: str) -> MemoryMode:
+        """``on`` (default), ``paused`` (recall only) or ``off`` (neither recall nor learn)."""
+        ...
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """Set the user's memory mode."""
+        ...
+
+
+class ConversationStore(TurnStore, ReflectionQueue, ClaimStore, ModeStore, Protocol):
+    """Turns, the reflection queue, claims and modes together (what a platform adapter's
+    event path uses)."""
+
+
 class UsageStore(Protocol):
     """What every Claude call cost, as the API reported it."""
 
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         """Record one call's usage."""
         ...
 
@@ -331,6 +326,14 @@ class VectorStore(Protocol):
         """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
         ...
 
+    async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
+        """``(last memory event id, active memories, active ones embedded by model)`` of the
+        user: one indexed read that changes whenever the user's active memories or their
+        embeddings do (every add, supersede, retire, forget and restore appends an event),
+        also when another process sharing the store made the change. ``(0, 0, 0)`` for an
+        unknown user."""
+        ...
+
 
 class PlanStore(Protocol):
     """What a chat button refers to, kept where every replica sees it: pending cleanup plans
@@ -371,6 +374,17 @@ class PlanStore(Protocol):
 
 
 class Store(
-    MemoryStore, ConversationStore, UsageStore, FeedbackStore, VectorStore, PlanStore, Protocol
+    MemoryStore,
+    CleanupStore,
+    ConversationStore,
+    UsageStore,
+    FeedbackStore,
+    VectorStore,
+    PlanStore,
+    Protocol,
 ):
-    """Everything the core keeps: memories and conversations."""
+    """Everything the core keeps: what each backend implements and composition opens."""
+
+    async def close(self) -> None:
+        """Flush and close."""
+        ...

@@ -1,11 +1,9 @@
-"""Memory hygiene in PostgreSQL: apply a cleanup plan as one change, and undo it exactly.
+"""Memory hygiene in PostgreSQL: the SQL of a cleanup change (:mod:`core.store.cleanup` holds
+the rules: validation, dispatch, undo planning), and the purge after the undo window.
 
-The same semantics as :mod:`core.store.sqlite.cleanup` (read its docstring): merge, supersede and
-retire operations in one transaction, every event tagged with the change id; ``undo_change``
-restores the exact previous rows; after ``UNDO_WINDOW`` (7 days) ``purge_retired`` deletes
-the retired and superseded rows and the change can no longer be undone. Both take the user's
-row lock first (:meth:`core.store.postgres.base.PostgresBase._lock_user`), like every write to a
-user's memories.
+Both take the user's row lock first (:meth:`core.store.postgres.base.PostgresBase._lock_user`),
+like every write to a user's memories; after ``UNDO_WINDOW`` (7 days) ``purge_retired``
+deletes the retired and superseded rows and the change can no longer be undone.
 """
 
 from __future__ import annotations
@@ -15,49 +13,155 @@ from datetime import datetime
 
 import asyncpg
 
-from core.errors import MemoryNotFound, StoreError
-from core.rules.cleanup_ops import (
-    PAST_UNDO_WINDOW,
-    AppliedChange,
-    ChangeOp,
-    MergeOp,
-    RetireOp,
-    SupersedeOp,
-    merged_labels,
-)
-from core.rules.text import index_terms, normalize
+from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp
+from core.store.cleanup import apply_ops, check_disjoint, no_such_user, undo
 from core.store.postgres.base import PostgresBase
-from core.types import utcnow
+from core.types import Origin, Source, utcnow
 
 
-async def _log(
-    conn: asyncpg.Connection,
-    uid: int,
-    memory_id: int,
-    event: str,
-    change_id: str,
-    related: int | None = None,
-) -> None:
-    await conn.execute(
-        "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6)",
-        uid,
-        memory_id,
-        event,
-        utcnow(),
-        related,
-        change_id,
-    )
+class _Tx:
+    """:class:`core.store.cleanup.ChangeTx` in PostgreSQL (times as ``timestamptz``)."""
 
+    def __init__(self, conn: asyncpg.Connection, uid: int) -> None:
+        self.conn, self.uid, self.now = conn, uid, utcnow()
 
-def _op_ids(op: ChangeOp) -> tuple[int, ...]:
-    if isinstance(op, MergeOp):
-        return op.ids
-    return (op.old_id,) if isinstance(op, SupersedeOp) else (op.memory_id,)
+    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, datetime]]:
+        rows = await self.conn.fetch(
+            "SELECT id, source, origin, created_at FROM memories"
+            " WHERE uid = $1 AND superseded_by IS NULL AND id = ANY($2::bigint[])",
+            self.uid,
+            list(ids),
+        )
+        return {int(r[0]): (r[1], r[2], r[3]) for r in rows}
+
+    async def retire(self, memory_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = id, superseded_at = $1 WHERE id = $2 AND uid = $3",
+            self.now,
+            memory_id,
+            self.uid,
+        )
+
+    async def supersede(self, *, old_id: int, new_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = $1, superseded_at = $2 WHERE id = $3 AND uid = $4",
+            new_id,
+            self.now,
+            old_id,
+            self.uid,
+        )
+
+    async def has_active_norm(self, norm: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL",
+            self.uid,
+            norm,
+        )
+        return found is not None
+
+    async def insert_merged(
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, datetime],
+    ) -> int:
+        source, origin, created = labels
+        return int(
+            await self.conn.fetchval(
+                "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source,"
+                " origin, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+                " $10, $11) RETURNING id",
+                self.uid,
+                op.text,
+                norm,
+                " ".join(terms),
+                len(terms),
+                op.kind,
+                op.category,
+                source,
+                origin,
+                created,
+                self.now,
+            )
+        )
+
+    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = $1 WHERE uid = $2 AND id = ANY($3::bigint[])",
+            new_id,
+            self.uid,
+            list(ids),
+        )
+
+    async def log(
+        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            self.uid,
+            memory_id,
+            event,
+            utcnow(),
+            related,
+            change_id,
+        )
+
+    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
+        rows = await self.conn.fetch(
+            "SELECT memory_id, event FROM memory_events WHERE uid = $1 AND change_id = $2"
+            " ORDER BY id DESC",
+            self.uid,
+            change_id,
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    async def has_events(self, change_id: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memory_events WHERE uid = $1 AND change_id = $2 LIMIT 1",
+            self.uid,
+            change_id,
+        )
+        return found is not None
+
+    async def count_existing(self, ids: Sequence[int]) -> int:
+        return int(
+            await self.conn.fetchval(
+                "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
+                self.uid,
+                list(ids),
+            )
+        )
+
+    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memories WHERE uid = $1 AND superseded_by = ANY($2::bigint[])"
+            " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = $3) LIMIT 1",
+            self.uid,
+            list(added),
+            change_id,
+        )
+        return found is not None
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        await self.conn.execute(
+            "DELETE FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])", self.uid, list(ids)
+        )
+
+    async def reactivate(self, memory_id: int) -> bool:
+        status = await self.conn.execute(
+            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
+            " WHERE id = $1 AND uid = $2 AND superseded_by IS NOT NULL",
+            memory_id,
+            self.uid,
+        )
+        return bool(status == "UPDATE 1")
 
 
 class PostgresHygiene(PostgresBase):
-    """``apply_change`` / ``undo_change`` / ``users_with_memories`` of the memory store."""
+    """``apply_change`` / ``undo_change`` / ``purge_retired`` / ``users_with_memories``."""
 
     async def users_with_memories(self, *, at_least: int) -> list[str]:
         rows = await self._fetch(
@@ -68,180 +172,22 @@ class PostgresHygiene(PostgresBase):
     async def apply_change(
         self, *, user_key: str, change_id: str, ops: Sequence[ChangeOp]
     ) -> AppliedChange:
-        """Apply ``ops`` as one change. Every id must be an active memory of the user, and no
-        memory may appear in two operations; else ``MemoryNotFound`` / ``StoreError`` and
-        nothing changes."""
-        seen: set[int] = set()
-        for op in ops:
-            ids = _op_ids(op)
-            if seen & set(ids):
-                raise StoreError("a memory appears in two operations of one change")
-            seen.update(ids)
-        added: list[int] = []
-        superseded: list[int] = []
-        retired: list[int] = []
+        """Apply ``ops`` as one change (:func:`core.store.cleanup.apply_ops`). Every id must be
+        an active memory of the user, and no memory may appear in two operations; else
+        ``MemoryNotFound`` / ``StoreError`` and nothing changes."""
+        seen = check_disjoint(ops)
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key)
             if uid is None:
-                raise MemoryNotFound(next(iter(seen), 0))
-            wanted = set(seen) | {op.new_id for op in ops if isinstance(op, SupersedeOp)}
-            found = {
-                int(r[0]): (r[1], r[2], r[3])
-                for r in await conn.fetch(
-                    "SELECT id, source, origin, created_at FROM memories"
-                    " WHERE uid = $1 AND superseded_by IS NULL AND id = ANY($2::bigint[])",
-                    uid,
-                    sorted(wanted),
-                )
-            }
-            missing = wanted - set(found)
-            if missing:
-                raise MemoryNotFound(min(missing))
-            now = utcnow()
-            for op in ops:
-                if isinstance(op, RetireOp):
-                    await self._retire(conn, uid, op.memory_id, now)
-                    await _log(conn, uid, op.memory_id, "retired", change_id)
-                    retired.append(op.memory_id)
-                elif isinstance(op, SupersedeOp):
-                    await conn.execute(
-                        "UPDATE memories SET superseded_by = $1, superseded_at = $2 WHERE id = $3",
-                        op.new_id,
-                        now,
-                        op.old_id,
-                    )
-                    await _log(conn, uid, op.old_id, "superseded", change_id, op.new_id)
-                    superseded.append(op.old_id)
-                else:
-                    new_id = await self._merge(conn, uid, op, found, now)
-                    await _log(conn, uid, new_id, "added", change_id)
-                    added.append(new_id)
-                    for old in op.ids:
-                        await _log(conn, uid, old, "superseded", change_id, new_id)
-                        superseded.append(old)
-        return AppliedChange(change_id, tuple(added), tuple(superseded), tuple(retired))
-
-    async def _retire(
-        self, conn: asyncpg.Connection, uid: int, memory_id: int, now: datetime
-    ) -> None:
-        await conn.execute(
-            "UPDATE memories SET superseded_by = id, superseded_at = $1 WHERE id = $2 AND uid = $3",
-            now,
-            memory_id,
-            uid,
-        )
-
-    async def _merge(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        op: MergeOp,
-        found: dict[int, tuple[str, str, datetime]],
-        now: datetime,
-    ) -> int:
-        source, origin, created = merged_labels(found[i][:3] for i in op.ids)
-        # Out of recall first (frees the normalised text if the new sentence equals one).
-        for old in op.ids:
-            await self._retire(conn, uid, old, now)
-        norm = normalize(op.text)
-        twin = await conn.fetchval(
-            "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL",
-            uid,
-            norm,
-        )
-        if twin is not None:
-            raise StoreError("the merged sentence duplicates another memory")
-        terms = index_terms(uid, op.text)
-        new_id = int(
-            await conn.fetchval(
-                "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source,"
-                " origin, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-                " $10, $11) RETURNING id",
-                uid,
-                op.text,
-                norm,
-                " ".join(terms),
-                len(terms),
-                op.kind,
-                op.category,
-                source,
-                origin,
-                created,
-                now,
-            )
-        )
-        await conn.execute(
-            "UPDATE memories SET superseded_by = $1 WHERE id = ANY($2::bigint[])",
-            new_id,
-            list(op.ids),
-        )
-        return new_id
+                raise no_such_user(seen)
+            return await apply_ops(_Tx(conn, uid), change_id=change_id, ops=ops, seen=seen)
 
     async def undo_change(self, *, user_key: str, change_id: str) -> int:
-        """Restore the exact state before ``change_id``; returns the memories restored.
-
-        Raises ``StoreError`` when the change is unknown for this user, already undone, or a
-        later change built on it (undo that one first).
-        """
+        """Restore the exact state before ``change_id`` (:func:`core.store.cleanup.undo`);
+        returns the memories restored. ``StoreError`` when it cannot be undone."""
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key)
-            rows = (
-                await conn.fetch(
-                    "SELECT memory_id, event FROM memory_events WHERE uid = $1 AND change_id = $2"
-                    " ORDER BY id DESC",
-                    uid,
-                    change_id,
-                )
-                if uid is not None
-                else []
-            )
-            if uid is None or not rows:
-                raise StoreError(f"no change {change_id!r} for this user")
-            undone = await conn.fetchval(
-                "SELECT 1 FROM memory_events WHERE uid = $1 AND change_id = $2 LIMIT 1",
-                uid,
-                f"undo:{change_id}",
-            )
-            if undone is not None:
-                raise StoreError(f"change {change_id!r} was already undone")
-            before = sorted({int(r[0]) for r in rows if r[1] != "added"})
-            kept = await conn.fetchval(
-                "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
-                uid,
-                before,
-            )
-            if kept < len(before):
-                raise StoreError(f"change {change_id!r} {PAST_UNDO_WINDOW}")
-            added = sorted({int(r[0]) for r in rows if r[1] == "added"})
-            if added:
-                later = await conn.fetchval(
-                    "SELECT 1 FROM memories WHERE uid = $1 AND superseded_by = ANY($2::bigint[])"
-                    " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = $3)"
-                    " LIMIT 1",
-                    uid,
-                    added,
-                    change_id,
-                )
-                if later is not None:
-                    raise StoreError(f"a later change builds on {change_id!r}; undo it first")
-                # Merged-in memories go first, so a restored one can take back its sentence.
-                await conn.execute(
-                    "DELETE FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])", uid, added
-                )
-            restored = 0
-            for memory_id, event in rows:
-                if event == "added":
-                    continue
-                status = await conn.execute(
-                    "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
-                    " WHERE id = $1 AND uid = $2 AND superseded_by IS NOT NULL",
-                    memory_id,
-                    uid,
-                )
-                if status == "UPDATE 1":
-                    restored += 1
-                    await _log(conn, uid, memory_id, "restored", f"undo:{change_id}")
-            return restored
+            return await undo(_Tx(conn, uid) if uid is not None else None, change_id=change_id)
 
     async def purge_retired(self, *, older_than: datetime) -> int:
         """Delete memories a cleanup change retired or superseded before ``older_than`` (and

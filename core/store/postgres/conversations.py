@@ -19,11 +19,11 @@ from typing import Any, cast
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
 from core.store.seams import FeedbackRow
 from core.types import (
-    CallKind,
     MemoryMode,
-    Origin,
+    NewTurn,
     ReflectionState,
     Turn,
+    UsageRecord,
     UsageRow,
     usage_group_column,
     utcnow,
@@ -67,22 +67,8 @@ class _Unclaimed(Exception):
 class PostgresConversations(PostgresBase):
     """The :class:`core.store.seams.ConversationStore` and usage half of the PostgreSQL store."""
 
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
-        waiting = reflection in ("answering", "pending")
+    async def add_turn(self, *, turn: NewTurn) -> int:
+        waiting = turn.reflection in ("answering", "pending")
         return int(
             await self._fetchval(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
@@ -90,18 +76,18 @@ class PostgresConversations(PostgresBase):
                 " claimed_by, claimed_at)"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                 " RETURNING id",
-                conversation_key,
-                user_key,
-                role,
-                author,
-                text,
-                origin,
-                sent_at,
+                turn.conversation_key,
+                turn.user_key,
+                turn.role,
+                turn.author,
+                turn.text,
+                turn.origin,
+                turn.sent_at,
                 utcnow(),
-                reply_to,
-                reflection,
-                platform_ref,
-                workspace,
+                turn.reply_to,
+                turn.reflection,
+                turn.platform_ref,
+                turn.workspace,
                 self.replica_id if waiting else None,
                 utcnow() if waiting else None,
             )
@@ -297,34 +283,21 @@ class PostgresConversations(PostgresBase):
         return status == "INSERT 0 1"
 
     # ---------------------------------------------------------------- usage
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         await self._execute(
             "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
             " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            at or utcnow(),
-            user_key,
-            workspace,
-            kind,
-            model,
-            input_tokens,
-            output_tokens,
-            cache_read_input_tokens,
-            cache_creation_input_tokens,
-            turn_id,
+            usage.at or utcnow(),
+            usage.user_key,
+            usage.workspace,
+            usage.kind,
+            usage.model,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.turn_id,
         )
 
     async def record_feedback(

@@ -47,7 +47,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Literal
 
 import asyncpg
 
@@ -57,6 +56,7 @@ from core.store.postgres.cleanup import PostgresHygiene
 from core.store.postgres.conversations import PostgresConversations
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
 from core.store.postgres.vectors import PostgresVectors
+from core.store.writes import bulk_results
 from core.types import (
     AddResult,
     Memory,
@@ -180,16 +180,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
                 norms,
             )
         }
-        fresh, seen = set(new_ids), set()
-        results = []
-        for norm in norms:
-            memory_id = ids[norm]
-            status: Literal["added", "duplicate"] = (
-                "added" if memory_id in fresh and memory_id not in seen else "duplicate"
-            )
-            seen.add(memory_id)
-            results.append(AddResult(id=memory_id, status=status))
-        return results
+        return bulk_results(norms, ids, set(new_ids))
 
     async def _add_one(
         self,
@@ -239,15 +230,6 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
             return AddResult(id=int(existing), status="duplicate")
         await self._event(conn, uid, memory_id, "added", utcnow(), memory.conversation_key)
         return AddResult(id=memory_id, status="added")
-
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key)
-            if uid is None:
-                return False
-            return await self._supersede(conn, uid, old_id, new_id, conversation_key)
 
     async def _supersede(
         self,

@@ -69,3 +69,18 @@ class PostgresVectors(PostgresBase):
             *params,
         )
         return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+    async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
+        """(last memory event id, active memories, those embedded by ``model``) of the user."""
+        uid = await self._uid(user_key)
+        if uid is None:
+            return (0, 0, 0)
+        rows = await self._fetch(
+            "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = $1),"
+            " count(m.id), count(e.memory_id) FROM memories m"
+            " LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND e.model = $2"
+            " WHERE m.uid = $1 AND m.superseded_by IS NULL",
+            uid,
+            model,
+        )
+        return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2]))

@@ -12,11 +12,11 @@ from typing import Any, cast
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
-    CallKind,
     MemoryMode,
-    Origin,
+    NewTurn,
     ReflectionState,
     Turn,
+    UsageRecord,
     UsageRow,
     usage_group_column,
     utcnow,
@@ -62,39 +62,25 @@ class SQLiteConversations(SQLiteBase):
         process that is gone."""
         return False
 
-    async def add_turn(
-        self,
-        *,
-        conversation_key: str,
-        user_key: str | None,
-        role: str,
-        text: str,
-        origin: Origin,
-        sent_at: datetime,
-        author: str | None = None,
-        reply_to: int | None = None,
-        reflection: ReflectionState | None = None,
-        platform_ref: str | None = None,
-        workspace: str | None = None,
-    ) -> int:
+    async def add_turn(self, *, turn: NewTurn) -> int:
         async with self._write():
             cur = await self._conn.execute(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
                 " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    conversation_key,
-                    user_key,
-                    role,
-                    author,
-                    text,
-                    origin,
-                    ts(sent_at),
+                    turn.conversation_key,
+                    turn.user_key,
+                    turn.role,
+                    turn.author,
+                    turn.text,
+                    turn.origin,
+                    ts(turn.sent_at),
                     ts(utcnow()),
-                    reply_to,
-                    reflection,
-                    platform_ref,
-                    workspace,
+                    turn.reply_to,
+                    turn.reflection,
+                    turn.platform_ref,
+                    turn.workspace,
                 ),
             )
             return cast(int, cur.lastrowid)
@@ -248,36 +234,23 @@ class SQLiteConversations(SQLiteBase):
             )
             return cur.rowcount == 1
 
-    async def record_usage(
-        self,
-        *,
-        user_key: str,
-        workspace: str | None,
-        kind: CallKind,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int,
-        cache_creation_input_tokens: int,
-        turn_id: int | None = None,
-        at: datetime | None = None,
-    ) -> None:
+    async def record_usage(self, *, usage: UsageRecord) -> None:
         async with self._write():
             await self._conn.execute(
                 "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
                 " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    ts(at or utcnow()),
-                    user_key,
-                    workspace,
-                    kind,
-                    model,
-                    input_tokens,
-                    output_tokens,
-                    cache_read_input_tokens,
-                    cache_creation_input_tokens,
-                    turn_id,
+                    ts(usage.at or utcnow()),
+                    usage.user_key,
+                    usage.workspace,
+                    usage.kind,
+                    usage.model,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_input_tokens,
+                    usage.cache_creation_input_tokens,
+                    usage.turn_id,
                 ),
             )
 

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
@@ -36,6 +36,7 @@ from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
 from core.store.sqlite.vectors import SQLiteVectors
+from core.store.writes import bulk_results
 from core.types import (
     AddResult,
     Memory,
@@ -192,15 +193,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
                 (uid, json.dumps([r[2] for r in rows])),
             )
         }
-        results, seen = [], set()
-        for r in rows:
-            memory_id = ids[r[2]]
-            status: Literal["added", "duplicate"] = (
-                "added" if memory_id > start and memory_id not in seen else "duplicate"
-            )
-            seen.add(memory_id)
-            results.append(AddResult(id=memory_id, status=status))
-        return results
+        fresh = {i for i in ids.values() if i > start}
+        return bulk_results([r[2] for r in rows], ids, fresh)
 
     async def _add_one(
         self,
@@ -261,15 +255,6 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
                 (uid, norm, match, DEDUPE_CANDIDATES),
             )
         return [_Candidate(r[0], r[1]) for r in rows]
-
-    async def supersede(
-        self, *, user_key: str, old_id: int, new_id: int, conversation_key: str | None = None
-    ) -> bool:
-        async with self._write():
-            uid = await self._uid(user_key)
-            if uid is None:
-                return False
-            return await self._supersede(uid, old_id, new_id, conversation_key)
 
     async def _supersede(
         self, uid: int, old_id: int, new_id: int, conversation_key: str | None

@@ -72,3 +72,15 @@ class SQLiteVectors(SQLiteBase):
             (*params, limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]
+
+    async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
+        """(last memory event id, active memories, those embedded by ``model``) of the user."""
+        row = await self._fetchone(
+            "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = u.uid),"
+            " count(m.id), count(e.memory_id) FROM users u"
+            " LEFT JOIN memories m ON m.uid = u.uid AND m.superseded_by IS NULL"
+            " LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND e.model = ?"
+            " WHERE u.user_key = ? GROUP BY u.uid",
+            (model, user_key),
+        )
+        return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)

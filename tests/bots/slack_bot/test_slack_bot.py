@@ -14,6 +14,7 @@ from aiohttp import ClientSession
 
 from core.errors import ConfigError
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 from tests.loop_helpers import memories_reply, memory_lines
@@ -239,14 +240,16 @@ async def test_an_interrupted_answer_is_given_once_when_slack_redelivers(
     try:
         assert await store.claim_event(keys=["event:EvCRASHED", f"msg:D1:{event['ts']}"])
         await store.add_turn(
-            conversation_key=conversation,
-            user_key=key("U1"),
-            role="user",
-            text=event["text"],
-            origin="private",
-            sent_at=datetime.now(UTC),
-            reflection="answering",
-            platform_ref=event["ts"],
+            turn=NewTurn(
+                conversation_key=conversation,
+                user_key=key("U1"),
+                role="user",
+                text=event["text"],
+                origin="private",
+                sent_at=datetime.now(UTC),
+                reflection="answering",
+                platform_ref=event["ts"],
+            )
         )
     finally:
         await store.close()

@@ -19,6 +19,7 @@ from bots.slack_bot.app import RunningSlackBot
 from bots.slack_bot.sink import reply_metadata
 from core.errors import NOT_SAVED_COMMAND
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import (
@@ -240,14 +241,16 @@ async def crashed_after_showing(slack: FakeSlack, db: Path, event_id: str) -> di
         assert await store.claim_event(keys=[f"event:{event_id}", f"msg:D1:{event['ts']}"])
         assert await store.mark_once(mark=f"slack-dm-notice:{key('U1')}")
         await store.add_turn(
-            conversation_key=f"slack:{TEAM}:D1",
-            user_key=key("U1"),
-            role="user",
-            text=event["text"],
-            origin="private",
-            sent_at=datetime.now(UTC),
-            reflection="answering",
-            platform_ref=event["ts"],
+            turn=NewTurn(
+                conversation_key=f"slack:{TEAM}:D1",
+                user_key=key("U1"),
+                role="user",
+                text=event["text"],
+                origin="private",
+                sent_at=datetime.now(UTC),
+                reflection="answering",
+                platform_ref=event["ts"],
+            )
         )
     finally:
         await store.close()

@@ -12,7 +12,7 @@ import pytest
 from core.chat.prompt import PERSONA
 from core.errors import ModelError, StreamCutError
 from core.rules.dedupe import Deduper
-from core.types import NewMemory, utcnow
+from core.types import NewMemory, NewTurn, utcnow
 from tests.fakes.anthropic_server import (
     MIN_CACHE_TOKENS,
     FakeAnthropic,
@@ -340,12 +340,14 @@ async def test_pause_and_off(fake: FakeAnthropic, db_url: str) -> None:
 async def test_old_turns_are_pruned(fake: FakeAnthropic, db_url: str) -> None:
     async with harness(fake, db_url) as h:
         await h.store.add_turn(
-            conversation_key="dm:x",
-            user_key=ALICE,
-            role="user",
-            text="ancient",
-            origin="private",
-            sent_at=utcnow() - timedelta(days=40),
+            turn=NewTurn(
+                conversation_key="dm:x",
+                user_key=ALICE,
+                role="user",
+                text="ancient",
+                origin="private",
+                sent_at=utcnow() - timedelta(days=40),
+            )
         )
         await h.store._conn.execute(
             "UPDATE turns SET created_at = ? WHERE text = 'ancient'",

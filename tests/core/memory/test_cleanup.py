@@ -8,9 +8,9 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -97,20 +97,28 @@ async def seed(h: Any) -> None:
     assert all(r.status == "added" for r in results)
 
 
-def snapshot(db: Path) -> tuple[list[Any], list[Any]]:
-    with sqlite3.connect(db) as conn:
-        memories = conn.execute("SELECT * FROM memories ORDER BY id").fetchall()
-        users = conn.execute("SELECT * FROM users ORDER BY uid").fetchall()
+async def snapshot(db_url: str) -> tuple[list[Any], list[Any]]:
+    """Every row of ``memories`` and ``users``, read straight from either backend."""
+    queries = ("SELECT * FROM memories ORDER BY id", "SELECT * FROM users ORDER BY uid")
+    if db_url.startswith("sqlite:///"):
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            memories, users = (conn.execute(q).fetchall() for q in queries)
+        return memories, users
+    conn = await asyncpg.connect(db_url)
+    try:
+        memories, users = [[tuple(r) for r in await conn.fetch(q)] for q in queries]
+    finally:
+        await conn.close()
     return memories, users
 
 
-async def test_plan_merges_rephrasings_and_supersedes(fake: FakeAnthropic, db_path: Path) -> None:
-    async with harness(fake, db_path) as h:
+async def test_plan_merges_rephrasings_and_supersedes(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
         await seed(h)
         cleaner = Cleaner(store=h.store, model=h.model, batch_size=25, max_batches=5)
-        before = snapshot(db_path)
+        before = await snapshot(db_url)
         run = await cleaner.plan(user_key=ALICE)
-        assert snapshot(db_path) == before  # a plan changes nothing
+        assert await snapshot(db_url) == before  # a plan changes nothing
         assert run.before == 15
         merges = [p for p in run.planned if p.op.__class__.__name__ == "MergeOp"]
         supersedes = [p for p in run.planned if p.op.__class__.__name__ == "SupersedeOp"]
@@ -138,7 +146,7 @@ async def test_plan_merges_rephrasings_and_supersedes(fake: FakeAnthropic, db_pa
         # Undo restores the exact rows (and the per-user BM25 statistics).
         restored = await h.store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
         assert restored == 13
-        assert snapshot(db_path) == before
+        assert await snapshot(db_url) == before
         found = await h.service.search(user_key=ALICE, query="Paris", k=3)
         assert [f.memory.text for f in found] == [OLD_HOME]
         with pytest.raises(Exception, match="already undone"):
@@ -147,10 +155,8 @@ async def test_plan_merges_rephrasings_and_supersedes(fake: FakeAnthropic, db_pa
     assert all(r.body["thinking"] == {"type": "disabled"} for r in requests)
 
 
-async def test_remember_memories_are_flagged_or_protected(
-    fake: FakeAnthropic, db_path: Path
-) -> None:
-    async with harness(fake, db_path) as h:
+async def test_remember_memories_are_flagged_or_protected(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
         await seed(h)
         await h.store.add(
             user_key=ALICE,
@@ -178,30 +184,30 @@ def _hide(body: dict[str, Any]) -> str:
     return json.dumps(plan)
 
 
-async def test_malformed_plan_changes_nothing(fake: FakeAnthropic, db_path: Path) -> None:
-    async with harness(fake, db_path) as h:
+async def test_malformed_plan_changes_nothing(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
         await seed(h)
-        before = snapshot(db_path)
+        before = await snapshot(db_url)
         fake.enqueue(not_json(), kind="extract", times=10)
         cleaner = Cleaner(store=h.store, model=h.model)
         run = await cleaner.apply(await cleaner.plan(user_key=ALICE))
         assert run.planned == [] and run.applied is None
         assert run.rejected_batches == len(run.batches) >= 1
-        assert snapshot(db_path) == before
+        assert await snapshot(db_url) == before
 
 
-def cli(db: Path, base_url: str, *args: str) -> Result:
+def cli(db: str, base_url: str, *args: str) -> Result:
     env = {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": base_url}
     return CliRunner(env=env).invoke(app, ["--db", str(db), *args])
 
 
-async def test_cli_dry_run_apply_history_undo(fake: FakeAnthropic, db_path: Path) -> None:
-    async with harness(fake, db_path) as h:
+async def test_cli_dry_run_apply_history_undo(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
         await seed(h)
-    before = snapshot(db_path)
+    before = await snapshot(db_url)
     dry = await asyncio.to_thread(
         cli,
-        db_path,
+        db_url,
         fake.base_url,
         "memories",
         "cleanup",
@@ -213,24 +219,24 @@ async def test_cli_dry_run_apply_history_undo(fake: FakeAnthropic, db_path: Path
     assert dry.exit_code == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["dry_run"] and plan["change_id"] is None and len(plan["plan"]) == 2
-    assert snapshot(db_path) == before
+    assert await snapshot(db_url) == before
 
     applied = await asyncio.to_thread(
-        cli, db_path, fake.base_url, "memories", "cleanup", "--user", "alice", "--json"
+        cli, db_url, fake.base_url, "memories", "cleanup", "--user", "alice", "--json"
     )
     result = json.loads(applied.stdout)
     assert (result["before"], result["after"]) == (15, 3)
     change = result["change_id"]
     history = await asyncio.to_thread(
-        cli, db_path, fake.base_url, "memories", "history", "--user", "alice", "--json"
+        cli, db_url, fake.base_url, "memories", "history", "--user", "alice", "--json"
     )
     assert any(e["change"] == change for e in json.loads(history.stdout))
     undo = await asyncio.to_thread(
-        cli, db_path, fake.base_url, "memories", "undo", "--user", "alice", change, "--json"
+        cli, db_url, fake.base_url, "memories", "undo", "--user", "alice", change, "--json"
     )
     assert json.loads(undo.stdout) == {"restored": 13}
-    assert snapshot(db_path) == before
+    assert await snapshot(db_url) == before
     again = await asyncio.to_thread(
-        cli, db_path, fake.base_url, "memories", "undo", "--user", "bob", change
+        cli, db_url, fake.base_url, "memories", "undo", "--user", "bob", change
     )
     assert again.exit_code == 1 and re.search(r"no change .* for this user", again.stderr)

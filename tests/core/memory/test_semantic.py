@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.errors import ConfigError
-from core.memory.hybrid import RRF_K, rrf
+from core.memory.hybrid import RRF_K, HybridRecaller, rrf
 from core.memory.service import MemoryService
 from core.rules.dedupe import Deduper
-from core.runtime import open_store
+from core.runtime import open_recaller, open_store
 from core.settings import load_settings
+from core.store.seams import Store
 from core.types import NewMemory
 
 HAVE_EXTRA = all(
@@ -50,16 +52,26 @@ async def test_hybrid_without_extra_fails_with_one_line(
     assert not (tmp_path / "x.db").exists()  # checked before anything is opened
 
 
+@dataclass
+class Hybrid:
+    store: Store
+    recaller: HybridRecaller
+    service: MemoryService
+
+
 @pytest.fixture
-async def hybrid(tmp_path: Path) -> AsyncIterator[Any]:
-    store = await open_store(f"sqlite:///{tmp_path}/h.db", load_settings(recall="hybrid"))
-    yield store
+async def hybrid(db_url: str) -> AsyncIterator[Hybrid]:
+    settings = load_settings(recall="hybrid")
+    store = await open_store(db_url, settings)
+    recaller = open_recaller(store, settings)
+    assert isinstance(recaller, HybridRecaller)
+    yield Hybrid(store, recaller, MemoryService(store, recaller=recaller))
     await store.close()
 
 
 @needs_extra
-async def test_automobile_finds_car(hybrid: Any) -> None:
-    service = MemoryService(hybrid)
+async def test_automobile_finds_car(hybrid: Hybrid) -> None:
+    service = hybrid.service
     for text in [
         "The user drives a red car to work.",
         "The user's daughter plays the violin.",
@@ -70,16 +82,17 @@ async def test_automobile_finds_car(hybrid: Any) -> None:
     found = await service.search(user_key=ALICE, query="what automobile do I have?", k=2)
     assert found[0].memory.text == "The user drives a red car to work."
     # Plain BM25 cannot: no shared word.
-    bm25 = await hybrid.inner.search(user_key=ALICE, query="what automobile do I have?", k=2)
+    bm25 = await hybrid.store.search(user_key=ALICE, query="what automobile do I have?", k=2)
     assert all("car" not in s.memory.text for s in bm25)
 
 
 @needs_extra
-async def test_forgotten_and_superseded_leave_both_indexes(hybrid: Any) -> None:
-    service = MemoryService(hybrid)
+async def test_forgotten_and_superseded_leave_both_indexes(hybrid: Hybrid) -> None:
+    service = hybrid.service
     car = await service.remember(user_key=ALICE, text="The user drives a red car to work.")
     paris = await service.remember(user_key=ALICE, text="The user lives in Paris.")
-    await hybrid.add(
+    assert {s.memory.id for s in await service.search(user_key=ALICE, query="vehicle", k=6)}
+    await hybrid.store.add(
         user_key=ALICE,
         memory=NewMemory(text="The user lives in Berlin."),
         dedupe=Deduper(),
@@ -99,24 +112,48 @@ async def test_forgotten_and_superseded_leave_both_indexes(hybrid: Any) -> None:
 
 
 @needs_extra
-async def test_reindex_fills_in_existing_memories(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/r.db"
-    plain = await open_store(url)
+async def test_another_process_memory_is_recalled_by_meaning(hybrid: Hybrid, db_url: str) -> None:
+    """The per-process embedding cache follows the store: a memory another process (its own
+    store) writes after this one cached the user's matrix is embedded and recalled here; one
+    it forgets is gone here too."""
+    service = hybrid.service
+    await service.remember(user_key=ALICE, text="The user's daughter plays the violin.")
+    assert await service.search(user_key=ALICE, query="automobile", k=1)  # matrix cached
+    other = await open_store(db_url)
+    try:
+        car = await MemoryService(other).remember(
+            user_key=ALICE, text="The user drives a red car to work."
+        )
+        found = await service.search(user_key=ALICE, query="what automobile do I have?", k=1)
+        assert [f.memory.id for f in found] == [car.id]
+        await MemoryService(other).forget(user_key=ALICE, memory_id=car.id)
+    finally:
+        await other.close()
+    found = await service.search(user_key=ALICE, query="what automobile do I have?", k=6)
+    assert car.id not in {f.memory.id for f in found}
+
+
+@needs_extra
+async def test_reindex_fills_in_existing_memories(db_url: str) -> None:
+    plain = await open_store(db_url)
     await MemoryService(plain).remember(user_key=ALICE, text="The user drives a red car.")
     await plain.close()
-    store: Any = await open_store(url, load_settings(recall="hybrid"))
+    settings = load_settings(recall="hybrid")
+    store = await open_store(db_url, settings)
     try:
-        assert await store.reindex() == 1
-        assert await store.reindex() == 0
-        found = await store.search(user_key=ALICE, query="automobile", k=1)
+        recaller = open_recaller(store, settings)
+        assert isinstance(recaller, HybridRecaller)
+        assert await recaller.reindex() == 1
+        assert await recaller.reindex() == 0
+        found = await recaller.recall(user_key=ALICE, query="automobile", k=1)
         assert [f.memory.text for f in found] == ["The user drives a red car."]
     finally:
         await store.close()
 
 
 @needs_extra
-async def test_private_origin_filter_applies_to_embeddings(hybrid: Any) -> None:
-    service = MemoryService(hybrid)
+async def test_private_origin_filter_applies_to_embeddings(hybrid: Hybrid) -> None:
+    service = hybrid.service
     await service.remember(user_key=ALICE, text="The user drives a red car.", origin="private")
     found = await service.search(user_key=ALICE, query="automobile", k=6, origins=["shared"])
     assert found == []

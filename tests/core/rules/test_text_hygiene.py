@@ -24,6 +24,7 @@ from core.store.postgres.admin import copy_sqlite_to_postgres
 from core.store.seams import Store
 from core.store.sqlite.migrations import FTS_SHARDS
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn
 from tests.conftest import fresh_pg_database
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply
@@ -255,10 +256,10 @@ async def test_migration_cleans_stored_rows(db_url: str) -> None:
         twin = (await service.remember(user_key=ALICE, text="The user likes black coffee.")).id
         dup = (await service.remember(user_key=ALICE, text="The user drinks espresso.")).id
         emoji = (await service.remember(user_key=BOB, text=f"The user is a {CODER}.")).id
-        turn = await store.add_turn(
+        turn = await store.add_turn(turn=NewTurn(
             conversation_key="c", user_key=ALICE, role="user", text="x", origin="private",
             sent_at=SENT, author="Alice",
-        )  # fmt: skip
+        ))  # fmt: skip
     finally:
         await store.close()
     number = 7 if sqlite else 6
@@ -356,10 +357,10 @@ async def test_db_copy_of_rows_with_nul(tmp_path: Path) -> None:
     try:
         service = MemoryService(store)
         mid = (await service.remember(user_key=ALICE, text="The user likes green tea.")).id
-        turn = await store.add_turn(
+        turn = await store.add_turn(turn=NewTurn(
             conversation_key="c", user_key=ALICE, role="user", text="x", origin="private",
             sent_at=SENT,
-        )  # fmt: skip
+        ))  # fmt: skip
     finally:
         await store.close()
     # Written after every migration ran (as a version without the checks would have).

@@ -13,6 +13,7 @@ import pytest
 
 from core.errors import ImportFormatError
 from core.memory.service import IMPORT_BATCH, MemoryService
+from core.rules.cleanup_ops import SupersedeOp
 from core.store.seams import Store
 from core.store.sqlite.store import FORGET_BATCH
 from core.types import NewMemory
@@ -37,7 +38,8 @@ async def test_forget_all_crosses_batches_and_spares_others(store: Store) -> Non
         user_key=OTHER, memories=[NewMemory(text="The user owns a lamp.")], dedupe=None
     )
     first, second = (m.id for m in await store.list_memories(user_key=USER, limit=2))
-    assert await store.supersede(user_key=USER, old_id=second, new_id=first)
+    ops = [SupersedeOp(old_id=second, new_id=first)]
+    assert (await store.apply_change(user_key=USER, change_id="c1", ops=ops)).superseded
     assert await store.forget_all(user_key=USER) == n - 1  # active ones
     assert await store.list_memories(user_key=USER, include_superseded=True) == []
     assert await store.count(user_key=USER) == 0

@@ -15,7 +15,7 @@ import pytest
 
 from core.errors import StoreError
 from core.memory.service import MemoryService
-from core.rules.cleanup_ops import UNDO_WINDOW, RetireOp
+from core.rules.cleanup_ops import UNDO_WINDOW, RetireOp, SupersedeOp
 from core.rules.text import index_terms, stem
 from core.store.seams import Store
 from core.store.sqlite.base import ts
@@ -94,7 +94,8 @@ async def test_forgotten_embedding_and_events_go(store: Store) -> None:
     service = MemoryService(store)
     first = await service.remember(user_key=USER, text=f"The user studies {MARKER}.")
     second = await service.remember(user_key=USER, text="The user studies moths at night.")
-    assert await store.supersede(user_key=USER, old_id=second.id, new_id=first.id)
+    ops = [SupersedeOp(old_id=second.id, new_id=first.id)]
+    assert (await store.apply_change(user_key=USER, change_id="c1", ops=ops)).superseded
     await store.put_embeddings(user_key=USER, model="m", items=[(first.id, b"\x00" * 8)])
     await service.forget(user_key=USER, memory_id=first.id)
     assert await store.memories_without_embedding(model="m", user_key=USER) == []

@@ -15,7 +15,7 @@ import pytest
 
 from core.errors import StoreError
 from core.store.sqlite.store import SQLiteStore
-from core.types import utcnow
+from core.types import NewTurn, utcnow
 
 ALICE = "cli:alice"
 
@@ -56,12 +56,14 @@ async def test_new_store_is_private_whatever_the_umask(
     try:
         # A write makes SQLite create the WAL and the shared-memory index.
         await store.add_turn(
-            conversation_key="c",
-            user_key=ALICE,
-            role="user",
-            text="hi",
-            origin="private",
-            sent_at=utcnow(),
+            turn=NewTurn(
+                conversation_key="c",
+                user_key=ALICE,
+                role="user",
+                text="hi",
+                origin="private",
+                sent_at=utcnow(),
+            )
         )
         files = side_files(db)
         assert [f.name for f in files] == ["memory.db", "memory.db-wal", "memory.db-shm"]

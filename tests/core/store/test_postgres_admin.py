@@ -18,7 +18,7 @@ from core.runtime import open_store
 from core.store.postgres.admin import migrate_database
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory
+from core.types import NewMemory, NewTurn, UsageRecord
 from tests.conftest import fresh_pg_database
 
 ALICE, BOB = "slack:T1:UALICE", "discord:42"
@@ -53,23 +53,23 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
     await store.apply_change(user_key=ALICE, change_id="c1", ops=[RetireOp(ids["standup"])])
     ids["bob"] = (await service.remember(user_key=BOB, text="The user rides a bike.")).id
     await store.put_embeddings(user_key=ALICE, model="m", items=[(ids["tabs"], b"\x00\x01" * 8)])
-    context = await store.add_turn(
+    context = await store.add_turn(turn=NewTurn(
         conversation_key="C1:1", user_key=BOB, role="user", text="hi all", origin="shared",
         sent_at=SENT,
-    )  # fmt: skip
-    asked = await store.add_turn(
+    ))  # fmt: skip
+    asked = await store.add_turn(turn=NewTurn(
         conversation_key=f"dm:{ALICE}", user_key=ALICE, role="user", text="I use vim",
         origin="private", sent_at=SENT, reflection="answering", workspace="T1",
-    )  # fmt: skip
+    ))  # fmt: skip
     await store.finish_turn(turn_id=asked, answer="Noted.")
     ids["context"], ids["pending"] = context, asked
     assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
     await store.set_mode(user_key=BOB, mode="paused")
     assert await store.mark_once(mark="notice:alice")
-    await store.record_usage(
+    await store.record_usage(usage=UsageRecord(
         user_key=ALICE, workspace="T1", kind="chat", model="claude", input_tokens=10,
         output_tokens=5, cache_read_input_tokens=2, cache_creation_input_tokens=1, at=SENT,
-    )  # fmt: skip
+    ))  # fmt: skip
     return ids
 
 

@@ -21,7 +21,7 @@ from core.runtime import open_store
 from core.store.postgres.base import LOCK_REPLICA
 from core.store.postgres.store import PostgresStore
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory
+from core.types import NewMemory, NewTurn
 from tests.conftest import locomo_or_skip
 
 ALICE, BOB = "slack:T1:UALICE", "slack:T1:UBOB"
@@ -39,13 +39,15 @@ async def replicas(pg_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresSt
 
 async def _pending_turn(store: PostgresStore, text: str = "I like jazz") -> int:
     turn_id = await store.add_turn(
-        conversation_key=f"dm:{ALICE}",
-        user_key=ALICE,
-        role="user",
-        text=text,
-        origin="private",
-        sent_at=SENT,
-        reflection="answering",
+        turn=NewTurn(
+            conversation_key=f"dm:{ALICE}",
+            user_key=ALICE,
+            role="user",
+            text=text,
+            origin="private",
+            sent_at=SENT,
+            reflection="answering",
+        )
     )
     await store.finish_turn(turn_id=turn_id, answer="Noted.")
     return turn_id

@@ -1,0 +1,31 @@
+"""Write rules both backends share (each keeps only its SQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
+
+from core.types import AddResult
+
+
+def bulk_results(
+    norms: Sequence[str], ids: Mapping[str, int], fresh: Collection[int]
+) -> list[AddResult]:
+    """The results of a bulk add without dedupe, one per memory in order.
+
+    ``norms`` are the memories' normalised texts, ``ids`` the active memory id each
+    normalised text has after the insert (exact duplicates were skipped by the unique index),
+    ``fresh`` the ids this insert created. A memory is ``added`` when its id is fresh and no
+    earlier memory of the batch took it; else ``duplicate`` (of an older memory, or of an
+    earlier line of the same batch).
+    """
+    results: list[AddResult] = []
+    seen: set[int] = set()
+    for norm in norms:
+        memory_id = ids[norm]
+        status: Literal["added", "duplicate"] = (
+            "added" if memory_id in fresh and memory_id not in seen else "duplicate"
+        )
+        seen.add(memory_id)
+        results.append(AddResult(id=memory_id, status=status))
+    return results
