@@ -173,8 +173,14 @@ class ClaudeChatModel:
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 % less
+        # bot CPU per turn (the `aiohttp` extra; the transport is vendored in the SDK).
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout_s,
+            http_client=anthropic.DefaultAioHttpClient(),
         )
         self.chat_model = chat_model
         self.reflection_model = reflection_model
