@@ -22,7 +22,8 @@ Columns: ``ack`` the time from sending an event to the bot's HTTP 200 (Slack wan
 0.5 s; ``cpu/turn`` the bot processes' user+system CPU (``/proc/PID/stat``) from just before
 the burst until the reflections are done, per turn; ``tx/turn`` committed transactions
 (PostgreSQL ``pg_stat_database.xact_commit`` of the run's database); ``fsync/turn``
-``fdatasync`` calls (SQLite, counted with ``strace -f -c``; blank when strace is absent) or WAL
+``fdatasync`` calls (SQLite, counted with ``strace -f -c``; ``-`` when strace is absent or
+with ``--profile``) or WAL
 syncs (PostgreSQL ``pg_stat_wal.wal_sync``, server-wide: other clients of the server count
 too); ``errors`` refused events, unanswered turns and ERROR lines in the bot's log; ``once``
 turns answered exactly once, ``twice`` more than once. Slack rate limits of the fake are off,
@@ -184,11 +185,18 @@ def answer_times(slack: FakeSlack) -> dict[str, list[float]]:
 
 
 async def one_config(
-    *, users: int, backend: str, processes: int, turns: int, repo: Path, label: str
+    *,
+    users: int,
+    backend: str,
+    processes: int,
+    turns: int,
+    repo: Path,
+    label: str,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
     db = workdir / "load.db"
-    strace = shutil.which("strace") if backend == "sqlite" else None
+    strace = shutil.which("strace") if backend == "sqlite" and not profile else None
     run = Run()
     current: dict[str, str] = {}
 
@@ -220,6 +228,9 @@ async def one_config(
         for p in range(processes):
             out = str(workdir / f"st{p}")
             trace = [strace, "-f", "--seccomp-bpf", "-c", "-e", "trace=fdatasync", "-o", out]
+            if profile:
+                raw = f"{profile}/{label}-{backend}-{users}-{p}.txt"
+                trace = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", raw, "--"]
             bot = BotProcess(
                 db,
                 slack,
@@ -227,11 +238,11 @@ async def one_config(
                 workdir / f"bot{p}.log",
                 db_url=url,
                 repo=repo,
-                wrap=trace if strace else None,
+                wrap=trace if strace or profile else None,
             )
             await bot.start()
             bots.append(bot)
-            pids.append(bot_pid(bot, bool(strace)))
+            pids.append(bot_pid(bot, bool(strace or profile)))
         # Warm-up turn per process (first imports, first connections), not measured.
         for p, bot in enumerate(bots):
             user = f"UWARM{p}"
@@ -449,6 +460,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                             turns=args.turns_per_user,
                             repo=tree,
                             label=label,
+                            profile=args.profile,
                         )
                         rows.append(row)
                         print_rows([row])
@@ -469,6 +481,11 @@ def main() -> None:
         const="",
         default=None,
         help="also run COMMIT (default: merge-base with main) from a git worktree",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each bot under py-spy (raw stacks into DIR) instead of strace",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

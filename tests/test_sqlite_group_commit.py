@@ -110,3 +110,25 @@ async def test_memory_store_keeps_one_connection() -> None:
         assert not await store.mark_once(mark="x")
     finally:
         await store.close()
+
+
+async def test_urgent_writers_go_ahead_of_waiting_ones(db_path: Path) -> None:
+    store = await SQLiteStore.open(str(db_path))
+    order: list[str] = []
+
+    async def write(name: str, *, urgent: bool) -> None:
+        async with store._write(urgent=urgent) as conn:
+            await conn.execute("INSERT INTO marks(mark, at) VALUES (?, 'now')", (name,))
+            order.append(name)
+
+    try:
+        holder = asyncio.create_task(write("first", urgent=False))
+        await asyncio.sleep(0)  # holds the lock
+        normal = [asyncio.create_task(write(f"n{i}", urgent=False)) for i in range(3)]
+        await asyncio.sleep(0)
+        urgent = asyncio.create_task(write("urgent", urgent=True))
+        await asyncio.gather(holder, *normal, urgent)
+    finally:
+        await store.close()
+    assert order[:2] == ["first", "urgent"], order
+    assert committed_marks(db_path) == {"first", "urgent", "n0", "n1", "n2"}

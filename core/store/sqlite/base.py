@@ -40,6 +40,7 @@ import logging
 import os
 import sqlite3
 import stat
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -80,10 +81,10 @@ class SQLiteBase:
         self._conn = conn
         self._reader: aiosqlite.Connection | None = None
         self.path = path
-        self._write_lock = asyncio.Lock()
-        self._waiting = 0  # writers waiting for the write lock
+        self._write_lock = WriteLock()
         self._group: asyncio.Future[None] | None = None  # COMMIT of the open transaction
         self._group_ops = 0
+        self._group_urgent = False  # an urgent write waits for this group's COMMIT
         self._flushers: set[asyncio.Task[None]] = set()
         self._uids: dict[str, int] = {}
         self._closed = False
@@ -188,26 +189,26 @@ class SQLiteBase:
 
     # ---------------------------------------------------------------- helpers
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _write(self, *, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
         """One write operation: its own SAVEPOINT in the shared ``BEGIN IMMEDIATE``
         transaction, serialised within this process; returns once the COMMIT holding it is
         done (grouped commits, module docstring). An exception in the body rolls back this
-        operation only and is raised; a failed COMMIT raises its ``sqlite3.Error`` here."""
-        self._waiting += 1
+        operation only and is raised; a failed COMMIT raises its ``sqlite3.Error`` here.
+
+        ``urgent`` (the writes before a platform acknowledgement) goes ahead of every other
+        waiting writer, and its group is committed as soon as no urgent writer waits."""
         try:
-            await self._write_lock.acquire()
+            await self._write_lock.acquire(urgent=urgent)
         except BaseException:
             # Cancelled while waiting: the holder may have left the group open for us.
-            self._waiting -= 1
             self._schedule_flush()
             raise
-        self._waiting -= 1
         token = _IN_WRITE.set(True)
         try:
             if self._group is None:
                 await self._conn.execute("BEGIN IMMEDIATE")
                 self._group = asyncio.get_running_loop().create_future()
-                self._group_ops = 0
+                self._group_ops, self._group_urgent = 0, False
             group = self._group
             await self._conn.execute("SAVEPOINT op")
             try:
@@ -217,10 +218,16 @@ class SQLiteBase:
                 raise
             await self._conn.execute("RELEASE op")
             self._group_ops += 1
+            self._group_urgent = self._group_urgent or urgent
         finally:
             try:
                 if self._group is not None:
-                    if self._waiting == 0 or self._group_ops >= GROUP_MAX_OPS:
+                    lock = self._write_lock
+                    if (
+                        not lock.waiting
+                        or self._group_ops >= GROUP_MAX_OPS
+                        or (self._group_urgent and not lock.urgent_waiting)
+                    ):
                         await self._commit_open_group()
                     else:
                         self._schedule_flush()
@@ -271,14 +278,12 @@ class SQLiteBase:
 
     def _schedule_flush(self) -> None:
         """Commit the open group after the writers queued now, should none of them do it."""
-        group = self._group
-        if group is None or any(not t.done() for t in self._flushers):
+        if self._group is None or any(not t.done() for t in self._flushers):
             return
 
         async def flush() -> None:
             async with self._write_lock:
-                if self._group is group:
-                    await self._commit_open_group()
+                await self._commit_open_group()
 
         task = asyncio.get_running_loop().create_task(flush())
         self._flushers.add(task)
@@ -324,6 +329,56 @@ class SQLiteBase:
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
         rows = await self._read_conn().execute_fetchall(sql, params)
         return next(iter(rows), None)
+
+
+class WriteLock:
+    """An asyncio lock with two queues: ``urgent`` waiters are granted it before the others,
+    each queue in arrival order. Used as ``async with lock`` (not urgent) or
+    ``await lock.acquire(urgent=...)`` / ``lock.release()``."""
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._normal: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._urgent) + len(self._normal)
+
+    @property
+    def urgent_waiting(self) -> int:
+        return len(self._urgent)
+
+    async def acquire(self, *, urgent: bool = False) -> None:
+        if not self._locked and not self.waiting:
+            self._locked = True
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._urgent if urgent else self._normal
+        queue.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut in queue:
+                queue.remove(fut)
+            elif fut.done() and not fut.cancelled():
+                self.release()  # granted as we were cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        for queue in (self._urgent, self._normal):
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)  # ownership passes; still locked
+                    return
+        self._locked = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 DB_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
