@@ -159,8 +159,19 @@ def sent_iso(ts: int) -> str:
 class BotProcess:
     """``selfmind slack --http`` as a child process."""
 
-    def __init__(self, db: Path, slack: FakeSlack, claude: FakeAnthropic, log: Path) -> None:
+    def __init__(
+        self,
+        db: Path,
+        slack: FakeSlack,
+        claude: FakeAnthropic,
+        log: Path,
+        *,
+        db_url: str | None = None,
+        repo: Path = REPO_ROOT,
+        wrap: list[str] | None = None,
+    ) -> None:
         self.db, self.slack, self.claude, self.log = db, slack, claude, log
+        self.db_url, self.repo, self.wrap = db_url, repo, wrap or []
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -169,10 +180,12 @@ class BotProcess:
         return f"http://127.0.0.1:{self.port}/slack/events"
 
     async def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SELFMIND_", "SLACK_"))}
+        # SELFMIND_* settings from the caller reach the bot (SELFMIND_SQLITE_SYNCHRONOUS=normal,
+        # a PostgreSQL SELFMIND_DB, ...); Slack credentials and the database are the fakes'.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
         env.update(
-            PYTHONPATH=str(REPO_ROOT),
-            SELFMIND_DB=str(self.db),
+            PYTHONPATH=str(self.repo),
+            SELFMIND_DB=self.db_url or str(self.db),
             SLACK_BOT_TOKEN=self.slack.bot_token,
             SLACK_SIGNING_SECRET=self.slack.signing_secret,
             SLACK_API_URL=self.slack.api_url,
@@ -184,6 +197,7 @@ class BotProcess:
         )
         out = self.log.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
+            *self.wrap,
             sys.executable,
             "-m",
             "bots.cli",

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-from aiohttp import ClientSession, WSCloseCode, WSMsgType, web
+from aiohttp import ClientSession, TCPConnector, WSCloseCode, WSMsgType, web
 from aiohttp.web_request import FileField
 from multidict import CIMultiDict
 
@@ -613,7 +613,8 @@ class FakeSlack:
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self._port).start()
         self._port = self._runner.addresses[0][1]
-        self._session = ClientSession()
+        # No cap on connections (aiohttp's default is 100): Slack delivers a burst at once.
+        self._session = ClientSession(connector=TCPConnector(limit=0))
 
     async def stop(self) -> None:
         """Close Socket Mode connections, the outbound session and the listener."""

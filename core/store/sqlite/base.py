@@ -5,8 +5,17 @@ Durability: ``journal_mode=WAL``. With ``synchronous=FULL`` (the default,
 ``SELFMIND_SQLITE_SYNCHRONOUS``) a write confirmed to the caller has been synced and survives
 SIGKILL, an OS crash and power loss. ``normal`` skips the fsync at each commit: still durable
 across the process crashing or being killed, but a power loss can roll back the last commits
-(never corrupting the file; https://www.sqlite.org/pragma.html#pragma_synchronous). With 200
-simultaneous users the two measured the same here (``bench/replay_locomo.py --concurrent``).
+(never corrupting the file; https://www.sqlite.org/pragma.html#pragma_synchronous).
+
+Grouped commits (:meth:`SQLiteBase._write`): writes are serialised in this process; each runs
+in its own SAVEPOINT inside a shared ``BEGIN IMMEDIATE`` transaction, and when other writers
+already wait, the transaction stays open for them and is committed once after them (at most
+``GROUP_MAX_OPS`` operations), so a burst of writes costs one fsync, not one each. A caller
+leaves ``_write`` only after the COMMIT that holds its write, so what it confirms is on disk;
+when that COMMIT fails, every caller in the group gets the error. A failed operation is rolled
+back to its savepoint alone. Reads outside a write use a second connection (WAL readers do
+not wait for the writer), so they never queue behind other users' writes on one thread; a
+``:memory:`` store has one connection for both.
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 
 Private files: a store folder the bot creates is made 0700 and a new database file 0600,
@@ -25,10 +34,13 @@ still holds the old page images, is checkpointed into the main file and truncate
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import os
 import sqlite3
 import stat
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -47,6 +59,11 @@ BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another process's write lock before ``database is locked``."""
 TRUNCATE_WAIT_MS = 500
 """How long the WAL truncation after an erase waits for other processes' readers."""
+GROUP_MAX_OPS = 32
+"""Most write operations one grouped commit holds: bounds how long the first one waits."""
+
+_IN_WRITE: contextvars.ContextVar[bool] = contextvars.ContextVar("in_sqlite_write", default=False)
+"""True inside :meth:`SQLiteBase._write`: reads there see the transaction's own writes."""
 
 
 def ts(value: datetime) -> str:
@@ -62,8 +79,13 @@ class SQLiteBase:
 
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
         self._conn = conn
+        self._reader: aiosqlite.Connection | None = None
         self.path = path
-        self._write_lock = asyncio.Lock()
+        self._write_lock = WriteLock()
+        self._group: asyncio.Future[None] | None = None  # COMMIT of the open transaction
+        self._group_ops = 0
+        self._group_urgent = False  # an urgent write waits for this group's COMMIT
+        self._flushers: set[asyncio.Task[None]] = set()
         self._uids: dict[str, int] = {}
         self._closed = False
 
@@ -88,13 +110,22 @@ class SQLiteBase:
             if path != ":memory:":
                 await asyncio.to_thread(_private_files, path, created)
             await store._migrate()
+            if path != ":memory:":
+                store._reader = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
+                await store._reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                await store._reader.execute("PRAGMA query_only=ON")
         except sqlite3.Error as exc:
-            await conn.close()
+            await store._close_connections()
             raise StoreError(f"cannot use database {path}: {exc}") from exc
         except BaseException:
-            await conn.close()
+            await store._close_connections()
             raise
         return store
+
+    async def _close_connections(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+        await self._conn.close()
 
     async def _configure(self, synchronous: str) -> None:
         if synchronous.lower() not in ("normal", "full"):
@@ -143,12 +174,13 @@ class SQLiteBase:
         self._closed = True
         try:
             async with self._write_lock:
+                await self._commit_open_group()
                 await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
             # Nothing is lost: the WAL is checkpointed at the next open.
             logger.info("WAL checkpoint at close skipped: %s", exc)
         finally:
-            await self._conn.close()
+            await self._close_connections()
 
     async def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order."""
@@ -157,17 +189,105 @@ class SQLiteBase:
 
     # ---------------------------------------------------------------- helpers
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``), serialised within this process."""
-        async with self._write_lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+    async def _write(self, *, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+        """One write operation: its own SAVEPOINT in the shared ``BEGIN IMMEDIATE``
+        transaction, serialised within this process; returns once the COMMIT holding it is
+        done (grouped commits, module docstring). An exception in the body rolls back this
+        operation only and is raised; a failed COMMIT raises its ``sqlite3.Error`` here.
+
+        ``urgent`` (the writes before a platform acknowledgement) goes ahead of every other
+        waiting writer, and its group is committed as soon as no urgent writer waits."""
+        try:
+            await self._write_lock.acquire(urgent=urgent)
+        except BaseException:
+            # Cancelled while waiting: the holder may have left the group open for us.
+            self._schedule_flush()
+            raise
+        token = _IN_WRITE.set(True)
+        try:
+            if self._group is None:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                self._group = asyncio.get_running_loop().create_future()
+                self._group_ops, self._group_urgent = 0, False
+            group = self._group
+            await self._conn.execute("SAVEPOINT op")
             try:
                 yield self._conn
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                await self._undo_op()
                 raise
-            else:
-                await self._conn.execute("COMMIT")
+            await self._conn.execute("RELEASE op")
+            self._group_ops += 1
+            self._group_urgent = self._group_urgent or urgent
+        finally:
+            try:
+                if self._group is not None:
+                    lock = self._write_lock
+                    if (
+                        not lock.waiting
+                        or self._group_ops >= GROUP_MAX_OPS
+                        or (self._group_urgent and not lock.urgent_waiting)
+                    ):
+                        await self._commit_open_group()
+                    else:
+                        self._schedule_flush()
+            finally:
+                _IN_WRITE.reset(token)
+                self._write_lock.release()
+        await asyncio.shield(group)
+
+    async def _undo_op(self) -> None:
+        """Roll back the failed operation's savepoint; when SQLite already rolled back the
+        whole transaction (disk full, I/O error), the group's earlier operations fail too."""
+        if self._conn.in_transaction:
+            try:
+                await self._conn.execute("ROLLBACK TO op")
+                await self._conn.execute("RELEASE op")
+                return
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    await self._conn.execute("ROLLBACK")
+                self._fail_group(exc)
+                return
+        self._fail_group(StoreError("the write transaction was rolled back by SQLite"))
+
+    def _fail_group(self, exc: BaseException) -> None:
+        group, self._group = self._group, None
+        if group is not None and not group.done():
+            group.set_exception(exc)
+            group.exception()  # retrieved: its callers raise it, nothing to log at exit
+
+    async def _commit_open_group(self) -> None:
+        """COMMIT the open transaction, if any (caller holds the write lock)."""
+        group = self._group
+        if group is None:
+            return
+        try:
+            await self._conn.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn.in_transaction:
+                    await self._conn.execute("ROLLBACK")
+            self._fail_group(exc)
+            if not isinstance(exc, sqlite3.Error):
+                raise
+            return
+        self._group = None
+        if not group.done():
+            group.set_result(None)
+
+    def _schedule_flush(self) -> None:
+        """Commit the open group after the writers queued now, should none of them do it."""
+        if self._group is None or any(not t.done() for t in self._flushers):
+            return
+
+        async def flush() -> None:
+            async with self._write_lock:
+                await self._commit_open_group()
+
+        task = asyncio.get_running_loop().create_task(flush())
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
 
     async def _erase_index(self, uid: int) -> None:
         """Rewrite user ``uid``'s FTS5 index into one segment (inside the caller's write), so
@@ -182,9 +302,10 @@ class SQLiteBase:
         ``TRUNCATE_WAIT_MS`` for readers in other processes; returns False (and the next
         erase or purge retries) when one still reads an older snapshot."""
         async with self._write_lock:
+            await self._commit_open_group()
             await self._conn.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
             try:
-                rows = await self._fetchall("PRAGMA wal_checkpoint(TRUNCATE)")
+                rows = list(await self._conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
             except sqlite3.Error as exc:
                 logger.info("WAL truncate skipped: %s", exc)
                 return False
@@ -195,13 +316,69 @@ class SQLiteBase:
             logger.info("WAL truncate incomplete: another process reads the database")
         return done
 
+    def _read_conn(self) -> aiosqlite.Connection:
+        """The writer's connection inside a write (to see its own rows), else the reader's."""
+        if self._reader is None or _IN_WRITE.get():
+            return self._conn
+        return self._reader
+
     async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One hop to aiosqlite's thread (execute + fetch + close in one call).
-        return list(await self._conn.execute_fetchall(sql, params))
+        return list(await self._read_conn().execute_fetchall(sql, params))
 
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-        rows = await self._conn.execute_fetchall(sql, params)
+        rows = await self._read_conn().execute_fetchall(sql, params)
         return next(iter(rows), None)
+
+
+class WriteLock:
+    """An asyncio lock with two queues: ``urgent`` waiters are granted it before the others,
+    each queue in arrival order. Used as ``async with lock`` (not urgent) or
+    ``await lock.acquire(urgent=...)`` / ``lock.release()``."""
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._urgent: deque[asyncio.Future[None]] = deque()
+        self._normal: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._urgent) + len(self._normal)
+
+    @property
+    def urgent_waiting(self) -> int:
+        return len(self._urgent)
+
+    async def acquire(self, *, urgent: bool = False) -> None:
+        if not self._locked and not self.waiting:
+            self._locked = True
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._urgent if urgent else self._normal
+        queue.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut in queue:
+                queue.remove(fut)
+            elif fut.done() and not fut.cancelled():
+                self.release()  # granted as we were cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        for queue in (self._urgent, self._normal):
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)  # ownership passes; still locked
+                    return
+        self._locked = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 DB_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")

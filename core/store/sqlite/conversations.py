@@ -63,7 +63,7 @@ class SQLiteConversations(SQLiteBase):
         return False
 
     async def add_turn(self, *, turn: NewTurn) -> int:
-        async with self._write():
+        async with self._write(urgent=turn.role == "user"):  # a user's message: before the ack
             cur = await self._conn.execute(
                 "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
                 " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
@@ -197,7 +197,7 @@ class SQLiteConversations(SQLiteBase):
     async def claim_event(self, *, keys: Sequence[str]) -> bool:
         if not keys:
             return True
-        async with self._write():
+        async with self._write(urgent=True):  # before the platform's acknowledgement
             marks = ",".join("?" * len(keys))
             row = await self._fetchone(
                 f"SELECT 1 FROM processed_events WHERE event_key IN ({marks}) LIMIT 1", keys

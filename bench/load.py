@@ -1,0 +1,500 @@
+"""A burst of users at once through the real bot: acknowledgement, overhead and cost per turn.
+
+    python bench/load.py [--users 50 200] [--backends sqlite postgres] [--processes 1 2]
+                         [--turns-per-user 3] [--baseline [COMMIT]] [--json]
+
+Each run starts the fake Slack and the fake Anthropic server of the test suite, the real bot
+as ``selfmind slack --http`` child process(es) on a fresh SQLite file (``synchronous`` from
+``SELFMIND_SQLITE_SYNCHRONOUS``, default full) or a fresh PostgreSQL database made on the
+server of ``SELFMIND_TEST_DATABASE_URL``, and N users who each send ``--turns-per-user`` DMs
+one after another (the next once the answer is complete), all users at once. The fake answers
+like a model: first token after 0.5 s, then 4 characters every 20 ms; reflection calls with
+an empty extraction. With ``--processes 2`` (PostgreSQL only) the users are split between two
+bot processes on the same database, as a load balancer would.
+
+``--baseline`` runs the same harness against another commit (default: ``git merge-base HEAD
+main``, the commit this branch started from) checked out with ``git worktree`` into a
+temporary folder, in the same run, and prints both tables.
+
+Columns: ``ack`` the time from sending an event to the bot's HTTP 200 (Slack wants 3 s);
+``overhead`` the time from sending to the final answer edit less the fake's own answer time
+(0.5 s + streaming); ``first`` the time to the first answer text on Slack less the fake's
+0.5 s; ``cpu/turn`` the bot processes' user+system CPU (``/proc/PID/stat``) from just before
+the burst until the reflections are done, per turn; ``tx/turn`` committed transactions
+(PostgreSQL ``pg_stat_database.xact_commit`` of the run's database); ``fsync/turn``
+``fdatasync`` calls (SQLite, counted with ``strace -f -c``; ``-`` when strace is absent or
+with ``--profile``) or WAL
+syncs (PostgreSQL ``pg_stat_wal.wal_sync``, server-wide: other clients of the server count
+too); ``errors`` refused events, unanswered turns and ERROR lines in the bot's log; ``once``
+turns answered exactly once, ``twice`` more than once. Slack rate limits of the fake are off,
+and the bot's edit throttle is set to 50 ms: ``throttle`` is the answers' edit-throttle wait
+(the edits a turn made times the interval is an upper bound: it is reported apart, not
+subtracted). The bot streams answers by message edits (the only mode it has).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.replay_locomo import _TALKING_WITH, EDIT_INTERVAL_S, BotProcess, count_log_errors
+from tests.fakes.anthropic_server import Reply, running_fake_anthropic
+from tests.fakes.slack_server import FakeSlack, running_fake_slack
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST_TOKEN_S = 0.5
+CHUNK_CHARS, CHUNK_DELAY_S = 4, 0.02
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WORDS = (
+    "what did we decide about the release plan for next week and who owns the migration "
+    "remind me of my favourite tea and the name of my dog please keep it short thanks"
+).split()
+
+
+def answer_for(tag: str) -> str:
+    return f"Answer {tag}: fine, noted and done."
+
+
+def model_time_s(tag: str) -> float:
+    chunks = -(-len(answer_for(tag)) // CHUNK_CHARS)
+    return FIRST_TOKEN_S + chunks * CHUNK_DELAY_S
+
+
+@dataclass
+class Run:
+    acks: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
+    firsts: list[float] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, round(q * (len(v) - 1)))]
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def bot_pid(bot: BotProcess, traced: bool) -> int:
+    assert bot.proc is not None
+    if not traced:
+        return bot.proc.pid
+    for _ in range(100):
+        with contextlib.suppress(OSError):
+            kids = Path(f"/proc/{bot.proc.pid}/task/{bot.proc.pid}/children").read_text().split()
+            if kids:
+                return int(kids[0])
+        time.sleep(0.05)
+    raise RuntimeError("strace started no bot")
+
+
+async def pg_value(url: str, sql: str) -> int:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval(sql) or 0)
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def fresh_postgres(server_url: str) -> Any:
+    import asyncpg
+
+    name = f"selfmind_load_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = server_url.rpartition("/")
+    try:
+        yield f"{base}/{name}", name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def reflections_done(db: Path, url: str | None) -> bool:
+    sql = "SELECT COUNT(*) FROM turns WHERE reflection IN ('answering', 'pending')"
+    if url:
+        return await pg_value(url, sql) == 0
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return int(conn.execute(sql).fetchone()[0]) == 0
+
+
+async def poll(check: Callable[[], bool], timeout_s: float = 300) -> None:
+    async def wrapped() -> bool:
+        return check()
+
+    await poll_async(wrapped, timeout_s)
+
+
+async def poll_async(check: Callable[[], Awaitable[bool]], timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"not done within {timeout_s} s")
+
+
+def finals_of(slack: FakeSlack, channel: str, tag: str) -> int:
+    """How many of the bot's messages in ``channel`` hold the whole answer to ``tag``."""
+    full = answer_for(tag)
+    return sum(
+        1
+        for m in slack.messages(channel)
+        if full in str(m.get("markdown_text") or m.get("text") or "")
+    )
+
+
+def answer_times(slack: FakeSlack) -> dict[str, list[float]]:
+    """Per channel, the times of the bot's posts and edits that carry answer text."""
+    prefix = answer_for("")[:CHUNK_CHARS]
+    out: dict[str, list[float]] = defaultdict(list)
+    for c in slack.recorded:
+        if c.method in ("chat.postMessage", "chat.update"):
+            text = str(c.params.get("markdown_text") or c.params.get("text") or "")
+            if text.startswith(prefix):
+                out[str(c.params.get("channel"))].append(c.at)
+    return out
+
+
+async def one_config(
+    *,
+    users: int,
+    backend: str,
+    processes: int,
+    turns: int,
+    repo: Path,
+    label: str,
+    profile: str | None = None,
+) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
+    db = workdir / "load.db"
+    strace = shutil.which("strace") if backend == "sqlite" and not profile else None
+    run = Run()
+    current: dict[str, str] = {}
+
+    def respond(body: dict[str, Any]) -> Any:
+        if body.get("output_config"):
+            return Reply(text='{"memories": []}')
+        system = body.get("system") or []
+        volatile = system[1]["text"] if len(system) > 1 else ""
+        speaker = _TALKING_WITH.search(volatile)
+        return Reply(text=answer_for(current.get(speaker.group(1), "?") if speaker else "?"))
+
+    async with contextlib.AsyncExitStack() as stack:
+        url: str | None = None
+        if backend == "postgres":
+            server = os.environ.get("SELFMIND_TEST_DATABASE_URL")
+            if not server:
+                raise SystemExit("postgres needs SELFMIND_TEST_DATABASE_URL")
+            url, dbname = await stack.enter_async_context(fresh_postgres(server))
+        slack = await stack.enter_async_context(running_fake_slack())
+        claude = await stack.enter_async_context(
+            running_fake_anthropic(
+                responder=respond,
+                first_token_delay_s=FIRST_TOKEN_S,
+                chunk_size=CHUNK_CHARS,
+                chunk_delay_s=CHUNK_DELAY_S,
+            )
+        )
+        bots, pids = [], []
+        for p in range(processes):
+            out = str(workdir / f"st{p}")
+            trace = [strace, "-f", "--seccomp-bpf", "-c", "-e", "trace=fdatasync", "-o", out]
+            if profile:
+                raw = f"{profile}/{label}-{backend}-{users}-{p}.txt"
+                trace = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", raw, "--"]
+            bot = BotProcess(
+                db,
+                slack,
+                claude,
+                workdir / f"bot{p}.log",
+                db_url=url,
+                repo=repo,
+                wrap=trace if strace or profile else None,
+            )
+            await bot.start()
+            bots.append(bot)
+            pids.append(bot_pid(bot, bool(strace or profile)))
+        # Warm-up turn per process (first imports, first connections), not measured.
+        for p, bot in enumerate(bots):
+            user = f"UWARM{p}"
+            current[user] = f"W{p}"
+            await slack.send_event(bot.url, slack.events.message("hello", user=user))
+        await poll(
+            lambda: all(
+                finals_of(slack, slack.events.dm_channel(f"UWARM{p}"), f"W{p}")
+                for p in range(processes)
+            )
+        )
+        await poll_async(lambda: reflections_done(db, url))
+
+        cpu0 = sum(cpu_s(pid) for pid in pids)
+        wal0 = await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") if url else 0
+        tx_sql = (
+            f"SELECT xact_commit FROM pg_stat_database WHERE datname = '{dbname}'" if url else ""
+        )
+        tx0 = await pg_value(url, tx_sql) if url else 0
+        edits0 = len(slack.calls("chat.update"))
+        start = time.monotonic()
+        sent: list[tuple[str, str, float]] = []
+
+        async def one_user(u: int) -> None:
+            user = f"ULOAD{u:04d}"
+            channel = slack.events.dm_channel(user)
+            bot = bots[u % processes]
+            for k in range(turns):
+                tag = f"L{u}x{k}"
+                current[user] = tag
+                words = [WORDS[(u * 31 + k * 7 + i) % len(WORDS)] for i in range(12)]
+                event = slack.events.message(" ".join(words), user=user)
+                t0 = time.monotonic()
+                try:
+                    response = await slack.send_event(bot.url, event, event_id=f"Ev{u}x{k}")
+                except OSError as exc:
+                    run.reasons[f"event failed: {type(exc).__name__}"] += 1
+                    continue
+                run.acks.append((time.monotonic() - t0) * 1000)
+                if response.status != 200:
+                    run.reasons[f"event answered HTTP {response.status}"] += 1
+                    continue
+                deadline = t0 + 120
+                while not finals_of(slack, channel, tag):
+                    if time.monotonic() > deadline:
+                        run.reasons["turn not answered in 120 s"] += 1
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    sent.append((channel, tag, t0))
+
+        await asyncio.gather(*(one_user(u) for u in range(users)))
+        answered_s = time.monotonic() - start
+        await poll_async(lambda: reflections_done(db, url))
+        cpu = sum(cpu_s(pid) for pid in pids) - cpu0
+        tx = (await pg_value(url, tx_sql) - tx0) if url else None
+        wal = (await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") - wal0) if url else None
+        edits = len(slack.calls("chat.update")) - edits0
+        times = answer_times(slack)
+        for channel, tag, t0 in sent:
+            # The calls of this turn: after its event, before the user's next one.
+            later = [t for t in times[channel] if t >= t0]
+            nxt = [t1 for ch, _, t1 in sent if ch == channel and t1 > t0]
+            mine = [t for t in later if not nxt or t < min(nxt)]
+            if not mine:
+                continue
+            run.overheads.append((max(mine) - t0 - model_time_s(tag)) * 1000)
+            run.firsts.append((min(mine) - t0 - FIRST_TOKEN_S) * 1000)
+        once = twice = 0
+        for u in range(users):
+            for k in range(turns):
+                finals = finals_of(slack, slack.events.dm_channel(f"ULOAD{u:04d}"), f"L{u}x{k}")
+                once += finals == 1
+                twice += finals > 1
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        for bot in bots:
+            assert bot.proc is not None
+            await asyncio.wait_for(bot.proc.wait(), 60)
+        ratelimited = sum(1 for c in slack.calls() if c.status == 429)
+    fsyncs = None
+    if strace:
+        fsyncs = 0
+        for p in range(processes):
+            for line in (workdir / f"st{p}").read_text().splitlines():
+                if line.strip().endswith("fdatasync"):
+                    fsyncs += int(line.split()[3])
+        # The warm-up turn and start-up are in the strace count: at most a few syncs.
+    elif wal is not None:
+        fsyncs = wal
+    n = users * turns
+    errors = sum(run.reasons.values()) + sum(
+        count_log_errors(workdir / f"bot{p}.log") for p in range(processes)
+    )
+    if run.reasons:
+        print(f"{label}: {dict(run.reasons)}", file=sys.stderr)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "code": label,
+        "users": users,
+        "store": backend if backend == "postgres" else f"sqlite/{synchronous()}",
+        "procs": processes,
+        "ack_p50": pct(run.acks, 0.5),
+        "ack_p95": pct(run.acks, 0.95),
+        "ack_max": max(run.acks, default=float("nan")),
+        "ovh_p50": pct(run.overheads, 0.5),
+        "ovh_p95": pct(run.overheads, 0.95),
+        "first_p50": pct(run.firsts, 0.5),
+        "first_p95": pct(run.firsts, 0.95),
+        "cpu_ms_turn": cpu * 1000 / n,
+        "tx_turn": None if tx is None else tx / n,
+        "fsync_turn": None if fsyncs is None else fsyncs / n,
+        "throttle_ms_turn": edits * EDIT_INTERVAL_S * 1000 / n,
+        "turns_per_s": n / answered_s,
+        "errors": errors,
+        "once": once,
+        "twice": twice,
+        "turns": n,
+        "slack_429s": ratelimited,
+    }
+
+
+def synchronous() -> str:
+    return os.environ.get("SELFMIND_SQLITE_SYNCHRONOUS", "") or "full"
+
+
+COLS = [
+    ("code", "{}", 9),
+    ("users", "{}", 6),
+    ("store", "{}", 13),
+    ("procs", "{}", 6),
+    ("ack_p50", "{:.0f}", 8),
+    ("ack_p95", "{:.0f}", 8),
+    ("ack_max", "{:.0f}", 8),
+    ("ovh_p50", "{:.0f}", 8),
+    ("ovh_p95", "{:.0f}", 8),
+    ("first_p50", "{:.0f}", 10),
+    ("first_p95", "{:.0f}", 10),
+    ("cpu_ms_turn", "{:.1f}", 12),
+    ("tx_turn", "{:.1f}", 8),
+    ("fsync_turn", "{:.1f}", 11),
+    ("throttle_ms_turn", "{:.0f}", 9),
+    ("turns_per_s", "{:.1f}", 8),
+    ("errors", "{}", 7),
+    ("once", "{}", 5),
+    ("twice", "{}", 6),
+]
+HEADS = {
+    "throttle_ms_turn": "throttle",
+    "turns_per_s": "turns/s",
+    "cpu_ms_turn": "cpu ms/turn",
+    "fsync_turn": "fsync/turn",
+    "tx_turn": "tx/turn",
+}
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print("".join(f"{HEADS.get(c, c):>{w}}" for c, _, w in COLS) + "   (times in ms)")
+    for r in rows:
+        cells = []
+        for c, fmt, w in COLS:
+            v = r[c]
+            cells.append(f"{'-' if v is None else fmt.format(v):>{w}}")
+        print("".join(cells))
+
+
+@contextlib.contextmanager
+def baseline_tree(commit: str) -> Any:
+    path = Path(tempfile.mkdtemp(prefix="selfmind-base-")) / "tree"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
+            check=False,
+            capture_output=True,
+        )
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if shutil.which("strace") is None:
+        print("strace not found: fsyncs on SQLite not counted (apt-get install -y strace)")
+    print(
+        f"fake Slack rate limits: off; bot edit interval {EDIT_INTERVAL_S * 1000:.0f} ms; "
+        f"answers streamed by message edits; {args.turns_per_user} turns per user"
+    )
+    trees: list[tuple[str, Path]] = [("this", REPO)]
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        if args.baseline is not None:
+            commit = (
+                args.baseline
+                or subprocess.run(
+                    ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+            )
+            print(f"baseline: {commit[:12]} (git worktree)")
+            trees.insert(0, ("base", stack.enter_context(baseline_tree(commit))))
+        for backend in args.backends:
+            for users in args.users:
+                for processes in args.processes if backend == "postgres" else [1]:
+                    for label, tree in trees:
+                        row = await one_config(
+                            users=users,
+                            backend=backend,
+                            processes=processes,
+                            turns=args.turns_per_user,
+                            repo=tree,
+                            label=label,
+                            profile=args.profile,
+                        )
+                        rows.append(row)
+                        print_rows([row])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, nargs="+", default=[50, 200])
+    parser.add_argument(
+        "--backends", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
+    )
+    parser.add_argument("--processes", type=int, nargs="+", default=[1])
+    parser.add_argument("--turns-per-user", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        nargs="?",
+        const="",
+        default=None,
+        help="also run COMMIT (default: merge-base with main) from a git worktree",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each bot under py-spy (raw stacks into DIR) instead of strace",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = asyncio.run(main_async(args))
+    print()
+    print_rows(rows)
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
