@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from core.evaluation.locomo import Conversation
     from core.evaluation.reflection_eval import Checkpoint, ModelReport
     from core.settings import Settings
-    from core.store.sqlite.store import SQLiteStore
+    from core.store.seams import Store
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ async def _run(
     from core.evaluation.estimate import estimate_run
     from core.evaluation.reflection_eval import FORMAT_VERSION, Checkpoint, totals
     from core.model.prices import PRICES_AS_OF, PRICES_SOURCE
-    from core.store.sqlite.store import SQLiteStore
+    from core.runtime import open_store
 
     assert settings.anthropic_api_key is not None
     key = settings.anthropic_api_key.get_secret_value()
@@ -217,7 +217,7 @@ async def _run(
             )
             if workdir is not None and db.exists():
                 db.unlink()
-            store = await SQLiteStore.open(str(db))
+            store = await open_store(f"sqlite:///{db}")
             try:
                 with _interrupts() as should_stop:
                     complete = await _one_model(
@@ -274,7 +274,7 @@ async def _run(
 async def _one_model(
     settings: Settings,
     client: anthropic.AsyncAnthropic,
-    store: SQLiteStore,
+    store: Store,
     checkpoint: Checkpoint,
     convs: list[Conversation],
     sessions: int | None,

@@ -40,7 +40,7 @@ from core.memory.reflection import ReflectionResult, Reflector
 from core.model.claude import ChatModel, Usage
 from core.model.prices import price_of
 from core.rules.dedupe import Deduper
-from core.store.sqlite.store import SQLiteStore
+from core.store.seams import Store
 from core.types import NewMemory, NewTurn
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class EvalRun:
 
     model_name: str
     model: ChatModel
-    store: SQLiteStore
+    store: Store
     checkpoint: Checkpoint
     conversations: Sequence[Conversation]
     sessions: int | None
@@ -532,7 +532,7 @@ async def totals(
     model: str,
     judge_model: str | None,
     checkpoint: Checkpoint,
-    store: SQLiteStore,
+    store: Store,
     conversations: Sequence[Conversation],
     complete: bool,
 ) -> ModelReport:

@@ -160,8 +160,8 @@ async def test_forget_click_works_for_the_owner_only_and_pages(
     await click_view(slack, bot, view, home.FORGET, "12", user="U1")
     assert await bot.runtime.service.count(user_key=key("U1")) == 11
     after = slack.home_views["U1"]
-    assert "Forgot #12." in texts(after) and "11 memories" in texts(after)
-    assert "`#12`" not in texts(after)
+    assert "Forgot `#12`." in texts(after) and "11 memories" in texts(after)
+    assert "`#12` The user" not in texts(after)  # the notice names it; the list does not
 
     await click_view(slack, bot, after, home.PAGE, "10", user="U1")
     page2 = slack.home_views["U1"]
@@ -424,7 +424,7 @@ async def test_home_tab_and_a_forget_click_over_socket_mode(
         await slack.wait_for_ack(await slack.push_envelope("interactive", owner))
         await settle(running)
         assert await running.runtime.service.count(user_key=key("U1")) == 1
-        assert "Forgot #2." in texts(slack.home_views["U1"])
+        assert "Forgot `#2`." in texts(slack.home_views["U1"])
 
 
 async def test_messages_tab_over_http_greets_once(slack: FakeSlack, bot: RunningSlackBot) -> None:

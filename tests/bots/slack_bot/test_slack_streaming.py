@@ -11,6 +11,7 @@ import pytest
 
 from bots.slack_bot.sink import REPLY_EVENT_TYPE
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import (
     FakeSlack,
@@ -277,14 +278,16 @@ async def test_a_crash_mid_stream_is_answered_again_after_restart(
     try:
         assert await store.claim_event(keys=[f"msg:C0GENERAL:{ask['ts']}"])
         await store.add_turn(
-            conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}",
-            user_key=f"slack:{TEAM}:U1",
-            role="user",
-            text="what about the launch?",
-            origin="shared",
-            sent_at=datetime.now(UTC),
-            reflection="answering",
-            platform_ref=ask["ts"],
+            turn=NewTurn(
+                conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}",
+                user_key=f"slack:{TEAM}:U1",
+                role="user",
+                text="what about the launch?",
+                origin="shared",
+                sent_at=datetime.now(UTC),
+                reflection="answering",
+                platform_ref=ask["ts"],
+            )
         )
     finally:
         await store.close()
