@@ -224,9 +224,10 @@ class MemoryPager(OwnedView):
         self.newer.disabled = self.page == 0
         self.older.disabled = self.page >= self.pages - 1
         if not rows:
-            return replies.NO_MEMORIES_YET
+            return f"{replies.NO_MEMORIES_YET} {replies.your_key(self.user_key)}"
         first = self.page * PAGE_SIZE + 1
         header = replies.list_header(first=first, last=first + len(rows) - 1, total=total)
+        header += "\n" + replies.your_key(self.user_key)
         return fit_lines(header, [memory_line(m) for m in rows])
 
     @discord.ui.button(label="◀ Newer", style=discord.ButtonStyle.secondary)

@@ -111,7 +111,9 @@ def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
     return f"I'll remember this:\n{lines}", blocks
 
 
-def page_blocks(memories: Sequence[Memory], *, offset: int, total: int) -> list[JsonDict]:
+def page_blocks(
+    memories: Sequence[Memory], *, offset: int, total: int, user_key: str
+) -> list[JsonDict]:
     """One page of ``/memories``, newest first, with Newer/Older buttons."""
     end = offset + len(memories)
     blocks = [
@@ -129,7 +131,13 @@ def page_blocks(memories: Sequence[Memory], *, offset: int, total: int) -> list[
     blocks.append(
         {
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": "`/forget ID` deletes one; `/forget all`."}],
+            "elements": [
+                {
+                    "type": "mrkdwn",
+                    "text": "`/forget ID` deletes one; `/forget all`. "
+                    + escape_mrkdwn(replies.your_key(user_key)),
+                }
+            ],
         }
     )
     return blocks
@@ -326,12 +334,16 @@ class SlackCommands:
         total = await self.service.count(user_key=key)
         rows = await self.service.list_memories(user_key=key, limit=PAGE_SIZE, offset=offset)
         if not rows:
-            text = replies.NO_MEMORIES_YET if total == 0 else replies.NO_MORE_ON_PAGE
+            text = (
+                f"{replies.NO_MEMORIES_YET} {replies.your_key(key)}"
+                if total == 0
+                else replies.NO_MORE_ON_PAGE
+            )
             await respond(text=text, response_type="ephemeral", replace_original=replace or None)
             return
         await respond(
             text=replies.list_header(first=offset + 1, last=offset + len(rows), total=total),
-            blocks=page_blocks(rows, offset=offset, total=total),
+            blocks=page_blocks(rows, offset=offset, total=total, user_key=key),
             response_type="ephemeral",
             replace_original=replace or None,
         )

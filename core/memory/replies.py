@@ -77,6 +77,12 @@ def list_header(*, first: int, last: int, total: int) -> str:
     return f"Your memories, newest first ({first}–{last} of {total}):"
 
 
+def your_key(user_key: str, *, code: Code = markdown_code) -> str:
+    """The person's own memory key, shown with ``/memories`` so they can name it to an
+    operator (``selfmind memories --user KEY``, ``selfmind users``)."""
+    return f"Your memory key is {code(user_key)}."
+
+
 def export_sent(count: int) -> str:
     """The answer once the export file is in the person's DM."""
     return f"I sent your {_memories(count)} to our DM as a JSON Lines file."

@@ -170,6 +170,7 @@ async def test_memories_list_pages_with_buttons_for_the_caller(w: World, bot: Se
     assert response.ephemeral
     content = response.content or ""
     assert content.startswith(f"Your memories, newest first (1–8 of {total}):")
+    assert content.splitlines()[1] == f"Your memory key is `{key(w.alice)}`."  # only hers
     assert f"plant number {total - 1}." in content and "plant number 0." not in content
     assert "cactus" not in content
     assert interaction.original_message_id is not None
@@ -208,7 +209,9 @@ async def test_memories_search_and_empty_list(w: World, bot: SelfMindBot) -> Non
     _, response = await command(fake, "memories search", w.bob, query="Lisbon")
     assert response.content == "None of your memories match."
     _, response = await command(fake, "memories list", fake.owner)
-    assert response.content == "I don't remember anything about you yet."
+    assert response.content == (
+        f"I don't remember anything about you yet. Your memory key is `{key(fake.owner)}`."
+    )
 
 
 async def test_memories_export_is_an_ephemeral_json_lines_attachment(
@@ -266,4 +269,6 @@ async def test_commands_outside_the_allow_lists_say_so(w: World) -> None:
         )
         assert (await w.discord.wait_for_interaction_response(interaction)).choices == []
         _, response = await command(w.discord, "memories list", w.bob)
-        assert response.content == "I don't remember anything about you yet."
+        assert response.content == (
+            f"I don't remember anything about you yet. Your memory key is `{key(w.bob)}`."
+        )

@@ -139,6 +139,8 @@ async def test_memories_pages_search_and_export_to_the_dm(
     listing = memory_sections(first)
     ids = [int(line.split("`#")[1].split("`")[0]) for line in listing.splitlines()]
     assert ids == list(range(12, 2, -1))  # newest first, 10 a page
+    footer = first["blocks"][-1]["elements"][0]["text"]
+    assert f"Your memory key is `{key('U1')}`." in footer and key("U2") not in str(first)
     assert all(len(b["text"]["text"]) <= 3000 for b in first["blocks"] if b["type"] == "section")
     assert "1–10 of 12" in first["blocks"][0]["text"]["text"]
     assert buttons(first) == [("selfmind_memories_page", "10")]
@@ -153,7 +155,9 @@ async def test_memories_pages_search_and_export_to_the_dm(
     nothing = await command(slack, bot, "/memories", "search diary", user="U1")
     assert nothing["text"] == "None of your memories match."
     empty = await command(slack, bot, "/memories", user="U3")
-    assert empty["text"] == "I don't remember anything about you yet."
+    assert empty["text"] == (
+        f"I don't remember anything about you yet. Your memory key is `{key('U3')}`."
+    )
 
     exported = await command(slack, bot, "/memories", "export", user="U1")
     assert exported["text"] == "I sent your 12 memories to our DM as a JSON Lines file."
