@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import sys
@@ -12,8 +11,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-import pytest
 
 from bots.discord_bot.client import SelfMindBot, start_bot
 from core.runtime import open_runtime
@@ -103,24 +100,6 @@ async def running_bot(w: World, **overrides: Any) -> AsyncIterator[SelfMindBot]:
             await runner
 
 
-# Fixtures: a test module imports the ones it uses (listing them in ``__all__``); ``bot``
-# runs over the module's ``w``.
-
-
-@pytest.fixture
-async def w(tmp_path: Path) -> AsyncIterator[World]:
-    """Both fakes and two users (see :func:`world`)."""
-    async with world(tmp_path) as w:
-        yield w
-
-
-@pytest.fixture
-async def bot(w: World) -> AsyncIterator[SelfMindBot]:
-    """The bot, ready, against ``w`` (see :func:`running_bot`)."""
-    async with running_bot(w) as bot:
-        yield bot
-
-
 async def eventually(probe: Callable[[], Any], *, timeout_s: float = WAIT_S, what: str = "") -> Any:
     """Poll ``probe`` until it returns something truthy; returns it."""
     async with asyncio.timeout(timeout_s):
@@ -164,19 +143,6 @@ def chat_messages(w: World, index: int = -1) -> list[tuple[str, str]]:
 def memory_block(w: World, index: int = -1) -> str:
     """The volatile system block (memories) of the ``index``-th chat request."""
     return str(w.claude.requests_of("chat")[index].body["system"][1]["text"])
-
-
-@pytest.fixture
-def no_errors(caplog: pytest.LogCaptureFixture) -> Any:
-    """Fail the test if the bot or discord.py logged an error (handler crashes included)."""
-    caplog.set_level(logging.INFO)
-    yield caplog
-    errors = [
-        f"{r.name}: {r.getMessage()}"
-        for r in caplog.records
-        if r.levelno >= logging.ERROR and r.name.startswith(("bots", "discord", "core"))
-    ]
-    assert errors == []
 
 
 def key(user: FakeUser) -> str:

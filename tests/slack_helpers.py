@@ -10,13 +10,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bots.slack_bot.app import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text, running_fake_slack
+from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text
 from tests.loop_helpers import API_KEY
 
 BOT_USER = "U0BOT"
@@ -76,25 +74,6 @@ async def running_bot(settings: Settings, *, http: bool = True) -> AsyncIterator
     async with open_slack_bot(
         settings, db_url=settings.db_url(), http=http, port=0 if http else None
     ) as running:
-        yield running
-
-
-# Fixtures: a test module imports them (listing them in ``__all__``) and defines ``claude``,
-# the fake Anthropic API with the replies its tests need.
-
-
-@pytest.fixture
-async def slack() -> AsyncIterator[FakeSlack]:
-    async with running_fake_slack() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def bot(
-    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
-) -> AsyncIterator[RunningSlackBot]:
-    """The bot over HTTP against ``slack`` and the module's ``claude``, on ``m.db``."""
-    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
         yield running
 
 

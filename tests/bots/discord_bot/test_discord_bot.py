@@ -18,15 +18,11 @@ from tests.discord_helpers import (
     eventually,
     last_user_text,
     memory_block,
-    no_errors,
     running_bot,
     settled,
-    w,
 )
 from tests.fakes.anthropic_server import Reply, overloaded
 from tests.loop_helpers import memories_reply
-
-__all__ = ["no_errors", "w"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
 

@@ -30,21 +30,9 @@ from tests.cleanup_helpers import (
     seed,
     seed_reminders,
 )
-from tests.discord_helpers import (
-    World,
-    bot,
-    buttons,
-    command,
-    final_text,
-    key,
-    no_errors,
-    running_bot,
-    world,
-)
+from tests.discord_helpers import World, buttons, command, final_text, key, running_bot, world
 from tests.fakes.anthropic_server import not_json
 from tests.fakes.discord_server import FakeInteraction, FakeUser
-
-__all__ = ["bot", "no_errors"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
 

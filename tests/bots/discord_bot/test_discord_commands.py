@@ -12,20 +12,8 @@ from bots.discord_bot.client import SelfMindBot
 from bots.discord_bot.commands import PAGE_SIZE
 from core.chat.controls import NOT_ENABLED
 from core.memory.replies import exported
-from tests.discord_helpers import (
-    World,
-    bot,
-    buttons,
-    command,
-    final_text,
-    key,
-    no_errors,
-    running_bot,
-    w,
-)
+from tests.discord_helpers import World, buttons, command, final_text, key, running_bot
 from tests.fakes.discord_server import FLAG_EPHEMERAL
-
-__all__ = ["bot", "no_errors", "w"]  # the fixtures, re-exported for pytest
 
 pytestmark = pytest.mark.usefixtures("no_errors")
 

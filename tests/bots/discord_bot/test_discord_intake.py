@@ -9,9 +9,7 @@ import sqlite3
 from bots.discord_bot.client import SelfMindBot
 from core.errors import NOT_SAVED, NOT_SAVED_COMMAND
 from core.store.sqlite.store import SQLiteStore
-from tests.discord_helpers import World, command, eventually, key, running_bot, settled, w
-
-__all__ = ["w"]
+from tests.discord_helpers import World, command, eventually, key, running_bot, settled
 
 
 def store_of(bot: SelfMindBot) -> SQLiteStore:

@@ -26,12 +26,9 @@ from tests.slack_helpers import (
     running_bot,
     settle,
     shown_text,
-    slack,
     slack_settings,
     system_text,
 )
-
-__all__ = ["slack"]  # the fixture, re-exported for pytest
 
 WRITING = "still writing"
 

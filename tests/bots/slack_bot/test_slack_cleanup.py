@@ -41,19 +41,7 @@ from tests.cleanup_helpers import (
 )
 from tests.fakes.anthropic_server import FakeAnthropic, not_json, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, JsonDict
-from tests.slack_helpers import (
-    TEAM,
-    bot,
-    buttons,
-    click,
-    key,
-    running_bot,
-    settle,
-    slack,
-    slack_settings,
-)
-
-__all__ = ["bot", "slack"]  # the fixtures, re-exported for pytest
+from tests.slack_helpers import TEAM, buttons, click, key, running_bot, settle, slack_settings
 
 
 @pytest.fixture

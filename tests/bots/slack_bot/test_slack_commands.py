@@ -17,7 +17,6 @@ from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
     PREFERENCE,
     TEAM,
-    bot,
     bot_posts,
     buttons,
     click,
@@ -25,12 +24,9 @@ from tests.slack_helpers import (
     key,
     running_bot,
     settle,
-    slack,
     slack_settings,
     system_text,
 )
-
-__all__ = ["bot", "slack"]  # the fixtures, re-exported for pytest
 
 
 @pytest.fixture

@@ -22,17 +22,13 @@ from tests.fakes.slack_server import BotIdentity, FakeSlack, JsonDict, running_f
 from tests.loop_helpers import memories_reply
 from tests.slack_helpers import (
     PREFERENCE,
-    bot,
     bot_posts,
     command,
     key,
     running_bot,
     settle,
-    slack,
     slack_settings,
 )
-
-__all__ = ["bot", "slack"]  # the fixtures, re-exported for pytest
 
 PRIVACY_LINE = DM_NOTICE.strip()
 

@@ -22,18 +22,7 @@ from core.store.sqlite.store import SQLiteStore
 from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack
-from tests.slack_helpers import (
-    BOT_USER,
-    TEAM,
-    bot_posts,
-    key,
-    running_bot,
-    settle,
-    slack,
-    slack_settings,
-)
-
-__all__ = ["slack"]
+from tests.slack_helpers import BOT_USER, TEAM, bot_posts, key, running_bot, settle, slack_settings
 
 RETRIES_S = (0.3, 0.6, 1.0)
 TEXT = "Please keep the launch checklist in mind"

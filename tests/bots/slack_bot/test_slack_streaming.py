@@ -27,7 +27,6 @@ from tests.slack_helpers import (
     shown_text,
     slack_settings,
 )
-from tests.slack_helpers import slack as slack  # the fixture
 
 PARAGRAPH = "Streaming shows the answer as it is written, a few words at a time. "
 
