@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.store.rows import TURN_COLUMNS, turn_from_row
 from core.store.seams import FeedbackRow
 from core.types import (
     MemoryMode,
@@ -35,29 +36,6 @@ _LIVE_REPLICAS = (
     " AND classid = $1::bigint::oid AND objsubid = 2 AND granted"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
-
-_TURN_COLUMNS = (
-    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace"
-)
-
-
-def _turn(row: Sequence[Any]) -> Turn:
-    return Turn(
-        id=row[0],
-        conversation_key=row[1],
-        user_key=row[2],
-        role=row[3],
-        text=row[4],
-        origin=row[5],
-        sent_at=row[6],
-        author=row[7],
-        reply_to=row[8],
-        reflection=row[9],
-        attempts=row[10],
-        platform_ref=row[11],
-        workspace=row[12],
-    )
 
 
 class _Unclaimed(Exception):
@@ -98,11 +76,11 @@ class PostgresConversations(PostgresBase):
     ) -> int | None:
         async with self._tx() as conn:
             row = await conn.fetchrow(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = $1 FOR UPDATE", turn_id
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 FOR UPDATE", turn_id
             )
             if row is None:  # forgotten meanwhile
                 return None
-            turn = _turn(row)
+            turn = turn_from_row(row)
             answer_id = None
             if answer:
                 now = utcnow()
@@ -129,23 +107,23 @@ class PostgresConversations(PostgresBase):
             return answer_id
 
     async def get_turn(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchrow(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
-        return _turn(row) if row else None
+        row = await self._fetchrow(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
+        return turn_from_row(row) if row else None
 
     async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
         row = await self._fetchrow(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = $1"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = $1"
             " AND platform_ref = $2 AND role = 'user' ORDER BY id LIMIT 1",
             conversation_key,
             platform_ref,
         )
-        return _turn(row) if row else None
+        return turn_from_row(row) if row else None
 
     async def answer_to(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchrow(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = $1 ORDER BY id LIMIT 1", turn_id
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE reply_to = $1 ORDER BY id LIMIT 1", turn_id
         )
-        return _turn(row) if row else None
+        return turn_from_row(row) if row else None
 
     async def recent_turns(
         self, *, conversation_key: str, limit: int, before_id: int | None = None
@@ -153,20 +131,20 @@ class PostgresConversations(PostgresBase):
         if limit <= 0:
             return []
         rows = await self._fetch(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = $1 AND id < $2"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = $1 AND id < $2"
             " ORDER BY id DESC LIMIT $3",
             conversation_key,
             before_id if before_id is not None else 2**62,
             limit,
         )
-        return [_turn(r) for r in reversed(rows)]
+        return [turn_from_row(r) for r in reversed(rows)]
 
     async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
         """User turns stored since ``since`` in conversations starting with the prefix, with
         no answer, that no live replica is answering; oldest first."""
         rows = await self._fetch(
             f"WITH live AS ({_LIVE_REPLICAS})"
-            f" SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            f" SELECT {TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
             " AND t.reflection IS NOT NULL AND t.created_at >= $2"
             " AND starts_with(t.conversation_key, $3)"
             " AND (t.claimed_by IS NULL OR t.claimed_by = $4"
@@ -177,7 +155,7 @@ class PostgresConversations(PostgresBase):
             conversation_prefix,
             self.replica_id,
         )
-        return [_turn(r) for r in rows]
+        return [turn_from_row(r) for r in rows]
 
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns waiting for a reflection (``answering`` or ``pending``) that no live
@@ -194,7 +172,7 @@ class PostgresConversations(PostgresBase):
             self.replica_id,
             utcnow(),
         )
-        return sorted((_turn(r) for r in rows), key=lambda t: t.id)
+        return sorted((turn_from_row(r) for r in rows), key=lambda t: t.id)
 
     async def set_reflection(
         self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
@@ -359,7 +337,7 @@ class PostgresConversations(PostgresBase):
         return int(count)
 
 
-_TURN_NAMES = [c.strip() for c in _TURN_COLUMNS.split(",")]
+_TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]
 
 
 def _usage_filter(

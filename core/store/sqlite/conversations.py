@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
+from core.store.rows import TURN_COLUMNS, turn_from_row
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
@@ -21,29 +22,6 @@ from core.types import (
     usage_group_column,
     utcnow,
 )
-
-_TURN_COLUMNS = (
-    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace"
-)
-
-
-def _turn(row: Sequence[Any]) -> Turn:
-    return Turn(
-        id=row[0],
-        conversation_key=row[1],
-        user_key=row[2],
-        role=row[3],
-        text=row[4],
-        origin=row[5],
-        sent_at=dt(row[6]),
-        author=row[7],
-        reply_to=row[8],
-        reflection=row[9],
-        attempts=row[10],
-        platform_ref=row[11],
-        workspace=row[12],
-    )
 
 
 class SQLiteConversations(SQLiteBase):
@@ -89,12 +67,10 @@ class SQLiteConversations(SQLiteBase):
         self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
     ) -> int | None:
         async with self._write():
-            row = await self._fetchone(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,)
-            )
+            row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
             if row is None:  # forgotten meanwhile
                 return None
-            turn = _turn(row)
+            turn = turn_from_row(row, time=dt)
             answer_id = None
             if answer:
                 cur = await self._conn.execute(
@@ -120,23 +96,23 @@ class SQLiteConversations(SQLiteBase):
             return answer_id
 
     async def get_turn(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
-        return _turn(row) if row else None
+        row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        return turn_from_row(row, time=dt) if row else None
 
     async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
         row = await self._fetchone(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND platform_ref = ?"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND platform_ref = ?"
             " AND role = 'user' ORDER BY id LIMIT 1",
             (conversation_key, platform_ref),
         )
-        return _turn(row) if row else None
+        return turn_from_row(row, time=dt) if row else None
 
     async def answer_to(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchone(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",
             (turn_id,),
         )
-        return _turn(row) if row else None
+        return turn_from_row(row, time=dt) if row else None
 
     async def recent_turns(
         self, *, conversation_key: str, limit: int, before_id: int | None = None
@@ -144,29 +120,29 @@ class SQLiteConversations(SQLiteBase):
         if limit <= 0:
             return []
         rows = await self._fetchall(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND id < ?"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND id < ?"
             " ORDER BY id DESC LIMIT ?",
             (conversation_key, before_id if before_id is not None else 2**62, limit),
         )
-        return [_turn(r) for r in reversed(rows)]
+        return [turn_from_row(r, time=dt) for r in reversed(rows)]
 
     async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
         prefix = conversation_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = await self._fetchall(
-            f"SELECT {_TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
+            f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
             " AND t.reflection IS NOT NULL AND t.created_at >= ?"
             " AND t.conversation_key LIKE ? ESCAPE '\\'"
             " AND NOT EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = t.id) ORDER BY t.id",
             (ts(since), prefix + "%"),
         )
-        return [_turn(r) for r in rows]
+        return [turn_from_row(r, time=dt) for r in rows]
 
     async def turns_to_reflect(self) -> list[Turn]:
         rows = await self._fetchall(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"
             " ORDER BY id"
         )
-        return [_turn(r) for r in rows]
+        return [turn_from_row(r, time=dt) for r in rows]
 
     async def set_reflection(
         self, *, turn_id: int, state: ReflectionState, attempts: int | None = None

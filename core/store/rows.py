@@ -1,0 +1,41 @@
+"""Row shapes both backends share: the column list of a turn and its mapping to
+:class:`core.types.Turn` (each backend keeps only how it stores a time)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from core.types import Turn
+
+TURN_COLUMNS = (
+    "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
+    " attempts, platform_ref, workspace"
+)
+"""The columns :func:`turn_from_row` reads, in its order (``SELECT {TURN_COLUMNS} FROM turns``)."""
+
+
+def _as_is(value: Any) -> datetime:
+    assert isinstance(value, datetime)
+    return value
+
+
+def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_is) -> Turn:
+    """The turn in ``row`` (columns :data:`TURN_COLUMNS`); ``time`` reads ``sent_at`` as the
+    backend stores it (PostgreSQL: a ``datetime`` already; SQLite: ISO text)."""
+    return Turn(
+        id=row[0],
+        conversation_key=row[1],
+        user_key=row[2],
+        role=row[3],
+        text=row[4],
+        origin=row[5],
+        sent_at=time(row[6]),
+        author=row[7],
+        reply_to=row[8],
+        reflection=row[9],
+        attempts=row[10],
+        platform_ref=row[11],
+        workspace=row[12],
+    )
