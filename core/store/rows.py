@@ -1,5 +1,6 @@
 """Row shapes both backends share: the column list of a turn and its mapping to
-:class:`core.types.Turn` (each backend keeps only how it stores a time)."""
+:class:`core.types.Turn` (each backend keeps only how it stores a time), and the totals of a
+usage report with their mapping to :class:`core.types.UsageRow`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.types import Turn
+from core.types import Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
@@ -39,3 +40,16 @@ def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_i
         platform_ref=row[11],
         workspace=row[12],
     )
+
+
+USAGE_TOTALS = (
+    "COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cache_read_input_tokens),"
+    " SUM(cache_creation_input_tokens)"
+)
+"""The aggregates :func:`usage_row` reads after the group column
+(``SELECT {group}, {USAGE_TOTALS} FROM usage ... GROUP BY 1``)."""
+
+
+def usage_row(row: Sequence[Any]) -> UsageRow:
+    """One group of a usage report: its label, then the columns of :data:`USAGE_TOTALS`."""
+    return UsageRow(str(row[0]), *(int(v) for v in row[1:6]))

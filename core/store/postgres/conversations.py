@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
-from core.store.rows import TURN_COLUMNS, turn_from_row
+from core.store.rows import TURN_COLUMNS, USAGE_TOTALS, turn_from_row, usage_row
 from core.store.seams import FeedbackRow
 from core.types import (
     MemoryMode,
@@ -318,14 +318,10 @@ class PostgresConversations(PostgresBase):
         group = usage_group_column(by)
         where, params = _usage_filter(since, user_key, workspace)
         rows = await self._fetch(
-            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
-            " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
-            f" WHERE {where} GROUP BY 1 ORDER BY 1",
+            f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1",
             *params,
         )
-        return [
-            UsageRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows
-        ]
+        return [usage_row(r) for r in rows]
 
     async def chat_messages_since(
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None

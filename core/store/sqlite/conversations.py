@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import cast
 
-from core.store.rows import TURN_COLUMNS, turn_from_row
+from core.store.rows import TURN_COLUMNS, USAGE_TOTALS, turn_from_row, usage_row
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
@@ -241,12 +241,10 @@ class SQLiteConversations(SQLiteBase):
         group = usage_group_column(by)
         where, params = _usage_filter(since, user_key, workspace)
         rows = await self._fetchall(
-            f"SELECT {group}, COUNT(*), SUM(input_tokens), SUM(output_tokens),"
-            " SUM(cache_read_input_tokens), SUM(cache_creation_input_tokens) FROM usage"
-            f" WHERE {where} GROUP BY 1 ORDER BY 1",
+            f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1",
             params,
         )
-        return [UsageRow(str(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        return [usage_row(r) for r in rows]
 
     async def chat_messages_since(
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
