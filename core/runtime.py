@@ -22,7 +22,7 @@ from core.errors import ConfigError, SelfMindError
 from core.memory.cleanup import Cleaner
 from core.memory.cleanup_review import CleanupReviews
 from core.memory.recall import BM25Recaller, Recaller
-from core.memory.reflection import Reflector
+from core.memory.reflection import LearnedCallback, Reflector
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
 from core.model.claude import ChatModel, ClaudeChatModel
@@ -68,14 +68,15 @@ class ChatRuntime(MemoryRuntime):
     _started: bool = field(default=False, init=False, repr=False)
     _scheduler: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
-    async def start(self) -> None:
-        """Resume pending reflections (:meth:`TurnLoop.start`) and start the cleanup
-        scheduler. Adapters that start later than :func:`open_runtime` (``start=False``)
-        call this; a second call does nothing."""
+    async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
+        """Resume pending reflections (:meth:`TurnLoop.start`), reporting what each learns
+        to ``on_learned`` (the adapter's note or Home refresh), and start the cleanup
+        scheduler. Adapters open the runtime with ``start=False``, build themselves on it,
+        then call this with their handler; a second call does nothing."""
         if self._started:
             return
         self._started = True
-        await self.loop.start()
+        await self.loop.start(on_learned=on_learned)
         if self.settings.cleanup_interval_hours > 0:
             self._scheduler = asyncio.create_task(
                 scheduled_cleanups(self), name="cleanup-scheduler"

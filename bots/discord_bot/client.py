@@ -242,10 +242,10 @@ class SelfMindBot(discord.Client):
 
     async def setup_hook(self) -> None:
         """Resume pending reflections (and scheduled cleanups), then sync the slash commands."""
-        self.reflector.on_learned = self.on_learned
         # Before reflections resume: messages a crash left without an answer.
         unanswered = await self.intake.unanswered(conversation_prefix="discord:")
-        await self.rt.start()  # the turn loop's start-up work and the cleanup scheduler
+        # The turn loop's start-up work and the cleanup scheduler; notes of what is learned
+        await self.rt.start(on_learned=self.on_learned)
         for turn in unanswered:
             self._track(asyncio.create_task(self.recover(turn), name=f"discord-recover-{turn.id}"))
         guild_id = self.settings.discord_guild_id

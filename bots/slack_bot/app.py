@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import signal
@@ -48,7 +49,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.assistant import SlackAssistant
 from bots.slack_bot.cleanup import SlackCleanup
-from bots.slack_bot.commands import SlackCommands
+from bots.slack_bot.commands import SlackCommands, send_export
 from bots.slack_bot.events import BotIdentity, SlackConversations
 from bots.slack_bot.feedback import SlackFeedback
 from bots.slack_bot.home import SlackHome
@@ -137,6 +138,13 @@ class SlackBot:
             client=client,
             stream_client=stream_client,
         )
+        self.home = SlackHome(
+            service=runtime.service,
+            client=client,
+            install_id=identity.install_id,
+            spawn=self.spawn,
+            send_export=functools.partial(send_export, runtime.service, client),
+        )
         self.commands = SlackCommands(
             service=runtime.service,
             client=client,
@@ -144,14 +152,7 @@ class SlackBot:
             controls=runtime.loop.controls,
             cleanup=SlackCleanup(runtime.reviews),
             install_id=identity.install_id,
-        )
-        self.home = SlackHome(
-            service=runtime.service,
-            store=runtime.store,
-            client=client,
-            install_id=identity.install_id,
-            spawn=self.spawn,
-            send_export=self.commands.send_export,
+            after_change=self.home.refresh,
         )
         self.assistant = SlackAssistant(
             service=runtime.service,
@@ -159,8 +160,6 @@ class SlackBot:
             client=client,
             install_id=identity.install_id,
         )
-        self.commands.after_change = self.home.refresh
-        runtime.reflector.on_learned = self.on_learned
         self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.app = self._build_app(signing_secret)
 
@@ -456,6 +455,7 @@ async def open_slack_bot(
                 db_url=db_url,
                 require_model=True,
                 before_start=find_unanswered,
+                start=False,
                 serve_health=True,
             )
         )
@@ -467,6 +467,7 @@ async def open_slack_bot(
             stream_client=stream_client,
             signing_secret=secrets.signing_secret,
         )
+        await rt.start(on_learned=bot.on_learned)
         try:
             if http:
                 async with _serve_http(bot, settings.slack_http_host, port) as bound:

@@ -148,6 +148,27 @@ def export_jsonl(records: Sequence[JsonDict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
+async def send_export(service: MemoryService, client: AsyncWebClient, key: str, user: str) -> int:
+    """Send the memories of ``key`` to ``user``'s DM as a JSON Lines file; the count sent
+    (0: nothing to send, no file). The ``/memories export`` command and the Home tab's
+    *Export* both send through this."""
+    records = await service.export(user_key=key)
+    if not records:
+        return 0
+    opened = await client.conversations_open(users=user)
+    channel = str(cast(JsonDict, opened["channel"])["id"])
+    day = datetime.now(UTC).date().isoformat()
+    await client.files_upload_v2(
+        channel=channel,
+        content=export_jsonl(records),
+        filename=f"selfmind-memories-{day}.jsonl",
+        title="Your SelfMind memories",
+        initial_comment=replies.exported(len(records)),
+    )
+    logger.info("exported %d memories of %s to their DM", len(records), key)
+    return len(records)
+
+
 class SlackCommands:
     """The four slash commands, their buttons, and the reflection notes, over one store."""
 
@@ -160,10 +181,11 @@ class SlackCommands:
         controls: Controls | None = None,
         cleanup: SlackCleanup | None = None,
         install_id: str | None = None,
+        after_change: Callable[[str], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.install_id = install_id
         """The team part of every user key (:func:`user_key`); None: the request's team."""
-        self.after_change: Callable[[str], Coroutine[Any, Any, None]] | None = None
+        self.after_change = after_change
         """Awaited with the user key after each command or click (the App Home refresh)."""
         self.service = service
         self.client = client
@@ -356,23 +378,8 @@ class SlackCommands:
         await respond(text=replies.export_sent(count), response_type="ephemeral")
 
     async def send_export(self, key: str, user: str) -> int:
-        """Send the memories of ``key`` to ``user``'s DM as a JSON Lines file; the count
-        sent (0: nothing to send, no file)."""
-        records = await self.service.export(user_key=key)
-        if not records:
-            return 0
-        opened = await self.client.conversations_open(users=user)
-        channel = str(cast(JsonDict, opened["channel"])["id"])
-        day = datetime.now(UTC).date().isoformat()
-        await self.client.files_upload_v2(
-            channel=channel,
-            content=export_jsonl(records),
-            filename=f"selfmind-memories-{day}.jsonl",
-            title="Your SelfMind memories",
-            initial_comment=replies.exported(len(records)),
-        )
-        logger.info("exported %d memories of %s to their DM", len(records), key)
-        return len(records)
+        """:func:`send_export` with this adapter's service and client."""
+        return await send_export(self.service, self.client, key, user)
 
     async def memory_mode(self, key: str, arg: str, respond: AsyncRespond) -> None:
         word = arg.lower()

@@ -9,8 +9,10 @@ search's matches) with a *Forget* button each and *Newer* / *Older* paging.
 Only its owner sees or changes it: ``views.publish`` shows a view to one ``user_id``; every
 click acts for the user who clicked (the key of :func:`bots.slack_bot.commands.user_key`,
 whatever a button's value says), and a click whose view belongs to someone else (the
-``owner`` in ``private_metadata``) is refused. *Forget everything* is single-use: a replay of
-the same signed click (same ``action_ts``) erases nothing.
+``owner`` in ``private_metadata``) is refused. *Forget everything* carries a single-use token
+from the store (:meth:`MemoryService.confirm_forget_all`, surface ``home``), replaced at each
+publish: a replay of the same signed click, or a click on a page published over since (another
+replica's included), erases nothing and gets a fresh page.
 
 It is published when the person opens the Home tab, after each reflection that learned
 something about them and after each of their slash commands and clicks. Limits
@@ -34,11 +36,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import JsonDict, button, clip_mrkdwn, context, escape_mrkdwn, section
 from bots.slack_bot.commands import Spawn, user_key
-from core.errors import MemoryNotFound
+from core.errors import MemoryNotFound, PlanNotPending
 from core.memory import replies
 from core.memory.replies import MODE_REPLIES
 from core.memory.service import MemoryService, parse_memory_id
-from core.store.seams import Store
 from core.types import Memory, MemoryMode, MemoryStats
 
 logger = logging.getLogger(__name__)
@@ -110,8 +111,8 @@ def _mode_buttons(mode: MemoryMode) -> list[JsonDict]:
     return [power] if mode == "off" else [learn, power]
 
 
-def _forget_all_button(total: int) -> JsonDict:
-    element = button("Forget everything", FORGET_ALL, "confirm", "danger")
+def _forget_all_button(total: int, token: str) -> JsonDict:
+    element = button("Forget everything", FORGET_ALL, token, "danger")
     element["confirm"] = {
         "title": {"type": "plain_text", "text": "Forget everything?"},
         "text": {
@@ -133,11 +134,14 @@ def home_view(
     stats: MemoryStats,
     memories: Sequence[Memory],
     more: bool,
+    forget_all_token: str = "",
     notice: str | None = None,
 ) -> JsonDict:
     """The Home tab view (``{"type": "home", "blocks": [...], ...}``) of ``state.owner``:
     ``memories`` is the page shown (newest first, or a search's best first) and ``more``
-    whether an *Older* page follows. At most :data:`MAX_VIEW_BLOCKS` blocks."""
+    whether an *Older* page follows; ``forget_all_token`` the single-use token behind its
+    *Forget everything* button (:meth:`MemoryService.confirm_forget_all`, shown when
+    ``stats.total``). At most :data:`MAX_VIEW_BLOCKS` blocks."""
     kinds = ", ".join(_plural(n, kind) for kind, n in sorted(stats.by_kind.items()) if n)
     summary = f"*{_plural(stats.total, 'memory')}*" + (f": {kinds}" if kinds else "")
     blocks: list[JsonDict] = [
@@ -150,7 +154,10 @@ def home_view(
         blocks.append(
             {
                 "type": "actions",
-                "elements": [button("Export", EXPORT, "jsonl"), _forget_all_button(stats.total)],
+                "elements": [
+                    button("Export", EXPORT, "jsonl"),
+                    _forget_all_button(stats.total, forget_all_token),
+                ],
             }
         )
     if notice:
@@ -211,14 +218,12 @@ class SlackHome:
         self,
         *,
         service: MemoryService,
-        store: Store,
         client: AsyncWebClient,
         install_id: str,
         spawn: Spawn,
         send_export: SendExport,
     ) -> None:
         self.service = service
-        self.store = store
         self.client = client
         self.install_id = install_id
         self.spawn = spawn
@@ -249,12 +254,20 @@ class SlackHome:
             rows = await self.service.list_memories(
                 user_key=key, limit=PAGE_SIZE + 1, offset=state.offset
             )
+        # Single-use and replaced at each publish: a replayed click, or one on a page that
+        # was published over, forgets nothing.
+        token = (
+            await self.service.confirm_forget_all(user_key=key, surface="home")
+            if stats.total
+            else ""
+        )
         view = home_view(
             state=state,
             mode=mode,
             stats=stats,
             memories=rows[:PAGE_SIZE],
             more=len(rows) > PAGE_SIZE,
+            forget_all_token=token,
             notice=notice,
         )
         try:
@@ -326,14 +339,12 @@ class SlackHome:
                 f"Sent {_plural(count, 'memory')} to our DM." if count else "Nothing to export."
             )
         elif action_id == FORGET_ALL:
-            notice = await self._forget_all(key, action)
+            try:
+                count = await self.service.forget_all_confirmed(
+                    user_key=key, token=value, surface="home"
+                )
+                notice = replies.forgot_all(count)
+            except PlanNotPending:
+                logger.warning("home forget-all refused user=%s: token gone", key)
+                notice = replies.HOME_CONFIRM_GONE
         await self.publish(user, state, notice)
-
-    async def _forget_all(self, key: str, action: JsonDict) -> str:
-        # Single-use: a replayed signed click carries the same action_ts.
-        stamp = str(action.get("action_ts") or "")
-        if not stamp or not await self.store.mark_once(mark=f"slack-home-forget-all:{key}:{stamp}"):
-            logger.warning("home forget-all replay refused user=%s", key)
-            return "That click was already used; nothing more was forgotten."
-        count = await self.service.forget_all(user_key=key)
-        return replies.forgot_all(count)

@@ -47,13 +47,13 @@ async def run_terminal(
         return await run_interactive(
             settings, db_url=db_url, user_key=user_key, stdin=stdin, stdout=stdout
         )
-    async with open_runtime(settings, db_url=db_url) as rt:
+    async with open_runtime(settings, db_url=db_url, start=False) as rt:
         chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
         chat = TerminalChat(
             rt.service, user_key=user_key, screen=PlainScreen(stdout), loop=chat_loop
         )
         if isinstance(rt, ChatRuntime):
-            rt.reflector.on_learned = chat.learned
+            await rt.start(on_learned=chat.learned)
         while True:
             line = await read_line(stdin, None, stdout)
             if line is None:

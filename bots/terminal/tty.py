@@ -416,11 +416,11 @@ async def run_interactive(
         problem, files = f"(no input history or log file: {exc})", None
     screen = TtyScreen(stdin=stdin, stdout=stdout, files=files)
     with logs_to_file(files.log if files else None, level=settings.log_level):
-        async with open_runtime(settings, db_url=db_url) as rt:
+        async with open_runtime(settings, db_url=db_url, start=False) as rt:
             chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
             chat = TerminalChat(rt.service, user_key=user_key, screen=screen, loop=chat_loop)
             if isinstance(rt, ChatRuntime):
-                rt.reflector.on_learned = chat.learned
+                await rt.start(on_learned=chat.learned)
             screen.say(f"SelfMind, remembering you as {user_key}. /help lists commands and keys.")
             if problem:
                 screen.say(problem, style="yellow")

@@ -33,7 +33,7 @@ from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
-from core.memory.reflection import Reflector
+from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
 from core.model.usage import record_call
@@ -149,10 +149,11 @@ class TurnLoop:
         self.controls = Controls(settings, store)
         self._last_prune: datetime | None = None
 
-    async def start(self) -> None:
-        """Start-up work: prune old turns and resume reflections left pending."""
+    async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
+        """Start-up work: prune old turns and resume reflections left pending, reporting
+        what they learn to ``on_learned`` (:meth:`Reflector.start`)."""
         await self._maybe_prune(force=True)
-        await self.reflector.resume()
+        await self.reflector.start(on_learned=on_learned)
 
     async def shutdown(self, timeout_s: float | None = None) -> bool:
         """Let queued reflections finish (bounded), then stop; unfinished ones stay pending."""

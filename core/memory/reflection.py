@@ -146,7 +146,9 @@ class Reflector:
 
     ``submit`` queues a stored turn; ``resume`` queues every turn left pending by an earlier
     process; ``drain`` waits (bounded) for the queues to empty. ``on_learned`` is awaited
-    after a reflection that stored something (adapters show a note or a reaction).
+    after a reflection that stored something (adapters show a note or a reaction): given at
+    construction, or by the adapter through :meth:`start` (its handler exists only once the
+    runtime does), before any pending reflection resumes, so none is reported to nobody.
     """
 
     def __init__(
@@ -171,12 +173,19 @@ class Reflector:
         self.related_k = related_k
         self.max_attempts = max_attempts
         self.retry_delay_s = retry_delay_s
-        self.on_learned = on_learned
+        self._on_learned = on_learned
         self.model_name = model_name
         self._queues: dict[str, deque[int]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._queued: set[int] = set()
         self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self, *, on_learned: LearnedCallback | None = None) -> int:
+        """Report learned memories to ``on_learned`` (when given), then :meth:`resume`;
+        returns how many reflections were resumed."""
+        if on_learned is not None:
+            self._on_learned = on_learned
+        return await self.resume()
 
     def submit(self, *, turn_id: int, user_key: str) -> None:
         """Queue the reflection of a stored user turn (no-op if already queued)."""
@@ -306,9 +315,9 @@ class Reflector:
             result.rejected,
             result.superseded,
         )
-        if result.added and self.on_learned is not None:
+        if result.added and self._on_learned is not None:
             try:
-                await self.on_learned(result)
+                await self._on_learned(result)
             except Exception:
                 logger.exception("on_learned callback failed for turn %s", turn_id)
         return result

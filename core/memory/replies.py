@@ -59,6 +59,13 @@ def forget_all_question(count: int, *, also: str = "") -> str:
     )
 
 
+HOME_CONFIRM_GONE = (
+    "That button was already used or this page was out of date; nothing was forgotten. "
+    "Press *Forget everything* again on this page."
+)
+"""A memory page's *Forget everything* click whose token was used, replaced or expired."""
+
+
 def forgot_all(count: int) -> str:
     """The answer once everything is forgotten."""
     return f"Forgot all {_memories(count)} and our conversation history."

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
 from core.memory.recall import BM25Recaller, Recaller
@@ -168,10 +168,22 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
 
 
 FORGET_ALL_KIND = "forget_all"
-"""The ``kind`` of a *Forget everything* confirmation in the store."""
+"""The ``kind`` of a chat *Forget everything* confirmation (``/forget all``) in the store."""
 CONFIRM_TTL_S = 15 * 60.0
 """A *Forget everything* confirmation can be pressed for this long (longer than Slack's
 5-minute replay window for a signed request, shorter than its 30-minute ``response_url``)."""
+HOME_FORGET_ALL_KIND = "forget_all_home"
+"""The ``kind`` of the token behind a memory page's *Forget everything* button (Slack's Home
+tab): one per user, replaced each time the page is published, apart from the chat's."""
+HOME_CONFIRM_TTL_S = 24 * 3600.0
+"""A memory page's *Forget everything* button works this long after the page was published
+(a Home tab stays open for hours; a click after that gets a fresh page and presses again)."""
+ForgetAllSurface = Literal["chat", "home"]
+"""Where a *Forget everything* button is: a chat confirmation or a memory page."""
+_FORGET_ALL = {
+    "chat": (FORGET_ALL_KIND, CONFIRM_TTL_S),
+    "home": (HOME_FORGET_ALL_KIND, HOME_CONFIRM_TTL_S),
+}
 CONFIRM_GONE = (
     "This confirmation was already used or has expired; nothing was forgotten. "
     "Run `/forget all` again."
@@ -240,31 +252,37 @@ class MemoryService:
         await self.store.set_mode(user_key=user_key, mode=mode)
         logger.info("memory mode user=%s mode=%s", user_key, mode)
 
-    async def confirm_forget_all(self, *, user_key: str) -> str:
-        """A single-use token for the user's *Forget everything* button, valid
-        :data:`CONFIRM_TTL_S`; a new one replaces the user's earlier ones."""
+    async def confirm_forget_all(self, *, user_key: str, surface: ForgetAllSurface = "chat") -> str:
+        """A single-use token for the user's *Forget everything* button on ``surface``: a chat
+        confirmation (valid :data:`CONFIRM_TTL_S`) or a memory page (valid
+        :data:`HOME_CONFIRM_TTL_S`). A new one replaces the user's earlier ones on the same
+        surface only, so a chat confirmation and the memory page never cancel each other."""
+        kind, ttl_s = _FORGET_ALL[surface]
         token = new_token()
         await self.store.put_pending(
             token=token,
             user_key=user_key,
-            kind=FORGET_ALL_KIND,
+            kind=kind,
             payload="",
-            expires_at=self.clock() + timedelta(seconds=CONFIRM_TTL_S),
+            expires_at=self.clock() + timedelta(seconds=ttl_s),
             replace=True,
         )
         return token
 
-    async def forget_all_confirmed(self, *, user_key: str, token: str) -> int:
-        """Consume the user's confirmation ``token`` and forget everything (:meth:`forget_all`).
-        ``PlanNotPending`` (:data:`CONFIRM_GONE`; nothing forgotten) when the token was used,
-        expired, or is not this user's."""
+    async def forget_all_confirmed(
+        self, *, user_key: str, token: str, surface: ForgetAllSurface = "chat"
+    ) -> int:
+        """Consume the user's confirmation ``token`` of ``surface`` and forget everything
+        (:meth:`forget_all`). ``PlanNotPending`` (:data:`CONFIRM_GONE`; nothing forgotten)
+        when the token was used, expired, replaced, or is not this user's."""
+        kind, _ = _FORGET_ALL[surface]
         taken = None
         if is_token(token):
             taken = await self.store.take_pending(
-                token=token, user_key=user_key, kind=FORGET_ALL_KIND, now=self.clock()
+                token=token, user_key=user_key, kind=kind, now=self.clock()
             )
         if taken is None:
-            logger.info("forget_all refused: user=%s confirmation gone", user_key)
+            logger.info("forget_all refused: user=%s surface=%s gone", user_key, surface)
             raise PlanNotPending(CONFIRM_GONE, reason="gone")
         return await self.forget_all(user_key=user_key)
 

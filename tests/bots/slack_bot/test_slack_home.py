@@ -16,6 +16,7 @@ from bots.slack_bot import home
 from bots.slack_bot.app import RunningSlackBot
 from bots.slack_bot.assistant import RECALL_PROMPT, suggested_prompts
 from bots.slack_bot.events import DM_NOTICE
+from core.memory import replies
 from core.types import Memory
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import BotIdentity, FakeSlack, JsonDict, running_fake_slack
@@ -50,6 +51,12 @@ def texts(view: JsonDict) -> str:
             if isinstance(element.get("text"), str):
                 out.append(element["text"])
     return "\n".join(out)
+
+
+def forget_all_value(view: JsonDict) -> str:
+    """The value (the single-use token) of a view's *Forget everything* button."""
+    [value] = [v for _, a, v in view_buttons(view) if a == home.FORGET_ALL]
+    return value
 
 
 def view_buttons(view: JsonDict) -> list[tuple[str, str, str]]:
@@ -202,16 +209,50 @@ async def test_search_mode_export_and_single_use_forget_everything(
     assert len(slack.files) == 1
     assert "Sent 3 memories to our DM." in texts(slack.home_views["U1"])
 
-    confirm = [b for b in view["blocks"] if b["type"] == "actions"][1]["elements"][1]
+    latest = slack.home_views["U1"]
+    confirm = [b for b in latest["blocks"] if b["type"] == "actions"][1]["elements"][1]
     assert confirm["action_id"] == home.FORGET_ALL and confirm["confirm"]["style"] == "danger"
-    payload = await click_view(slack, bot, view, home.FORGET_ALL, "confirm", user="U1")
+    # The button's value is a store token, replaced at each publish: the first page's is gone.
+    first = forget_all_value(view)
+    assert first != confirm["value"]
+    await click_view(slack, bot, latest, home.FORGET_ALL, first, user="U1")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 3
+    assert replies.HOME_CONFIRM_GONE in texts(slack.home_views["U1"])
+    for forged in ("", "confirm", "x" * 5000, "\x00", "' OR 1=1 --"):
+        await click_view(slack, bot, latest, home.FORGET_ALL, forged, user="U1")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 3
+
+    latest = slack.home_views["U1"]
+    payload = await click_view(
+        slack, bot, latest, home.FORGET_ALL, forget_all_value(latest), user="U1"
+    )
     assert await bot.runtime.service.count(user_key=key("U1")) == 0
     await bot.runtime.service.remember(user_key=key("U1"), text="The user added this later.")
     replay = await slack.send_interaction(bot.events_url, payload)  # the same signed click
     assert replay.status == 200
     await settle(bot)
     assert await bot.runtime.service.count(user_key=key("U1")) == 1
-    assert "already used" in texts(slack.home_views["U1"])
+    assert replies.HOME_CONFIRM_GONE in texts(slack.home_views["U1"])
+
+
+async def test_home_forget_all_token_is_the_owners_and_apart_from_the_chats(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    await seed(bot, "U1", 2)
+    await seed(bot, "U2", 2)
+    u1_page = await open_home(slack, bot, "U1")
+    await open_home(slack, bot, "U2")
+    # U2 replays U1's token in a click of their own: refused, and U1's token still works.
+    await click_view(
+        slack, bot, slack.home_views["U2"], home.FORGET_ALL, forget_all_value(u1_page), user="U2"
+    )
+    assert await bot.runtime.service.count(user_key=key("U2")) == 2
+    # A chat confirmation made meanwhile does not replace the page's token.
+    chat_token = await bot.runtime.service.confirm_forget_all(user_key=key("U1"))
+    assert chat_token != forget_all_value(u1_page)
+    await click_view(slack, bot, u1_page, home.FORGET_ALL, forget_all_value(u1_page), user="U1")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+    assert await bot.runtime.service.count(user_key=key("U2")) == 2
 
 
 async def test_home_refreshes_after_a_command(slack: FakeSlack, bot: RunningSlackBot) -> None:
