@@ -2,7 +2,12 @@
 
 ``post`` is ``chat.postMessage`` and ``edit`` is ``chat.update``, both with ``markdown_text``
 (standard Markdown, slack_sdk >= 3.37) and never with ``text`` or ``blocks`` beside it
-(Slack refuses the mix with ``markdown_text_conflict``). Errors, mapped for
+(Slack refuses the mix with ``markdown_text_conflict``). A finished answer's last message
+(``post_final`` / ``edit_final``, :class:`core.streaming.reply.FinishingSink`) carries the
+``final_blocks`` (the feedback buttons) instead: its text goes as a ``markdown`` block (the
+same standard Markdown; at most 12,000 characters over a message's markdown blocks,
+https://docs.slack.dev/reference/block-kit/blocks/markdown-block), the buttons after it,
+and ``text`` holds the same words for notifications. Errors, mapped for
 :mod:`core.streaming.reply`:
 
 - HTTP 429 -> ``RateLimited(Retry-After)``; the client given here must not retry 429s
@@ -69,6 +74,10 @@ STREAMING_UNAVAILABLE_ERRORS = frozenset(
     }
 )
 """Streaming-method errors that mean the app cannot stream in this workspace at all."""
+
+MARKDOWN_BLOCK_MAX_CHARS = 12_000
+"""Characters of all ``markdown`` blocks of one message together (docs.slack.dev,
+markdown block)."""
 
 STREAM_MAX_CHARS = 12_000 - 32
 """Characters one streamed message holds: Slack's 12,000 ``markdown_text`` limit
@@ -272,10 +281,34 @@ class SlackReplySink:
         self.status_thread_ts = status_thread_ts or thread_ts
 
     async def post(self, *, text: str) -> str:
+        return await self._post(text, final=False)
+
+    async def post_final(self, *, text: str) -> str:
+        """``post`` with the ``final_blocks`` under the text (the answer's last message)."""
+        return await self._post(text, final=True)
+
+    async def edit(self, *, handle: str, text: str) -> None:
+        await self._edit(handle, text, final=False)
+
+    async def edit_final(self, *, handle: str, text: str) -> None:
+        """``edit`` with the ``final_blocks`` under the text (the answer's last message)."""
+        await self._edit(handle, text, final=True)
+
+    def content(self, text: str, *, final: bool) -> JsonDict:
+        """The message fields for ``text`` (mentions made inert): ``markdown_text``; for a
+        final message with ``final_blocks``, a ``markdown`` block, the final blocks and
+        ``text`` instead (``markdown_text`` cannot go with blocks). A text too long for a
+        markdown block goes as ``markdown_text``, without the final blocks."""
+        shown = inert_mentions(text)
+        if not (final and self.final_blocks) or len(shown) > MARKDOWN_BLOCK_MAX_CHARS:
+            return {"markdown_text": shown}
+        return {"text": shown, "blocks": [{"type": "markdown", "text": shown}, *self.final_blocks]}
+
+    async def _post(self, text: str, *, final: bool) -> str:
         reuse, self.reuse_ts = self.reuse_ts, None
         if reuse is not None:
             try:
-                await self.edit(handle=reuse, text=text)
+                await self._edit(reuse, text, final=final)
             except EditFailed:
                 logger.info("could not take over reply message %s; posting anew", reuse)
             else:
@@ -284,8 +317,8 @@ class SlackReplySink:
             response = await self.client.chat_postMessage(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
-                markdown_text=inert_mentions(text),
                 metadata=reply_metadata(self.answers_ts) if self.answers_ts else None,
+                **self.content(text, final=final),
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)
@@ -294,10 +327,10 @@ class SlackReplySink:
             raise
         return str(response["ts"])
 
-    async def edit(self, *, handle: str, text: str) -> None:
+    async def _edit(self, handle: str, text: str, *, final: bool) -> None:
         try:
             await self.client.chat_update(
-                channel=self.channel, ts=handle, markdown_text=inert_mentions(text)
+                channel=self.channel, ts=handle, **self.content(text, final=final)
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)
