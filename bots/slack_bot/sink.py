@@ -40,6 +40,7 @@ and a failure that says the app cannot use the method at all switches it off for
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -183,6 +184,7 @@ class SlackStream:
         self._helper: AsyncChatStream | None = None
         self._chars = 0  # escaped characters given to the helper
         self._escaper = MentionEscaper()  # keeps a trailing "<" until it shows what it opens
+        self._announced = False
 
     @property
     def started(self) -> bool:
@@ -200,7 +202,19 @@ class SlackStream:
             response = await helper.append(markdown_text=out, chunks=[] if flush else None)
         except SlackApiError as exc:
             raise self._mapped(exc) from exc
+        finally:
+            await self._announce(helper)
         return response is not None and not self._escaper.held
+
+    async def _announce(self, helper: AsyncChatStream) -> None:
+        """Once ``chat.startStream`` has named the message: tell the sink's
+        ``on_stream_started`` (the answer records it: a stream carries no metadata before
+        ``chat.stopStream``, so a crash would leave it unfindable)."""
+        if self._announced or helper.ts is None:
+            return
+        self._announced = True
+        if self._sink.on_stream_started is not None:
+            await self._sink.on_stream_started(helper.ts)
 
     async def stop(self, *, final: bool, text: str = "") -> str:
         helper = await self._helper_now()
@@ -211,6 +225,8 @@ class SlackStream:
                 await helper.append(markdown_text=held)
             except SlackApiError as exc:
                 raise self._mapped(exc) from exc
+            finally:
+                await self._announce(helper)
         sink = self._sink
         try:
             response = await helper.stop(
@@ -250,7 +266,9 @@ class SlackReplySink:
     falls back to posting when it can no longer be edited. ``answers_ts``: the user message
     this reply answers, carried by every posted message as Slack message metadata
     (:data:`REPLY_EVENT_TYPE`, ``{"answers_ts": ts}``) so that a reply a crash cut can be
-    found on Slack again (:func:`answers_of`).
+    found on Slack again (:func:`answers_of`). ``on_stream_started``: awaited with the ``ts``
+    of each natively streamed message as soon as ``chat.startStream`` returns it (a stream
+    takes metadata only at ``chat.stopStream``), before anything more is appended.
     """
 
     def __init__(
@@ -267,8 +285,10 @@ class SlackReplySink:
         recipient_team_id: str | None = None,
         streaming: StreamingSupport | None = None,
         final_blocks: list[JsonDict] | None = None,
+        on_stream_started: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
+        self.on_stream_started = on_stream_started
         self.recipient_user_id = recipient_user_id
         self.recipient_team_id = recipient_team_id
         self.streaming = streaming or StreamingSupport(enabled=False)
@@ -308,7 +328,7 @@ class SlackReplySink:
         reuse, self.reuse_ts = self.reuse_ts, None
         if reuse is not None:
             try:
-                await self._edit(reuse, text, final=final)
+                await self._edit(reuse, text, final=final, mark=True)
             except EditFailed:
                 logger.info("could not take over reply message %s; posting anew", reuse)
             else:
@@ -327,10 +347,15 @@ class SlackReplySink:
             raise
         return str(response["ts"])
 
-    async def _edit(self, handle: str, text: str, *, final: bool) -> None:
+    async def _edit(self, handle: str, text: str, *, final: bool, mark: bool = False) -> None:
+        """``chat.update``; ``mark``: also set the reply metadata (a message taken over)."""
+        metadata = reply_metadata(self.answers_ts) if mark and self.answers_ts else None
         try:
             await self.client.chat_update(
-                channel=self.channel, ts=handle, **self.content(text, final=final)
+                channel=self.channel,
+                ts=handle,
+                metadata=metadata,
+                **self.content(text, final=final),
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)

@@ -613,6 +613,7 @@ class FakeSlack:
         rate_window_s: float = 60.0,
         streaming_refusal: str | None = None,
         agent_app: bool = True,
+        stream_lifetime_s: float = 300.0,
     ) -> None:
         self.host, self._port = host, port
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
@@ -626,6 +627,14 @@ class FakeSlack:
         """Set to an error code (``"unknown_method"``: a workspace without the streaming
         methods; ``"channel_type_not_supported"``...) to refuse every streaming call from now
         on, also in the middle of a stream."""
+        self.stream_lifetime_s = stream_lifetime_s
+        """A stream not stopped within this long is ended by Slack itself: appendStream and
+        stopStream then fail with ``message_not_in_streaming_state`` and chat.update is the
+        way to change the message (python-slack-sdk#1859: about 5 minutes). Before that a
+        live stream cannot be changed by chat.update (``cant_update_message``): Slack
+        documents no edit of a live stream, so the fake refuses it and the bot must stop it
+        first."""
+        self._stream_started: dict[str, float] = {}
         self.events = SlackEvents(self.identity, response_url=self.new_response_url)
 
         self.recorded: list[RecordedCall] = []
@@ -986,8 +995,20 @@ class FakeSlack:
             raise _ApiError(denied)
         return channel, msg
 
+    def _live_stream(self, msg: JsonDict) -> bool:
+        """Whether ``msg`` is a stream still open (one past ``stream_lifetime_s`` ends)."""
+        if not msg.get("streaming"):
+            return False
+        started = self._stream_started.get(str(msg["ts"]), time.monotonic())
+        if time.monotonic() - started >= self.stream_lifetime_s:
+            msg["streaming"] = False
+            return False
+        return True
+
     def _chat_update(self, params: JsonDict) -> JsonDict:
         channel, msg = self._own_message(params, denied="cant_update_message")
+        if self._live_stream(msg):
+            raise _ApiError("cant_update_message")
         content = self._content(params, max_chars=self.update_max_chars)
         if "markdown_text" in content:
             msg.pop("blocks", None)
@@ -1028,6 +1049,7 @@ class FakeSlack:
         text = self._stream_text(params, required=False)
         msg = self._bot_message({"text": text, "markdown_text": text})
         msg |= {"thread_ts": thread_ts, "streaming": True}
+        self._stream_started[str(msg["ts"])] = time.monotonic()
         if params.get("recipient_user_id"):
             msg["recipient_user_id"] = str(params["recipient_user_id"])
         self._store(channel, msg)
@@ -1036,7 +1058,7 @@ class FakeSlack:
     def _streaming_message(self, params: JsonDict) -> JsonDict:
         self._refuse_streaming()
         _, msg = self._own_message(params, denied="cant_update_message")
-        if not msg.get("streaming"):
+        if not self._live_stream(msg):
             raise _ApiError("message_not_in_streaming_state")
         return msg
 

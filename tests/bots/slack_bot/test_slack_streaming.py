@@ -343,28 +343,31 @@ async def test_feedback_clicks_are_stored_once_per_user_and_only_the_asker_rates
         assert await store.feedback_report(since=since) == rows
 
 
-async def test_a_crash_mid_stream_is_answered_again_after_restart(
-    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+@pytest.mark.parametrize("live", [True, False], ids=["live-stream", "expired-stream"])
+async def test_a_crash_mid_stream_is_answered_again_in_the_cut_message(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, live: bool
 ) -> None:
     """A process killed mid-stream leaves the user's turn unanswered and a streamed message
-    cut short (no metadata yet: Slack's chat.startStream takes none, chat.stopStream does).
-    The start-up recovery answers again, whole, and stores it; the cut message stays."""
+    cut short (no metadata: Slack's chat.startStream takes none, chat.stopStream does), its
+    ts recorded on the turn when chat.startStream returned it. The start-up recovery stops
+    the stream if Slack has not ended it yet, edits it into the whole answer (with the
+    feedback buttons) and stores it: one answer on screen."""
     db = tmp_path / "m.db"
     ask = slack.events.app_mention(f"{slack.identity.mention} what about the launch?", user="U1")
     slack.seed_message("C0GENERAL", ask["text"], user="U1", ts=ask["ts"])
-    slack.seed_message(
+    cut = slack.seed_message(
         "C0GENERAL",
         "The launch is",
         user="U0BOT",
         bot_id="B0BOT",
         thread_ts=ask["ts"],
         markdown_text="The launch is",
-        streaming=True,
+        streaming=live,
     )
     store = await SQLiteStore.open(str(db))
     try:
         assert await store.claim_event(keys=[f"msg:C0GENERAL:{ask['ts']}"])
-        await store.add_turn(
+        turn_id = await store.add_turn(
             turn=NewTurn(
                 conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}",
                 user_key=f"slack:{TEAM}:U1",
@@ -376,6 +379,7 @@ async def test_a_crash_mid_stream_is_answered_again_after_restart(
                 platform_ref=ask["ts"],
             )
         )
+        await store.set_reply_ref(turn_id=turn_id, reply_ref=cut["ts"])
     finally:
         await store.close()
     answer = "The launch is on Tuesday, as decided."
@@ -387,9 +391,12 @@ async def test_a_crash_mid_stream_is_answered_again_after_restart(
             conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}", limit=5
         )
     assert [(t.role, t.text) for t in turns][-1] == ("assistant", answer)
-    posted = replies(slack, "C0GENERAL", ask["ts"])
-    assert [shown_text(m) for m in posted] == ["The launch is", answer]
-    assert posted[-1]["metadata"]["event_payload"] == {"answers_ts": ask["ts"]}
+    (message,) = replies(slack, "C0GENERAL", ask["ts"])
+    assert message["ts"] == cut["ts"] and shown_text(message) == answer
+    assert message["metadata"]["event_payload"] == {"answers_ts": ask["ts"]}
+    assert message.get("streaming") is False and has_feedback(message)
+    (stop,) = slack.calls("chat.stopStream")
+    assert stop.ok is live  # an expired stream: message_not_in_streaming_state, then edited
 
 
 def test_inert_mentions_and_the_escaper_for_pieces() -> None:
