@@ -19,7 +19,9 @@ instead of sending them: ``native`` (:class:`core.streaming.native.NativeReply`,
 own ``AsyncChatStream`` buffering: ``chat.startStream`` / ``appendStream`` / ``stopStream``)
 and ``edits`` (``chat.postMessage`` + ``chat.update``, the edit throttle). The table shows the
 Web API calls each made and whether the final text is exact; JSON adds ``native_calls``,
-``edits_calls``.
+``edits_calls``. Both end with the feedback buttons on the last message, as the bot sends
+them (``chat.stopStream`` blocks; the final ``chat.update`` as a markdown block plus the
+buttons): no call of its own.
 
 The event loop runs on virtual time (its clock jumps to the next timer when idle), so the
 whole bench takes about a second. The last line is JSON: ``max_edits_per_message`` (single and
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 
+from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.sink import SlackReplySink, StreamingSupport
 from core.streaming.native import NativeReply
 from core.streaming.reply import (
@@ -196,17 +199,29 @@ class RecordingWebClient:
     def _ts(self) -> str:
         return f"1700000000.{len(self.texts) + 1:06d}"
 
-    async def chat_postMessage(self, *, markdown_text: str, **_: object) -> dict[str, object]:
+    @staticmethod
+    def _markdown(kwargs: dict[str, object]) -> str:
+        """The message's Markdown: ``markdown_text``, or its ``markdown`` block (a final
+        message carrying the feedback buttons)."""
+        if isinstance(kwargs.get("markdown_text"), str):
+            return str(kwargs["markdown_text"])
+        blocks = kwargs.get("blocks")
+        assert isinstance(blocks, list)
+        return "".join(b["text"] for b in blocks if b["type"] == "markdown")
+
+    async def chat_postMessage(self, **kwargs: object) -> dict[str, object]:
         self.calls.append("chat.postMessage")
-        self.chars_sent += len(markdown_text)
+        text = self._markdown(kwargs)
+        self.chars_sent += len(text)
         ts = self._ts()
-        self.texts[ts] = markdown_text
+        self.texts[ts] = text
         return {"ok": True, "ts": ts}
 
-    async def chat_update(self, *, ts: str, markdown_text: str, **_: object) -> dict[str, object]:
+    async def chat_update(self, *, ts: str, **kwargs: object) -> dict[str, object]:
         self.calls.append("chat.update")
-        self.chars_sent += len(markdown_text)
-        self.texts[ts] = markdown_text
+        text = self._markdown(kwargs)
+        self.chars_sent += len(text)
+        self.texts[ts] = text
         return {"ok": True, "ts": ts}
 
     async def chat_stream(self, **kwargs: object) -> AsyncChatStream:
@@ -270,6 +285,7 @@ def run_mode(name: str, args: argparse.Namespace) -> ModeRun:
             recipient_user_id="U1",
             recipient_team_id="T1",
             streaming=StreamingSupport(enabled=name == "native"),
+            final_blocks=feedback_blocks(asker="U1", answers_ts="1699999999.000001"),
         )
         config = StreamConfig.for_slack(
             max_chars=args.max_chars, edit_interval_s=args.edit_interval_s

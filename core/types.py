@@ -131,6 +131,9 @@ class Turn:
     attempts: int = 0
     platform_ref: str | None = None
     workspace: str | None = None
+    reply_ref: str | None = None
+    """A user turn's answer in progress on the platform (its message ids, space-separated;
+    :meth:`core.store.seams.TurnStore.set_reply_ref`), None when none was recorded."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

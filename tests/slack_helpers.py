@@ -14,7 +14,7 @@ from bots.slack_bot.app import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text
+from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text, shown_markdown
 from tests.loop_helpers import API_KEY
 
 BOT_USER = "U0BOT"
@@ -90,9 +90,9 @@ def bot_posts(slack: FakeSlack, channel: str, thread_ts: str | None = None) -> l
 
 
 def shown_text(message: JsonDict) -> str:
-    """What a person sees of a bot message's ``markdown_text`` (mentions rendered, entities
-    decoded: :func:`tests.fakes.slack_server.render_markdown_text`)."""
-    return render_markdown_text(str(message.get("markdown_text") or message.get("text") or ""))[0]
+    """What a person sees of a bot message's ``markdown_text`` or markdown blocks (mentions
+    rendered, entities decoded: :func:`tests.fakes.slack_server.render_markdown_text`)."""
+    return render_markdown_text(shown_markdown(message))[0]
 
 
 def system_text(claude: FakeAnthropic, index: int = -1) -> str:

@@ -44,10 +44,15 @@ answered again, by a redelivery or the start-up recovery,
 only if the turn still has no answer, and into the message it left on screen: every answer
 message carries Slack message metadata naming the message it answers
 (:func:`bots.slack_bot.sink.reply_metadata`), and :meth:`SlackConversations.shown_reply` finds
-it, so the user sees one answer, never a second copy.
+it, so the user sees one answer, never a second copy. A native stream takes metadata only
+when it stops, so each stream's ``ts`` is recorded with the turn as soon as
+``chat.startStream`` returns it (:meth:`core.chat.intake.Intake.record_reply`); the recovery
+stops such a stream (if Slack has not ended it) and edits it into the answer.
 
-Answers stream by ``chat.update`` edits (:mod:`core.streaming.reply` over
-:class:`bots.slack_bot.sink.SlackReplySink`), with one ``chat.update`` budget per workspace.
+Answers stream natively in threads (``chat.startStream``/``appendStream``/``stopStream``,
+:mod:`core.streaming.native`), else by ``chat.update`` edits (:mod:`core.streaming.reply`
+over :class:`bots.slack_bot.sink.SlackReplySink`), with one ``chat.update`` budget per
+workspace; the last message of every finished answer carries the feedback buttons.
 """
 
 from __future__ import annotations
@@ -66,7 +71,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
-from bots.slack_bot.sink import SlackReplySink, StatusIndicator, StreamingSupport, answers_of
+from bots.slack_bot.sink import (
+    SlackReplySink,
+    StatusIndicator,
+    StreamingSupport,
+    answers_of,
+    reply_metadata,
+)
 from core.chat.controls import NOT_ENABLED, Place
 from core.chat.intake import Intake, Received
 from core.chat.loop import ContextMessage, IncomingMessage, TurnLoop
@@ -331,7 +342,7 @@ class SlackConversations:
             await self.intake.respond(
                 self.incoming(message),
                 received,
-                SlackReplyPlace(self, message),
+                SlackReplyPlace(self, message, turn_id=received.turn_id),
                 notice=DM_NOTICE if message.is_dm else None,
                 notice_mark=f"slack-dm-notice:{message.user_key}" if message.is_dm else None,
             )
@@ -403,12 +414,28 @@ class SlackConversations:
         )
 
     async def answer(
-        self, message: SlackMessage, deltas: AsyncIterator[str], *, reuse: Sequence[str] = ()
+        self,
+        message: SlackMessage,
+        deltas: AsyncIterator[str],
+        *,
+        reuse: Sequence[str] = (),
+        turn_id: int | None = None,
+        cut_streams: Sequence[str] = (),
     ) -> None:
         """Stream ``deltas`` into the DM or thread of ``message``; ``reuse``: the messages
-        an interrupted answer left (:meth:`shown_reply`): the first is edited into the new
-        answer instead of posting a new message, the rest are deleted. Returns once Slack
-        shows the whole answer; raises Slack's error otherwise."""
+        an interrupted answer left (:meth:`shown_reply`, and ``cut_streams``, the streams it
+        recorded, which are stopped first): the first is edited into the new answer instead
+        of posting a new message, the rest are deleted. Each stream this answer starts is
+        recorded on ``turn_id`` at once (:meth:`core.chat.intake.Intake.record_reply`).
+        Returns once Slack shows the whole answer; raises Slack's error otherwise."""
+        await self._stop_streams(message, cut_streams)
+        streams: list[str] = []
+
+        async def started(ts: str) -> None:
+            if turn_id is not None:
+                streams.append(ts)
+                await self.intake.record_reply(turn_id=turn_id, handles=streams)
+
         sink = SlackReplySink(
             self.stream_client,
             channel=message.channel,
@@ -421,6 +448,7 @@ class SlackConversations:
             recipient_team_id=message.team,
             streaming=self.streaming,
             final_blocks=feedback_blocks(asker=message.user, answers_ts=message.ts),
+            on_stream_started=started,
         )
         for stale in reuse[1:]:
             try:
@@ -444,6 +472,23 @@ class SlackConversations:
             sum(result.edit_counts),
             type(result.error).__name__ if result.error else None,
         )
+
+    async def _stop_streams(self, message: SlackMessage, streams: Sequence[str]) -> None:
+        """Stop each of ``streams`` that is still live (a crash cut it), marked as an
+        answer to ``message``, so that it can be edited or deleted like any message (and is
+        found by its metadata from now on). Slack ends a stream only on
+        ``chat.stopStream`` or after its own timeout (a few minutes; then
+        ``message_not_in_streaming_state``, and ``chat.update`` is the way to change it:
+        python-slack-sdk#1859); errors are expected for messages no longer streaming."""
+        for ts in streams:
+            try:
+                await self.stream_client.chat_stopStream(
+                    channel=message.channel, ts=ts, metadata=reply_metadata(message.ts)
+                )
+            except (SlackApiError, ClientError) as exc:
+                logger.debug("cut reply %s not stopped: %s", ts, exc)
+            else:
+                logger.info("stopped a stream a crash left open (%s)", ts)
 
     async def read_thread(self, message: SlackMessage) -> None:
         """Store the thread so far as history, once (first mention in an unseen thread)."""
@@ -504,15 +549,31 @@ def flight_key(message: SlackMessage) -> str:
 class SlackReplyPlace:
     """The :class:`core.chat.intake.ReplyPlace` of one Slack message."""
 
-    def __init__(self, conversations: SlackConversations, message: SlackMessage) -> None:
+    def __init__(
+        self, conversations: SlackConversations, message: SlackMessage, *, turn_id: int | None
+    ) -> None:
         self._conversations = conversations
         self._message = message
+        self._turn_id = turn_id
+        self._recorded: list[str] = []
 
     async def shown_reply(self) -> list[str]:
-        return await self._conversations.shown_reply(self._message)
+        """The answer messages found on Slack by their metadata, and the streams the
+        interrupted answer recorded (a stream cut before ``chat.stopStream`` has none)."""
+        found = await self._conversations.shown_reply(self._message)
+        if self._turn_id is not None:
+            recorded = await self._conversations.intake.recorded_reply(turn_id=self._turn_id)
+            self._recorded = recorded
+        return sorted(set(found) | set(self._recorded), key=float)
 
     async def show(self, deltas: AsyncIterator[str], *, reuse: Sequence[str]) -> None:
-        await self._conversations.answer(self._message, deltas, reuse=reuse)
+        await self._conversations.answer(
+            self._message,
+            deltas,
+            reuse=reuse,
+            turn_id=self._turn_id,
+            cut_streams=[ts for ts in self._recorded if ts in reuse],
+        )
 
     async def say(self, text: str) -> None:
         await self._conversations.stream_client.chat_postMessage(

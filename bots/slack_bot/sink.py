@@ -2,7 +2,12 @@
 
 ``post`` is ``chat.postMessage`` and ``edit`` is ``chat.update``, both with ``markdown_text``
 (standard Markdown, slack_sdk >= 3.37) and never with ``text`` or ``blocks`` beside it
-(Slack refuses the mix with ``markdown_text_conflict``). Errors, mapped for
+(Slack refuses the mix with ``markdown_text_conflict``). A finished answer's last message
+(``post_final`` / ``edit_final``, :class:`core.streaming.reply.FinishingSink`) carries the
+``final_blocks`` (the feedback buttons) instead: its text goes as a ``markdown`` block (the
+same standard Markdown; at most 12,000 characters over a message's markdown blocks,
+https://docs.slack.dev/reference/block-kit/blocks/markdown-block), the buttons after it,
+and ``text`` holds the same words for notifications. Errors, mapped for
 :mod:`core.streaming.reply`:
 
 - HTTP 429 -> ``RateLimited(Retry-After)``; the client given here must not retry 429s
@@ -35,6 +40,7 @@ and a failure that says the app cannot use the method at all switches it off for
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -69,6 +75,10 @@ STREAMING_UNAVAILABLE_ERRORS = frozenset(
     }
 )
 """Streaming-method errors that mean the app cannot stream in this workspace at all."""
+
+MARKDOWN_BLOCK_MAX_CHARS = 12_000
+"""Characters of all ``markdown`` blocks of one message together (docs.slack.dev,
+markdown block)."""
 
 STREAM_MAX_CHARS = 12_000 - 32
 """Characters one streamed message holds: Slack's 12,000 ``markdown_text`` limit
@@ -174,6 +184,7 @@ class SlackStream:
         self._helper: AsyncChatStream | None = None
         self._chars = 0  # escaped characters given to the helper
         self._escaper = MentionEscaper()  # keeps a trailing "<" until it shows what it opens
+        self._announced = False
 
     @property
     def started(self) -> bool:
@@ -191,7 +202,19 @@ class SlackStream:
             response = await helper.append(markdown_text=out, chunks=[] if flush else None)
         except SlackApiError as exc:
             raise self._mapped(exc) from exc
+        finally:
+            await self._announce(helper)
         return response is not None and not self._escaper.held
+
+    async def _announce(self, helper: AsyncChatStream) -> None:
+        """Once ``chat.startStream`` has named the message: tell the sink's
+        ``on_stream_started`` (the answer records it: a stream carries no metadata before
+        ``chat.stopStream``, so a crash would leave it unfindable)."""
+        if self._announced or helper.ts is None:
+            return
+        self._announced = True
+        if self._sink.on_stream_started is not None:
+            await self._sink.on_stream_started(helper.ts)
 
     async def stop(self, *, final: bool, text: str = "") -> str:
         helper = await self._helper_now()
@@ -202,6 +225,8 @@ class SlackStream:
                 await helper.append(markdown_text=held)
             except SlackApiError as exc:
                 raise self._mapped(exc) from exc
+            finally:
+                await self._announce(helper)
         sink = self._sink
         try:
             response = await helper.stop(
@@ -241,7 +266,9 @@ class SlackReplySink:
     falls back to posting when it can no longer be edited. ``answers_ts``: the user message
     this reply answers, carried by every posted message as Slack message metadata
     (:data:`REPLY_EVENT_TYPE`, ``{"answers_ts": ts}``) so that a reply a crash cut can be
-    found on Slack again (:func:`answers_of`).
+    found on Slack again (:func:`answers_of`). ``on_stream_started``: awaited with the ``ts``
+    of each natively streamed message as soon as ``chat.startStream`` returns it (a stream
+    takes metadata only at ``chat.stopStream``), before anything more is appended.
     """
 
     def __init__(
@@ -258,8 +285,10 @@ class SlackReplySink:
         recipient_team_id: str | None = None,
         streaming: StreamingSupport | None = None,
         final_blocks: list[JsonDict] | None = None,
+        on_stream_started: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.client = client
+        self.on_stream_started = on_stream_started
         self.recipient_user_id = recipient_user_id
         self.recipient_team_id = recipient_team_id
         self.streaming = streaming or StreamingSupport(enabled=False)
@@ -272,10 +301,34 @@ class SlackReplySink:
         self.status_thread_ts = status_thread_ts or thread_ts
 
     async def post(self, *, text: str) -> str:
+        return await self._post(text, final=False)
+
+    async def post_final(self, *, text: str) -> str:
+        """``post`` with the ``final_blocks`` under the text (the answer's last message)."""
+        return await self._post(text, final=True)
+
+    async def edit(self, *, handle: str, text: str) -> None:
+        await self._edit(handle, text, final=False)
+
+    async def edit_final(self, *, handle: str, text: str) -> None:
+        """``edit`` with the ``final_blocks`` under the text (the answer's last message)."""
+        await self._edit(handle, text, final=True)
+
+    def content(self, text: str, *, final: bool) -> JsonDict:
+        """The message fields for ``text`` (mentions made inert): ``markdown_text``; for a
+        final message with ``final_blocks``, a ``markdown`` block, the final blocks and
+        ``text`` instead (``markdown_text`` cannot go with blocks). A text too long for a
+        markdown block goes as ``markdown_text``, without the final blocks."""
+        shown = inert_mentions(text)
+        if not (final and self.final_blocks) or len(shown) > MARKDOWN_BLOCK_MAX_CHARS:
+            return {"markdown_text": shown}
+        return {"text": shown, "blocks": [{"type": "markdown", "text": shown}, *self.final_blocks]}
+
+    async def _post(self, text: str, *, final: bool) -> str:
         reuse, self.reuse_ts = self.reuse_ts, None
         if reuse is not None:
             try:
-                await self.edit(handle=reuse, text=text)
+                await self._edit(reuse, text, final=final, mark=True)
             except EditFailed:
                 logger.info("could not take over reply message %s; posting anew", reuse)
             else:
@@ -284,8 +337,8 @@ class SlackReplySink:
             response = await self.client.chat_postMessage(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
-                markdown_text=inert_mentions(text),
                 metadata=reply_metadata(self.answers_ts) if self.answers_ts else None,
+                **self.content(text, final=final),
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)
@@ -294,10 +347,15 @@ class SlackReplySink:
             raise
         return str(response["ts"])
 
-    async def edit(self, *, handle: str, text: str) -> None:
+    async def _edit(self, handle: str, text: str, *, final: bool, mark: bool = False) -> None:
+        """``chat.update``; ``mark``: also set the reply metadata (a message taken over)."""
+        metadata = reply_metadata(self.answers_ts) if mark and self.answers_ts else None
         try:
             await self.client.chat_update(
-                channel=self.channel, ts=handle, markdown_text=inert_mentions(text)
+                channel=self.channel,
+                ts=handle,
+                metadata=metadata,
+                **self.content(text, final=final),
             )
         except SlackApiError as exc:
             wait_s = retry_after_s(exc)

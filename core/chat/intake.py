@@ -124,6 +124,26 @@ class Intake:
         """True when anything is stored for the conversation (the bot takes part in it)."""
         return bool(await self.store.recent_turns(conversation_key=conversation_key, limit=1))
 
+    async def record_reply(self, *, turn_id: int, handles: Sequence[str]) -> None:
+        """Record the platform messages the answer to ``turn_id`` shows so far, for a
+        platform that cannot mark them as answers (a Slack stream takes no metadata until it
+        stops): after a crash, :meth:`recorded_reply` names them for ``ReplyPlace.shown_reply``.
+        A store failure is logged and not raised: the answer goes on."""
+        try:
+            await self.store.set_reply_ref(turn_id=turn_id, reply_ref=" ".join(handles))
+        except Exception as exc:
+            logger.warning(
+                "could not record the reply to turn %s: %s",
+                turn_id,
+                type(exc).__name__,
+                exc_info=not storage_failed(exc),
+            )
+
+    async def recorded_reply(self, *, turn_id: int) -> list[str]:
+        """The handles :meth:`record_reply` recorded for ``turn_id``, oldest first."""
+        turn = await self.store.get_turn(turn_id=turn_id)
+        return turn.reply_ref.split() if turn is not None and turn.reply_ref else []
+
     # --- 1. before the acknowledgement
 
     async def receive(

@@ -12,7 +12,7 @@ from core.types import Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace"
+    " attempts, platform_ref, workspace, reply_ref"
 )
 """The columns :func:`turn_from_row` reads, in its order (``SELECT {TURN_COLUMNS} FROM turns``)."""
 
@@ -39,6 +39,7 @@ def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_i
         attempts=row[10],
         platform_ref=row[11],
         workspace=row[12],
+        reply_ref=row[13],
     )
 
 

@@ -162,6 +162,12 @@ class TurnStore(Protocol):
         or a turn that was forgotten meanwhile)."""
         ...
 
+    async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
+        """Record on the user turn ``turn_id`` the platform messages its answer in progress
+        shows (``Turn.reply_ref``; replaces an earlier record), so that a crash before the
+        answer is stored leaves them findable. Nothing when the turn is gone."""
+        ...
+
     async def get_turn(self, *, turn_id: int) -> Turn | None:
         """One turn, or None."""
         ...

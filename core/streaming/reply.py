@@ -14,7 +14,10 @@ A background task per reply makes every sink call, one at a time and in order:
   together instead of running into 429s. Discord sinks pass ``limiter=None``: discord.py
   follows Discord's per-route rate-limit headers itself;
 - while streaming, a message ends with ``writing_marker`` (after a temporary closing fence if
-  it is inside a code block); the final edit holds exactly the text;
+  it is inside a code block); the final edit holds exactly the text; over a
+  :class:`FinishingSink` the last message's final write is ``post_final`` / ``edit_final``
+  (Slack adds its feedback buttons there), with one more edit only when the last message
+  already showed its final text;
 - roll-over: when the text would pass ``max_chars`` (marker and fences included), the message
   is closed and the text continues in a new message (split rules: :mod:`core.streaming.chunking`);
 - a sink that raises ``RateLimited`` is waited out (``retry_after_s``), then the message is
@@ -34,7 +37,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from aiolimiter import AsyncLimiter
 
@@ -56,6 +59,7 @@ __all__ = [
     "SLACK_UPDATES_PER_MINUTE",
     "EditBudgets",
     "EditLimiter",
+    "FinishingSink",
     "PostedMessage",
     "Reply",
     "ReplyResult",
@@ -99,6 +103,18 @@ class ReplySink(Protocol):
     async def edit(self, *, handle: str, text: str) -> None: ...
 
     async def status(self, *, text: str | None) -> None: ...
+
+
+@runtime_checkable
+class FinishingSink(ReplySink, Protocol):
+    """A sink whose finished answer carries more than its text (Slack: the feedback buttons
+    under it). The reply's last write to its last message, the one with the final text,
+    goes through ``post_final`` / ``edit_final`` instead of ``post`` / ``edit`` (same
+    arguments, same errors); earlier messages of a rolled-over reply never do."""
+
+    async def post_final(self, *, text: str) -> str: ...
+
+    async def edit_final(self, *, handle: str, text: str) -> None: ...
 
 
 class EditLimiter(Protocol):
@@ -255,6 +271,7 @@ class _Message:
     edit_ready: bool = False  # the interval has passed and a limiter token is held
     rate_limited_streak: int = 0
     complete: bool = True
+    final: bool = False  # its last write was the final one (``FinishingSink``)
 
 
 @dataclass(slots=True)
@@ -291,6 +308,7 @@ class StreamedReply:
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self._sink = sink
+        self._finishing_sink = sink if isinstance(sink, FinishingSink) else None
         self._config = config
         self._limiter = limiter
         self._clock = clock
@@ -440,21 +458,37 @@ class StreamedReply:
                 logger.debug("reply rolled over at %d chars", split.cut.pos)
             return True
         blank = not text[message.start.pos :].strip()
+        final = self._finishing  # no roll-over left: this write shows the final text
         if message.handle is None:
             if not blank or (self._finishing and len(self._messages) == 1):
-                await self._post(message, *self._display(message, text))
+                await self._post(message, *self._display(message, text), final=final)
             elif self._want_placeholder and config.placeholder is not None:
                 self._want_placeholder = False  # only ever the first message, once
                 await self._post(message, self._render(config.placeholder), message.start.pos)
             else:
-                return False  # a blank tail after a roll-over is not posted
+                return await self._seal()  # a blank tail after a roll-over is not posted
             return True
         if blank and not self._finishing:
             return False  # keep the placeholder
         target, end = self._display(message, text)
         if target == message.shown:
+            return await self._seal()
+        await self._edit(message, target, end, final=final)
+        return True
+
+    async def _seal(self) -> bool:
+        """When finishing with every text shown: give the last message shown its final
+        write (``FinishingSink``) if its last write was not one (its text already final,
+        e.g. with no writing marker, or a blank tail left after a roll-over). False when
+        there is nothing to do."""
+        if not self._finishing or self._finishing_sink is None:
             return False
-        await self._edit(message, target, end)
+        shown = [m for m in self._messages if m.handle is not None]
+        if not shown or shown[-1].final or not shown[-1].complete or shown[-1].shown is None:
+            return False
+        last = shown[-1]
+        assert last.shown is not None
+        await self._edit(last, last.shown, last.shown_end, final=True)
         return True
 
     def _display(self, message: _Message, text: str) -> tuple[str, int]:
@@ -481,9 +515,12 @@ class StreamedReply:
         rendered = render(text)
         return rendered if len(rendered) <= self._config.max_chars else text
 
-    async def _post(self, message: _Message, text: str, end: int) -> None:
+    async def _post(self, message: _Message, text: str, end: int, *, final: bool = False) -> None:
         try:
-            handle = await self._sink.post(text=text)
+            if final and self._finishing_sink is not None:
+                handle = await self._finishing_sink.post_final(text=text)
+            else:
+                handle = await self._sink.post(text=text)
         except RateLimited as exc:
             self._count_rate_limit(message, exc, "post")
             if message.rate_limited_streak > self._config.max_rate_limit_retries:
@@ -492,9 +529,10 @@ class StreamedReply:
             return  # the next step posts the newest text
         self._wrote(message, text, end)
         message.handle = handle
+        message.final = final
         logger.debug("reply message posted: handle=%s chars=%d", handle, len(text))
 
-    async def _edit(self, message: _Message, text: str, end: int) -> None:
+    async def _edit(self, message: _Message, text: str, end: int, *, final: bool = False) -> None:
         if not message.edit_ready:
             await self._wait_turn(message)
             message.edit_ready = True
@@ -502,7 +540,10 @@ class StreamedReply:
         message.edit_ready = False
         assert message.handle is not None
         try:
-            await self._sink.edit(handle=message.handle, text=text)
+            if final and self._finishing_sink is not None:
+                await self._finishing_sink.edit_final(handle=message.handle, text=text)
+            else:
+                await self._sink.edit(handle=message.handle, text=text)
         except RateLimited as exc:
             self._count_rate_limit(message, exc, "edit")
             if message.rate_limited_streak > self._config.max_rate_limit_retries:
@@ -515,6 +556,7 @@ class StreamedReply:
             return
         self._wrote(message, text, end)
         message.edits += 1
+        message.final = final
 
     async def _wait_turn(self, message: _Message) -> None:
         if message.last_write_at is not None:

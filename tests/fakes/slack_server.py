@@ -115,6 +115,93 @@ def render_markdown_text(text: str) -> tuple[str, list[str]]:
     return shown, pings
 
 
+MAX_MESSAGE_BLOCKS = 50
+"""A message holds at most 50 blocks (docs.slack.dev/reference/block-kit/blocks)."""
+MAX_MARKDOWN_BLOCK_CHARS = 12_000
+"""All ``markdown`` blocks of one payload together: at most 12,000 characters
+(docs.slack.dev/reference/block-kit/blocks/markdown-block)."""
+MAX_FEEDBACK_TEXT_CHARS = 75
+MAX_FEEDBACK_VALUE_CHARS = 2000
+"""A feedback button's ``text`` and ``value`` limits (docs.slack.dev/reference/block-kit/
+block-elements/feedback-buttons-element)."""
+
+
+def _feedback_button(button: Any) -> bool:
+    if not isinstance(button, dict):
+        return False
+    text, value = button.get("text"), button.get("value")
+    label = button.get("accessibility_label", "")
+    return (
+        isinstance(text, dict)
+        and text.get("type") == "plain_text"
+        and 0 < len(str(text.get("text") or "")) <= MAX_FEEDBACK_TEXT_CHARS
+        and isinstance(value, str)
+        and 0 < len(value) <= MAX_FEEDBACK_VALUE_CHARS
+        and isinstance(label, str)
+        and len(label) <= MAX_FEEDBACK_TEXT_CHARS
+    )
+
+
+def _context_action(element: Any) -> bool:
+    if not isinstance(element, dict):
+        return False
+    if element.get("type") == "icon_button":
+        return True
+    return (
+        element.get("type") == "feedback_buttons"
+        and 0 < len(str(element.get("action_id") or "")) <= 255
+        and _feedback_button(element.get("positive_button"))
+        and _feedback_button(element.get("negative_button"))
+    )
+
+
+def check_message_blocks(blocks: Any) -> None:
+    """Refuse message ``blocks`` as Slack does (``invalid_blocks``; ``msg_blocks_too_long``
+    past the markdown blocks' 12,000 characters): at most 50 blocks; a ``markdown`` block
+    has non-empty ``text``; a ``section``'s text at most 3,000 characters; a
+    ``context_actions`` block holds 1-5 ``feedback_buttons`` / ``icon_button`` elements, a
+    feedback button a ``plain_text`` text of at most 75 characters and a value of at most
+    2,000 (docs.slack.dev block and element references; slack_sdk 3.48 ``MarkdownBlock``,
+    ``ContextActionsBlock``, ``FeedbackButtonObject``). Other block types are not checked."""
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= MAX_MESSAGE_BLOCKS:
+        raise _ApiError("invalid_blocks")
+    markdown_chars = 0
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str):
+            raise _ApiError("invalid_blocks")
+        if kind == "markdown":
+            text = block.get("text")
+            if not isinstance(text, str) or not text:
+                raise _ApiError("invalid_blocks")
+            markdown_chars += len(text)
+        elif kind == "section":
+            text = (block.get("text") or {}).get("text", "")
+            if len(str(text)) > 3000:
+                raise _ApiError("invalid_blocks")
+        elif kind == "context_actions":
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not 0 < len(elements) <= 5:
+                raise _ApiError("invalid_blocks")
+            if not all(_context_action(e) for e in elements):
+                raise _ApiError("invalid_blocks")
+    if markdown_chars > MAX_MARKDOWN_BLOCK_CHARS:
+        raise _ApiError("msg_blocks_too_long")
+
+
+def shown_markdown(message: JsonDict) -> str:
+    """The Markdown a message shows: its ``markdown_text``, else its ``markdown`` blocks
+    joined, else its ``text``."""
+    if message.get("markdown_text") is not None:
+        return str(message["markdown_text"])
+    parts = [
+        str(b.get("text") or "")
+        for b in message.get("blocks") or []
+        if isinstance(b, dict) and b.get("type") == "markdown"
+    ]
+    return "\n".join(parts) if parts else str(message.get("text") or "")
+
+
 MAX_VIEW_BLOCKS = 100
 """A Home tab view holds at most 100 blocks (docs.slack.dev, "Home tab views")."""
 MAX_PRIVATE_METADATA_CHARS = 3000
@@ -526,6 +613,7 @@ class FakeSlack:
         rate_window_s: float = 60.0,
         streaming_refusal: str | None = None,
         agent_app: bool = True,
+        stream_lifetime_s: float = 300.0,
     ) -> None:
         self.host, self._port = host, port
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
@@ -539,6 +627,14 @@ class FakeSlack:
         """Set to an error code (``"unknown_method"``: a workspace without the streaming
         methods; ``"channel_type_not_supported"``...) to refuse every streaming call from now
         on, also in the middle of a stream."""
+        self.stream_lifetime_s = stream_lifetime_s
+        """A stream not stopped within this long is ended by Slack itself: appendStream and
+        stopStream then fail with ``message_not_in_streaming_state`` and chat.update is the
+        way to change the message (python-slack-sdk#1859: about 5 minutes). Before that a
+        live stream cannot be changed by chat.update (``cant_update_message``): Slack
+        documents no edit of a live stream, so the fake refuses it and the bot must stop it
+        first."""
+        self._stream_started: dict[str, float] = {}
         self.events = SlackEvents(self.identity, response_url=self.new_response_url)
 
         self.recorded: list[RecordedCall] = []
@@ -850,6 +946,8 @@ class FakeSlack:
             raise _ApiError("msg_too_long")
         if len(params.get("text") or "") > max_chars:
             raise _ApiError("msg_too_long")
+        if "blocks" in params:
+            check_message_blocks(params["blocks"])
         content: JsonDict = {
             k: params[k] for k in ("text", "blocks", "attachments", "metadata") if k in params
         }
@@ -897,8 +995,20 @@ class FakeSlack:
             raise _ApiError(denied)
         return channel, msg
 
+    def _live_stream(self, msg: JsonDict) -> bool:
+        """Whether ``msg`` is a stream still open (one past ``stream_lifetime_s`` ends)."""
+        if not msg.get("streaming"):
+            return False
+        started = self._stream_started.get(str(msg["ts"]), time.monotonic())
+        if time.monotonic() - started >= self.stream_lifetime_s:
+            msg["streaming"] = False
+            return False
+        return True
+
     def _chat_update(self, params: JsonDict) -> JsonDict:
         channel, msg = self._own_message(params, denied="cant_update_message")
+        if self._live_stream(msg):
+            raise _ApiError("cant_update_message")
         content = self._content(params, max_chars=self.update_max_chars)
         if "markdown_text" in content:
             msg.pop("blocks", None)
@@ -939,6 +1049,7 @@ class FakeSlack:
         text = self._stream_text(params, required=False)
         msg = self._bot_message({"text": text, "markdown_text": text})
         msg |= {"thread_ts": thread_ts, "streaming": True}
+        self._stream_started[str(msg["ts"])] = time.monotonic()
         if params.get("recipient_user_id"):
             msg["recipient_user_id"] = str(params["recipient_user_id"])
         self._store(channel, msg)
@@ -947,7 +1058,7 @@ class FakeSlack:
     def _streaming_message(self, params: JsonDict) -> JsonDict:
         self._refuse_streaming()
         _, msg = self._own_message(params, denied="cant_update_message")
-        if not msg.get("streaming"):
+        if not self._live_stream(msg):
             raise _ApiError("message_not_in_streaming_state")
         return msg
 
@@ -967,8 +1078,7 @@ class FakeSlack:
         self._append(msg, self._stream_text(params, required=False))
         blocks = params.get("blocks")
         if blocks is not None:
-            if not isinstance(blocks, list) or len(blocks) > 50:
-                raise _ApiError("invalid_blocks")
+            check_message_blocks(blocks)
             msg["blocks"] = blocks
         if isinstance(params.get("metadata"), dict):
             msg["metadata"] = params["metadata"]
@@ -980,8 +1090,13 @@ class FakeSlack:
         ``markdown_text`` rendered by :func:`render_markdown_text`)."""
         found: list[str] = []
         for msg in self._history.get(channel, []):
-            if msg.get("user") == self.identity.user_id and "markdown_text" in msg:
+            if msg.get("user") != self.identity.user_id:
+                continue
+            if "markdown_text" in msg:
                 found += render_markdown_text(str(msg["markdown_text"]))[1]
+            elif msg.get("blocks"):  # the markdown blocks, and the notification text
+                found += render_markdown_text(shown_markdown(msg))[1]
+                found += render_markdown_text(str(msg.get("text") or ""))[1]
         return found
 
     def _chat_post_ephemeral(self, params: JsonDict) -> JsonDict:

@@ -106,6 +106,9 @@ class PostgresConversations(PostgresBase):
             )
             return answer_id
 
+    async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
+        await self._execute("UPDATE turns SET reply_ref = $1 WHERE id = $2", reply_ref, turn_id)
+
     async def get_turn(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchrow(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
         return turn_from_row(row) if row else None

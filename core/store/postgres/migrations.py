@@ -254,6 +254,13 @@ CREATE TABLE feedback (
 CREATE INDEX feedback_by_time ON feedback(at);
 """
 
+M009_REPLY_REF = """
+-- The platform message(s) an answer in progress shows, recorded on the user's turn as soon
+-- as the platform names them (Slack: a stream's ts from chat.startStream, which takes no
+-- metadata), so that the start-up recovery finds and replaces them after a crash.
+ALTER TABLE turns ADD COLUMN reply_ref text;
+"""
+
 
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
@@ -267,4 +274,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (6, "m006_clean_text", m006_clean_text),
     (7, "m007_pending_actions", M007_PENDING_ACTIONS),
     (8, "m008_feedback", M008_FEEDBACK),
+    (9, "m009_reply_ref", M009_REPLY_REF),
 ]

@@ -95,6 +95,12 @@ class SQLiteConversations(SQLiteBase):
             )
             return answer_id
 
+    async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
+        async with self._write(urgent=True):  # the answer's next write waits for it
+            await self._conn.execute(
+                "UPDATE turns SET reply_ref = ? WHERE id = ?", (reply_ref, turn_id)
+            )
+
     async def get_turn(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return turn_from_row(row, time=dt) if row else None

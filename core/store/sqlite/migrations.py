@@ -345,6 +345,13 @@ CREATE TABLE feedback (
 CREATE INDEX feedback_by_time ON feedback(at);
 """
 
+M010_REPLY_REF = """
+-- The platform message(s) an answer in progress shows, recorded on the user's turn as soon
+-- as the platform names them (Slack: a stream's ts from chat.startStream, which takes no
+-- metadata), so that the start-up recovery finds and replaces them after a crash.
+ALTER TABLE turns ADD COLUMN reply_ref TEXT;
+"""
+
 
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
@@ -359,4 +366,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (7, "m007_clean_text", m007_clean_text),
     (8, "m008_pending_actions", M008_PENDING_ACTIONS),
     (9, "m009_feedback", M009_FEEDBACK),
+    (10, "m010_reply_ref", M010_REPLY_REF),
 ]

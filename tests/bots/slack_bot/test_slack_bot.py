@@ -65,7 +65,10 @@ async def test_dm_streams_by_edits_notice_once_and_a_memory_note(
         assert len(updates) >= 2  # streamed by edits
         assert any(WRITING in c.params["markdown_text"] for c in updates[:-1])
         for call in slack.calls("chat.postMessage") + slack.calls("chat.update"):
-            assert "text" not in call.params and "blocks" not in call.params
+            assert "markdown_text" not in call.params or not {"text", "blocks"} & set(call.params)
+        final = updates[-1].params  # the answer as a markdown block, the feedback buttons after
+        assert [b["type"] for b in final["blocks"]] == ["markdown", "context_actions"]
+        assert "markdown_text" not in final
         assert slack.statuses and slack.statuses[0]["status"]  # "is thinking…" shown
 
         note = slack.ephemerals[0]

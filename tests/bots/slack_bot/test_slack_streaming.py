@@ -178,6 +178,7 @@ async def test_a_long_streamed_answer_rolls_over_at_12000_chars(
     assert len(posted) == 2
     assert all(len(m["markdown_text"]) <= 12_000 for m in posted)
     assert whole(posted) == answer
+    assert [has_feedback(m) for m in posted] == [False, True]
     assert all(c.ok for c in slack.calls("chat.appendStream"))
 
 
@@ -212,6 +213,93 @@ def feedback_values(message: JsonDict) -> tuple[str, str]:
     (element,) = block["elements"]
     assert element["type"] == "feedback_buttons"
     return element["positive_button"]["value"], element["negative_button"]["value"]
+
+
+def has_feedback(message: JsonDict) -> bool:
+    return any(b.get("type") == "context_actions" for b in message.get("blocks") or [])
+
+
+ANSWER_PATHS = ["edits-setting", "429-on-start", "refused-mid-answer", "dm-top", "edits-roll-over"]
+
+
+@pytest.mark.parametrize("path", ANSWER_PATHS)
+async def test_every_finished_answer_carries_feedback_buttons_on_its_last_message_only(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, path: str
+) -> None:
+    """However the answer was shown (edits by setting, after a 429 on chat.startStream, a
+    stream refused mid-answer, the top of a DM, edits rolled over at 3,500 characters),
+    its last message carries the thumbs up / down; no other message of it does."""
+    long = path in ("refused-mid-answer", "edits-roll-over")
+    answer = answer_of(8000 if long else 500)
+    claude.enqueue(Reply(text=answer, chunk_size=16, chunk_delay_s=0.002), kind="chat")
+    overrides = {"slack_streaming": "edits"} if path in ("edits-setting", "edits-roll-over") else {}
+    if path == "429-on-start":
+        slack.fail_next("chat.startStream", retry_after=30)
+    if path == "dm-top":
+        asked = slack.events.message("hello there", user="U1")
+        channel, root = "D1", None
+    else:
+        asked = slack.events.app_mention(f"{slack.identity.mention} tell me", user="U1")
+        channel, root = "C0GENERAL", asked["ts"]
+    settings = slack_settings(slack, claude, tmp_path / "m.db", **overrides)
+    async with running_bot(settings) as running:
+        await slack.send_event(running.events_url, asked)
+        if path == "refused-mid-answer":
+            await slack.wait_for_call("chat.appendStream", count=2, timeout_s=10)
+            slack.streaming_refusal = "channel_type_not_supported"
+        await settle(running)
+    posted = bot_posts(slack, channel, root) if root else bot_posts(slack, channel)
+    posted = [m for m in posted if m["ts"] != root]
+    assert [has_feedback(m) for m in posted] == [False] * (len(posted) - 1) + [True]
+    assert len(posted) >= (3 if path == "edits-roll-over" else 2 if long else 1)
+    text = whole(posted)
+    if path == "dm-top":  # the first DM starts with the privacy line
+        text = text.split("\n\n", 1)[1]
+    assert text == answer
+    up, down = feedback_values(posted[-1])
+    assert (up, down) == (f"up:U1:{asked['ts']}", f"down:U1:{asked['ts']}")
+    final = posted[-1]["blocks"]
+    assert final[0]["type"] == "markdown" and "markdown_text" not in posted[-1]
+    assert bool(slack.calls("chat.startStream")) is (path in ("429-on-start", "refused-mid-answer"))
+
+
+async def test_the_fake_refuses_blocks_slack_refuses(slack: FakeSlack) -> None:
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bots.slack_bot.blocks import feedback_blocks
+
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.api_url)
+    buttons = feedback_blocks(asker="U1", answers_ts="1.2")
+    ok = await client.chat_postMessage(
+        channel="C1", text="hi", blocks=[{"type": "markdown", "text": "**hi**"}, *buttons]
+    )
+    assert ok["ok"]
+    too_long = [{"type": "markdown", "text": "x" * 6001}, {"type": "markdown", "text": "y" * 6000}]
+    long_label = [{**buttons[0]}]
+    element = dict(long_label[0]["elements"][0])
+    element["positive_button"] = {
+        **element["positive_button"],
+        "text": {"type": "plain_text", "text": "👍" * 76},
+    }
+    long_label[0]["elements"] = [element]
+    for blocks, error in (
+        (too_long, "msg_blocks_too_long"),
+        ([{"type": "markdown", "text": ""}], "invalid_blocks"),
+        (long_label, "invalid_blocks"),
+        ([{"type": "context_actions", "elements": []}], "invalid_blocks"),
+    ):
+        with pytest.raises(SlackApiError) as refused:
+            await client.chat_update(channel="C1", ts=ok["ts"], text="hi", blocks=blocks)
+        assert refused.value.response["error"] == error
+    with pytest.raises(SlackApiError) as conflict:
+        await client.chat_update(
+            channel="C1",
+            ts=ok["ts"],
+            markdown_text="hi",
+            blocks=[{"type": "markdown", "text": "a"}],
+        )
+    assert conflict.value.response["error"] == "markdown_text_conflict"
 
 
 async def test_feedback_clicks_are_stored_once_per_user_and_only_the_asker_rates(
@@ -255,28 +343,31 @@ async def test_feedback_clicks_are_stored_once_per_user_and_only_the_asker_rates
         assert await store.feedback_report(since=since) == rows
 
 
-async def test_a_crash_mid_stream_is_answered_again_after_restart(
-    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+@pytest.mark.parametrize("live", [True, False], ids=["live-stream", "expired-stream"])
+async def test_a_crash_mid_stream_is_answered_again_in_the_cut_message(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, live: bool
 ) -> None:
     """A process killed mid-stream leaves the user's turn unanswered and a streamed message
-    cut short (no metadata yet: Slack's chat.startStream takes none, chat.stopStream does).
-    The start-up recovery answers again, whole, and stores it; the cut message stays."""
+    cut short (no metadata: Slack's chat.startStream takes none, chat.stopStream does), its
+    ts recorded on the turn when chat.startStream returned it. The start-up recovery stops
+    the stream if Slack has not ended it yet, edits it into the whole answer (with the
+    feedback buttons) and stores it: one answer on screen."""
     db = tmp_path / "m.db"
     ask = slack.events.app_mention(f"{slack.identity.mention} what about the launch?", user="U1")
     slack.seed_message("C0GENERAL", ask["text"], user="U1", ts=ask["ts"])
-    slack.seed_message(
+    cut = slack.seed_message(
         "C0GENERAL",
         "The launch is",
         user="U0BOT",
         bot_id="B0BOT",
         thread_ts=ask["ts"],
         markdown_text="The launch is",
-        streaming=True,
+        streaming=live,
     )
     store = await SQLiteStore.open(str(db))
     try:
         assert await store.claim_event(keys=[f"msg:C0GENERAL:{ask['ts']}"])
-        await store.add_turn(
+        turn_id = await store.add_turn(
             turn=NewTurn(
                 conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}",
                 user_key=f"slack:{TEAM}:U1",
@@ -288,6 +379,7 @@ async def test_a_crash_mid_stream_is_answered_again_after_restart(
                 platform_ref=ask["ts"],
             )
         )
+        await store.set_reply_ref(turn_id=turn_id, reply_ref=cut["ts"])
     finally:
         await store.close()
     answer = "The launch is on Tuesday, as decided."
@@ -299,9 +391,12 @@ async def test_a_crash_mid_stream_is_answered_again_after_restart(
             conversation_key=f"slack:{TEAM}:C0GENERAL:{ask['ts']}", limit=5
         )
     assert [(t.role, t.text) for t in turns][-1] == ("assistant", answer)
-    posted = replies(slack, "C0GENERAL", ask["ts"])
-    assert [shown_text(m) for m in posted] == ["The launch is", answer]
-    assert posted[-1]["metadata"]["event_payload"] == {"answers_ts": ask["ts"]}
+    (message,) = replies(slack, "C0GENERAL", ask["ts"])
+    assert message["ts"] == cut["ts"] and shown_text(message) == answer
+    assert message["metadata"]["event_payload"] == {"answers_ts": ask["ts"]}
+    assert message.get("streaming") is False and has_feedback(message)
+    (stop,) = slack.calls("chat.stopStream")
+    assert stop.ok is live  # an expired stream: message_not_in_streaming_state, then edited
 
 
 def test_inert_mentions_and_the_escaper_for_pieces() -> None:

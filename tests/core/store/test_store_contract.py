@@ -49,6 +49,20 @@ async def test_find_turn_by_platform_ref_in_its_conversation_only(store: Store) 
     assert await store.answer_to(turn_id=10**9) is None
 
 
+async def test_a_reply_ref_is_recorded_on_the_user_turn_and_replaced(store: Store) -> None:
+    asked = await store.add_turn(turn=_user_turn("Explain the plan", ref="1700000000.000100"))
+    turn = await store.get_turn(turn_id=asked)
+    assert turn is not None and turn.reply_ref is None
+    await store.set_reply_ref(turn_id=asked, reply_ref="1700000000.000300")
+    await store.set_reply_ref(turn_id=asked, reply_ref="1700000000.000300 1700000000.000400")
+    since = utcnow() - timedelta(minutes=5)
+    (unanswered,) = await store.unanswered_turns(since=since, conversation_prefix="slack:")
+    assert unanswered.id == asked
+    assert unanswered.reply_ref == "1700000000.000300 1700000000.000400"
+    await store.set_reply_ref(turn_id=10**9, reply_ref="1.2")  # a forgotten turn: nothing
+    assert await store.get_turn(turn_id=10**9) is None
+
+
 async def test_finish_turn_of_unknown_turn_stores_nothing(store: Store) -> None:
     assert await store.finish_turn(turn_id=10**9, answer="lost") is None
     assert await store.recent_turns(conversation_key=DM, limit=10) == []
