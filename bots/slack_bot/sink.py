@@ -43,6 +43,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiohttp import ClientError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 from slack_sdk.web.async_client import AsyncWebClient
@@ -236,6 +237,25 @@ class SlackStream:
         except SlackApiError as exc:
             raise self._mapped(exc) from exc
         return str(response.get("ts") or helper.ts)
+
+    async def abandon(self) -> None:
+        """``chat.stopStream`` with nothing more (the helper's buffer is dropped: the reply
+        goes on by edits from what Slack shows) and the reply metadata, so that the message
+        is ended and findable; a failure is logged, not raised."""
+        helper = self._helper
+        if helper is None or helper.ts is None:
+            return
+        sink = self._sink
+        try:
+            await sink.client.chat_stopStream(
+                channel=sink.channel,
+                ts=helper.ts,
+                metadata=reply_metadata(sink.answers_ts) if sink.answers_ts else None,
+            )
+        except SlackApiError as exc:
+            logger.info("cut stream %s not stopped: %s", helper.ts, slack_error(exc))
+        except (ClientError, TimeoutError) as exc:
+            logger.info("cut stream %s not stopped: %s", helper.ts, type(exc).__name__)
 
     async def _helper_now(self) -> AsyncChatStream:
         if self._helper is None:

@@ -17,7 +17,8 @@ and is handed to :func:`core.streaming.reply.stream_reply` as its ``reply``.
   would stall the first token), or after ``max_rate_limit_retries`` 429s in a row on one
   append or stop. The text the platform does not show yet (``text[shown:]``: the helper's
   unsent buffer included) goes on through a :class:`StreamedReply` over the same sink, in a
-  new message; the streamed message keeps what it shows.
+  new message; the streamed message keeps what it shows and is ended there
+  (``NativeStream.abandon``, best effort), not left open until the platform times it out.
 - Deltas longer than ``max_piece_chars`` are appended in pieces (a piece never passes the
   platform's per-call limit).
 """
@@ -69,6 +70,11 @@ class NativeStream(Protocol):
     async def append(self, *, text: str, flush: bool = False) -> bool: ...
 
     async def stop(self, *, final: bool, text: str = "") -> str: ...
+
+    async def abandon(self) -> None:
+        """End a started message as the platform shows it, without what is buffered (the
+        reply continues by edits from there); best effort: never raises."""
+        ...
 
 
 class NativeSink(ReplySink, Protocol):
@@ -291,6 +297,8 @@ class NativeReply:
     async def _fall_back(self, reason: str) -> None:
         """Continue by edits from the text the platform shows (``text[shown:]``)."""
         logger.info("native streaming fell back to edits (%s) at %d chars", reason, self._shown)
+        if self._stream is not None and self._stream.started:
+            await self._stream.abandon()
         self._stream = None
         reply = StreamedReply(
             self._sink, self._config, limiter=self._limiter, clock=self._clock, sleep=self._sleep

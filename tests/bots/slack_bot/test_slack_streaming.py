@@ -124,10 +124,36 @@ async def test_refused_mid_answer_falls_back_to_edits_without_loss_or_repeat(
         await settle(running)
         posted = replies(slack, "C0GENERAL", mention["ts"])
         assert len(posted) == 2  # the streamed part, then the rest by post + edits
-        assert posted[0].get("streaming") is True  # left as Slack shows it
+        assert posted[0].get("streaming") is True  # Slack refuses its chat.stopStream too
         assert whole(posted) == answer
         assert slack.calls("chat.postMessage")
         assert running.bot.conversations.streaming.available is (refusal != "unknown_method")
+
+
+@pytest.mark.parametrize("fault", ["internal_error", "ratelimited"])
+async def test_a_stream_cut_by_a_fallback_is_stopped_as_it_shows(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, fault: str
+) -> None:
+    # A refused append (or 429s past the retries) leaves the stream open unless the bot
+    # stops it: Slack would show it unfinished until its own timeout (~5 minutes).
+    answer = answer_of(3000)
+    claude.enqueue(Reply(text=answer, chunk_size=16, chunk_delay_s=0.005), kind="chat")
+    mention = slack.events.app_mention(f"{slack.identity.mention} long one", user="U1")
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        await slack.send_event(running.events_url, mention)
+        await slack.wait_for_call("chat.appendStream", count=2, timeout_s=10)
+        slack.fail_next("chat.appendStream", error=fault, retry_after=0, times=10)
+        await settle(running)
+        posted = replies(slack, "C0GENERAL", mention["ts"])
+        assert len(posted) == 2  # the streamed part, then the rest by post + edits
+        cut = posted[0]
+        assert cut.get("streaming") is False  # stopped, not left open
+        assert cut["metadata"]["event_payload"] == {"answers_ts": mention["ts"]}
+        assert "blocks" not in cut  # the feedback buttons go under the last message only
+        assert whole(posted) == answer
+        stops = slack.calls("chat.stopStream")
+        assert [c.params["ts"] for c in stops] == [cut["ts"]]
+        assert not stops[0].params.get("chunks")  # the unsent buffer goes by edits, once
 
 
 async def test_a_429_on_start_falls_back_to_edits_at_once(

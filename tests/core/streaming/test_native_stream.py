@@ -39,6 +39,10 @@ class Stream:
         self.sink.stopped.append(self.handle)
         return self.handle
 
+    async def abandon(self) -> None:
+        assert self.handle is not None
+        self.sink.abandoned.append(self.handle)
+
     async def _flush(self) -> None:
         self.sink.calls += 1
         if self.sink.refuse_after is not None and self.sink.calls > self.sink.refuse_after:
@@ -62,6 +66,7 @@ class Sink:
     calls: int = 0
     messages: dict[str, str] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
 
     def open_stream(self) -> Stream:
         return Stream(self)
@@ -127,3 +132,14 @@ async def test_refused_mid_answer_continues_by_edits_without_loss_or_repeat() ->
     streamed = next(v for k, v in sink.messages.items() if k.startswith("s"))
     rest = [sink.messages[m.handle] for m in result.messages]
     assert streamed + "".join(rest) == text
+    assert sink.abandoned == ["s1"]  # ended as it shows, not left open
+    assert sink.stopped == []
+
+
+async def test_a_429_on_the_first_append_falls_back_with_no_stream_to_end() -> None:
+    sink = Sink(max_chars=10_000, rate_limits=1)
+    reply = NativeReply(sink, CONFIG)
+    await feed_all(reply, "Short answer, shown by edits.")
+    result = await reply.finish()
+    assert reply.fell_back and sink.abandoned == [] and sink.stopped == []
+    assert "".join(sink.messages[m.handle] for m in result.messages) == result.text
