@@ -170,7 +170,9 @@ class NativeReply:
             await self._fall_back("empty answer")  # nothing streamed: the edits path shows it
         if self._fallback is None and self._stream is not None and not await self._stop(final=True):
             await self._fall_back("stop refused")
-        if self._fallback is not None:
+        if self._fallback is not None and not self._fallback.text and self._shown > 0:
+            await self._fallback.aclose()  # the stream shows it all: no "empty" message
+        elif self._fallback is not None:
             result = await self._fallback.finish()
             self._messages += result.messages
             self._rate_limited += result.rate_limited

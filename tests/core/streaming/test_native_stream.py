@@ -143,3 +143,15 @@ async def test_a_429_on_the_first_append_falls_back_with_no_stream_to_end() -> N
     result = await reply.finish()
     assert reply.fell_back and sink.abandoned == [] and sink.stopped == []
     assert "".join(sink.messages[m.handle] for m in result.messages) == result.text
+
+
+async def test_a_refused_last_stop_with_everything_shown_posts_nothing_more() -> None:
+    sink = Sink(max_chars=10_000, refuse_after=2)
+    reply = NativeReply(sink, CONFIG)
+    await reply.feed("Sixteen chars!!!")  # opens the stream (call 1)
+    await reply.feed("Another sixteen.")  # flushed (call 2): the whole text is shown
+    result = await reply.finish()  # the stop (call 3) is refused
+    assert reply.fell_back
+    assert sink.messages == {"s1": "Sixteen chars!!!Another sixteen."}  # no "(no answer)"
+    assert sink.abandoned == ["s1"]
+    assert result.text == "Sixteen chars!!!Another sixteen."
