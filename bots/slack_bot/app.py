@@ -207,7 +207,7 @@ class SlackBot:
         self.home.register(app)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
-        SlackFeedback(self.runtime.store).register(app)
+        SlackFeedback(self.runtime.store, install_id=self.identity.install_id).register(app)
         app.error(self.on_error)
         return app
 

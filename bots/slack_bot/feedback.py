@@ -5,7 +5,10 @@ Slack once the listener returns; a store that fails raises, Slack gets HTTP 500 
 Mode ack and shows the click as failed). One rating per user and answer
 (:class:`core.store.seams.FeedbackStore`; a second click replaces the first). Only the
 person who asked may rate: anyone else's click is acknowledged, not stored, and told so
-ephemerally. Answer ref: ``slack:{team}:{channel}:{answered ts}``.
+ephemerally. Answer ref: ``slack:{team}:{channel}:{answered ts}`` (``team`` the workspace the
+click came from); the rater's key follows the one team-id rule of
+:func:`bots.slack_bot.commands.user_key` (the installation's id, never the request's team), so
+an external (Slack Connect) user's rating is keyed as their memory is.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ ONLY_THE_ASKER = "Only the person who asked can rate this answer."
 class SlackFeedback:
     """The feedback button listener over a :class:`FeedbackStore`."""
 
-    def __init__(self, store: FeedbackStore) -> None:
+    def __init__(self, store: FeedbackStore, *, install_id: str) -> None:
         self.store = store
+        self.install_id = install_id
 
     def register(self, app: AsyncApp) -> None:
         app.action(FEEDBACK_ACTION)(self.on_feedback)
@@ -53,7 +57,7 @@ class SlackFeedback:
             await respond(text=ONLY_THE_ASKER, response_type="ephemeral", replace_original=False)
             logger.info("feedback by user=%s on another's answer refused", clicker)
             return
-        team = str(user.get("team_id") or cast(JsonDict, body.get("team") or {}).get("id") or "")
+        team = str(cast(JsonDict, body.get("team") or {}).get("id") or user.get("team_id") or "")
         channel = str(
             cast(JsonDict, body.get("channel") or {}).get("id")
             or cast(JsonDict, body.get("container") or {}).get("channel_id")
@@ -61,7 +65,7 @@ class SlackFeedback:
         )
         await self.store.record_feedback(  # raises: not acknowledged, Slack shows a failure
             answer_ref=f"slack:{team}:{channel}:{answers_ts}",
-            user_key=user_key(team, clicker),
+            user_key=user_key(self.install_id, clicker),
             workspace=team or None,
             positive=positive,
         )

@@ -556,12 +556,18 @@ class SlackEvents:
         channel: str = "C0GENERAL",
         message_ts: str | None = None,
         response_url: str | None = None,
+        user_team: str | None = None,
     ) -> JsonDict:
-        """A ``block_actions`` interaction payload for a button click."""
+        """A ``block_actions`` interaction payload for a button click; ``user_team``: the
+        clicker's own team (an external Slack Connect user's), default the app's."""
         ts = message_ts or self.next_ts()
         return {
             "type": "block_actions",
-            "user": {"id": user, "username": "tester", "team_id": self.identity.team_id},
+            "user": {
+                "id": user,
+                "username": "tester",
+                "team_id": user_team or self.identity.team_id,
+            },
             "api_app_id": self.identity.app_id,
             "token": "fake-verification-token",
             "container": {"type": "message", "message_ts": ts, "channel_id": channel},

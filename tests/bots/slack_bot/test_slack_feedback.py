@@ -6,6 +6,7 @@ and not stored; a click the store cannot take is not acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -55,9 +56,15 @@ async def test_socket_mode_clicks_stored_once_changed_and_only_the_askers(
             store = running.runtime.store
             assert isinstance(store, SQLiteStore)
 
-            async def click(user: str, value: str) -> tuple[JsonDict, str]:
+            async def click(
+                user: str, value: str, user_team: str | None = None
+            ) -> tuple[JsonDict, str]:
                 payload = slack.events.block_actions(
-                    "selfmind_feedback", value, user=user, message_ts=answer["ts"]
+                    "selfmind_feedback",
+                    value,
+                    user=user,
+                    message_ts=answer["ts"],
+                    user_team=user_team,
                 )
                 acked = await slack.wait_for_ack(await slack.push_envelope("interactive", payload))
                 return acked, str(payload["response_url"])
@@ -72,6 +79,14 @@ async def test_socket_mode_clicks_stored_once_changed_and_only_the_askers(
             assert reply["text"] == ONLY_THE_ASKER
             assert reply.get("response_type") == "ephemeral"
             assert await ratings(store) == [(TEAM, 0, 1)]
+
+            # As an external (Slack Connect) user, with another home team in the click: the
+            # rating is keyed as the asker's memory is (the installation's id), one row still.
+            await click("U1", up, user_team="T0EXTERNAL")
+            assert await ratings(store) == [(TEAM, 1, 0)]
+            with contextlib.closing(sqlite3.connect(tmp_path / "m.db")) as db:
+                keys = db.execute("SELECT user_key FROM feedback").fetchall()
+            assert keys == [(f"slack:{TEAM}:U1",)]
 
 
 async def test_a_click_the_store_cannot_take_is_not_acknowledged(
