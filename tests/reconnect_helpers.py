@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import statistics
 import sys
@@ -313,6 +314,8 @@ DISCORD_FAULTS: dict[str, DiscordFault] = {
 NO_REPLAY = frozenset({"op 9 INVALID_SESSION"})
 """Faults after which Discord starts a new session (IDENTIFY, not RESUME): what it sent in
 between is not replayed, on Discord as on the fake, so no message is sent while down."""
+SOAK_FAULTS = [f for f in DISCORD_FAULTS if f not in NO_REPLAY]
+"""The faults of a soak run, where messages flow at any time: those Discord replays across."""
 
 
 class DiscordFaultRun:
@@ -370,3 +373,40 @@ class DiscordFaultRun:
     def rows(self) -> list[dict[str, object]]:
         answers = self.answers()
         return [stats.row(answers) for stats in self.stats.values()]
+
+
+# ---- soak: many forced disconnects with events flowing ---------------------------------------
+
+
+async def soak(
+    apply: Callable[[str], Awaitable[None]],
+    send: Callable[[], Awaitable[object]],
+    kinds: list[str],
+    *,
+    faults: int,
+    over_s: float,
+    every_s: float,
+    seed: int = 20,
+) -> None:
+    """``faults`` forced disconnects (``kinds`` in a shuffled cycle) paced evenly over
+    ``over_s`` seconds by ``apply``, while ``send`` sends an event every ``every_s``."""
+    rng = random.Random(seed)
+    order = [kinds[i % len(kinds)] for i in range(faults)]
+    rng.shuffle(order)
+    stop = asyncio.Event()
+
+    async def flow() -> None:
+        while not stop.is_set():
+            await send()
+            await asyncio.sleep(every_s)
+
+    sender = asyncio.create_task(flow())
+    try:
+        started = time.monotonic()
+        for i, fault in enumerate(order):
+            await asyncio.sleep(max(0.0, started + i * over_s / faults - time.monotonic()))
+            await apply(fault)
+        await asyncio.sleep(max(0.0, started + over_s - time.monotonic()))
+    finally:
+        stop.set()
+        await sender

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import re
 import time
 from pathlib import Path
@@ -23,9 +22,11 @@ from tests.reconnect_helpers import (
     DISCORD,
     DISCORD_FAULTS,
     NO_REPLAY,
+    SOAK_FAULTS,
     BotProcess,
     DiscordFaultRun,
     discord_env,
+    soak,
 )
 
 ANSWER_TIMEOUT_S = 30.0
@@ -103,51 +104,26 @@ async def test_an_unreachable_gateway_comes_back_by_itself_and_healthz_says_so(
         assert log.count("connection attempt failed") >= 3, log
 
 
-SOAK_FAULTS = [f for f in DISCORD_FAULTS if f not in NO_REPLAY]
-"""Faults Discord replays across (a message sent while down is answered once back)."""
-
-
-async def soak_discord(tmp_path: Path, *, faults: int, over_s: float) -> DiscordFaultRun:
-    """``faults`` forced disconnects (every replayed kind, shuffled) paced over ``over_s``
-    seconds against the real process, with a message every 0.5 s; returns the run, every
-    message waited for."""
-    rng = random.Random(20)
-    order = [SOAK_FAULTS[i % len(SOAK_FAULTS)] for i in range(faults)]
-    rng.shuffle(order)
-    async with world(tmp_path) as w:
-        bot = await BotProcess.start(w.db, discord_env(w), tmp_path, DISCORD)
-        run = DiscordFaultRun(w.discord, w.alice)
-        stop = asyncio.Event()
-
-        async def flow() -> None:
-            while not stop.is_set():
-                await run.send("flowing")
-                await asyncio.sleep(0.5)
-
-        sender = asyncio.create_task(flow())
-        try:
-            pace_s = over_s / faults
-            started = time.monotonic()
-            for i, fault in enumerate(order):
-                await asyncio.sleep(max(0.0, started + i * pace_s - time.monotonic()))
-                await run.apply(fault, timeout_s=ANSWER_TIMEOUT_S)
-            stop.set()
-            await sender
-            await run.wait_answered(timeout_s=ANSWER_TIMEOUT_S)
-            assert await bot.stop() == 0
-        finally:
-            stop.set()
-            sender.cancel()
-            bot.kill()
-        assert "Traceback" not in "".join(bot.lines)
-    return run
-
-
 @pytest.mark.soak
 async def test_thirty_forced_disconnects_over_two_minutes_answer_each_once(
     tmp_path: Path,
 ) -> None:
-    run = await soak_discord(tmp_path, faults=30, over_s=120.0)
+    async with world(tmp_path) as w:
+        bot = await BotProcess.start(w.db, discord_env(w), tmp_path, DISCORD)
+        run = DiscordFaultRun(w.discord, w.alice)
+        try:
+
+            async def apply(fault: str) -> None:
+                await run.apply(fault, timeout_s=ANSWER_TIMEOUT_S)
+
+            await soak(
+                apply, lambda: run.send("flowing"), SOAK_FAULTS, faults=30, over_s=120, every_s=0.5
+            )
+            await run.wait_answered(timeout_s=ANSWER_TIMEOUT_S)
+            assert await bot.stop() == 0
+        finally:
+            bot.kill()
+        assert "Traceback" not in "".join(bot.lines)
     assert sum(len(s.reconnect_s) for s in run.stats.values()) == 30
     sent = answered = 0
     for row in run.rows():
