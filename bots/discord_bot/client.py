@@ -23,6 +23,11 @@ so the user sees one answer. A user's first DM gets a one-line notice that the b
 remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands`
 (``/memories cleanup``: :mod:`bots.discord_bot.cleanup`).
 
+The gateway is kept by discord.py's own reconnect loop (RESUME, replay), with its backoff
+capped (:class:`CappedBackoff`); a token Discord stops taking while the bot runs (gateway
+close 4004, a REST 401 on any call) closes the bot and :func:`start_bot` raises one
+``ConfigError`` naming the fix (exit 1; the next start answers what was stored).
+
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
 server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
 ``DiscordWebSocket.DEFAULT_GATEWAY`` for the run.
@@ -572,8 +577,7 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
 
     Raises ``ConfigError`` (one line naming what to fix) without ``DISCORD_BOT_TOKEN`` or
     ``ANTHROPIC_API_KEY``, for a refused token (at start-up, or later: gateway close 4004, a
-    REST 401), or when the MESSAGE CONTENT intent is not
-    enabled for the application.
+    REST 401), or when the MESSAGE CONTENT intent is not enabled for the application.
     """
     if settings.discord_bot_token is None or not settings.discord_bot_token.get_secret_value():
         raise ConfigError(

@@ -134,3 +134,14 @@ async def test_what_does_not_concern_the_bot_token_does_not_stop_it(tmp_path: Pa
             assert (await slack.send_event(running.events_url, event)).status == 200
             await asyncio.sleep(1.0)
             assert watch.failure is None
+
+
+@pytest.mark.parametrize("event", ["tokens_revoked", "app_uninstalled"])
+async def test_a_revoking_event_over_http_stops_the_bot(tmp_path: Path, event: str) -> None:
+    async with running_fake_slack() as slack, running_fake_anthropic() as claude:
+        settings = slack_settings(slack, claude, tmp_path / "m.db")
+        async with running_bot(settings) as running:
+            payload = getattr(slack.events, event)()
+            assert (await slack.send_event(running.events_url, payload)).status == 200
+            failure = await asyncio.wait_for(running.bot.token_watch.wait(), 10)
+            assert f"({event} event)" in str(failure), failure
