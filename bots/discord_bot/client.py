@@ -348,6 +348,9 @@ class SelfMindBot(discord.Client):
         """Stop taking messages, let answers in flight and reflections finish (each bounded by
         ``shutdown_timeout_s``, so their reactions still land), then disconnect."""
         if not self._closing:
+            # Messages discord.py has already dispatched (their handlers scheduled, not yet
+            # run) are taken like those in flight: Discord never sends them again.
+            await asyncio.sleep(0)
             self._closing = True
             timeout = self.settings.shutdown_timeout_s
             if not await self.wait_idle(timeout):

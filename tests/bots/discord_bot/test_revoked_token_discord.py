@@ -26,16 +26,33 @@ def fix_lines(bot: BotProcess) -> list[str]:
 
 async def test_gateway_close_4004_ends_the_process_with_one_line(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
+        fake = w.discord
         bot = await BotProcess.start(w.db, discord_env(w), tmp_path, DISCORD)
         try:
-            await w.discord.revoke_token()  # the live gateway is closed with 4004
+            # A message Discord sent just before the close: taken, not dropped on the way out.
+            await fake.dispatch_message(
+                fake.channel_id, w.alice, f"{fake.bot_user.mention} say just-before"
+            )
+            await fake.revoke_token()  # the live gateway is closed with 4004
             assert await bot.wait() == 1
         finally:
             bot.kill()
         (line,) = fix_lines(bot)
         assert line.startswith("error: ") and "4004" in line and "Reset Token" in line, line
-        assert "Traceback" not in "".join(bot.lines)
         assert len(w.discord.identifies) == 1  # no reconnect loop on a refused token
+        assert ("user", "say just-before") in stored_turns(w)
+
+        again = await BotProcess.start(w.db, discord_env(w), tmp_path, DISCORD)  # new token
+        try:
+            await eventually(
+                lambda: any("just-before" in t for t in w.bot_texts(fake.channel_id)),
+                timeout_s=ANSWER_TIMEOUT_S,
+                what="the message answered after the restart",
+            )
+            assert await again.stop() == 0
+        finally:
+            again.kill()
+        assert sum("just-before" in t for t in w.bot_texts(fake.channel_id)) == 1
 
 
 async def test_a_rest_401_ends_the_process_and_the_restart_answers_what_was_stored(
