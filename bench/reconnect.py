@@ -14,13 +14,15 @@ once it is back; reconnect time runs from the fault to the RESUME (or IDENTIFY).
 row of each platform, "no fault", sends the same events on a steady connection: every fault
 row should match its answered / twice / lost counts.
 
-Revoked bot token (once each, whatever ``--rounds``): the token is revoked in the fake, one
-message is sent (stored before the stop) and, for the event rows, the event; the "reconnect"
-columns then hold the time from the fault to the process's exit (code in "exit", which must
-be 1 with one line naming the fix), and "answered" counts the message's answers after a
-restart with the new token. ``--soak``: 30 forced disconnects (every fault kind Discord
-replays across / every Slack fault, shuffled) over two minutes with an event every 0.5 s
-("flowing"), reconnect times over the 30 faults.
+Revoked bot token (once each, whatever ``--rounds``): the token is revoked in the fake and
+one message sent around the fault (Slack Socket Mode: after the event, if any, so it may
+reach a closing link and be redelivered; Slack HTTP: before the event, stored and answered
+200; Discord 4004: just before the close; Discord 401: after the revocation, so its answer
+hits the 401); the "reconnect" columns then hold the time from the fault to the process's
+exit (code in "exit", which must be 1 with one line naming the fix), and "answered" counts
+the message's answers after a restart with the new token. ``--soak``: 30 forced
+disconnects (every fault kind Discord replays across / every Slack fault, shuffled) over two
+minutes with an event every 0.5 s ("flowing"), reconnect times over the 30 faults.
 
 Baseline for the Slack link itself (``--sdk-baseline``, platform ``slack-sdk``): the same
 faults, one round each on a fresh connection, against slack_bolt's own
