@@ -172,8 +172,9 @@ def buttons(fake: FakeDiscord, message_id: int) -> dict[str, dict[str, Any]]:
     return {b["label"]: b for row in rows for b in row["components"]}
 
 
-async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
-    """``selfmind discord`` in a child process, reaching both fakes through settings."""
+def discord_process_env(w: World, **extra: str) -> dict[str, str]:
+    """The environment of ``selfmind discord`` reaching both fakes through settings (the
+    fake's current token; fast edits, INFO logs); ``extra`` overrides any of it."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -189,6 +190,12 @@ async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
         SELFMIND_DISCORD_EDIT_INTERVAL_S="0.05",
         SELFMIND_LOG_LEVEL="INFO",
     )
+    return env | extra
+
+
+async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
+    """``selfmind discord`` in a child process, reaching both fakes through settings."""
+    env = discord_process_env(w)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -1,16 +1,20 @@
-"""Connection faults against the real ``selfmind slack`` process (Socket Mode) and the
-Discord bot on the fake gateway, shared by tests/test_reconnect_*.py and bench/reconnect.py.
+"""Connection faults against the real ``selfmind slack`` and ``selfmind discord`` processes
+on the fakes, shared by the reconnect and revoked-token tests and bench/reconnect.py.
 
-:class:`SlackFaultRun` starts the bot as a separate process against the fake Slack (with
-``redeliver_unacked`` on, as Slack redelivers) and the fake Anthropic API (chat answers echo
-the user's message), applies faults, sends one DM per event from its own user (so each
-event's answers are the bot's posts in that user's DM channel) and counts them.
+:class:`BotProcess` runs either bot as a child process (``slack``, ``slack --http``,
+``discord``). :class:`SlackFaultRun` applies faults to the fake Slack (with
+``redeliver_unacked`` on, as Slack redelivers) and sends one DM per event from its own user
+(so each event's answers are the bot's posts in that user's DM channel); the fake Anthropic
+API's chat answers echo the user's message. :class:`DiscordFaultRun` does the same on the
+fake gateway, counting the bot's posts that echo each message's token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import re
 import statistics
 import sys
 import time
@@ -18,13 +22,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.discord_helpers import eventually
+from tests.discord_helpers import World, discord_process_env, eventually
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.discord_server import FakeDiscord, FakeUser
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import bot_posts, slack_process_env
 
 READY_LINE = "slack bot connected in socket mode"
+HTTP_READY = re.compile(r"slack bot listening on http port (\d+)")
+DISCORD_READY_LINE = "connected as "
+SOCKET_MODE = ("slack",)
+HTTP_MODE = ("slack", "--http", "--port", "0")
+DISCORD = ("discord",)
 SEND_ERRORS = (ConnectionError, RuntimeError)
 """What pushing an envelope onto a socket that is going away raises; the fake keeps the
 envelope as unacknowledged and redelivers it on the next connection."""
@@ -42,20 +51,32 @@ def socket_mode_env(slack: FakeSlack, claude: FakeAnthropic, **extra: str) -> di
     return slack_process_env(slack, claude.base_url, **(values | extra))
 
 
+def discord_env(w: World, **extra: str) -> dict[str, str]:
+    """The environment of ``selfmind discord`` against the fakes, with short reconnect
+    backoff (50 ms first, 0.5 s at most)."""
+    values = {"SELFMIND_RECONNECT_BACKOFF_S": "0.05", "SELFMIND_RECONNECT_BACKOFF_MAX_S": "0.5"}
+    return discord_process_env(w, **(values | extra))
+
+
 @dataclass
 class BotProcess:
-    """``selfmind slack`` (Socket Mode) as a child process; stderr lines collected."""
+    """``selfmind <args>`` as a child process (``args``: :data:`SOCKET_MODE`,
+    :data:`HTTP_MODE`, :data:`DISCORD`); stderr lines collected; ``port`` is the HTTP
+    port in HTTP mode."""
 
     proc: asyncio.subprocess.Process
     lines: list[str] = field(default_factory=list)
     reader: asyncio.Task[None] | None = None
+    port: int | None = None
 
     @classmethod
-    async def start(cls, db: Path, env: dict[str, str], cwd: Path) -> BotProcess:
-        """Start it; return once it logged that it is connected."""
+    async def start(
+        cls, db: Path, env: dict[str, str], cwd: Path, args: tuple[str, ...] = SOCKET_MODE
+    ) -> BotProcess:
+        """Start it; return once it logged that it is connected (or listening)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            *("-m", "bots.cli", "--db", str(db), "slack"),
+            *("-m", "bots.cli", "--db", str(db), *args),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             cwd=cwd,
@@ -64,14 +85,30 @@ class BotProcess:
         bot = cls(proc)
         assert proc.stderr is not None
         while True:
-            raw = await asyncio.wait_for(proc.stderr.readline(), 30)
+            raw = await asyncio.wait_for(proc.stderr.readline(), 60)
             if not raw:
                 raise AssertionError("bot exited before connecting:\n" + "".join(bot.lines))
-            bot.lines.append(raw.decode())
-            if READY_LINE in bot.lines[-1]:
+            line = raw.decode()
+            bot.lines.append(line)
+            if args == HTTP_MODE and (match := HTTP_READY.search(line)):
+                bot.port = int(match.group(1))
+                break
+            if (args == SOCKET_MODE and READY_LINE in line) or (
+                args == DISCORD and DISCORD_READY_LINE in line
+            ):
                 break
         bot.reader = asyncio.create_task(bot._drain())
         return bot
+
+    @property
+    def events_url(self) -> str:
+        """Where the fake Slack posts events in HTTP mode."""
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    def kill(self) -> None:
+        """SIGKILL, if it still runs (a test's clean-up)."""
+        if self.proc.returncode is None:
+            self.proc.kill()
 
     async def _drain(self) -> None:
         assert self.proc.stderr is not None
@@ -252,6 +289,15 @@ async def _reset(fake: FakeDiscord) -> None:
     await fake.drop()
 
 
+async def _invalid_session(fake: FakeDiscord) -> None:
+    await fake.invalidate_session()
+
+
+async def _refused_3(fake: FakeDiscord) -> None:
+    fake.refuse_gateway(times=3)
+    await fake.drop()
+
+
 async def _unreachable(fake: FakeDiscord) -> None:
     fake.refuse_gateway(for_s=1.5)
     await fake.drop()
@@ -260,9 +306,16 @@ async def _unreachable(fake: FakeDiscord) -> None:
 DISCORD_FAULTS: dict[str, DiscordFault] = {
     "close 4000 (resume)": _close_4000,
     "op 7 RECONNECT": _op7,
+    "op 9 INVALID_SESSION": _invalid_session,
     "abrupt TCP reset": _reset,
+    "gateway refused (503) x3": _refused_3,
     "gateway refused for 1.5 s": _unreachable,
 }
+NO_REPLAY = frozenset({"op 9 INVALID_SESSION"})
+"""Faults after which Discord starts a new session (IDENTIFY, not RESUME): what it sent in
+between is not replayed, on Discord as on the fake, so no message is sent while down."""
+SOAK_FAULTS = [f for f in DISCORD_FAULTS if f not in NO_REPLAY]
+"""The faults of a soak run, where messages flow at any time: those Discord replays across."""
 
 
 class DiscordFaultRun:
@@ -287,14 +340,17 @@ class DiscordFaultRun:
         return len(self.fake.resumes) + len(self.fake.identifies)
 
     async def apply(self, fault: str, *, timeout_s: float = 60.0) -> None:
-        """Apply ``fault``, send one message while down, wait for the RESUME (timed), send
-        one more."""
+        """Apply ``fault``, send one message while down (unless in :data:`NO_REPLAY`), wait
+        for the RESUME or IDENTIFY (timed), send one more."""
         before = self._sessions()
         started = time.monotonic()
         await DISCORD_FAULTS[fault](self.fake)
-        await self.send(fault)
+        if fault not in NO_REPLAY:
+            await self.send(fault)
         await eventually(lambda: self._sessions() > before, timeout_s=timeout_s, what=fault)
-        self.stats[fault].reconnect_s.append(time.monotonic() - started)
+        self.stats.setdefault(fault, FaultStats(fault)).reconnect_s.append(
+            time.monotonic() - started
+        )
         await self.send(fault)
 
     def answers(self) -> dict[str, int]:
@@ -317,3 +373,40 @@ class DiscordFaultRun:
     def rows(self) -> list[dict[str, object]]:
         answers = self.answers()
         return [stats.row(answers) for stats in self.stats.values()]
+
+
+# ---- soak: many forced disconnects with events flowing ---------------------------------------
+
+
+async def soak(
+    apply: Callable[[str], Awaitable[None]],
+    send: Callable[[], Awaitable[object]],
+    kinds: list[str],
+    *,
+    faults: int,
+    over_s: float,
+    every_s: float,
+    seed: int = 20,
+) -> None:
+    """``faults`` forced disconnects (``kinds`` in a shuffled cycle) paced evenly over
+    ``over_s`` seconds by ``apply``, while ``send`` sends an event every ``every_s``."""
+    rng = random.Random(seed)
+    order = [kinds[i % len(kinds)] for i in range(faults)]
+    rng.shuffle(order)
+    stop = asyncio.Event()
+
+    async def flow() -> None:
+        while not stop.is_set():
+            await send()
+            await asyncio.sleep(every_s)
+
+    sender = asyncio.create_task(flow())
+    try:
+        started = time.monotonic()
+        for i, fault in enumerate(order):
+            await asyncio.sleep(max(0.0, started + i * over_s / faults - time.monotonic()))
+            await apply(fault)
+        await asyncio.sleep(max(0.0, started + over_s - time.monotonic()))
+    finally:
+        stop.set()
+        await sender

@@ -23,6 +23,11 @@ so the user sees one answer. A user's first DM gets a one-line notice that the b
 remembers and how to manage it. Slash commands: :mod:`bots.discord_bot.commands`
 (``/memories cleanup``: :mod:`bots.discord_bot.cleanup`).
 
+The gateway is kept by discord.py's own reconnect loop (RESUME, replay), with its backoff
+capped (:class:`CappedBackoff`); a token Discord stops taking while the bot runs (gateway
+close 4004, a REST 401 on any call) closes the bot and :func:`start_bot` raises one
+``ConfigError`` naming the fix (exit 1; the next start answers what was stored).
+
 ``DISCORD_API_BASE_URL`` / ``DISCORD_GATEWAY_URL`` point discord.py at a Discord-compatible
 server (self-hosted Spacebar, the test fake) by setting ``discord.http.Route.BASE`` and
 ``DiscordWebSocket.DEFAULT_GATEWAY`` for the run.
@@ -36,6 +41,7 @@ import logging
 import math
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 import aiohttp
 import discord
@@ -74,6 +80,14 @@ INTENT_HELP = (
     "Discord refused the MESSAGE CONTENT intent: enable it in the Developer Portal "
     "(your application > Bot > Privileged Gateway Intents > MESSAGE CONTENT INTENT)"
 )
+TOKEN_REFUSED = (
+    "DISCORD_BOT_TOKEN no longer works ({}): copy the bot token again from the Developer "
+    "Portal (your application > Bot > Reset Token) and set it as DISCORD_BOT_TOKEN"
+)
+"""Discord closes the gateway with 4004 (authentication failed) and answers REST calls with
+401 once a bot token is reset; no retry fixes that, so the process stops with this line
+(exit 1: a process manager restarts it) and the next start answers what was stored."""
+AUTHENTICATION_FAILED = 4004
 MAX_RATELIMIT_WAIT_S = 30.0
 """A 429 asking for a longer wait reaches the streamer as ``RateLimited`` (discord.py's
 smallest allowed ``max_ratelimit_timeout``)."""
@@ -237,6 +251,34 @@ class SelfMindBot(discord.Client):
         self._locks = KeyedLocks()  # one per conversation: answers run in message order
         self._inflight: set[asyncio.Task[object]] = set()
         self._closing = False
+        self.refused: ConfigError | None = None
+        """Set when Discord stopped taking the token (a REST 401): the bot closes."""
+        self._closer: asyncio.Task[None] | None = None
+        self._watch_unauthorized()
+
+    def _watch_unauthorized(self) -> None:
+        """Every REST call goes through ``HTTPClient.request`` (discord.py 2.7 has no hook for
+        its responses): a 401 there, wherever its error is caught later, stops the bot."""
+        request = self.http.request
+
+        async def watched(route: discord.http.Route, **kwargs: Any) -> Any:
+            try:
+                return await request(route, **kwargs)
+            except discord.HTTPException as exc:
+                if exc.status == 401 and self.is_ready():
+                    self.token_refused(f"HTTP 401 on {route.method} {route.path}")
+                raise
+
+        self.http.request = watched  # type: ignore[method-assign]
+
+    def token_refused(self, reason: str) -> None:
+        """Discord refused the token: record it (the first reason wins) and close the bot
+        (answers in flight finish or fail first); :func:`start_bot` then raises it."""
+        if self.refused is not None:
+            return
+        self.refused = ConfigError(TOKEN_REFUSED.format(reason))
+        logger.warning("discord bot token refused (%s): stopping", reason)
+        self._closer = asyncio.get_running_loop().create_task(self.close(), name="discord-close")
 
     # --- lifecycle
 
@@ -306,6 +348,9 @@ class SelfMindBot(discord.Client):
         """Stop taking messages, let answers in flight and reflections finish (each bounded by
         ``shutdown_timeout_s``, so their reactions still land), then disconnect."""
         if not self._closing:
+            # Messages discord.py has already dispatched (their handlers scheduled, not yet
+            # run) are taken like those in flight: Discord never sends them again.
+            await asyncio.sleep(0)
             self._closing = True
             timeout = self.settings.shutdown_timeout_s
             if not await self.wait_idle(timeout):
@@ -519,14 +564,23 @@ async def start_bot(bot: SelfMindBot, token: str) -> None:
         await bot.connect()
     except discord.PrivilegedIntentsRequired:
         raise ConfigError(INTENT_HELP) from None
+    except discord.ConnectionClosed as exc:
+        # discord.py closes the client itself on the close codes it cannot recover from.
+        if exc.code == AUTHENTICATION_FAILED:
+            raise ConfigError(
+                TOKEN_REFUSED.format("gateway closed with 4004, authentication failed")
+            ) from None
+        raise
+    if bot.refused is not None:
+        raise bot.refused
 
 
 async def run_discord(settings: Settings, *, db_url: str) -> int:
     """Run the Discord bot until SIGTERM/SIGINT; returns the exit code (0).
 
     Raises ``ConfigError`` (one line naming what to fix) without ``DISCORD_BOT_TOKEN`` or
-    ``ANTHROPIC_API_KEY``, for a refused token, or when the MESSAGE CONTENT intent is not
-    enabled for the application.
+    ``ANTHROPIC_API_KEY``, for a refused token (at start-up, or later: gateway close 4004, a
+    REST 401), or when the MESSAGE CONTENT intent is not enabled for the application.
     """
     if settings.discord_bot_token is None or not settings.discord_bot_token.get_secret_value():
         raise ConfigError(

@@ -53,6 +53,7 @@ from bots.slack_bot.commands import SlackCommands, send_export
 from bots.slack_bot.events import BotIdentity, SlackConversations
 from bots.slack_bot.feedback import SlackFeedback
 from bots.slack_bot.home import SlackHome
+from bots.slack_bot.revocation import BotTokenWatch
 from bots.slack_bot.sink import slack_error
 from bots.slack_bot.socket_mode import SocketModeLink, open_socket_mode
 from core.chat.intake import Intake
@@ -130,6 +131,12 @@ class SlackBot:
         self.client = client
         self._token = client.token
         self._tasks: set[asyncio.Task[None]] = set()
+        # Sees every Web API response of the bot token (the Bolt app's client shares the list).
+        self.token_watch = BotTokenWatch(
+            bot_token=client.token or "", bot_user_id=identity.user_id, bot_id=identity.bot_id
+        )
+        for web_client in (client, stream_client):
+            web_client.retry_handlers.append(self.token_watch)
         self.conversations = SlackConversations(
             settings=settings,
             loop=runtime.loop,
@@ -205,6 +212,7 @@ class SlackBot:
         app.event("app_home_opened")(self.on_app_home_opened)
         app.event("assistant_thread_started")(self.on_thread_started)
         self.home.register(app)
+        self.token_watch.register(app)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
         SlackFeedback(self.runtime.store, install_id=self.identity.install_id).register(app)
@@ -521,10 +529,14 @@ async def _socket_mode(bot: SlackBot, app_token: str) -> AsyncIterator[SocketMod
         yield link
 
 
-async def _until_stopped(stop: asyncio.Event, link: SocketModeLink | None) -> ConfigError | None:
-    """Wait for SIGTERM/SIGINT, or for Slack to refuse the Socket Mode link for good
-    (returned)."""
-    waits: list[asyncio.Task[Any]] = [asyncio.ensure_future(stop.wait())]
+async def _until_stopped(stop: asyncio.Event, running: RunningSlackBot) -> ConfigError | None:
+    """Wait for SIGTERM/SIGINT, or for Slack to refuse the Socket Mode link or the bot token
+    for good (returned)."""
+    link, watch = running.link, running.bot.token_watch
+    waits: list[asyncio.Task[Any]] = [
+        asyncio.ensure_future(stop.wait()),
+        asyncio.ensure_future(watch.wait()),
+    ]
     if link is not None:
         waits.append(asyncio.ensure_future(link.wait_failed()))
     try:
@@ -532,7 +544,7 @@ async def _until_stopped(stop: asyncio.Event, link: SocketModeLink | None) -> Co
     finally:
         for task in waits:
             task.cancel()
-    return link.failure if link is not None else None
+    return (link.failure if link is not None else None) or watch.failure
 
 
 async def run_slack(
@@ -541,7 +553,8 @@ async def run_slack(
     """Run the Slack bot until SIGTERM or SIGINT; returns the exit code (0).
 
     Raises ``ConfigError`` (one line naming the setting) when it cannot start, or when Slack
-    refuses the Socket Mode link for good (``link_disabled``, a revoked app token).
+    refuses the Socket Mode link for good (``link_disabled``, a revoked app token) or the bot
+    token (:mod:`bots.slack_bot.revocation`).
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -550,7 +563,7 @@ async def run_slack(
         loop.add_signal_handler(sig, stop.set)
     try:
         async with open_slack_bot(settings, db_url=db_url, http=http, port=port) as running:
-            failure = await _until_stopped(stop, running.link)
+            failure = await _until_stopped(stop, running)
             logger.info("slack bot stopping: %d answers in flight", running.bot.busy)
             if failure is not None:
                 raise failure  # one line naming the fix; exit 1, a process manager restarts

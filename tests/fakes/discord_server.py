@@ -430,6 +430,7 @@ class FakeDiscord:
         self._sessions: dict[str, _Session] = {}
         self._open: set[_Connection] = set()
         self._refuse_gateway = 0
+        self.revoked_tokens: list[str] = []
         self._refuse_gateway_until = 0.0
         self.refused_gateway = 0
         self._requests_of: dict[int, web.Request] = {}
@@ -791,6 +792,17 @@ class FakeDiscord:
                 conn.session.conn = None  # from now on dispatches wait in the log for RESUME
             await conn.ws.close(code=code, message=b"fake disconnect")
 
+    async def revoke_token(self, *, close_gateway: bool = True) -> str:
+        """Reset the bot token, as the Developer Portal's Reset Token does: REST calls with
+        the old one get 401, IDENTIFY and RESUME with it are closed with 4004 (authentication
+        failed), and, when ``close_gateway``, the live connections are closed with 4004 now.
+        Returns the new token (now ``token``)."""
+        self.revoked_tokens.append(self.token)
+        self.token = f"fake-bot-token-{len(self.revoked_tokens) + 1}"
+        if close_gateway:
+            await self.disconnect(code=4004)
+        return self.token
+
     def refuse_gateway(self, *, times: int = 0, for_s: float = 0.0) -> None:
         """Refuse the next ``times`` gateway handshakes, and every one for the next ``for_s``
         seconds, with HTTP 503 (the gateway unreachable for a while). discord.py retries with
@@ -1059,6 +1071,10 @@ class FakeDiscord:
         self._notify()
 
     async def _resume(self, conn: _Connection, d: JSON) -> None:
+        if d.get("token") in self.revoked_tokens:
+            conn.closed_by_server = True
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
         session = self._sessions.get(str(d.get("session_id")))
         if session is None or d.get("token") != self.token:
             await conn.send({"op": 9, "d": False, "s": None, "t": None})

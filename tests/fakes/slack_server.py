@@ -454,6 +454,16 @@ class SlackEvents:
             "is_ext_shared_channel": False,
         } | ({"enterprise_id": self.identity.enterprise_id} if self.identity.enterprise_id else {})
 
+    def tokens_revoked(self, *, bot: bool = True) -> JsonDict:
+        """``tokens_revoked``: ``tokens.bot`` lists the bot user (when ``bot``), ``tokens.oauth``
+        a user token's user (docs.slack.dev, events/tokens_revoked)."""
+        bots = [self.identity.user_id] if bot else []
+        return {"type": "tokens_revoked", "tokens": {"oauth": ["U0USER"], "bot": bots}}
+
+    def app_uninstalled(self) -> JsonDict:
+        """``app_uninstalled``: the app was removed from the workspace."""
+        return {"type": "app_uninstalled"}
+
     def app_home_opened(self, *, user: str = "U0USER", tab: str = "home") -> JsonDict:
         """``app_home_opened``: ``tab`` is ``home`` or ``messages`` (the DM); ``channel`` the
         user's DM with the app."""
@@ -660,6 +670,8 @@ class FakeSlack:
         self._history: dict[str, list[JsonDict]] = defaultdict(list)
         self._responses: dict[str, list[JsonDict]] = {}
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
+        self.revoked_tokens: dict[str, str] = {}
+        """Bot tokens Slack no longer takes, each with its Web API error (``revoke_bot_token``)."""
         self._rate_hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
@@ -912,6 +924,8 @@ class FakeSlack:
     def _check_auth(self, method: str, token: str | None) -> None:
         if not token:
             raise _ApiError("not_authed")
+        if token in self.revoked_tokens:
+            raise _ApiError(self.revoked_tokens[token])
         expected = self.app_token if method in _APP_TOKEN_METHODS else self.bot_token
         if token != expected:
             known = token in (self.app_token, self.bot_token)
@@ -1347,6 +1361,15 @@ class FakeSlack:
             self._unacked[str(again["envelope_id"])] = (again, id(ws))
             await ws.send_json(again)
         await self._notify()
+
+    def revoke_bot_token(self, error: str = "token_revoked") -> str:
+        """Revoke the bot token (reinstalling the app issues a new one): every call with the
+        old one fails with ``error`` (``invalid_auth``, ``token_revoked``, ``account_inactive``
+        ...). Returns the new token, now ``bot_token``. Events about it (``tokens_revoked``,
+        ``app_uninstalled``) are sent by the test."""
+        self.revoked_tokens[self.bot_token] = error
+        self.bot_token = f"xoxb-fake-bot-token-{len(self.revoked_tokens) + 1}"
+        return self.bot_token
 
     def refuse_connections(self, times: int) -> None:
         """Fail the next ``times`` ``apps.connections.open`` calls with HTTP 500."""

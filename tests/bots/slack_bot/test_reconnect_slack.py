@@ -4,18 +4,24 @@ slack`` process against the fake Slack's faults, every event answered exactly on
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
+import pytest
+
 from tests.discord_helpers import eventually
 from tests.fakes.anthropic_server import running_fake_anthropic
 from tests.fakes.slack_server import running_fake_slack
-from tests.reconnect_helpers import SLACK_FAULTS, BotProcess, SlackFaultRun, socket_mode_env
+from tests.reconnect_helpers import SLACK_FAULTS, BotProcess, SlackFaultRun, soak, socket_mode_env
 from tests.slack_helpers import bot_posts, running_bot, slack_settings
 
 ANSWER_TIMEOUT_S = 30.0
+HEALTH_LINE = re.compile(r"health and metrics on http://127\.0\.0\.1:(\d+)")
 
 
 async def poll(predicate: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
@@ -55,8 +61,8 @@ async def test_an_event_after_each_fault_is_answered_once(tmp_path: Path) -> Non
 async def test_thirty_forced_disconnects_with_events_flowing_answer_each_once(
     tmp_path: Path,
 ) -> None:
-    """30 faults (every kind, in a shuffled cycle) over about 20 s, not 2 minutes: the
-    disconnects are what is counted, the interval only paces them."""
+    """30 faults (every kind, in a shuffled cycle) over about 20 s: the disconnects are what
+    is counted, the interval only paces them (the two-minute run is the soak below)."""
     rng = random.Random(20)
     faults = [list(SLACK_FAULTS)[i % len(SLACK_FAULTS)] for i in range(30)]
     rng.shuffle(faults)
@@ -92,6 +98,35 @@ async def test_thirty_forced_disconnects_with_events_flowing_answer_each_once(
             sender.cancel()
             if bot.proc.returncode is None:
                 bot.proc.kill()
+
+
+@pytest.mark.soak
+async def test_thirty_forced_disconnects_over_two_minutes_answer_each_once(
+    tmp_path: Path,
+) -> None:
+    """The issue's pace: 30 faults over two minutes, a DM every half second (``-m soak``)."""
+    async with running_fake_slack() as slack, running_fake_anthropic() as claude:
+        slack.redeliver_unacked = True
+        bot = await BotProcess.start(tmp_path / "m.db", socket_mode_env(slack, claude), tmp_path)
+        run = SlackFaultRun(slack)
+        try:
+            await soak(
+                run.apply,
+                lambda: run.send_event("flowing"),
+                list(SLACK_FAULTS),
+                faults=30,
+                over_s=120,
+                every_s=0.5,
+            )
+            await run.wait_answered(timeout_s=ANSWER_TIMEOUT_S)
+            assert await bot.stop() == 0
+        finally:
+            bot.kill()
+    (flowing,) = [r for r in run.rows() if r["fault"] == "flowing"]
+    assert int(str(flowing["sent"])) >= 200
+    assert flowing["answered"] == flowing["sent"], flowing
+    assert (flowing["answered_twice"], flowing["lost"]) == (0, 0), flowing
+    assert sum(len(s.reconnect_s) for s in run.stats.values()) == 30
 
 
 async def test_link_disabled_ends_the_process_with_one_line_and_exit_1(tmp_path: Path) -> None:
@@ -156,6 +191,48 @@ async def test_healthz_is_not_ready_while_down_and_counts_the_reconnect(tmp_path
             await slack.wait_for_ack(await slack.push_event(event))
             await slack.wait_until(lambda: bool(bot_posts(slack, "D7")), what="answer")
             assert running.link is not None and running.link.failure is None
+
+
+async def test_the_process_healthz_is_not_ready_while_down_and_metrics_count_it(
+    tmp_path: Path,
+) -> None:
+    async with running_fake_slack() as slack, running_fake_anthropic() as claude:
+        env = socket_mode_env(
+            slack,
+            claude,
+            SELFMIND_METRICS_PORT="0",
+            SELFMIND_RECONNECT_BACKOFF_S="0.2",
+            SELFMIND_RECONNECT_BACKOFF_MAX_S="0.4",
+        )
+        bot = await BotProcess.start(tmp_path / "m.db", env, tmp_path)
+        try:
+            (port,) = {int(m.group(1)) for line in bot.lines if (m := HEALTH_LINE.search(line))}
+            base = f"http://127.0.0.1:{port}"
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{base}/healthz") as resp:
+                    assert resp.status == 200
+                # 12 refused handshakes, each after a wait of up to 0.4 s: down for a while.
+                slack.refuse_sockets(12)
+                await slack.drop_sockets(abrupt=True)
+                await asyncio.sleep(0.8)
+                async with http.get(f"{base}/healthz") as resp:
+                    assert resp.status == 503
+                    report = json.loads(await resp.text())
+                assert report["not_ready"] == ["platform"], report
+                assert report["platform"]["down_s"] >= 0.5, report
+                await slack.wait_for_socket(connections=2, timeout_s=30)
+                for _ in range(100):
+                    async with http.get(f"{base}/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                    await asyncio.sleep(0.05)
+                assert resp.status == 200
+                async with http.get(f"{base}/metrics") as resp:
+                    metrics = await resp.text()
+            assert "selfmind_platform_reconnects_total 1.0" in metrics, metrics
+            assert await bot.stop() == 0
+        finally:
+            bot.kill()
 
 
 async def test_an_event_acked_just_before_a_drop_is_answered_and_bad_frames_are_ignored(
