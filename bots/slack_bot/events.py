@@ -71,6 +71,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
+from bots.slack_bot.revocation import REFUSED_BOT_TOKEN_ERRORS
 from bots.slack_bot.sink import (
     SlackReplySink,
     StatusIndicator,
@@ -346,6 +347,12 @@ class SlackConversations:
                 notice=DM_NOTICE if message.is_dm else None,
                 notice_mark=f"slack-dm-notice:{message.user_key}" if message.is_dm else None,
             )
+        except SlackApiError as exc:
+            code = str(exc.response.get("error") or "")
+            if code not in REFUSED_BOT_TOKEN_ERRORS:
+                logger.exception("slack event %s failed", message.event_id)
+            else:  # the token watch stops the process with the line that names the fix
+                logger.warning("slack event %s not answered: %s", message.event_id, code)
         except Exception:
             logger.exception("slack event %s failed", message.event_id)
 

@@ -81,6 +81,7 @@ async def test_invalid_auth_in_socket_mode_stops_and_the_restart_answers(tmp_pat
         finally:
             bot.kill()
         assert "invalid_auth" in fix_line(bot)
+        assert "Traceback" not in "".join(bot.lines)  # the failed answer: one line, no trace
         assert stored_turns(db) == [("user", "kept across the revocation")]
         await answered_once_after_restart(
             slack, db, socket_mode_env(slack, claude), SOCKET_MODE, "D5"
@@ -102,6 +103,7 @@ async def test_token_revoked_over_http_stops_and_the_restart_answers(tmp_path: P
         finally:
             bot.kill()
         assert "token_revoked" in fix_line(bot)
+        assert "Traceback" not in "".join(bot.lines)  # the failed answer: one line, no trace
         assert stored_turns(db) == [("user", "kept over http")]
         env = slack_process_env(slack, claude.base_url)
         await answered_once_after_restart(slack, db, env, HTTP_MODE, "D6")
