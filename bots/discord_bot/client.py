@@ -403,6 +403,11 @@ class SelfMindBot(discord.Client):
                 message.channel.id,
                 exc.code,
             )
+        except discord.HTTPException as exc:
+            if exc.status != 401:
+                logger.exception("message %s failed", message.id)
+            else:  # the bot stops with the line that names the fix (token_refused)
+                logger.warning("message %s not answered: HTTP 401", message.id)
         except Exception as exc:
             if storage_failed(exc):
                 logger.warning("message %s not saved: %s", message.id, type(exc).__name__)

@@ -71,6 +71,7 @@ async def test_a_rest_401_ends_the_process_and_the_restart_answers_what_was_stor
             bot.kill()
         (line,) = fix_lines(bot)
         assert line.startswith("error: ") and "HTTP 401" in line, line
+        assert "Traceback" not in "".join(bot.lines)  # the failed answer: one line, no trace
         assert ("user", "say stored-first") in stored_turns(w)  # stored, not lost
         assert not w.bot_texts(fake.channel_id)
 
