@@ -188,7 +188,20 @@ class Intake:
     ) -> Received | None:
         turn_id: int | None = None
         resume = False
-        if not await self.store.claim_event(keys=claim_keys):
+        if say is None and before_store is None:
+            # The common case: claim and store in one transaction (``receive_turn``).
+            try:
+                turn_id = await self.loop.receive_claimed(incoming, claim_keys=claim_keys)
+            except LimitReached as exc:  # nothing stored: the claim alone, then the note
+                if await self.store.claim_event(keys=claim_keys):
+                    return Received(turn_id=None, flight_key=flight_key, limit=exc)
+            else:
+                if turn_id is not None:
+                    return Received(turn_id=turn_id, flight_key=flight_key)
+            claimed = False
+        else:
+            claimed = await self.store.claim_event(keys=claim_keys)
+        if not claimed:
             if await self.store.event_claimed_elsewhere(keys=claim_keys):
                 logger.info("message %s: another live process has it", flight_key)
                 return None
@@ -290,7 +303,14 @@ class Intake:
             if received.limit is not None
             else self.loop.answer(incoming, turn_id=received.turn_id, delivery=delivery)
         )
-        await place.show(with_prefix(notice, answer), reuse=reuse)
+        try:
+            await place.show(with_prefix(notice, answer), reuse=reuse)
+        except Exception:
+            try:
+                await delivery.failed()  # what the call cost is recorded all the same
+            except Exception as exc:
+                logger.warning("turn=%s usage not recorded: %s", received.turn_id, exc)
+            raise
         # Stored once the platform shows the whole answer (its final edit): a crash or a
         # platform error before this leaves the message to be answered at start-up.
         await delivery.done()
