@@ -56,9 +56,9 @@ SWEEP_INTERVAL_S = 5.0
 """How often a replica looks for reflections that a dead replica left behind."""
 DEFAULT_POOL_SIZE = 10
 """Pooled connections per replica (plus the intake's and one session connection for locks)."""
-INTAKE_POOL_SIZE = 2
-"""Connections per replica kept for the writes before an acknowledgement (one transaction
-each, about a millisecond: two serve hundreds of events a second)."""
+INTAKE_POOL_SIZE = 4
+"""Connections per replica kept for the writes before an acknowledgement (one round trip
+each for a new message)."""
 
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 """What asyncpg raises when the server refuses, fails or cannot be reached."""
@@ -148,6 +148,7 @@ class PostgresBase:
                 max_size=max(1, pool_size),
                 command_timeout=300,
                 server_settings=KEEPALIVE,
+                reset=_keep_as_is,
             )
         except DB_ERRORS as exc:
             raise StoreError(f"cannot open database {masked}: {describe_error(exc)}") from None
@@ -164,6 +165,7 @@ class PostgresBase:
                 max_size=INTAKE_POOL_SIZE,
                 command_timeout=300,
                 server_settings=KEEPALIVE,
+                reset=_keep_as_is,
             )
         except DB_ERRORS as exc:
             await _close_quietly(pool, session, intake)
@@ -356,6 +358,15 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
         return done
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, 0)", LOCK_MIGRATIONS)
+
+
+async def _keep_as_is(conn: asyncpg.Connection) -> None:
+    """A pooled connection goes back to its pool without asyncpg's reset query (``RESET ALL``,
+    ``UNLISTEN *``, ``pg_advisory_unlock_all()``...: a round trip and a server transaction at
+    every use): the store leaves no session state on them (no ``SET``, ``LISTEN`` or cursor;
+    the one advisory lock taken on one, the migrations', is released in a ``finally``; the
+    locks that live long are on the session connection). asyncpg still rolls back a
+    transaction left open."""
 
 
 async def _join(session: asyncpg.Connection) -> int:

@@ -61,13 +61,46 @@ class PostgresConversations(PostgresBase):
             return await self._insert_turn(conn, turn)
 
     async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
-        try:
-            async with self._intake_tx() as conn:
-                if not await self._claim(conn, claim_keys):
-                    raise _Unclaimed
-                return await self._insert_turn(conn, turn)
-        except _Unclaimed:
-            return None
+        """One statement (one round trip, atomic on its own): the claim of every key and the
+        user's message, inserted only when no key was claimed before. Two replicas claiming
+        one event at once: the primary key lets one insert each key; the other's turn is not
+        stored (it may keep a claim on a key of its own of that event, which names the same
+        duplicate)."""
+        wanted = sorted(set(claim_keys))
+        now = utcnow()
+        waiting = turn.reflection in ("answering", "pending")
+        with self._errors():
+            async with self._intake.acquire() as conn:
+                turn_id = await conn.fetchval(
+                    "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
+                    " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
+                    " claimed_by) SELECT k, $8, $14 FROM unnest($1::text[]) WITH ORDINALITY"
+                    " AS e(k, n) WHERE NOT EXISTS (SELECT 1 FROM seen) ORDER BY n"
+                    " ON CONFLICT DO NOTHING RETURNING 1)"
+                    " INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
+                    " sent_at, created_at, reply_to, reflection, platform_ref, workspace,"
+                    " claimed_by, claimed_at)"
+                    " SELECT $2, $3, $4, $5, $6, $7, $9, $8, $10, $11, $12, $13, $15, $16"
+                    " WHERE (SELECT count(*) FROM claimed) = cardinality($1::text[])"
+                    " RETURNING id",
+                    wanted,
+                    turn.conversation_key,
+                    turn.user_key,
+                    turn.role,
+                    turn.author,
+                    turn.text,
+                    turn.origin,
+                    now,
+                    turn.sent_at,
+                    turn.reply_to,
+                    turn.reflection,
+                    turn.platform_ref,
+                    turn.workspace,
+                    self.replica_id,
+                    self.replica_id if waiting else None,
+                    now if waiting else None,
+                )
+        return None if turn_id is None else int(turn_id)
 
     async def _insert_turn(self, conn: asyncpg.Connection, turn: NewTurn) -> int:
         waiting = turn.reflection in ("answering", "pending")

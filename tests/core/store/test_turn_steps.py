@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from core.errors import StoreError, storage_failed
+from core.store.postgres.store import PostgresStore
 from core.store.seams import Store
 from core.types import CallKind, NewTurn, UsageRecord, utcnow
 
@@ -176,3 +177,23 @@ async def test_mark_once_is_true_once_and_a_repeat_writes_nothing(store: Store) 
     assert not await store.mark_once(mark="notice:1")
     results = await asyncio.gather(*(store.mark_once(mark="notice:2") for _ in range(5)))
     assert sorted(results) == [False, False, False, False, True]
+
+
+async def test_two_replicas_receiving_one_event_at_once_store_it_once(pg_url: str) -> None:
+    first, second = await PostgresStore.open(pg_url), await PostgresStore.open(pg_url)
+    try:
+        results = await asyncio.gather(
+            *(
+                (first, second)[i % 2].receive_turn(
+                    claim_keys=["T1:ev9", f"D1:{i % 3}", "D1:9.0"], turn=user_turn(f"try {i}")
+                )
+                for i in range(12)
+            )
+        )
+        assert sum(r is not None for r in results) == 1
+        assert len(await first.recent_turns(conversation_key=DM, limit=20)) == 1
+        # The event stays claimed for both.
+        assert not await second.claim_event(keys=["T1:ev9"])
+    finally:
+        await first.close()
+        await second.close()
