@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -91,7 +91,7 @@ async def _failing(error: LimitReached) -> AsyncIterator[str]:
     yield ""  # pragma: no cover - makes this an async generator
 
 
-async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncGenerator[str, None]:
     """``prefix`` (if any), then ``deltas``; closing this closes ``deltas`` too."""
     try:
         if prefix:
@@ -303,10 +303,12 @@ class Intake:
             if received.limit is not None
             else self.loop.answer(incoming, turn_id=received.turn_id, delivery=delivery)
         )
+        deltas = with_prefix(notice, answer)
         try:
-            await place.show(with_prefix(notice, answer), reuse=reuse)
+            await place.show(deltas, reuse=reuse)
         except Exception:
             try:
+                await deltas.aclose()  # the turn loop's end runs now, not when collected
                 await delivery.failed()  # what the call cost is recorded all the same
             except Exception as exc:
                 logger.warning("turn=%s usage not recorded: %s", received.turn_id, exc)
