@@ -66,67 +66,53 @@ class PostgresConversations(PostgresBase):
         one event at once: the primary key lets one insert each key; the other's turn is not
         stored (it may keep a claim on a key of its own of that event, which names the same
         duplicate)."""
-        wanted = sorted(set(claim_keys))
-        now = utcnow()
-        waiting = turn.reflection in ("answering", "pending")
         with self._errors():
             async with self._intake.acquire() as conn:
                 turn_id = await conn.fetchval(
                     "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
                     " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
-                    " claimed_by) SELECT k, $8, $14 FROM unnest($1::text[]) WITH ORDINALITY"
+                    " claimed_by) SELECT k, $9, $16 FROM unnest($1::text[]) WITH ORDINALITY"
                     " AS e(k, n) WHERE NOT EXISTS (SELECT 1 FROM seen) ORDER BY n"
-                    " ON CONFLICT DO NOTHING RETURNING 1)"
-                    " INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-                    " sent_at, created_at, reply_to, reflection, platform_ref, workspace,"
-                    " claimed_by, claimed_at)"
-                    " SELECT $2, $3, $4, $5, $6, $7, $9, $8, $10, $11, $12, $13, $15, $16"
+                    f" ON CONFLICT DO NOTHING RETURNING 1) INSERT INTO turns({_TURN_INSERT})"
+                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15"
                     " WHERE (SELECT count(*) FROM claimed) = cardinality($1::text[])"
                     " RETURNING id",
-                    wanted,
-                    turn.conversation_key,
-                    turn.user_key,
-                    turn.role,
-                    turn.author,
-                    turn.text,
-                    turn.origin,
-                    now,
-                    turn.sent_at,
-                    turn.reply_to,
-                    turn.reflection,
-                    turn.platform_ref,
-                    turn.workspace,
+                    sorted(set(claim_keys)),
+                    *self._turn_row(turn),
                     self.replica_id,
-                    self.replica_id if waiting else None,
-                    now if waiting else None,
                 )
         return None if turn_id is None else int(turn_id)
 
     async def _insert_turn(self, conn: asyncpg.Connection, turn: NewTurn) -> int:
-        waiting = turn.reflection in ("answering", "pending")
-        now = utcnow()
         return int(
             await conn.fetchval(
-                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-                " sent_at, created_at, reply_to, reflection, platform_ref, workspace,"
-                " claimed_by, claimed_at)"
+                f"INSERT INTO turns({_TURN_INSERT})"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                 " RETURNING id",
-                turn.conversation_key,
-                turn.user_key,
-                turn.role,
-                turn.author,
-                turn.text,
-                turn.origin,
-                turn.sent_at,
-                now,
-                turn.reply_to,
-                turn.reflection,
-                turn.platform_ref,
-                turn.workspace,
-                self.replica_id if waiting else None,
-                now if waiting else None,
+                *self._turn_row(turn),
             )
+        )
+
+    def _turn_row(self, turn: NewTurn) -> tuple[Any, ...]:
+        """The values of ``_TURN_INSERT`` for ``turn``: a turn waiting for its answer or
+        reflection is claimed by this replica."""
+        waiting = turn.reflection in ("answering", "pending")
+        now = utcnow()
+        return (
+            turn.conversation_key,
+            turn.user_key,
+            turn.role,
+            turn.author,
+            turn.text,
+            turn.origin,
+            turn.sent_at,
+            now,
+            turn.reply_to,
+            turn.reflection,
+            turn.platform_ref,
+            turn.workspace,
+            self.replica_id if waiting else None,
+            now if waiting else None,
         )
 
     async def finish_turn(
@@ -406,6 +392,10 @@ class PostgresConversations(PostgresBase):
 
 
 _TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]
+_TURN_INSERT = (
+    "conversation_key, user_key, role, author, text, origin, sent_at, created_at, reply_to,"
+    " reflection, platform_ref, workspace, claimed_by, claimed_at"
+)
 
 
 def _usage_filter(
