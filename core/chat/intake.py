@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -91,7 +91,7 @@ async def _failing(error: LimitReached) -> AsyncIterator[str]:
     yield ""  # pragma: no cover - makes this an async generator
 
 
-async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncGenerator[str, None]:
     """``prefix`` (if any), then ``deltas``; closing this closes ``deltas`` too."""
     try:
         if prefix:
@@ -208,7 +208,20 @@ class Intake:
     ) -> Received | None:
         turn_id: int | None = None
         resume = False
-        if not await self.store.claim_event(keys=claim_keys):
+        if say is None and before_store is None:
+            # The common case: claim and store in one transaction (``receive_turn``).
+            try:
+                turn_id = await self.loop.receive_claimed(incoming, claim_keys=claim_keys)
+            except LimitReached as exc:  # nothing stored: the claim alone, then the note
+                if await self.store.claim_event(keys=claim_keys):
+                    return Received(turn_id=None, flight_key=flight_key, limit=exc)
+            else:
+                if turn_id is not None:
+                    return Received(turn_id=turn_id, flight_key=flight_key)
+            claimed = False
+        else:
+            claimed = await self.store.claim_event(keys=claim_keys)
+        if not claimed:
             if await self.store.event_claimed_elsewhere(keys=claim_keys):
                 logger.info("message %s: another live process has it", flight_key)
                 return None
@@ -310,7 +323,16 @@ class Intake:
             if received.limit is not None
             else self.loop.answer(incoming, turn_id=received.turn_id, delivery=delivery)
         )
-        await place.show(with_prefix(notice, answer), reuse=reuse)
+        deltas = with_prefix(notice, answer)
+        try:
+            await place.show(deltas, reuse=reuse)
+        except Exception:
+            try:
+                await deltas.aclose()  # the turn loop's end runs now, not when collected
+                await delivery.failed()  # what the call cost is recorded all the same
+            except Exception as exc:
+                logger.warning("turn=%s usage not recorded: %s", received.turn_id, exc)
+            raise
         # Stored once the platform shows the whole answer (its final edit): a crash or a
         # platform error before this leaves the message to be answered at start-up.
         await delivery.done()

@@ -36,12 +36,12 @@ from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
-from core.model.usage import record_call
+from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
-from core.types import NewTurn, Origin, ScoredMemory, utcnow
+from core.types import MemoryMode, NewTurn, Origin, ScoredMemory, UsageRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +110,22 @@ class Delivery:
 
     def __init__(self) -> None:
         self.finish: Callable[[], Awaitable[None]] | None = None
+        self.abandon: Callable[[], Awaitable[None]] | None = None
 
     async def done(self) -> None:
-        """Store the answer and queue its reflection; call once the platform shows it.
-        Does nothing when the answer never started (e.g. a daily cap)."""
-        finish, self.finish = self.finish, None
+        """Store the answer, the call's usage and queue its reflection, in one transaction;
+        call once the platform shows it. Does nothing when the answer never started (e.g. a
+        daily cap)."""
+        finish, self.finish, self.abandon = self.finish, None, None
         if finish is not None:
             await finish()
+
+    async def failed(self) -> None:
+        """The platform could not show the answer: record only what its Claude call cost
+        (the turn stays unanswered, to be answered again). Does nothing after ``done``."""
+        abandon, self.finish, self.abandon = self.abandon, None, None
+        if abandon is not None:
+            await abandon()
 
 
 class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, ClaimStore, Protocol):
@@ -163,9 +172,14 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
-    async def recall(self, message: IncomingMessage) -> list[ScoredMemory]:
-        """The user's most relevant memories for this message (respecting mode and origin)."""
-        if await self.store.get_mode(user_key=message.user_key) == "off":
+    async def recall(
+        self, message: IncomingMessage, *, mode: MemoryMode | None = None
+    ) -> list[ScoredMemory]:
+        """The user's most relevant memories for this message (respecting mode and origin);
+        ``mode``: the user's memory mode when the caller has read it already."""
+        if mode is None:
+            mode = await self.store.get_mode(user_key=message.user_key)
+        if mode == "off":
             return []
         origins: Sequence[Origin] | None = None
         if message.origin == "shared" and not self.settings.recall_private_in_channels:
@@ -198,25 +212,38 @@ class TurnLoop:
         acknowledgement cannot lose the message; ``answer(message, turn_id=...)`` answers it.
         Raises ``LimitReached`` (nothing stored).
         """
+        turn_id = await self.receive_claimed(message, claim_keys=None)
+        assert turn_id is not None
+        return turn_id
+
+    async def receive_claimed(
+        self, message: IncomingMessage, *, claim_keys: Sequence[str] | None
+    ) -> int | None:
+        """:meth:`receive`, claiming the platform event by ``claim_keys`` in the same
+        transaction (``receive_turn``): None, nothing stored, when it was claimed before.
+        ``claim_keys=None``: no claim (then never None). Raises ``LimitReached``."""
         await self.controls.check_limits(
             user_key=message.user_key, workspace=message.workspace, now=self.clock()
         )
         await self._maybe_prune()
-        turn_id = await self.store.add_turn(
-            turn=NewTurn(
-                conversation_key=message.conversation_key,
-                user_key=message.user_key,
-                role="user",
-                text=message.text,
-                origin=message.origin,
-                sent_at=message.sent_at,
-                author=message.author,
-                reflection="answering",
-                platform_ref=message.platform_ref,
-                workspace=message.workspace,
-            )
+        turn = NewTurn(
+            conversation_key=message.conversation_key,
+            user_key=message.user_key,
+            role="user",
+            text=message.text,
+            origin=message.origin,
+            sent_at=message.sent_at,
+            author=message.author,
+            reflection="answering",
+            platform_ref=message.platform_ref,
+            workspace=message.workspace,
         )
-        self.metrics.message_received(message.user_key)
+        if claim_keys is None:
+            turn_id: int | None = await self.store.add_turn(turn=turn)
+        else:
+            turn_id = await self.store.receive_turn(claim_keys=claim_keys, turn=turn)
+        if turn_id is not None:
+            self.metrics.message_received(message.user_key)
         return turn_id
 
     async def answer(
@@ -246,7 +273,8 @@ class TurnLoop:
             limit=2 * self.settings.history_turns,
             before_id=turn_id,
         )
-        memories = await self.recall(message)
+        mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
+        memories = await self.recall(message, mode=mode)
         logger.info(
             "turn=%s user=%s conversation=%s recalled=%d history=%d",
             turn_id,
@@ -285,37 +313,51 @@ class TurnLoop:
             raise
         finally:
             await stream.aclose()
-            await self._record_usage(stream, message, turn_id)
+            usage = self._usage(stream, message, turn_id)
             text = "".join(parts)
+            reflect = mode == "on"
             if delivery is None:
-                await self._finish(turn_id, message.user_key, text, failed)
+                await self._finish(turn_id, message.user_key, text, failed, reflect, usage)
             else:
                 delivery.finish = functools.partial(
-                    self._finish, turn_id, message.user_key, text, failed
+                    self._finish, turn_id, message.user_key, text, failed, reflect, usage
                 )
+                delivery.abandon = functools.partial(self._record_usage, usage)
 
-    async def _record_usage(
+    def _usage(
         self, stream: AnswerStream, message: IncomingMessage, turn_id: int
-    ) -> None:
+    ) -> list[UsageRecord]:
         usage = stream.usage
         if usage is None:
-            return
-        await record_call(
-            self.store,
-            user_key=message.user_key,
-            workspace=message.workspace,
-            kind="chat",
-            model=self.settings.chat_model,
-            usage=usage,
-            turn_id=turn_id,
-        )
+            return []
+        return [
+            usage_record(
+                user_key=message.user_key,
+                workspace=message.workspace,
+                kind="chat",
+                model=self.settings.chat_model,
+                usage=usage,
+                turn_id=turn_id,
+            )
+        ]
+
+    async def _record_usage(self, usage: Sequence[UsageRecord]) -> None:
+        for record in usage:
+            await self.store.record_usage(usage=record)
 
     async def _finish(
-        self, turn_id: int, user_key: str, answer: str, failed: ModelError | None
+        self,
+        turn_id: int,
+        user_key: str,
+        answer: str,
+        failed: ModelError | None,
+        reflect: bool,
+        usage: Sequence[UsageRecord],
     ) -> None:
-        reflect = await self.store.get_mode(user_key=user_key) == "on"
+        # One transaction: the call's usage, the answer, the reflection queued. A mode
+        # changed since the turn began already stopped its reflection (``set_mode``).
         answer = clean_text(answer, keep_newlines=True)
-        await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect)
+        await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect, usage=usage)
         if failed is not None:
             logger.info("turn=%s answer failed: %s", turn_id, type(failed).__name__)
         if reflect:

@@ -2,7 +2,8 @@
 extracts durable memories as schema-constrained JSON.
 
 Flow for one user turn (its answer already stored, so nothing is lost on a crash):
-load the exchange -> skip when the user's memory is paused or off -> recall the stored
+load the exchange -> skip when the user's memory is paused or off (the turn's reflection is
+``off``: set when the turn was answered, or by the mode change since) -> recall the stored
 memories most related to it -> ``ChatModel.extract`` with :class:`ReflectionOutput` ->
 check every candidate against the memory rules in code (the API refuses length
 constraints in schemas) -> write through the store, superseding what the model marked
@@ -31,7 +32,7 @@ from core.errors import ModelError
 from core.memory.recall import BM25Recaller, Recaller
 from core.metrics import Metrics
 from core.model.claude import ChatModel, Usage
-from core.model.usage import record_call
+from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
 from core.rules.text import as_data, clean_text
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
@@ -276,9 +277,8 @@ class Reflector:
         turn = await self.store.get_turn(turn_id=turn_id)
         if turn is None or turn.user_key is None or turn.reflection in ("done", "skipped", "off"):
             return None
-        if await self.store.get_mode(user_key=turn.user_key) != "on":
-            await self.store.set_reflection(turn_id=turn_id, state="off")
-            return None
+        # No second read of the mode: leaving "on" turned this turn's reflection "off" in
+        # the same transaction (``set_mode``), whenever it happened since the turn began.
         answer = await self.store.answer_to(turn_id=turn_id)
         attempts = turn.attempts
         while True:
@@ -303,7 +303,24 @@ class Reflector:
                 await self.store.set_reflection(turn_id=turn_id, state="pending", attempts=attempts)
                 await asyncio.sleep(self.retry_delay_s * attempts)
                 continue
-            await self.store.set_reflection(turn_id=turn_id, state="done", attempts=attempts)
+            # One transaction: the reflection done and what its call cost.
+            await self.store.set_reflection(
+                turn_id=turn_id,
+                state="done",
+                attempts=attempts,
+                usage=[
+                    usage_record(
+                        user_key=turn.user_key,
+                        workspace=turn.workspace,
+                        kind="reflection",
+                        model=self.model_name,
+                        usage=result.usage,
+                        turn_id=turn.id,
+                    )
+                ]
+                if result.usage is not None
+                else [],
+            )
             break
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
@@ -337,15 +354,6 @@ class Reflector:
             system=REFLECTION_RULES,
             prompt=reflection_prompt(turn, answer, related),
             output=ReflectionOutput,
-        )
-        await record_call(
-            self.store,
-            user_key=turn.user_key,
-            workspace=turn.workspace,
-            kind="reflection",
-            model=self.model_name,
-            usage=extraction.usage,
-            turn_id=turn.id,
         )
         allowed = {s.memory.id for s in related}
         added: list[Memory] = []

@@ -54,3 +54,14 @@ USAGE_TOTALS = (
 def usage_row(row: Sequence[Any]) -> UsageRow:
     """One group of a usage report: its label, then the columns of :data:`USAGE_TOTALS`."""
     return UsageRow(str(row[0]), *(int(v) for v in row[1:6]))
+
+
+def stop_reflections_sql(user_param: str) -> str:
+    """The statement that stops learning from a user's turns not reflected on yet (its
+    ``answering`` or ``pending`` ones) when their memory mode leaves ``on``: run in the same
+    transaction as the mode change, so the reflection of a turn in between needs no second
+    read of the mode. ``user_param``: the backend's placeholder of the user key."""
+    return (
+        f"UPDATE turns SET reflection = 'off' WHERE user_key = {user_param}"
+        " AND reflection IN ('answering', 'pending')"
+    )

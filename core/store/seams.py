@@ -154,12 +154,28 @@ class TurnStore(Protocol):
         stored with ``reflection="answering"`` before the answer starts."""
         ...
 
+    async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
+        """The intake's one transaction before a platform acknowledgement: claim the event by
+        all of ``claim_keys`` (as :meth:`ClaimStore.claim_event`) and store ``turn`` (as
+        :meth:`add_turn`). Returns the turn id, or None when any key was claimed before
+        (then nothing is written). Goes ahead of other users' writes. Raises the driver's
+        error or ``StoreError`` with nothing written."""
+        ...
+
     async def finish_turn(
-        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+        self,
+        *,
+        turn_id: int,
+        answer: str,
+        answer_ref: str | None = None,
+        reflect: bool = True,
+        usage: Sequence[UsageRecord] = (),
     ) -> int | None:
-        """Store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
-        when ``reflect`` is False). Returns the answer's turn id (None for an empty answer
-        or a turn that was forgotten meanwhile)."""
+        """The end of a turn in one transaction: record ``usage`` (the calls the turn made),
+        store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
+        when ``reflect`` is False; a turn already ``off``, its user's mode changed meanwhile,
+        stays so). Returns the answer's turn id (None for an empty answer or a turn that was
+        forgotten meanwhile; the usage is recorded all the same)."""
         ...
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
@@ -204,9 +220,15 @@ class ReflectionQueue(Protocol):
         ...
 
     async def set_reflection(
-        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState,
+        attempts: int | None = None,
+        usage: Sequence[UsageRecord] = (),
     ) -> None:
-        """Record a reflection's state (and attempts so far)."""
+        """Record a reflection's state (and attempts so far), and the ``usage`` of the
+        reflection's calls, in one transaction."""
         ...
 
     sweep_interval_s: float | None
@@ -246,7 +268,9 @@ class ModeStore(Protocol):
         ...
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        """Set the user's memory mode."""
+        """Set the user's memory mode. Leaving ``on`` also stops, in the same transaction,
+        the reflections of the user's turns not reflected on yet (they become ``off``): what
+        the user said before pausing is not learned after it."""
         ...
 
 

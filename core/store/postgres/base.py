@@ -2,9 +2,12 @@
 migrations, replica identity, and the advisory locks that let several bot processes
 (replicas) share one database.
 
-Connections: a pool of ``pool_size`` connections for queries, plus one session connection
-per replica that holds its advisory locks. Both need session-level state, so put a pooler
-(PgBouncer) in session mode, not transaction mode, in front of the server.
+Connections: a pool of ``pool_size`` connections for queries, a reserved pool of
+``INTAKE_POOL_SIZE`` for the writes before a platform acknowledgement (the claim and the
+user's message: they never queue behind other users' answers, reflections or imports for a
+connection), plus one session connection per replica that holds its advisory locks. Both
+need session-level state, so put a pooler (PgBouncer) in session mode, not transaction mode,
+in front of the server.
 
 Advisory locks (two-key form ``(namespace, key)``):
 
@@ -52,7 +55,10 @@ LOCK_REFLECTION = 0x534D0003
 SWEEP_INTERVAL_S = 5.0
 """How often a replica looks for reflections that a dead replica left behind."""
 DEFAULT_POOL_SIZE = 10
-"""Pooled connections per replica (plus one session connection for locks)."""
+"""Pooled connections per replica (plus the intake's and one session connection for locks)."""
+INTAKE_POOL_SIZE = 4
+"""Connections per replica kept for the writes before an acknowledgement (one round trip
+each for a new message)."""
 
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 """What asyncpg raises when the server refuses, fails or cannot be reached."""
@@ -103,9 +109,15 @@ class PostgresBase:
     dead ones this often (seconds), besides at start-up."""
 
     def __init__(
-        self, pool: asyncpg.Pool, session: asyncpg.Connection, url: str, replica_id: int
+        self,
+        pool: asyncpg.Pool,
+        session: asyncpg.Connection,
+        url: str,
+        replica_id: int,
+        intake: asyncpg.Pool | None = None,
     ) -> None:
         self._pool = pool
+        self._intake = intake or pool
         self._session = session
         self._url = url
         self.replica_id = replica_id
@@ -136,22 +148,32 @@ class PostgresBase:
                 max_size=max(1, pool_size),
                 command_timeout=300,
                 server_settings=KEEPALIVE,
+                reset=_keep_as_is,
             )
         except DB_ERRORS as exc:
             raise StoreError(f"cannot open database {masked}: {describe_error(exc)}") from None
         session: asyncpg.Connection | None = None
+        intake: asyncpg.Pool | None = None
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
             session = await asyncpg.connect(url, server_settings=KEEPALIVE)
             replica_id = await _join(session)
+            intake = await asyncpg.create_pool(
+                url,
+                min_size=1,
+                max_size=INTAKE_POOL_SIZE,
+                command_timeout=300,
+                server_settings=KEEPALIVE,
+                reset=_keep_as_is,
+            )
         except DB_ERRORS as exc:
-            await _close_quietly(pool, session)
+            await _close_quietly(pool, session, intake)
             raise StoreError(f"cannot use database {masked}: {describe_error(exc)}") from None
         except BaseException:
-            await _close_quietly(pool, session)
+            await _close_quietly(pool, session, intake)
             raise
-        store = cls(pool, session, url, replica_id)
+        store = cls(pool, session, url, replica_id, intake)
         store.sweep_interval_s = sweep_interval_s
         logger.info("joined %s as replica %s", masked, replica_id)
         return store
@@ -174,7 +196,9 @@ class PostgresBase:
         except DB_ERRORS as exc:
             logger.warning("closing replica %s: %s", self.replica_id, type(exc).__name__)
         finally:
-            await _close_quietly(self._pool, self._session)
+            await _close_quietly(
+                self._pool, self._session, self._intake if self._intake is not self._pool else None
+            )
 
     async def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order."""
@@ -276,6 +300,14 @@ class PostgresBase:
             async with self._pool.acquire() as conn, conn.transaction():
                 yield conn
 
+    @asynccontextmanager
+    async def _intake_tx(self) -> AsyncIterator[asyncpg.Connection]:
+        """One transaction on the intake's reserved pool (the writes before an
+        acknowledgement); database errors become ``StoreError``."""
+        with self._errors():
+            async with self._intake.acquire() as conn, conn.transaction():
+                yield conn
+
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         with self._errors():
             return list(await self._pool.fetch(sql, *args))
@@ -328,6 +360,15 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
         await conn.execute("SELECT pg_advisory_unlock($1, 0)", LOCK_MIGRATIONS)
 
 
+async def _keep_as_is(conn: asyncpg.Connection) -> None:
+    """A pooled connection goes back to its pool without asyncpg's reset query (``RESET ALL``,
+    ``UNLISTEN *``, ``pg_advisory_unlock_all()``...: a round trip and a server transaction at
+    every use): the store leaves no session state on them (no ``SET``, ``LISTEN`` or cursor;
+    the one advisory lock taken on one, the migrations', is released in a ``finally``; the
+    locks that live long are on the session connection). asyncpg still rolls back a
+    transaction left open."""
+
+
 async def _join(session: asyncpg.Connection) -> int:
     """Take a fresh replica id and hold its liveness lock on ``session``."""
     while True:
@@ -336,13 +377,18 @@ async def _join(session: asyncpg.Connection) -> int:
             return replica_id
 
 
-async def _close_quietly(pool: asyncpg.Pool, session: asyncpg.Connection | None) -> None:
+async def _close_quietly(
+    pool: asyncpg.Pool, session: asyncpg.Connection | None, intake: asyncpg.Pool | None = None
+) -> None:
     if session is not None and not session.is_closed():
         try:
             await session.close(timeout=5)
         except DB_ERRORS:
             session.terminate()
-    try:
-        await asyncio.wait_for(pool.close(), 10)
-    except (TimeoutError, *DB_ERRORS):
-        pool.terminate()
+    for each in (pool, intake):
+        if each is None:
+            continue
+        try:
+            await asyncio.wait_for(each.close(), 10)
+        except (TimeoutError, *DB_ERRORS):
+            each.terminate()

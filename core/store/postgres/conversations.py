@@ -16,8 +16,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
+import asyncpg
+
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
-from core.store.rows import TURN_COLUMNS, USAGE_TOTALS, turn_from_row, usage_row
+from core.store.rows import (
+    TURN_COLUMNS,
+    USAGE_TOTALS,
+    stop_reflections_sql,
+    turn_from_row,
+    usage_row,
+)
 from core.store.seams import FeedbackRow
 from core.types import (
     MemoryMode,
@@ -46,35 +54,78 @@ class PostgresConversations(PostgresBase):
     """The :class:`core.store.seams.ConversationStore` and usage half of the PostgreSQL store."""
 
     async def add_turn(self, *, turn: NewTurn) -> int:
-        waiting = turn.reflection in ("answering", "pending")
+        if turn.role == "user":  # before the platform's acknowledgement
+            async with self._intake_tx() as conn:
+                return await self._insert_turn(conn, turn)
+        async with self._tx() as conn:
+            return await self._insert_turn(conn, turn)
+
+    async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
+        """One statement (one round trip, atomic on its own): the claim of every key and the
+        user's message, inserted only when no key was claimed before. Two replicas claiming
+        one event at once: the primary key lets one insert each key; the other's turn is not
+        stored (it may keep a claim on a key of its own of that event, which names the same
+        duplicate)."""
+        with self._errors():
+            async with self._intake.acquire() as conn:
+                turn_id = await conn.fetchval(
+                    "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
+                    " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
+                    " claimed_by) SELECT k, $9, $16 FROM unnest($1::text[]) WITH ORDINALITY"
+                    " AS e(k, n) WHERE NOT EXISTS (SELECT 1 FROM seen) ORDER BY n"
+                    f" ON CONFLICT DO NOTHING RETURNING 1) INSERT INTO turns({_TURN_INSERT})"
+                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15"
+                    " WHERE (SELECT count(*) FROM claimed) = cardinality($1::text[])"
+                    " RETURNING id",
+                    sorted(set(claim_keys)),
+                    *self._turn_row(turn),
+                    self.replica_id,
+                )
+        return None if turn_id is None else int(turn_id)
+
+    async def _insert_turn(self, conn: asyncpg.Connection, turn: NewTurn) -> int:
         return int(
-            await self._fetchval(
-                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-                " sent_at, created_at, reply_to, reflection, platform_ref, workspace,"
-                " claimed_by, claimed_at)"
+            await conn.fetchval(
+                f"INSERT INTO turns({_TURN_INSERT})"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
                 " RETURNING id",
-                turn.conversation_key,
-                turn.user_key,
-                turn.role,
-                turn.author,
-                turn.text,
-                turn.origin,
-                turn.sent_at,
-                utcnow(),
-                turn.reply_to,
-                turn.reflection,
-                turn.platform_ref,
-                turn.workspace,
-                self.replica_id if waiting else None,
-                utcnow() if waiting else None,
+                *self._turn_row(turn),
             )
         )
 
+    def _turn_row(self, turn: NewTurn) -> tuple[Any, ...]:
+        """The values of ``_TURN_INSERT`` for ``turn``: a turn waiting for its answer or
+        reflection is claimed by this replica."""
+        waiting = turn.reflection in ("answering", "pending")
+        now = utcnow()
+        return (
+            turn.conversation_key,
+            turn.user_key,
+            turn.role,
+            turn.author,
+            turn.text,
+            turn.origin,
+            turn.sent_at,
+            now,
+            turn.reply_to,
+            turn.reflection,
+            turn.platform_ref,
+            turn.workspace,
+            self.replica_id if waiting else None,
+            now if waiting else None,
+        )
+
     async def finish_turn(
-        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+        self,
+        *,
+        turn_id: int,
+        answer: str,
+        answer_ref: str | None = None,
+        reflect: bool = True,
+        usage: Sequence[UsageRecord] = (),
     ) -> int | None:
         async with self._tx() as conn:
+            await _insert_usage(conn, usage)
             row = await conn.fetchrow(
                 f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 FOR UPDATE", turn_id
             )
@@ -178,17 +229,24 @@ class PostgresConversations(PostgresBase):
         return sorted((turn_from_row(r) for r in rows), key=lambda t: t.id)
 
     async def set_reflection(
-        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState,
+        attempts: int | None = None,
+        usage: Sequence[UsageRecord] = (),
     ) -> None:
-        if attempts is None:
-            await self._execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
-        else:
-            await self._execute(
-                "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
-                state,
-                attempts,
-                turn_id,
-            )
+        async with self._tx() as conn:
+            await _insert_usage(conn, usage)
+            if attempts is None:
+                await conn.execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
+            else:
+                await conn.execute(
+                    "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
+                    state,
+                    attempts,
+                    turn_id,
+                )
 
     async def prune_turns(self, *, older_than: datetime) -> int:
         async with self._tx() as conn:
@@ -204,24 +262,31 @@ class PostgresConversations(PostgresBase):
         """Claim a platform event by all its keys, atomically across replicas: the keys are
         inserted (in sorted order, so two claims cannot deadlock) and the claim stands only
         if none existed; otherwise it is rolled back and False returned."""
-        wanted = sorted(set(keys))
-        if not wanted:
+        if not keys:
             return True
         try:
-            async with self._tx() as conn:
-                inserted = await conn.fetch(
-                    "INSERT INTO processed_events(event_key, claimed_at, claimed_by)"
-                    " SELECT k, $2, $3 FROM unnest($1::text[]) WITH ORDINALITY AS e(k, n)"
-                    " ORDER BY n ON CONFLICT DO NOTHING RETURNING event_key",
-                    wanted,
-                    utcnow(),
-                    self.replica_id,
-                )
-                if len(inserted) != len(wanted):
+            async with self._intake_tx() as conn:
+                if not await self._claim(conn, keys):
                     raise _Unclaimed
         except _Unclaimed:
             return False
         return True
+
+    async def _claim(self, conn: asyncpg.Connection, keys: Sequence[str]) -> bool:
+        """Insert the claim of every key in ``conn``'s transaction; False when any existed
+        (the caller then rolls the transaction back)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return True
+        inserted = await conn.fetch(
+            "INSERT INTO processed_events(event_key, claimed_at, claimed_by)"
+            " SELECT k, $2, $3 FROM unnest($1::text[]) WITH ORDINALITY AS e(k, n)"
+            " ORDER BY n ON CONFLICT DO NOTHING RETURNING event_key",
+            wanted,
+            utcnow(),
+            self.replica_id,
+        )
+        return len(inserted) == len(wanted)
 
     async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
         """True when a live replica other than this one claimed the event by any of its keys:
@@ -245,10 +310,11 @@ class PostgresConversations(PostgresBase):
         return cast(MemoryMode, mode) if mode else "on"
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        if mode == "on":
-            await self._execute("DELETE FROM memory_modes WHERE user_key = $1", user_key)
-        else:
-            await self._execute(
+        async with self._tx() as conn:
+            if mode == "on":
+                await conn.execute("DELETE FROM memory_modes WHERE user_key = $1", user_key)
+                return
+            await conn.execute(
                 "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES ($1, $2, $3)"
                 " ON CONFLICT (user_key) DO UPDATE SET mode = excluded.mode,"
                 " updated_at = excluded.updated_at",
@@ -256,8 +322,13 @@ class PostgresConversations(PostgresBase):
                 mode,
                 utcnow(),
             )
+            await conn.execute(stop_reflections_sql("$1"), user_key)
 
     async def mark_once(self, *, mark: str) -> bool:
+        # Most marks are asked for again and again (a first-DM notice): read first, write
+        # only a new one.
+        if await self._fetchval("SELECT 1 FROM marks WHERE mark = $1", mark) is not None:
+            return False
         status = await self._execute(
             "INSERT INTO marks(mark, at) VALUES ($1, $2) ON CONFLICT DO NOTHING", mark, utcnow()
         )
@@ -265,21 +336,8 @@ class PostgresConversations(PostgresBase):
 
     # ---------------------------------------------------------------- usage
     async def record_usage(self, *, usage: UsageRecord) -> None:
-        await self._execute(
-            "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
-            " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            usage.at or utcnow(),
-            usage.user_key,
-            usage.workspace,
-            usage.kind,
-            usage.model,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_input_tokens,
-            usage.cache_creation_input_tokens,
-            usage.turn_id,
-        )
+        async with self._tx() as conn:
+            await _insert_usage(conn, [usage])
 
     async def record_feedback(
         self,
@@ -337,6 +395,10 @@ class PostgresConversations(PostgresBase):
 
 
 _TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]
+_TURN_INSERT = (
+    "conversation_key, user_key, role, author, text, origin, sent_at, created_at, reply_to,"
+    " reflection, platform_ref, workspace, claimed_by, claimed_at"
+)
 
 
 def _usage_filter(
@@ -351,3 +413,28 @@ def _usage_filter(
         params.append(workspace)
         where.append(f"workspace = ${len(params)}")
     return " AND ".join(where), params
+
+
+async def _insert_usage(conn: asyncpg.Connection, usage: Sequence[UsageRecord]) -> None:
+    if not usage:
+        return
+    await conn.executemany(
+        "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+        " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        [
+            (
+                u.at or utcnow(),
+                u.user_key,
+                u.workspace,
+                u.kind,
+                u.model,
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_input_tokens,
+                u.cache_creation_input_tokens,
+                u.turn_id,
+            )
+            for u in usage
+        ],
+    )

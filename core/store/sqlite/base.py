@@ -7,15 +7,21 @@ SIGKILL, an OS crash and power loss. ``normal`` skips the fsync at each commit: 
 across the process crashing or being killed, but a power loss can roll back the last commits
 (never corrupting the file; https://www.sqlite.org/pragma.html#pragma_synchronous).
 
-Grouped commits (:meth:`SQLiteBase._write`): writes are serialised in this process; each runs
-in its own SAVEPOINT inside a shared ``BEGIN IMMEDIATE`` transaction, and when other writers
-already wait, the transaction stays open for them and is committed once after them (at most
-``GROUP_MAX_OPS`` operations), so a burst of writes costs one fsync, not one each. A caller
-leaves ``_write`` only after the COMMIT that holds its write, so what it confirms is on disk;
-when that COMMIT fails, every caller in the group gets the error. A failed operation is rolled
-back to its savepoint alone. Reads outside a write use a second connection (WAL readers do
-not wait for the writer), so they never queue behind other users' writes on one thread; a
-``:memory:`` store has one connection for both.
+Writes (:meth:`SQLiteBase._run`): each write operation is a plain function of the
+``sqlite3`` connection, and a whole transaction runs as ONE call on the connection's thread
+(aiosqlite's), so SQLite's write lock is never held while the event loop runs other users'
+work. Operations are queued; one writer task takes what is queued (the writes before a
+platform acknowledgement, ``urgent``, first; at most ``GROUP_MAX_OPS``) and runs them in one
+``BEGIN IMMEDIATE`` ... ``COMMIT``, each in its own SAVEPOINT (grouped commits: a burst of
+writes costs one fsync, not one each). A caller is answered only after the COMMIT that holds
+its write, so what it confirms is on disk; when that COMMIT fails, or SQLite rolls the whole
+transaction back (disk full, I/O error), every operation of the group gets the error. A failed
+operation is rolled back to its savepoint alone. A few rare writes whose logic is shared with
+PostgreSQL as async code (memory writes, cleanup changes, erasure) use :meth:`SQLiteBase._write`:
+their own transaction over several hops, serialised with the writer by one lock.
+Reads outside a write use a second connection (WAL readers do not wait for the writer), so
+they never queue behind other users' writes on one thread; a ``:memory:`` store has one
+connection for both.
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 
 Private files: a store folder the bot creates is made 0700 and a new database file 0600,
@@ -41,11 +47,12 @@ import os
 import sqlite3
 import stat
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
 
 import aiosqlite
 
@@ -59,8 +66,9 @@ BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another process's write lock before ``database is locked``."""
 TRUNCATE_WAIT_MS = 500
 """How long the WAL truncation after an erase waits for other processes' readers."""
-GROUP_MAX_OPS = 32
-"""Most write operations one grouped commit holds: bounds how long the first one waits."""
+GROUP_MAX_OPS = 64
+"""Most write operations one grouped commit holds (about 0.1 ms each on the database thread):
+bounds how long the first one waits."""
 
 _IN_WRITE: contextvars.ContextVar[bool] = contextvars.ContextVar("in_sqlite_write", default=False)
 """True inside :meth:`SQLiteBase._write`: reads there see the transaction's own writes."""
@@ -82,10 +90,9 @@ class SQLiteBase:
         self._reader: aiosqlite.Connection | None = None
         self.path = path
         self._write_lock = WriteLock()
-        self._group: asyncio.Future[None] | None = None  # COMMIT of the open transaction
-        self._group_ops = 0
-        self._group_urgent = False  # an urgent write waits for this group's COMMIT
-        self._flushers: set[asyncio.Task[None]] = set()
+        self._queued: deque[_Op] = deque()  # write operations waiting for the writer
+        self._queued_urgent: deque[_Op] = deque()
+        self._writer: asyncio.Task[None] | None = None
         self._uids: dict[str, int] = {}
         self._closed = False
 
@@ -173,8 +180,9 @@ class SQLiteBase:
             return
         self._closed = True
         try:
+            while self._writer is not None and not self._writer.done():
+                await asyncio.shield(self._writer)
             async with self._write_lock:
-                await self._commit_open_group()
                 await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
             # Nothing is lost: the WAL is checkpointed at the next open.
@@ -187,107 +195,92 @@ class SQLiteBase:
         async with self._conn.execute("SELECT name FROM schema_migrations ORDER BY number") as cur:
             return [row[0] for row in await cur.fetchall()]
 
-    # ---------------------------------------------------------------- helpers
-    @asynccontextmanager
-    async def _write(self, *, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
-        """One write operation: its own SAVEPOINT in the shared ``BEGIN IMMEDIATE``
-        transaction, serialised within this process; returns once the COMMIT holding it is
-        done (grouped commits, module docstring). An exception in the body rolls back this
-        operation only and is raised; a failed COMMIT raises its ``sqlite3.Error`` here.
+    # ---------------------------------------------------------------- writes
+    async def _run(self, op: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run the write operation ``op`` (a function of the ``sqlite3`` connection, called on
+        its thread) in its own SAVEPOINT of the next grouped transaction; returns its value
+        once the COMMIT holding it is done (module docstring). An exception raised by ``op``
+        rolls back ``op`` alone and is raised here; a failed COMMIT (or a transaction SQLite
+        rolled back) raises its ``sqlite3.Error`` in every operation of the group.
 
         ``urgent`` (the writes before a platform acknowledgement) goes ahead of every other
-        waiting writer, and its group is committed as soon as no urgent writer waits."""
-        try:
-            await self._write_lock.acquire(urgent=urgent)
-        except BaseException:
-            # Cancelled while waiting: the holder may have left the group open for us.
-            self._schedule_flush()
-            raise
+        queued operation. Raises ``StoreError`` once the store is closed."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        queued = _Op(op, loop.create_future())
+        (self._queued_urgent if urgent else self._queued).append(queued)
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_queued(), name="sqlite-writer")
+        # Cancelling the caller before its group starts drops the operation (the writer skips
+        # a done future); once started, it commits with its group.
+        return cast(T, await queued.future)
+
+    async def _write_queued(self) -> None:
+        """The writer: run queued operations, a group at a time, until none is left."""
+        while self._queued_urgent or self._queued:
+            await self._write_lock.acquire(urgent=bool(self._queued_urgent))
+            group: list[_Op] = []
+            try:
+                group = _take(self._queued_urgent, GROUP_MAX_OPS)
+                group += _take(self._queued, GROUP_MAX_OPS - len(group))
+                if group:
+                    outcomes = await self._on_thread(_run_group, [op.fn for op in group])
+                    for queued, (ok, value) in zip(group, outcomes, strict=True):
+                        if queued.future.done():
+                            continue
+                        if ok:
+                            queued.future.set_result(value)
+                        else:
+                            queued.future.set_exception(value)
+            except BaseException as exc:  # the connection's thread failed: fail the group
+                for queued in group:
+                    if not queued.future.done():
+                        queued.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                self._write_lock.release()
+
+    async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(sqlite3_connection, *args)`` as one call on the connection's own thread.
+
+        aiosqlite runs every call it makes this way (``Connection._execute``, its one queue to
+        the thread); it has no public name for a call of ours, hence the private one."""
+        conn = self._conn
+        execute = cast(Callable[..., Awaitable[T]], conn._execute)
+        return await execute(fn, conn._conn, *args)
+
+    @asynccontextmanager
+    async def _write(self, *, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction whose body is async (shared logic, several statements over
+        several hops to the connection's thread): ``BEGIN IMMEDIATE`` ... ``COMMIT``, alone,
+        serialised with :meth:`_run`'s groups. Returns after its COMMIT; an exception in the
+        body rolls it back and is raised. Only for rare writes: it holds the write lock
+        across event-loop hops."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        await self._write_lock.acquire(urgent=urgent)
         token = _IN_WRITE.set(True)
         try:
-            if self._group is None:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                self._group = asyncio.get_running_loop().create_future()
-                self._group_ops, self._group_urgent = 0, False
-            group = self._group
-            await self._conn.execute("SAVEPOINT op")
+            await self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
             except BaseException:
-                await self._undo_op()
-                raise
-            await self._conn.execute("RELEASE op")
-            self._group_ops += 1
-            self._group_urgent = self._group_urgent or urgent
-        finally:
-            try:
-                if self._group is not None:
-                    lock = self._write_lock
-                    if (
-                        not lock.waiting
-                        or self._group_ops >= GROUP_MAX_OPS
-                        or (self._group_urgent and not lock.urgent_waiting)
-                    ):
-                        await self._commit_open_group()
-                    else:
-                        self._schedule_flush()
-            finally:
-                _IN_WRITE.reset(token)
-                self._write_lock.release()
-        await asyncio.shield(group)
-
-    async def _undo_op(self) -> None:
-        """Roll back the failed operation's savepoint; when SQLite already rolled back the
-        whole transaction (disk full, I/O error), the group's earlier operations fail too."""
-        if self._conn.in_transaction:
-            try:
-                await self._conn.execute("ROLLBACK TO op")
-                await self._conn.execute("RELEASE op")
-                return
-            except sqlite3.Error as exc:
                 with contextlib.suppress(sqlite3.Error):
-                    await self._conn.execute("ROLLBACK")
-                self._fail_group(exc)
-                return
-        self._fail_group(StoreError("the write transaction was rolled back by SQLite"))
-
-    def _fail_group(self, exc: BaseException) -> None:
-        group, self._group = self._group, None
-        if group is not None and not group.done():
-            group.set_exception(exc)
-            group.exception()  # retrieved: its callers raise it, nothing to log at exit
-
-    async def _commit_open_group(self) -> None:
-        """COMMIT the open transaction, if any (caller holds the write lock)."""
-        group = self._group
-        if group is None:
-            return
-        try:
-            await self._conn.execute("COMMIT")
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                if self._conn.in_transaction:
-                    await self._conn.execute("ROLLBACK")
-            self._fail_group(exc)
-            if not isinstance(exc, sqlite3.Error):
+                    if self._conn.in_transaction:
+                        await self._conn.execute("ROLLBACK")
                 raise
-            return
-        self._group = None
-        if not group.done():
-            group.set_result(None)
-
-    def _schedule_flush(self) -> None:
-        """Commit the open group after the writers queued now, should none of them do it."""
-        if self._group is None or any(not t.done() for t in self._flushers):
-            return
-
-        async def flush() -> None:
-            async with self._write_lock:
-                await self._commit_open_group()
-
-        task = asyncio.get_running_loop().create_task(flush())
-        self._flushers.add(task)
-        task.add_done_callback(self._flushers.discard)
+            try:
+                await self._conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    if self._conn.in_transaction:
+                        await self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            _IN_WRITE.reset(token)
+            self._write_lock.release()
 
     async def _erase_index(self, uid: int) -> None:
         """Rewrite user ``uid``'s FTS5 index into one segment (inside the caller's write), so
@@ -302,7 +295,6 @@ class SQLiteBase:
         ``TRUNCATE_WAIT_MS`` for readers in other processes; returns False (and the next
         erase or purge retries) when one still reads an older snapshot."""
         async with self._write_lock:
-            await self._commit_open_group()
             await self._conn.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
             try:
                 rows = list(await self._conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
@@ -329,6 +321,58 @@ class SQLiteBase:
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
         rows = await self._read_conn().execute_fetchall(sql, params)
         return next(iter(rows), None)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One queued write operation and the future its caller awaits."""
+
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+
+
+def _take(queue: deque[_Op], most: int) -> list[_Op]:
+    """Up to ``most`` operations from ``queue`` whose callers still wait."""
+    taken: list[_Op] = []
+    while queue and len(taken) < most:
+        queued = queue.popleft()
+        if not queued.future.done():
+            taken.append(queued)
+    return taken
+
+
+def _run_group(
+    conn: sqlite3.Connection, ops: Sequence[Callable[[sqlite3.Connection], Any]]
+) -> list[tuple[bool, Any]]:
+    """On the connection's thread: ``ops`` in one transaction, each in a SAVEPOINT; returns
+    ``(True, value)`` or ``(False, exception)`` per operation. The whole group fails with the
+    error when the COMMIT fails or SQLite rolled the transaction back under an operation."""
+    outcomes: list[tuple[bool, Any]] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for op in ops:
+            conn.execute("SAVEPOINT op")
+            try:
+                value = op(conn)
+            except Exception as exc:
+                if not conn.in_transaction:  # disk full, I/O error: all of it is gone
+                    raise
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                outcomes.append((False, exc))
+                continue
+            conn.execute("RELEASE op")
+            outcomes.append((True, value))
+        conn.execute("COMMIT")
+    except Exception as exc:
+        with contextlib.suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return [(False, exc)] * len(ops)
+    return outcomes
 
 
 class WriteLock:

@@ -4,12 +4,19 @@ platform events, memory modes and one-time marks.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import cast
 
-from core.store.rows import TURN_COLUMNS, USAGE_TOTALS, turn_from_row, usage_row
+from core.store.rows import (
+    TURN_COLUMNS,
+    USAGE_TOTALS,
+    stop_reflections_sql,
+    turn_from_row,
+    usage_row,
+)
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import (
@@ -41,39 +48,38 @@ class SQLiteConversations(SQLiteBase):
         return False
 
     async def add_turn(self, *, turn: NewTurn) -> int:
-        async with self._write(urgent=turn.role == "user"):  # a user's message: before the ack
-            cur = await self._conn.execute(
-                "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-                " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    turn.conversation_key,
-                    turn.user_key,
-                    turn.role,
-                    turn.author,
-                    turn.text,
-                    turn.origin,
-                    ts(turn.sent_at),
-                    ts(utcnow()),
-                    turn.reply_to,
-                    turn.reflection,
-                    turn.platform_ref,
-                    turn.workspace,
-                ),
-            )
-            return cast(int, cur.lastrowid)
+        # A user's message is stored before the platform's acknowledgement: urgent.
+        return await self._run(lambda c: _insert_turn(c, turn), urgent=turn.role == "user")
+
+    async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
+        def receive(conn: sqlite3.Connection) -> int | None:
+            if not _claim(conn, claim_keys):
+                return None
+            return _insert_turn(conn, turn)
+
+        return await self._run(receive, urgent=True)  # before the acknowledgement
 
     async def finish_turn(
-        self, *, turn_id: int, answer: str, answer_ref: str | None = None, reflect: bool = True
+        self,
+        *,
+        turn_id: int,
+        answer: str,
+        answer_ref: str | None = None,
+        reflect: bool = True,
+        usage: Sequence[UsageRecord] = (),
     ) -> int | None:
-        async with self._write():
-            row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
-            if row is None:  # forgotten meanwhile
+        def finish(conn: sqlite3.Connection) -> int | None:
+            for record in usage:
+                _insert_usage(conn, record)
+            row = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+            found = row.fetchone()
+            if found is None:  # forgotten meanwhile
                 return None
-            turn = turn_from_row(row, time=dt)
+            turn = turn_from_row(found, time=dt)
             answer_id = None
             if answer:
-                cur = await self._conn.execute(
+                now = ts(utcnow())
+                cur = conn.execute(
                     "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
                     " created_at, reply_to, platform_ref, workspace)"
                     " VALUES (?, NULL, 'assistant', ?, ?, ?, ?, ?, ?, ?)",
@@ -81,25 +87,27 @@ class SQLiteConversations(SQLiteBase):
                         turn.conversation_key,
                         answer,
                         turn.origin,
-                        ts(utcnow()),
-                        ts(utcnow()),
+                        now,
+                        now,
                         turn_id,
                         answer_ref,
                         turn.workspace,
                     ),
                 )
                 answer_id = cast(int, cur.lastrowid)
-            await self._conn.execute(
+            conn.execute(
                 "UPDATE turns SET reflection = ? WHERE id = ? AND reflection = 'answering'",
                 ("pending" if reflect else "off", turn_id),
             )
             return answer_id
 
+        return await self._run(finish)
+
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
-        async with self._write(urgent=True):  # the answer's next write waits for it
-            await self._conn.execute(
-                "UPDATE turns SET reply_ref = ? WHERE id = ?", (reply_ref, turn_id)
-            )
+        def record(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE turns SET reply_ref = ? WHERE id = ?", (reply_ref, turn_id))
+
+        await self._run(record, urgent=True)  # the answer's next write waits for it
 
     async def get_turn(self, *, turn_id: int) -> Turn | None:
         row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
@@ -151,90 +159,79 @@ class SQLiteConversations(SQLiteBase):
         return [turn_from_row(r, time=dt) for r in rows]
 
     async def set_reflection(
-        self, *, turn_id: int, state: ReflectionState, attempts: int | None = None
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState,
+        attempts: int | None = None,
+        usage: Sequence[UsageRecord] = (),
     ) -> None:
-        async with self._write():
+        def update(conn: sqlite3.Connection) -> None:
+            for record in usage:
+                _insert_usage(conn, record)
             if attempts is None:
-                await self._conn.execute(
-                    "UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id)
-                )
+                conn.execute("UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id))
             else:
-                await self._conn.execute(
+                conn.execute(
                     "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
                     (state, attempts, turn_id),
                 )
 
+        await self._run(update)
+
     async def prune_turns(self, *, older_than: datetime) -> int:
-        async with self._write():
-            cur = await self._conn.execute(
+        def prune(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
                 "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
                 " NOT IN ('answering', 'pending'))",
                 (ts(older_than),),
             )
-            await self._conn.execute(
-                "DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),)
-            )
+            conn.execute("DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),))
             return cur.rowcount
+
+        return await self._run(prune)
 
     async def claim_event(self, *, keys: Sequence[str]) -> bool:
         if not keys:
             return True
-        async with self._write(urgent=True):  # before the platform's acknowledgement
-            marks = ",".join("?" * len(keys))
-            row = await self._fetchone(
-                f"SELECT 1 FROM processed_events WHERE event_key IN ({marks}) LIMIT 1", keys
-            )
-            if row is not None:
-                return False
-            now = ts(utcnow())
-            await self._conn.executemany(
-                "INSERT OR IGNORE INTO processed_events(event_key, claimed_at) VALUES (?, ?)",
-                [(k, now) for k in keys],
-            )
-            return True
+        # Before the platform's acknowledgement: urgent.
+        return await self._run(lambda c: _claim(c, keys), urgent=True)
 
     async def get_mode(self, *, user_key: str) -> MemoryMode:
         row = await self._fetchone("SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,))
         return cast(MemoryMode, row[0]) if row else "on"
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        async with self._write():
+        def update(conn: sqlite3.Connection) -> None:
             if mode == "on":
-                await self._conn.execute("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))
-            else:
-                await self._conn.execute(
-                    "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT(user_key) DO UPDATE SET mode = excluded.mode,"
-                    " updated_at = excluded.updated_at",
-                    (user_key, mode, ts(utcnow())),
-                )
+                conn.execute("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))
+                return
+            conn.execute(
+                "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT(user_key) DO UPDATE SET mode = excluded.mode,"
+                " updated_at = excluded.updated_at",
+                (user_key, mode, ts(utcnow())),
+            )
+            conn.execute(stop_reflections_sql("?"), (user_key,))
+
+        await self._run(update)
 
     async def mark_once(self, *, mark: str) -> bool:
-        async with self._write():
-            cur = await self._conn.execute(
+        # Most marks are asked for again and again (a first-DM notice): read first, on the
+        # read connection, and write only a new one.
+        if await self._fetchone("SELECT 1 FROM marks WHERE mark = ?", (mark,)) is not None:
+            return False
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
                 "INSERT OR IGNORE INTO marks(mark, at) VALUES (?, ?)", (mark, ts(utcnow()))
             )
             return cur.rowcount == 1
 
+        return await self._run(insert)
+
     async def record_usage(self, *, usage: UsageRecord) -> None:
-        async with self._write():
-            await self._conn.execute(
-                "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
-                " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    ts(usage.at or utcnow()),
-                    usage.user_key,
-                    usage.workspace,
-                    usage.kind,
-                    usage.model,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_read_input_tokens,
-                    usage.cache_creation_input_tokens,
-                    usage.turn_id,
-                ),
-            )
+        await self._run(lambda c: _insert_usage(c, usage))
 
     async def usage_report(
         self,
@@ -270,13 +267,15 @@ class SQLiteConversations(SQLiteBase):
         positive: bool,
         at: datetime | None = None,
     ) -> None:
-        async with self._write():
-            await self._conn.execute(
+        params = (answer_ref, user_key, workspace, int(positive), ts(at or utcnow()))
+        await self._run(
+            lambda c: c.execute(
                 "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
                 " VALUES (?, ?, ?, ?, ?) ON CONFLICT(answer_ref, user_key) DO UPDATE SET"
                 " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at",
-                (answer_ref, user_key, workspace, int(positive), ts(at or utcnow())),
+                params,
             )
+        )
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         rows = await self._fetchall(
@@ -298,3 +297,64 @@ def _usage_filter(
         where.append("workspace = ?")
         params.append(workspace)
     return " AND ".join(where), params
+
+
+def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
+    cur = conn.execute(
+        "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
+        " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            turn.conversation_key,
+            turn.user_key,
+            turn.role,
+            turn.author,
+            turn.text,
+            turn.origin,
+            ts(turn.sent_at),
+            ts(utcnow()),
+            turn.reply_to,
+            turn.reflection,
+            turn.platform_ref,
+            turn.workspace,
+        ),
+    )
+    return cast(int, cur.lastrowid)
+
+
+def _claim(conn: sqlite3.Connection, keys: Sequence[str]) -> bool:
+    """Claim an event by all its keys: False (nothing written) if any was claimed before."""
+    if not keys:
+        return True
+    marks = ",".join("?" * len(keys))
+    found = conn.execute(
+        f"SELECT 1 FROM processed_events WHERE event_key IN ({marks}) LIMIT 1", tuple(keys)
+    ).fetchone()
+    if found is not None:
+        return False
+    now = ts(utcnow())
+    conn.executemany(
+        "INSERT OR IGNORE INTO processed_events(event_key, claimed_at) VALUES (?, ?)",
+        [(k, now) for k in keys],
+    )
+    return True
+
+
+def _insert_usage(conn: sqlite3.Connection, usage: UsageRecord) -> None:
+    conn.execute(
+        "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+        " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            ts(usage.at or utcnow()),
+            usage.user_key,
+            usage.workspace,
+            usage.kind,
+            usage.model,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.turn_id,
+        ),
+    )

@@ -7,6 +7,7 @@ tests/test_discord_recovery.py."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from core.chat.intake import Intake, Received
 from core.errors import IntakeFailed
 from core.store.sqlite.store import SQLiteStore
+from core.types import utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import Harness, dm, harness
 
@@ -22,9 +24,12 @@ class Place:
     """A platform that records what it was asked to show; ``fail`` makes ``show`` raise
     after the first delta (a platform error mid-answer)."""
 
-    def __init__(self, *, left: Sequence[str] = (), fail: bool = False) -> None:
+    def __init__(
+        self, *, left: Sequence[str] = (), fail: bool = False, fail_at_end: bool = False
+    ) -> None:
         self.left = list(left)
         self.fail = fail
+        self.fail_at_end = fail_at_end
         self.shown: list[tuple[str, list[str]]] = []
         self.said: list[str] = []
 
@@ -37,6 +42,8 @@ class Place:
             parts.append(delta)
             if self.fail:
                 raise ConnectionError("the platform went away")
+        if self.fail_at_end:  # the whole answer streamed, its final edit refused
+            raise ConnectionError("the final edit failed")
         self.shown.append(("".join(parts), list(reuse)))
 
     async def say(self, text: str) -> None:
@@ -60,6 +67,10 @@ async def answers(h: Harness, conversation_key: str) -> list[tuple[str, str]]:
     return [(t.role, t.text) for t in turns]
 
 
+async def chat_calls(h: Harness) -> int:
+    return await h.store.chat_messages_since(since=utcnow() - timedelta(days=1))
+
+
 async def test_claimed_once_stored_before_the_answer_and_stored_when_shown(
     h: Harness, fake: FakeAnthropic
 ) -> None:
@@ -78,6 +89,7 @@ async def test_claimed_once_stored_before_the_answer_and_stored_when_shown(
     assert await intake.receive(message, flight_key="t:m1", claim_keys=["t:m1"]) is None
     assert not await intake.once("n:u1")  # the notice was shown once
     assert len(fake.requests_of("chat")) == 1
+    assert await chat_calls(h) == 1  # its usage stored with the answer
 
 
 async def test_a_platform_error_leaves_it_unanswered_and_start_up_answers_it_in_place(
@@ -108,6 +120,20 @@ async def test_a_platform_error_leaves_it_unanswered_and_start_up_answers_it_in_
     assert await intake.unanswered(conversation_prefix="dm:") == []
     # A late redelivery of the same message: answered already, nothing shown.
     assert await restarted.receive(message, flight_key="t:m2", claim_keys=["t:m2"]) is None
+
+
+async def test_a_failed_final_edit_leaves_it_unanswered_and_records_what_the_call_cost(
+    h: Harness, fake: FakeAnthropic
+) -> None:
+    intake = Intake(loop=h.loop)
+    message = dm("u1", "sum it up", platform_ref="m9")
+    fake.enqueue("All done.", kind="chat")
+    received = await intake.receive(message, flight_key="t:m9", claim_keys=["t:m9"])
+    assert received is not None
+    with pytest.raises(ConnectionError, match="final edit"):
+        await intake.respond(message, received, Place(fail_at_end=True))
+    assert await answers(h, "dm:u1") == [("user", "sum it up")]  # not stored: not shown
+    assert await chat_calls(h) == 1  # the call's usage is, for the daily caps
 
 
 async def test_a_redelivery_of_an_interrupted_message_answers_the_stored_turn(

@@ -1,15 +1,41 @@
-"""SQLite's grouped commits: a burst of writes shares COMMITs, each caller returns only once its
-write is committed, a failing operation loses only itself, reads use their own connection."""
+"""SQLite's writer: a burst of writes shares COMMITs, each group one call on the database
+thread, each caller returns only once its write is committed, a failing operation loses only
+itself, a full disk or a locked file fails the group with the driver's error and loses nothing
+confirmed, reads use their own connection."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from core.errors import StoreError
+from core.store.sqlite import base
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn, utcnow
+
+
+def write_mark(mark: str) -> Callable[[sqlite3.Connection], None]:
+    def op(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO marks(mark, at) VALUES (?, 'now')", (mark,))
+
+    return op
+
+
+def turn(text: str) -> NewTurn:
+    return NewTurn(
+        conversation_key="cli:c",
+        user_key="cli:a",
+        role="user",
+        text=text,
+        origin="private",
+        sent_at=utcnow(),
+        reflection="answering",
+    )
 
 
 def committed_marks(path: Path) -> set[str]:
@@ -19,19 +45,25 @@ def committed_marks(path: Path) -> set[str]:
 
 
 async def test_a_burst_of_writes_is_committed_in_groups_each_caller_after_its_commit(
-    db_path: Path,
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = await SQLiteStore.open(str(db_path))
-    commits = 0
-    real_commit = store._commit_open_group
+    groups: list[int] = []
+    real_group = base._run_group
 
-    async def counting_commit() -> None:
-        nonlocal commits
-        if store._group is not None:
-            commits += 1
-        await real_commit()
+    def counting_group(conn: sqlite3.Connection, ops: list[object]) -> list[tuple[bool, object]]:
+        # The whole transaction, BEGIN to COMMIT, is this one call on the database thread:
+        # the event loop (this thread's) never runs while the write lock is held.
+        with pytest.raises(RuntimeError):
+            asyncio.get_running_loop()
+        assert threading.current_thread() is not threading.main_thread()
+        assert not conn.in_transaction
+        groups.append(len(ops))
+        outcomes = real_group(conn, ops)  # type: ignore[arg-type]
+        assert not conn.in_transaction
+        return outcomes
 
-    store._commit_open_group = counting_commit  # type: ignore[method-assign]
+    monkeypatch.setattr(base, "_run_group", counting_group)
 
     async def one(i: int) -> None:
         assert await store.mark_once(mark=f"m{i}")
@@ -43,7 +75,8 @@ async def test_a_burst_of_writes_is_committed_in_groups_each_caller_after_its_co
     finally:
         await store.close()
     assert committed_marks(db_path) == {f"m{i}" for i in range(100)}
-    assert 1 <= commits < 100 / 2, commits
+    assert sum(groups) == 100 and 1 <= len(groups) < 100 / 2, groups
+    assert max(groups) <= base.GROUP_MAX_OPS
 
 
 async def test_a_failing_operation_in_a_group_is_rolled_back_alone(db_path: Path) -> None:
@@ -52,15 +85,14 @@ async def test_a_failing_operation_in_a_group_is_rolled_back_alone(db_path: Path
     async def good(i: int) -> None:
         await store.mark_once(mark=f"ok{i}")
 
-    async def bad() -> None:
-        async with store._write() as conn:
-            await conn.execute("INSERT INTO marks(mark, at) VALUES ('bad', 'now')")
-            await conn.execute("INSERT INTO no_such_table VALUES (1)")
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO marks(mark, at) VALUES ('bad', 'now')")
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
 
     try:
         results = await asyncio.gather(
             *(good(i) for i in range(10)),
-            bad(),
+            store._run(bad),
             *(good(i) for i in range(10, 20)),
             return_exceptions=True,
         )
@@ -69,6 +101,50 @@ async def test_a_failing_operation_in_a_group_is_rolled_back_alone(db_path: Path
     errors = [r for r in results if isinstance(r, BaseException)]
     assert len(errors) == 1 and isinstance(errors[0], sqlite3.OperationalError)
     assert committed_marks(db_path) == {f"ok{i}" for i in range(20)}
+
+
+async def test_disk_full_fails_the_whole_group_and_loses_nothing_confirmed(db_path: Path) -> None:
+    store = await SQLiteStore.open(str(db_path))
+    try:
+        assert await store.receive_turn(claim_keys=["before"], turn=turn("kept")) is not None
+        pages = next(iter(await store._conn.execute_fetchall("PRAGMA page_count")))[0]
+        await store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        results = await asyncio.gather(
+            *(store.receive_turn(claim_keys=[f"ev{i}"], turn=turn("x" * 20_000)) for i in range(5)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, sqlite3.Error) for r in results), results
+        assert all("full" in str(r) for r in results)
+        assert [t.text for t in await store.recent_turns(conversation_key="cli:c", limit=9)] == [
+            "kept"
+        ]
+        # Room again: the refused events are received now (their claims went with them).
+        await store._conn.execute("PRAGMA max_page_count = 1073741823")
+        assert await store.receive_turn(claim_keys=["ev0"], turn=turn("later")) is not None
+    finally:
+        await store.close()
+    with sqlite3.connect(db_path) as conn:
+        texts = [r[0] for r in conn.execute("SELECT text FROM turns ORDER BY id")]
+    assert texts == ["kept", "later"]
+
+
+async def test_a_database_locked_by_another_process_fails_the_write_with_a_clear_error(
+    db_path: Path,
+) -> None:
+    store = await SQLiteStore.open(str(db_path))
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        await store._conn.execute("PRAGMA busy_timeout = 100")
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await store.receive_turn(claim_keys=["ev"], turn=turn("waiting"))
+        # Reads go on meanwhile (WAL): the reader does not wait for the lock holder.
+        assert await store.recent_turns(conversation_key="cli:c", limit=9) == []
+        other.execute("ROLLBACK")
+        assert await store.receive_turn(claim_keys=["ev"], turn=turn("stored")) is not None
+    finally:
+        other.close()
+        await store.close()
 
 
 async def test_a_cancelled_waiter_does_not_strand_the_open_group(db_path: Path) -> None:
@@ -115,20 +191,42 @@ async def test_memory_store_keeps_one_connection() -> None:
 async def test_urgent_writers_go_ahead_of_waiting_ones(db_path: Path) -> None:
     store = await SQLiteStore.open(str(db_path))
     order: list[str] = []
+    release = asyncio.Event()
 
-    async def write(name: str, *, urgent: bool) -> None:
-        async with store._write(urgent=urgent) as conn:
-            await conn.execute("INSERT INTO marks(mark, at) VALUES (?, 'now')", (name,))
+    def write(name: str) -> Callable[[sqlite3.Connection], None]:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO marks(mark, at) VALUES (?, 'now')", (name,))
             order.append(name)
 
+        return op
+
+    async def holder() -> None:
+        async with store._write() as conn:  # a rare async-bodied write holds the lock
+            await conn.execute("INSERT INTO marks(mark, at) VALUES ('first', 'now')")
+            order.append("first")
+            await release.wait()
+
     try:
-        holder = asyncio.create_task(write("first", urgent=False))
-        await asyncio.sleep(0)  # holds the lock
-        normal = [asyncio.create_task(write(f"n{i}", urgent=False)) for i in range(3)]
+        held = asyncio.create_task(holder())
+        await asyncio.sleep(0.05)
+        normal = [asyncio.create_task(store._run(write(f"n{i}"))) for i in range(3)]
         await asyncio.sleep(0)
-        urgent = asyncio.create_task(write("urgent", urgent=True))
-        await asyncio.gather(holder, *normal, urgent)
+        urgent = asyncio.create_task(store._run(write("urgent"), urgent=True))
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(held, *normal, urgent)
     finally:
         await store.close()
     assert order[:2] == ["first", "urgent"], order
     assert committed_marks(db_path) == {"first", "urgent", "n0", "n1", "n2"}
+
+
+async def test_a_closed_store_refuses_writes(db_path: Path) -> None:
+    store = await SQLiteStore.open(str(db_path))
+    pending = asyncio.create_task(store._run(write_mark("in flight")))
+    await asyncio.sleep(0)
+    await store.close()
+    await pending  # queued before close: written
+    with pytest.raises(StoreError):
+        await store._run(write_mark("after"))
+    assert committed_marks(db_path) == {"in flight"}
