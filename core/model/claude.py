@@ -31,8 +31,10 @@ answer stream without ``message_stop``      ``StreamCutError`` (``partial`` = te
 extraction text not valid for the model     ``MalformedOutput``
 ==========================================  ======================================================
 
-Logging: model names, stop reasons, token counts and request ids at INFO; prompt and answer
-text only at DEBUG; never the API key.
+Logging: a failed call's model, status, error type and request id at WARNING; each finished
+call's model, stop reason, token counts and request id at DEBUG (two lines a turn were a hot
+path at INFO; the tokens are in the store's usage table and the metrics anyway); prompt and
+answer text only at DEBUG; never the API key.
 """
 
 from __future__ import annotations
@@ -176,12 +178,16 @@ class ClaudeChatModel:
         self.metrics = metrics or Metrics()
         # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 % less
         # bot CPU per turn (the `aiohttp` extra; the transport is vendored in the SDK).
+        # OpenTelemetry off: the bot sends no telemetry anywhere (README, Privacy), and the
+        # SDK otherwise builds a span's attributes and trace headers for every call
+        # (bench/turn_cpu.py: a tenth of an answer stream's CPU).
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             max_retries=max_retries,
             timeout=timeout_s,
             http_client=anthropic.DefaultAioHttpClient(),
+            open_telemetry={"traces": False, "propagation": False},
         )
         self.chat_model = chat_model
         self.reflection_model = reflection_model
@@ -250,7 +256,7 @@ class ClaudeChatModel:
         usage = Usage.from_api(message.usage)
         self.metrics.tokens(call="extract", usage=usage)
         text = "".join(block.text for block in message.content if block.type == "text")
-        logger.info(
+        logger.debug(
             "extract done: model=%s output=%s stop_reason=%s usage=%s request_id=%s",
             self.reflection_model,
             output.__name__,
@@ -343,7 +349,7 @@ class _ClaudeAnswerStream:
             raise _cut(parts, type(exc).__name__) from exc
         self.usage = usage
         model.metrics.tokens(call="chat", usage=self.usage)
-        logger.info(
+        logger.debug(
             "stream done: model=%s stop_reason=%s chars=%d usage=%s",
             model.chat_model,
             self.stop_reason,
