@@ -14,7 +14,8 @@ an empty extraction. With ``--processes 2`` (PostgreSQL only) the users are spli
 bot processes on the same database, as a load balancer would.
 
 ``--recall hybrid`` runs the bots with ``SELFMIND_RECALL=hybrid`` (BM25 and embeddings fused,
-the semantic extra needed): each message and each recall query is embedded on the bot's CPU.
+the semantic extra needed), and the fake's reflection then proposes one memory a turn (with
+``bm25`` it proposes none): each memory and each recall query is embedded on the bot's CPU.
 
 ``--baseline`` runs the same harness against another commit (default: ``git merge-base HEAD
 main``, the commit this branch started from) checked out with ``git worktree`` into a
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -208,9 +210,18 @@ async def one_config(
     run = Run()
     current: dict[str, str] = {}
 
+    learned = itertools.count()
+
     def respond(body: dict[str, Any]) -> Any:
         if body.get("output_config"):
-            return Reply(text='{"memories": []}')
+            if recall != "hybrid":
+                return Reply(text='{"memories": []}')
+            # One memory a turn, so that hybrid recall has vectors to search and embeds each.
+            i = next(learned)
+            words = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(6))
+            memory = {"text": f"The user noted {words} ({i}).", "kind": "context"}
+            memory |= {"category": "general", "supersedes": []}
+            return Reply(text=json.dumps({"memories": [memory]}))
         system = body.get("system") or []
         volatile = system[1]["text"] if len(system) > 1 else ""
         speaker = _TALKING_WITH.search(volatile)
@@ -254,18 +265,21 @@ async def one_config(
             await bot.start()
             bots.append(bot)
             pids.append(bot_pid(bot, bool(strace or profile)))
-        # Warm-up turn per process (first imports, first connections), not measured.
-        for p, bot in enumerate(bots):
-            user = f"UWARM{p}"
-            current[user] = f"W{p}"
-            await slack.send_event(bot.url, slack.events.message("hello", user=user))
-        await poll(
-            lambda: all(
-                finals_of(slack, slack.events.dm_channel(f"UWARM{p}"), f"W{p}")
-                for p in range(processes)
+        # Warm-up turns per process (first imports, first connections), not measured; the
+        # second recalls the memory the first left, so hybrid's model is loaded before.
+        for w in range(2):
+            for p, bot in enumerate(bots):
+                user = f"UWARM{p}"
+                current[user] = f"W{p}x{w}"
+                event = slack.events.message("hello, remember my tea", user=user)
+                await slack.send_event(bot.url, event)
+            await poll(
+                lambda w=w: all(  # type: ignore[misc]
+                    finals_of(slack, slack.events.dm_channel(f"UWARM{p}"), f"W{p}x{w}")
+                    for p in range(processes)
+                )
             )
-        )
-        await poll_async(lambda: reflections_done(db, url))
+            await poll_async(lambda: reflections_done(db, url))
 
         cpu0 = sum(cpu_s(pid) for pid in pids)
         wal0 = await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") if url else 0

@@ -71,6 +71,10 @@ class SentenceTransformerEmbedder:
         self._lock = asyncio.Lock()
         self.bf16 = False
         """True once loaded with bfloat16 autocast (see the module docstring)."""
+        self._pending: list[tuple[list[str], asyncio.Future[npt.NDArray[np.float32]]]] = []
+        self._encoder: asyncio.Task[None] | None = None
+        self.encodes = 0
+        """``model.encode`` calls made (each may serve several ``embed`` calls)."""
 
     def _load(self) -> Any:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -88,7 +92,47 @@ class SentenceTransformerEmbedder:
         return model
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embed ``texts`` (batched, normalised); raises ``ConfigError`` if the model fails."""
+        """Embed ``texts`` (batched, normalised); raises ``ConfigError`` if the model fails.
+
+        One encoding runs at a time, on one worker thread: calls that arrive while it runs
+        wait and are then encoded together, in one batch (the recall queries and new
+        memories of many turns at once). Several encodings side by side each started
+        torch's threads on the same cores: at 50 users, hybrid recall spent most of the
+        bot's CPU so (bench/load.py --recall hybrid)."""
+        model = await self._loaded()
+        if not texts:
+            return encode(model, [], bf16=self.bf16)
+        done: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
+        self._pending.append((list(texts), done))
+        if self._encoder is None:
+            self._encoder = asyncio.create_task(self._encode_pending(model), name="embed")
+        return await done
+
+    async def _encode_pending(self, model: Any) -> None:
+        batch: list[tuple[list[str], asyncio.Future[npt.NDArray[np.float32]]]] = []
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                texts = [t for part, _ in batch for t in part]
+                self.encodes += 1
+                try:
+                    vectors = await asyncio.to_thread(encode, model, texts, bf16=self.bf16)
+                except Exception as exc:  # each caller gets the model's error
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                start = 0
+                for part, done in batch:
+                    if not done.done():
+                        done.set_result(vectors[start : start + len(part)])
+                    start += len(part)
+        finally:
+            self._encoder = None
+            for _, done in batch:  # cancelled mid-batch (shutdown): nobody waits forever
+                done.cancel()
+
+    async def _loaded(self) -> Any:
         async with self._lock:
             if self._model is None:
                 try:
@@ -97,16 +141,22 @@ class SentenceTransformerEmbedder:
                     raise ConfigError(
                         f"SELFMIND_EMBEDDING_MODEL_DIR: cannot load {self.model_dir}: {exc}"
                     ) from exc
-            model = self._model
-        return await asyncio.to_thread(encode, model, list(texts), bf16=self.bf16)
+            return self._model
 
 
 def encode(model: Any, texts: list[str], *, bf16: bool) -> npt.NDArray[np.float32]:
     """``model.encode`` of ``texts`` (batches of 64, L2-normalised) as float32, under
     bfloat16 autocast when ``bf16``. Call it on the thread that encodes: autocast is a
-    per-thread state."""
+    per-thread state. No texts: shape ``(0, dim)``."""
+    import numpy as np
     import torch
 
+    if not texts:
+        dim = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
+        return np.zeros((0, dim()), dtype=np.float32)
     context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     with context, torch.inference_mode():
         vectors = model.encode(
@@ -118,8 +168,6 @@ def encode(model: Any, texts: list[str], *, bf16: bool) -> npt.NDArray[np.float3
         )
     vectors = vectors.astype("float32", copy=False)
     if bf16:  # the norm is taken in bfloat16: renormalise in float32
-        import numpy as np
-
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
     return vectors  # type: ignore[no-any-return]
 

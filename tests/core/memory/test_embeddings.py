@@ -73,3 +73,25 @@ async def test_embed_returns_the_precision_it_chose(
     vectors = await embedder.embed(TEXTS[:3])
     expected = encode(model, TEXTS[:3], bf16=embedder.bf16)
     assert (vectors == expected).all()
+
+
+async def test_concurrent_embeds_share_one_encoding_and_get_their_own_vectors(
+    loaded: tuple[SentenceTransformerEmbedder, Any],
+) -> None:
+    import asyncio
+
+    embedder, model = loaded
+    embedder._model = model
+    alone = [encode(model, [t], bf16=embedder.bf16)[0] for t in TEXTS[:4]]
+    before = embedder.encodes
+    results = await asyncio.gather(
+        embedder.embed(TEXTS[:1]),
+        embedder.embed(TEXTS[1:3]),
+        embedder.embed(TEXTS[3:4]),
+    )
+    assert embedder.encodes - before <= 2  # the first alone, the others batched together
+    got = [v for r in results for v in r]
+    assert len(got) == 4
+    for v, w in zip(got, alone, strict=True):  # each caller gets its own texts' vectors
+        assert float(v @ w) >= MIN_COSINE
+    assert (await embedder.embed([])).shape[0] == 0
