@@ -96,9 +96,9 @@ class SentenceTransformerEmbedder:
 
         One encoding runs at a time, on one worker thread: calls that arrive while it runs
         wait and are then encoded together, in one batch (the recall queries and new
-        memories of many turns at once). Several encodings side by side each started
-        torch's threads on the same cores: at 50 users, hybrid recall spent most of the
-        bot's CPU so (bench/load.py --recall hybrid)."""
+        memories of many turns at once), so that encodings do not run side by side, each
+        with torch's threads on the same cores, and each batch pays the model's per-call
+        cost once. (Not measured apart from the rest: see bench/load.py --recall hybrid.)"""
         model = await self._loaded()
         if not texts:
             return encode(model, [], bf16=self.bf16)
