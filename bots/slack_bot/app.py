@@ -186,9 +186,8 @@ class SlackBot:
         # warns that it goes unused (it must: ours carries the URL, session and retries).
         bolt_logger = logging.getLogger("slack_bolt.selfmind")
         bolt_logger.addFilter(_drop_client_token_warning)
-        # Bolt too tests ``logger.level <= DEBUG`` before building a debug line per
-        # middleware: an explicit level spares that at INFO (see sdk_logger).
-        bolt_logger.setLevel(logging.getLogger("slack_bolt").getEffectiveLevel())
+        # Its level stays NOTSET: Bolt copies it onto a logger named after the app
+        # ("selfmind") at every request, and its own debug lines per middleware are cheap.
         app = AsyncApp(
             name="selfmind",
             # Acknowledge after the listener: event listeners store the message first and
