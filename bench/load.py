@@ -1,7 +1,8 @@
 """A burst of users at once through the real bot: acknowledgement, overhead and cost per turn.
 
     python bench/load.py [--users 50 200] [--backends sqlite postgres] [--processes 1 2]
-                         [--turns-per-user 3] [--baseline [COMMIT]] [--json]
+                         [--turns-per-user 3] [--recall bm25 hybrid] [--baseline [COMMIT]]
+                         [--profile DIR] [--json]
 
 Each run starts the fake Slack and the fake Anthropic server of the test suite, the real bot
 as ``selfmind slack --http`` child process(es) on a fresh SQLite file (``synchronous`` from
@@ -11,6 +12,10 @@ one after another (the next once the answer is complete), all users at once. The
 like a model: first token after 0.5 s, then 4 characters every 20 ms; reflection calls with
 an empty extraction. With ``--processes 2`` (PostgreSQL only) the users are split between two
 bot processes on the same database, as a load balancer would.
+
+``--recall hybrid`` runs the bots with ``SELFMIND_RECALL=hybrid`` (BM25 and embeddings fused,
+the semantic extra needed), and the fake's reflection then proposes one memory a turn (with
+``bm25`` it proposes none): each memory and each recall query is embedded on the bot's CPU.
 
 ``--baseline`` runs the same harness against another commit (default: ``git merge-base HEAD
 main``, the commit this branch started from) checked out with ``git worktree`` into a
@@ -26,10 +31,13 @@ the burst until the reflections are done, per turn; ``tx/turn`` committed transa
 with ``--profile``) or WAL
 syncs (PostgreSQL ``pg_stat_wal.wal_sync``, server-wide: other clients of the server count
 too); ``errors`` refused events, unanswered turns and ERROR lines in the bot's log; ``once``
-turns answered exactly once, ``twice`` more than once. Slack rate limits of the fake are off,
-and the bot's edit throttle is set to 50 ms: ``throttle`` is the answers' edit-throttle wait
-(the edits a turn made times the interval is an upper bound: it is reported apart, not
-subtracted). The bot streams answers by message edits (the only mode it has).
+turns answered exactly once, ``twice`` more than once. The fake's Slack rate limits are off
+for ``chat.update`` and ``chat.postMessage`` (only the streaming methods have tiers, and they
+are not used): the header line says so, and ``429s`` counts any the fake answered. Answers are
+pinned to message edits (``SELFMIND_SLACK_STREAMING=edits``; native streaming is for threads)
+with the bot's edit throttle at 50 ms: ``throttle`` is the answers' edit-throttle wait (the
+edits a turn made times the interval, an upper bound), reported apart and not subtracted from
+``overhead``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -192,6 +201,7 @@ async def one_config(
     turns: int,
     repo: Path,
     label: str,
+    recall: str = "bm25",
     profile: str | None = None,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
@@ -200,9 +210,18 @@ async def one_config(
     run = Run()
     current: dict[str, str] = {}
 
+    learned = itertools.count()
+
     def respond(body: dict[str, Any]) -> Any:
         if body.get("output_config"):
-            return Reply(text='{"memories": []}')
+            if recall != "hybrid":
+                return Reply(text='{"memories": []}')
+            # One memory a turn, so that hybrid recall has vectors to search and embeds each.
+            i = next(learned)
+            words = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(6))
+            memory = {"text": f"The user noted {words} ({i}).", "kind": "context"}
+            memory |= {"category": "general", "supersedes": []}
+            return Reply(text=json.dumps({"memories": [memory]}))
         system = body.get("system") or []
         volatile = system[1]["text"] if len(system) > 1 else ""
         speaker = _TALKING_WITH.search(volatile)
@@ -230,7 +249,8 @@ async def one_config(
             trace = [strace, "-f", "--seccomp-bpf", "-c", "-e", "trace=fdatasync", "-o", out]
             if profile:
                 raw = f"{profile}/{label}-{backend}-{users}-{p}.txt"
-                trace = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", raw, "--"]
+                # --gil: only the thread that runs Python (idle waits are not CPU)
+                trace = ["py-spy", "record", "--gil", "-r", "250", "-f", "raw", "-o", raw, "--"]
             bot = BotProcess(
                 db,
                 slack,
@@ -240,21 +260,26 @@ async def one_config(
                 repo=repo,
                 wrap=trace if strace or profile else None,
             )
+            # The bot's environment is this process's (BotProcess copies SELFMIND_*).
+            os.environ.update(SELFMIND_SLACK_STREAMING="edits", SELFMIND_RECALL=recall)
             await bot.start()
             bots.append(bot)
             pids.append(bot_pid(bot, bool(strace or profile)))
-        # Warm-up turn per process (first imports, first connections), not measured.
-        for p, bot in enumerate(bots):
-            user = f"UWARM{p}"
-            current[user] = f"W{p}"
-            await slack.send_event(bot.url, slack.events.message("hello", user=user))
-        await poll(
-            lambda: all(
-                finals_of(slack, slack.events.dm_channel(f"UWARM{p}"), f"W{p}")
-                for p in range(processes)
+        # Warm-up turns per process (first imports, first connections), not measured; the
+        # second recalls the memory the first left, so hybrid's model is loaded before.
+        for w in range(2):
+            for p, bot in enumerate(bots):
+                user = f"UWARM{p}"
+                current[user] = f"W{p}x{w}"
+                event = slack.events.message("hello, remember my tea", user=user)
+                await slack.send_event(bot.url, event)
+            await poll(
+                lambda w=w: all(  # type: ignore[misc]
+                    finals_of(slack, slack.events.dm_channel(f"UWARM{p}"), f"W{p}x{w}")
+                    for p in range(processes)
+                )
             )
-        )
-        await poll_async(lambda: reflections_done(db, url))
+            await poll_async(lambda: reflections_done(db, url))
 
         cpu0 = sum(cpu_s(pid) for pid in pids)
         wal0 = await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") if url else 0
@@ -263,6 +288,7 @@ async def one_config(
         )
         tx0 = await pg_value(url, tx_sql) if url else 0
         edits0 = len(slack.calls("chat.update"))
+        calls0 = len(slack.calls())
         start = time.monotonic()
         sent: list[tuple[str, str, float]] = []
 
@@ -323,6 +349,7 @@ async def one_config(
             assert bot.proc is not None
             await asyncio.wait_for(bot.proc.wait(), 60)
         ratelimited = sum(1 for c in slack.calls() if c.status == 429)
+        by_method = Counter(c.method for c in slack.calls()[calls0:])
     fsyncs = None
     if strace:
         fsyncs = 0
@@ -339,12 +366,15 @@ async def one_config(
     )
     if run.reasons:
         print(f"{label}: {dict(run.reasons)}", file=sys.stderr)
+    per_turn = ", ".join(f"{m} {k / (users * turns):.2f}" for m, k in by_method.most_common())
+    print(f"{label}: Slack Web API calls per turn: {per_turn}", file=sys.stderr)
     shutil.rmtree(workdir, ignore_errors=True)
     return {
         "code": label,
         "users": users,
         "store": backend if backend == "postgres" else f"sqlite/{synchronous()}",
         "procs": processes,
+        "recall": recall,
         "ack_p50": pct(run.acks, 0.5),
         "ack_p95": pct(run.acks, 0.95),
         "ack_max": max(run.acks, default=float("nan")),
@@ -357,6 +387,7 @@ async def one_config(
         "fsync_turn": None if fsyncs is None else fsyncs / n,
         "throttle_ms_turn": edits * EDIT_INTERVAL_S * 1000 / n,
         "turns_per_s": n / answered_s,
+        "slack_calls_turn": sum(by_method.values()) / n,
         "errors": errors,
         "once": once,
         "twice": twice,
@@ -374,6 +405,7 @@ COLS = [
     ("users", "{}", 6),
     ("store", "{}", 13),
     ("procs", "{}", 6),
+    ("recall", "{}", 7),
     ("ack_p50", "{:.0f}", 8),
     ("ack_p95", "{:.0f}", 8),
     ("ack_max", "{:.0f}", 8),
@@ -385,17 +417,21 @@ COLS = [
     ("tx_turn", "{:.1f}", 8),
     ("fsync_turn", "{:.1f}", 11),
     ("throttle_ms_turn", "{:.0f}", 9),
+    ("slack_calls_turn", "{:.1f}", 7),
     ("turns_per_s", "{:.1f}", 8),
     ("errors", "{}", 7),
     ("once", "{}", 5),
     ("twice", "{}", 6),
+    ("slack_429s", "{}", 6),
 ]
 HEADS = {
     "throttle_ms_turn": "throttle",
+    "slack_calls_turn": "api/t",
     "turns_per_s": "turns/s",
     "cpu_ms_turn": "cpu ms/turn",
     "fsync_turn": "fsync/turn",
     "tx_turn": "tx/turn",
+    "slack_429s": "429s",
 }
 
 
@@ -431,8 +467,10 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     if shutil.which("strace") is None:
         print("strace not found: fsyncs on SQLite not counted (apt-get install -y strace)")
     print(
-        f"fake Slack rate limits: off; bot edit interval {EDIT_INTERVAL_S * 1000:.0f} ms; "
-        f"answers streamed by message edits; {args.turns_per_user} turns per user"
+        "fake Slack rate limits: off for chat.update/chat.postMessage (streaming methods unused);"
+        f" bot edit interval {EDIT_INTERVAL_S * 1000:.0f} ms (throttle reported apart);"
+        f" answers by message edits (SELFMIND_SLACK_STREAMING=edits);"
+        f" {args.turns_per_user} turns per user"
     )
     trees: list[tuple[str, Path]] = [("this", REPO)]
     rows: list[dict[str, Any]] = []
@@ -449,21 +487,23 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             )
             print(f"baseline: {commit[:12]} (git worktree)")
             trees.insert(0, ("base", stack.enter_context(baseline_tree(commit))))
-        for backend in args.backends:
-            for users in args.users:
-                for processes in args.processes if backend == "postgres" else [1]:
-                    for label, tree in trees:
-                        row = await one_config(
-                            users=users,
-                            backend=backend,
-                            processes=processes,
-                            turns=args.turns_per_user,
-                            repo=tree,
-                            label=label,
-                            profile=args.profile,
-                        )
-                        rows.append(row)
-                        print_rows([row])
+        for recall in args.recall:
+            for backend in args.backends:
+                for users in args.users:
+                    for processes in args.processes if backend == "postgres" else [1]:
+                        for label, tree in trees:
+                            row = await one_config(
+                                users=users,
+                                backend=backend,
+                                processes=processes,
+                                turns=args.turns_per_user,
+                                repo=tree,
+                                label=label,
+                                recall=recall,
+                                profile=args.profile,
+                            )
+                            rows.append(row)
+                            print_rows([row])
     return rows
 
 
@@ -475,6 +515,13 @@ def main() -> None:
     )
     parser.add_argument("--processes", type=int, nargs="+", default=[1])
     parser.add_argument("--turns-per-user", type=int, default=3)
+    parser.add_argument(
+        "--recall",
+        nargs="+",
+        default=["bm25"],
+        choices=["bm25", "hybrid"],
+        help="SELFMIND_RECALL of the bots (hybrid needs the semantic extra)",
+    )
     parser.add_argument(
         "--baseline",
         nargs="?",

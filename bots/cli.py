@@ -32,6 +32,8 @@ from core.logs import configure_logging
 
 if TYPE_CHECKING:
     # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
+    from asyncio import AbstractEventLoop
+
     from core.memory.cleanup import CleanupRun
     from core.memory.service import MemoryService
     from core.settings import Settings
@@ -85,13 +87,27 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text} (--log-level DEBUG shows the traceback)"
 
 
+def event_loop_factory() -> Callable[[], AbstractEventLoop] | None:
+    """``uvloop.new_event_loop`` when uvloop is importable, else None (asyncio's loop)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; any error becomes one line on stderr and exit code 1 (its traceback is
-    logged at DEBUG). Ctrl-C and typer's own exits pass through."""
+    """Run ``coro`` on uvloop's event loop where uvloop is installed (a dependency except on
+    Windows), else asyncio's; any error becomes one line on stderr and exit code 1 (its
+    traceback is logged at DEBUG). Ctrl-C and typer's own exits pass through.
+
+    uvloop: bench/load.py at 200 users measured 10-15 % less bot CPU per turn and a lower
+    acknowledgement p95 than asyncio's loop (its transports and scheduling are in C)."""
     import asyncio
 
     try:
-        return asyncio.run(coro)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(coro)
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
     except Exception as exc:

@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     # --- conversation
     history_turns: int = Field(default=12, ge=0, le=200)
     history_retention_days: int = Field(default=30, ge=1)
+    max_concurrent_turns: int = Field(default=256, ge=1, le=10_000)  # core/chat/admission.py
 
     # --- Claude
     anthropic_api_key: SecretStr | None = Field(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from core.chat.admission import Admission
 from core.chat.loop import Delivery, IncomingMessage, TurnLoop
 from core.errors import IntakeFailed, LimitReached, storage_failed
 from core.types import Turn, utcnow
@@ -107,9 +108,11 @@ async def with_prefix(prefix: str | None, deltas: AsyncIterator[str]) -> AsyncGe
 class Intake:
     """The durable intake of one process over one turn loop (and its store)."""
 
-    def __init__(self, *, loop: TurnLoop) -> None:
+    def __init__(self, *, loop: TurnLoop, admission: Admission | None = None) -> None:
         self.loop = loop
         self.store = loop.store
+        self.admission = admission or Admission(max_turns=loop.settings.max_concurrent_turns)
+        """Answers (not acknowledgements) wait here: :mod:`core.chat.admission`."""
         self._in_flight: set[str] = set()
         self._intakes: dict[str, asyncio.Future[bool]] = {}
 
@@ -291,9 +294,12 @@ class Intake:
     ) -> None:
         """Answer a received message into ``place`` (see the module docstring); ``notice``
         comes first, the first time ``notice_mark`` is asked for. Platform errors propagate
-        (the answer then stays unstored); the flight ends whatever happens."""
+        (the answer then stays unstored); the flight ends whatever happens. Waits for a place
+        first (:attr:`admission`: after the person's earlier answers, at most
+        ``SELFMIND_MAX_CONCURRENT_TURNS`` at once)."""
         try:
-            await self._respond(incoming, received, place, notice, notice_mark)
+            async with self.admission.turn(incoming.user_key):
+                await self._respond(incoming, received, place, notice, notice_mark)
         finally:
             self._in_flight.discard(received.flight_key)
 

@@ -31,24 +31,25 @@ answer stream without ``message_stop``      ``StreamCutError`` (``partial`` = te
 extraction text not valid for the model     ``MalformedOutput``
 ==========================================  ======================================================
 
-Logging: model names, stop reasons, token counts and request ids at INFO; prompt and answer
-text only at DEBUG; never the API key.
+Logging: a failed call's model, status, error type and request id at WARNING; each finished
+call's model, stop reason, token counts and request id at DEBUG (two lines a turn were a hot
+path at INFO; the tokens are in the store's usage table and the metrics anyway); prompt and
+answer text only at DEBUG; never the API key.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
 import anthropic
 import httpx2
 import pydantic
 from anthropic.types import (
     AssistantMessageParam,
-    MessageDeltaUsage,
     MessageParam,
     TextBlockParam,
     UserMessageParam,
@@ -96,6 +97,17 @@ class Usage:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+
+    @classmethod
+    def from_json(cls, usage: Mapping[str, Any]) -> Usage:
+        """From the ``usage`` object of the API's JSON (a ``message`` or ``message_start``);
+        missing or null counts are 0."""
+        return cls(
+            input_tokens=usage.get("input_tokens") or 0,
+            output_tokens=usage.get("output_tokens") or 0,
+            cache_read_input_tokens=usage.get("cache_read_input_tokens") or 0,
+            cache_creation_input_tokens=usage.get("cache_creation_input_tokens") or 0,
+        )
 
     @classmethod
     def from_api(cls, usage: ApiUsage) -> Usage:
@@ -176,12 +188,16 @@ class ClaudeChatModel:
         self.metrics = metrics or Metrics()
         # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 % less
         # bot CPU per turn (the `aiohttp` extra; the transport is vendored in the SDK).
+        # OpenTelemetry off: the bot sends no telemetry anywhere (README, Privacy), and the
+        # SDK otherwise builds a span's attributes and trace headers for every call
+        # (bench/turn_cpu.py: a tenth of an answer stream's CPU).
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             max_retries=max_retries,
             timeout=timeout_s,
             http_client=anthropic.DefaultAioHttpClient(),
+            open_telemetry={"traces": False, "propagation": False},
         )
         self.chat_model = chat_model
         self.reflection_model = reflection_model
@@ -237,7 +253,10 @@ class ClaudeChatModel:
         """
         logger.debug("extract prompt (%d chars): %s", len(prompt), prompt)
         try:
-            message = await self._client.messages.create(
+            # The reply as plain JSON (``parse(to=object)``), not the SDK's ``Message``
+            # model: its construction was a quarter of the call's CPU (bench/turn_cpu.py),
+            # and only the text, the stop reason and the usage are read.
+            raw = await self._client.messages.with_raw_response.create(
                 model=self.reflection_model,
                 max_tokens=self.memory_max_tokens,
                 system=system,
@@ -245,24 +264,30 @@ class ClaudeChatModel:
                 thinking={"type": "disabled"},
                 output_config={"format": {"type": "json_schema", "schema": _schema(output)}},
             )
+            message = _json_object(await raw.parse(to=object))
         except anthropic.APIError as exc:
             raise self.metrics.claude_error(_model_error(exc, call="extract"), exc) from exc
-        usage = Usage.from_api(message.usage)
+        usage = Usage.from_json(_json_object(message.get("usage")))
         self.metrics.tokens(call="extract", usage=usage)
-        text = "".join(block.text for block in message.content if block.type == "text")
-        logger.info(
+        stop_reason = message.get("stop_reason")
+        text = "".join(
+            str(block.get("text") or "")
+            for block in message.get("content") or []
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+        logger.debug(
             "extract done: model=%s output=%s stop_reason=%s usage=%s request_id=%s",
             self.reflection_model,
             output.__name__,
-            message.stop_reason,
+            stop_reason,
             usage,
-            message._request_id,
+            raw.request_id,
         )
         logger.debug("extract reply (%d chars): %s", len(text), text)
         try:
             value = output.model_validate_json(text)
         except pydantic.ValidationError as exc:
-            reason = _validation_summary(exc, stop_reason=message.stop_reason)
+            reason = _validation_summary(exc, stop_reason=stop_reason)
             logger.warning("extract reply malformed: output=%s %s", output.__name__, reason)
             raise self.metrics.claude_error(MalformedOutput(reason)) from None
         return Extraction(value=value, usage=usage)
@@ -308,8 +333,11 @@ class _ClaudeAnswerStream:
         try:
             # The raw event stream, not ``messages.stream()``: that helper rebuilds a message
             # snapshot at every event (a third of the SDK's CPU per answer here); only the
-            # text, the stop reason and the usage are needed.
-            events = await model._client.messages.create(
+            # text, the stop reason and the usage are needed. Its events as plain JSON
+            # (``AsyncStream[object]``), not SDK models: building one per event was a fifth
+            # of the stream's CPU (bench/turn_cpu.py). The SDK still reads the SSE and
+            # raises an in-stream ``error`` event as an ``APIStatusError``.
+            raw = await model._client.messages.with_raw_response.create(
                 model=model.chat_model,
                 max_tokens=model.max_tokens,
                 system=self._system,
@@ -317,18 +345,24 @@ class _ClaudeAnswerStream:
                 thinking={"type": "adaptive"},
                 stream=True,
             )
+            events = await raw.parse(to=anthropic.AsyncStream[object])
             async with events:
-                async for event in events:
-                    if event.type == "content_block_delta":
-                        if event.delta.type == "text_delta":
-                            parts.append(event.delta.text)
-                            yield event.delta.text
-                    elif event.type == "message_start":
-                        usage = Usage.from_api(event.message.usage)
-                    elif event.type == "message_delta":
-                        self.stop_reason = event.delta.stop_reason
-                        usage = _delta_usage(usage, event.usage)
-                    elif event.type == "message_stop":
+                async for item in events:
+                    event = _json_object(item)
+                    kind = event.get("type")
+                    if kind == "content_block_delta":
+                        delta = _json_object(event.get("delta"))
+                        if delta.get("type") == "text_delta":
+                            text = str(delta.get("text") or "")
+                            parts.append(text)
+                            yield text
+                    elif kind == "message_start":
+                        message = _json_object(event.get("message"))
+                        usage = Usage.from_json(_json_object(message.get("usage")))
+                    elif kind == "message_delta":
+                        self.stop_reason = _json_object(event.get("delta")).get("stop_reason")
+                        usage = _delta_usage(usage, _json_object(event.get("usage")))
+                    elif kind == "message_stop":
                         stopped = True
                 if not stopped:
                     raise _cut(parts, "body ended")
@@ -343,7 +377,7 @@ class _ClaudeAnswerStream:
             raise _cut(parts, type(exc).__name__) from exc
         self.usage = usage
         model.metrics.tokens(call="chat", usage=self.usage)
-        logger.info(
+        logger.debug(
             "stream done: model=%s stop_reason=%s chars=%d usage=%s",
             model.chat_model,
             self.stop_reason,
@@ -353,19 +387,27 @@ class _ClaudeAnswerStream:
         logger.debug("chat answer: %s", "".join(parts))
 
 
-def _delta_usage(usage: Usage, delta: MessageDeltaUsage) -> Usage:
-    """``usage`` from ``message_start`` updated by a ``message_delta``'s counts: output tokens
-    are cumulative; the input counts, when present, replace the earlier ones (as the SDK's
-    own snapshot does, ``anthropic.lib.streaming._messages.accumulate_event``)."""
+def _json_object(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else ``{}`` (a field the API left out or null)."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def _delta_usage(usage: Usage, delta: Mapping[str, Any]) -> Usage:
+    """``usage`` from ``message_start`` updated by a ``message_delta``'s ``usage`` object:
+    output tokens are cumulative; the input counts, when present, replace the earlier ones
+    (as the SDK's own snapshot does, ``anthropic.lib.streaming._messages.accumulate_event``)."""
+
+    def newer(key: str, old: int) -> int:
+        value = delta.get(key)
+        return old if value is None else int(value)
+
     return Usage(
-        input_tokens=usage.input_tokens if delta.input_tokens is None else delta.input_tokens,
-        output_tokens=delta.output_tokens or 0,
-        cache_read_input_tokens=usage.cache_read_input_tokens
-        if delta.cache_read_input_tokens is None
-        else delta.cache_read_input_tokens,
-        cache_creation_input_tokens=usage.cache_creation_input_tokens
-        if delta.cache_creation_input_tokens is None
-        else delta.cache_creation_input_tokens,
+        input_tokens=newer("input_tokens", usage.input_tokens),
+        output_tokens=int(delta.get("output_tokens") or 0),
+        cache_read_input_tokens=newer("cache_read_input_tokens", usage.cache_read_input_tokens),
+        cache_creation_input_tokens=newer(
+            "cache_creation_input_tokens", usage.cache_creation_input_tokens
+        ),
     )
 
 

@@ -248,3 +248,21 @@ def test_feedback_report_by_day_and_workspace(db_path: Path) -> None:
     assert code == 0 and out.splitlines()[-1].split() == ["total", "2", "1"]
     code, _, err = cli(db_path, "feedback", "--since", "yesterday")
     assert code == 2 and err.count("\n") == 1
+
+
+def test_commands_run_on_uvloop_where_it_is_installed() -> None:
+    """bots.cli.run picks uvloop's event loop (a dependency except on Windows); without it,
+    asyncio's."""
+    import asyncio
+    import importlib.util
+
+    from bots.cli import event_loop_factory, run
+
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    module = run(loop_module())
+    if importlib.util.find_spec("uvloop") is None:
+        assert event_loop_factory() is None and module.startswith("asyncio")
+    else:
+        assert event_loop_factory() is not None and module.startswith("uvloop")

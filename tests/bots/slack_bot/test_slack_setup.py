@@ -99,3 +99,31 @@ def test_retry_num_reads_only_real_retries() -> None:
 
 def test_memory_text_cannot_mention_or_link() -> None:
     assert escape_mrkdwn("<!channel> & <@U1>") == "&lt;!channel&gt; &amp; &lt;@U1&gt;"
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+async def test_web_clients_log_at_an_explicit_level(level: str) -> None:
+    """slack_sdk builds each request's debug line (params, headers, body) when
+    ``logger.level <= DEBUG``, which a logger left at NOTSET (0) always is: the clients'
+    logger carries the configured level, so at INFO nothing is built and at DEBUG it is."""
+    import logging
+
+    from aiohttp import ClientSession
+
+    from bots.slack_bot.app import web_clients
+    from core.logs import configure_logging
+    from core.settings import Settings
+
+    configure_logging(level=level)
+    try:
+        async with ClientSession() as session:
+            client, stream_client = web_clients(
+                Settings(_env_file=None),  # type: ignore[call-arg]
+                "xoxb-1",
+                session,
+            )
+        for c in (client, stream_client):
+            assert c.logger.level == getattr(logging, level)
+            assert (c.logger.level <= logging.DEBUG) is (level == "DEBUG")
+    finally:
+        configure_logging(level="WARNING")
