@@ -263,7 +263,15 @@ class SQLiteBase:
         await self._write_lock.acquire(urgent=urgent)
         token = _IN_WRITE.set(True)
         try:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                # Cancelled while queued, the BEGIN still runs on the thread: end it there
+                # (queued after it) before the lock passes on. After a failed BEGIN this
+                # ROLLBACK fails harmlessly.
+                with contextlib.suppress(sqlite3.Error):
+                    await self._conn.execute("ROLLBACK")
+                raise
             try:
                 yield self._conn
             except BaseException:

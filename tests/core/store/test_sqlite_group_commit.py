@@ -230,3 +230,30 @@ async def test_a_closed_store_refuses_writes(db_path: Path) -> None:
     with pytest.raises(StoreError):
         await store._run(write_mark("after"))
     assert committed_marks(db_path) == {"in flight"}
+
+
+async def test_a_write_cancelled_at_its_begin_leaves_no_transaction_for_the_next_group(
+    db_path: Path,
+) -> None:
+    # A _write() cancelled while its BEGIN IMMEDIATE is queued on the database thread: the
+    # BEGIN still runs there after the lock is released. Unless it is rolled back, the next
+    # group (other users' writes, an acknowledgement's among them) fails with "cannot start
+    # a transaction within a transaction".
+    store = await SQLiteStore.open(str(db_path))
+    try:
+
+        async def memory_write() -> None:
+            async with store._write():
+                await asyncio.sleep(3600)  # pragma: no cover - cancelled at its BEGIN
+
+        task = asyncio.create_task(memory_write())
+        await asyncio.sleep(0)  # it holds the lock and awaits its BEGIN
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await store.mark_once(mark="after")
+        async with store._write() as conn:
+            await conn.execute("INSERT INTO marks(mark, at) VALUES ('rare', 'now')")
+    finally:
+        await store.close()
+    assert committed_marks(db_path) == {"after", "rare"}
