@@ -31,7 +31,7 @@ from typing import Any, cast
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
-from core.store.sqlite.base import dt, ts
+from core.store.sqlite.base import _IN_WRITE, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -104,7 +104,10 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
             uid = cast(int, cur.lastrowid)
         else:
             uid = row[0]
-        self._uids[user_key] = uid
+        if not _IN_WRITE.get():
+            # Only a committed uid is kept: one inserted (or read) inside a write that then
+            # rolls back would be handed by SQLite to the next new user.
+            self._uids[user_key] = uid
         return uid
 
     async def _event(

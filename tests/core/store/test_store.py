@@ -253,3 +253,22 @@ async def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError):
         await SQLiteStore.open(str(path))
+
+
+async def test_a_rolled_back_first_write_of_a_user_does_not_hand_its_id_to_another(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Alice's first memory write fails after her users row was inserted: the transaction
+    # rolls back, and SQLite gives the next new user (Bob) the same uid. Alice's next memory
+    # must not be written under it (Bob would recall it).
+    async def failing(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("fails inside the write")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "_add_one", failing)
+        with pytest.raises(RuntimeError):
+            await store.add(user_key=ALICE, memory=NewMemory(text="Alice: x."), dedupe=Deduper())
+    await store.add(user_key=BOB, memory=NewMemory(text="Bob likes tea."), dedupe=Deduper())
+    await store.add(user_key=ALICE, memory=NewMemory(text="Alice has a cat."), dedupe=Deduper())
+    assert [m.text for m in await store.list_memories(user_key=BOB)] == ["Bob likes tea."]
+    assert [m.text for m in await store.list_memories(user_key=ALICE)] == ["Alice has a cat."]
