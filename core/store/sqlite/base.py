@@ -180,7 +180,12 @@ class SQLiteBase:
             return
         self._closed = True
         try:
-            while self._writer is not None and not self._writer.done():
+            while self._queued_urgent or self._queued or not self._writer_done():
+                if self._writer_done():  # cancelled with writes queued: their callers wait
+                    self._writer = asyncio.get_running_loop().create_task(
+                        self._write_queued(), name="sqlite-writer"
+                    )
+                assert self._writer is not None
                 await asyncio.shield(self._writer)
             async with self._write_lock:
                 await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
@@ -189,6 +194,9 @@ class SQLiteBase:
             logger.info("WAL checkpoint at close skipped: %s", exc)
         finally:
             await self._close_connections()
+
+    def _writer_done(self) -> bool:
+        return self._writer is None or self._writer.done()
 
     async def applied_migrations(self) -> list[str]:
         """Names of applied migrations, in order."""

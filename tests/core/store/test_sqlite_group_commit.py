@@ -257,3 +257,28 @@ async def test_a_write_cancelled_at_its_begin_leaves_no_transaction_for_the_next
     finally:
         await store.close()
     assert committed_marks(db_path) == {"after", "rare"}
+
+
+async def test_close_runs_writes_left_queued_by_a_cancelled_writer(db_path: Path) -> None:
+    # The writer task cancelled (asyncio.run's shutdown cancels every task) while a group
+    # runs on the thread: what was queued behind that group must still be written, or fail,
+    # at close; its caller must not wait forever.
+    store = await SQLiteStore.open(str(db_path))
+    started = threading.Event()
+
+    def slow(conn: sqlite3.Connection) -> None:
+        started.set()
+        threading.Event().wait(0.2)
+        write_mark("slow")(conn)
+
+    first = asyncio.create_task(store._run(slow))
+    await asyncio.to_thread(started.wait, 5)
+    behind = asyncio.create_task(store._run(write_mark("behind")))
+    await asyncio.sleep(0)
+    assert store._writer is not None
+    store._writer.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await store.close()
+    done, _ = await asyncio.wait([behind], timeout=5)
+    assert done and behind.result() is None
+    assert committed_marks(db_path) == {"slow", "behind"}
