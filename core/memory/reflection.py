@@ -277,8 +277,9 @@ class Reflector:
         turn = await self.store.get_turn(turn_id=turn_id)
         if turn is None or turn.user_key is None or turn.reflection in ("done", "skipped", "off"):
             return None
-        # No second read of the mode: leaving "on" turned this turn's reflection "off" in
-        # the same transaction (``set_mode``), whenever it happened since the turn began.
+        # No read of the mode: leaving "on" turned this turn's reflection "off" in the same
+        # transaction (``set_mode``), whenever it happened since the turn began; a change
+        # during the model call is seen before anything is written (``_still_wanted``).
         answer = await self.store.answer_to(turn_id=turn_id)
         attempts = turn.attempts
         while True:
@@ -339,6 +340,17 @@ class Reflector:
                 logger.exception("on_learned callback failed for turn %s", turn_id)
         return result
 
+    async def _still_wanted(self, turn: Turn) -> bool:
+        """Whether the turn may still be learned from once the model has answered: a
+        ``/memory pause`` or ``off`` (``set_mode`` turns its reflection ``off``) or a forget
+        of the turn while the call ran means its memories are not written. What is left is
+        the moment between this read and the writes."""
+        now = await self.store.get_turn(turn_id=turn.id)
+        if now is not None and now.reflection != "off":
+            return True
+        logger.info("reflection turn=%s dropped: memory paused, off or forgotten", turn.id)
+        return False
+
     async def _reflect_once(self, turn: Turn, answer: Turn | None) -> ReflectionResult:
         assert turn.user_key is not None
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
@@ -358,7 +370,10 @@ class Reflector:
         allowed = {s.memory.id for s in related}
         added: list[Memory] = []
         duplicates = rejected = superseded = 0
-        for candidate in extraction.value.memories:
+        candidates = extraction.value.memories
+        if candidates and not await self._still_wanted(turn):
+            candidates = []  # nothing is written; the call's usage is still recorded
+        for candidate in candidates:
             text = check_candidate(candidate)
             if text is None:
                 rejected += 1

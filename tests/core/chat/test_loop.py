@@ -13,6 +13,7 @@ from core.chat.prompt import PERSONA
 from core.errors import ModelError, StreamCutError
 from core.rules.dedupe import Deduper
 from core.types import NewMemory, NewTurn, utcnow
+from tests.discord_helpers import eventually
 from tests.fakes.anthropic_server import (
     MIN_CACHE_TOKENS,
     FakeAnthropic,
@@ -365,3 +366,20 @@ async def test_forget_all_erases_history(fake: FakeAnthropic, db_url: str) -> No
         await h.service.forget_all(user_key=ALICE)
         assert await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10) == []
         assert len(await h.store.recent_turns(conversation_key=f"dm:{BOB}", limit=10)) == 2
+
+
+@pytest.mark.parametrize("mode", ["off", "paused"])
+async def test_memory_turned_off_while_reflection_runs_stores_nothing(
+    fake: FakeAnthropic, db_url: str, mode: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        fake.enqueue(
+            slow(memories_reply(("The user likes jazz.", "preference", "general")), 1.0),
+            kind="extract",
+        )
+        await h.say(dm(ALICE, "I like jazz"))
+        await eventually(lambda: fake.requests_of("extract"), what="the reflection's call")
+        await h.store.set_mode(user_key=ALICE, mode=mode)  # /memory off or pause, confirmed
+        assert await h.reflector.drain(10)
+        assert await h.service.list_memories(user_key=ALICE) == []
+    assert len(fake.requests_of("extract")) == 1
