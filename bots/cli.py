@@ -555,6 +555,17 @@ def memories_undo(
     typer.echo(json.dumps({"restored": restored}) if as_json else f"restored {restored} memories")
 
 
+def since_date(since: str | None) -> datetime:
+    """``--since`` of the reports: midnight UTC of a ``YYYY-MM-DD`` date, or the epoch when
+    absent; a usage error (exit 2) naming the option otherwise."""
+    if not since:
+        return datetime(1970, 1, 1, tzinfo=UTC)
+    try:
+        return datetime.fromisoformat(since).replace(tzinfo=UTC)
+    except ValueError:
+        raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+
+
 @app.command("usage")
 def usage(
     ctx: typer.Context,
@@ -567,14 +578,7 @@ def usage(
     """Claude usage totals (tokens as the API reported them), with the cache-read share."""
     if by not in ("user", "workspace", "kind"):
         raise fail("--by must be user, workspace or kind", 2)
-    try:
-        start = (
-            datetime.fromisoformat(since).replace(tzinfo=UTC)
-            if since
-            else datetime(1970, 1, 1, tzinfo=UTC)
-        )
-    except ValueError:
-        raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+    start = since_date(since)
 
     from core.types import UsageRow
 
@@ -633,14 +637,7 @@ def feedback(
     as_json: JsonFlag = False,
 ) -> None:
     """Thumbs up / down on answers, by day (UTC) and workspace; one rating per user and answer."""
-    try:
-        start = (
-            datetime.fromisoformat(since).replace(tzinfo=UTC)
-            if since
-            else datetime(1970, 1, 1, tzinfo=UTC)
-        )
-    except ValueError:
-        raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
+    start = since_date(since)
     rows = run(with_store(ctx.obj, lambda store: store.feedback_report(since=start)))
     if as_json:
         typer.echo(
