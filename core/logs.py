@@ -14,6 +14,11 @@ from typing import Literal, TextIO
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+QUIET_AT_INFO = ("httpx", "httpx2")
+"""Libraries whose INFO lines are per-request noise, raised to WARNING unless ``level`` is
+DEBUG: the HTTP client under the Anthropic SDK logs ``HTTP Request: POST ... 200 OK`` for every
+Claude call, two a turn, which the bot's own turn lines already cover."""
+
 
 def configure_logging(
     *, level: str, fmt: Literal["text", "json"] = "text", stream: TextIO | None = None
@@ -37,3 +42,6 @@ def configure_logging(
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    debug = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+    for name in QUIET_AT_INFO:
+        logging.getLogger(name).setLevel(logging.NOTSET if debug else logging.WARNING)

@@ -217,6 +217,23 @@ def test_json_log_lines_carry_the_same_fields() -> None:
     assert second.endswith(" INFO selfmind.test: stored 4 memories")
 
 
+def test_http_client_request_lines_are_quiet_at_info_and_back_at_debug() -> None:
+    stream = io.StringIO()
+    try:
+        configure_logging(level="INFO", stream=stream)
+        logging.getLogger("httpx2").info("HTTP Request: POST /v1/messages 200")
+        logging.getLogger("httpx2").warning("connection reset")
+        configure_logging(level="DEBUG", stream=stream)
+        logging.getLogger("httpx2").info("HTTP Request: POST /v1/messages 201")
+    finally:
+        configure_logging(level="WARNING")
+    lines = stream.getvalue().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "WARNING httpx2: connection reset",
+        "INFO httpx2: HTTP Request: POST /v1/messages 201",
+    ]
+
+
 def test_selfmind_log_format_json_makes_every_line_json(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     proc = selfmind("--db", str(db), "--log-level", "DEBUG", "memories", "remember",
@@ -382,3 +399,43 @@ def test_reindex_without_numpy_names_the_extra(tmp_path: Path) -> None:
         "error: memories reindex: this needs the semantic extra:"
         " pip install 'selfmind[semantic]' (see the README)\n"
     )
+
+
+# --------------------------------------------------------------------- garbage collector
+
+
+def test_settle_heap_freezes_the_start_up_heap_once_and_raises_the_thresholds() -> None:
+    code = textwrap.dedent("""
+        import gc
+        from bots.cli import GC_THRESHOLDS, settle_heap
+        before = gc.get_threshold()
+        settle_heap()
+        frozen = gc.get_freeze_count()
+        [object() for _ in range(10)]
+        settle_heap()
+        print(before, gc.get_threshold() == GC_THRESHOLDS, frozen, gc.get_freeze_count() == frozen)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    before, same, frozen, again = proc.stdout.rsplit(" ", 3)
+    assert before == "(700, 10, 10)" and same == "True" and again == "True\n"
+    assert int(frozen) > 10_000  # the imported modules, classes and schemas
+
+
+@pytest.mark.parametrize("command", [["discord"], ["slack", "--http"], ["chat", "--user", "a"]])
+def test_the_bot_commands_settle_the_heap_before_their_loop(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bots.cli
+
+    calls: list[str] = []
+    monkeypatch.setattr(bots.cli, "settle_heap", lambda: calls.append("settled"))
+    monkeypatch.setattr(bots.cli, "run", lambda coro: (coro.close(), calls.append("run"), 0)[2])
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "t")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1-2-abc")
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "s")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    result = runner.invoke(app, ["--db", str(tmp_path / "m.db"), *command])
+    assert result.exit_code == 0, result.output
+    assert calls == ["settled", "run"]
