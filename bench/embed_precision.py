@@ -5,8 +5,9 @@
 Embeds ``--texts`` memory-like sentences in batches (what a reindex or a bulk import does)
 and ``--queries`` one at a time (what each recall does), both ways, on the bot's model
 (core/memory/embeddings.py), and prints the time of each and the worst and mean cosine of a
-bfloat16 vector to its float32 one. The embedder uses bfloat16 only when its load-time probe
-keeps every cosine >= ``MIN_COSINE``; this bench says which it chose on this machine.
+bfloat16 vector to its float32 one. The embedder uses bfloat16 only when its load-time probes
+keep every cosine >= ``MIN_COSINE`` and encode a batch at least ``MIN_SPEEDUP`` times faster;
+this bench says which it chose on this machine.
 """
 
 from __future__ import annotations

@@ -9,10 +9,13 @@ loop.
 
 Precision: on a CPU with native bfloat16 (oneDNN reports it: AVX512-BF16 or AMX) the model
 runs under ``torch.autocast("cpu", dtype=torch.bfloat16)`` when, at load, the probe sentences
-of :data:`PROBES` embed to vectors within cosine :data:`MIN_COSINE` of float32's; otherwise,
-float32. bench/embed_precision.py on the project's 2-core AMD EPYC (AVX512-BF16): batches of
-64 2.4x faster, one query 1.3x, worst cosine to float32 0.99997; int8 dynamic quantisation
-changed the vectors too much to keep. The vectors returned are float32 either way.
+of :data:`PROBES` embed to vectors within cosine :data:`MIN_COSINE` of float32's and a batch
+of them encodes at least :data:`MIN_SPEEDUP` times faster than in float32; otherwise,
+float32. Native support alone does not make it faster: bench/embed_precision.py measured
+bfloat16 2.4x faster on one 2-core AMD EPYC (AVX512-BF16) and 0.8x (slower) on a 2-core
+Intel Xeon that also reports AVX512-BF16, worst cosine to float32 0.99997 on both; int8
+dynamic quantisation changed the vectors too much to keep. The vectors returned are float32
+either way.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import contextlib
 import importlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +55,10 @@ PROBES = (
     "ok",
 )
 """Sentences embedded both ways at load to check that bfloat16 keeps the vectors."""
+MIN_SPEEDUP = 1.2
+"""bfloat16 is used only when it encodes a batch at least this many times faster."""
+SPEED_BATCH = 4
+"""The speed probe encodes :data:`PROBES` this many times over, in one batch (24 texts)."""
 
 
 class Embedder(Protocol):
@@ -87,7 +95,7 @@ class SentenceTransformerEmbedder:
 
         logger.info("loading embedding model %s", self.name)
         model = SentenceTransformer(self.model_dir, device="cpu")
-        self.bf16 = bf16_keeps_vectors(model)
+        self.bf16 = bf16_pays(model)
         logger.info("embedding model %s: %s", self.name, "bfloat16" if self.bf16 else "float32")
         return model
 
@@ -188,6 +196,32 @@ def bf16_keeps_vectors(model: Any) -> bool:
     worst = float((exact * fast).sum(axis=1).min())
     logger.debug("bfloat16 probe: worst cosine to float32 %.6f", worst)
     return worst >= MIN_COSINE
+
+
+def bf16_speedup(model: Any, *, rounds: int = 2) -> float:
+    """float32's time over bfloat16's to encode one batch of :data:`PROBES` times
+    :data:`SPEED_BATCH` (best of ``rounds`` each, the two ways interleaved, after one
+    warm-up each): above 1, bfloat16 is faster on this CPU."""
+    texts = list(PROBES) * SPEED_BATCH
+    best = {False: float("inf"), True: float("inf")}
+    for bf16 in (False, True):
+        encode(model, texts, bf16=bf16)
+    for _ in range(rounds):
+        for bf16 in (False, True):
+            t0 = time.perf_counter()
+            encode(model, texts, bf16=bf16)
+            best[bf16] = min(best[bf16], time.perf_counter() - t0)
+    return best[False] / best[True]
+
+
+def bf16_pays(model: Any) -> bool:
+    """True when :func:`bf16_keeps_vectors` and :func:`bf16_speedup` is at least
+    :data:`MIN_SPEEDUP`: bfloat16 autocast keeps the vectors and is faster here."""
+    if not bf16_keeps_vectors(model):
+        return False
+    speedup = bf16_speedup(model)
+    logger.info("embedding under bfloat16 autocast: %.2fx the speed of float32", speedup)
+    return speedup >= MIN_SPEEDUP
 
 
 def default_model_dir() -> Path:

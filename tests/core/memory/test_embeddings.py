@@ -1,5 +1,6 @@
 """Embeddings (core/memory/embeddings.py): bfloat16 autocast keeps the vectors within the
-cosine bound of float32, and the embedder uses it only when its load-time probe says so.
+cosine bound of float32, and the embedder uses it only when its load-time probes say it
+keeps the vectors and is faster on this CPU.
 Runs when the semantic extra is installed, skips cleanly else."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from core.memory.embeddings import (
     PROBES,
     SentenceTransformerEmbedder,
     bf16_keeps_vectors,
+    bf16_speedup,
     encode,
 )
 
@@ -57,12 +59,29 @@ def test_bf16_vectors_stay_within_the_cosine_bound_of_float32(
     assert (exact != fast).any()  # autocast did run: the vectors are not bit-identical
 
 
-def test_embedder_uses_bf16_exactly_when_the_probe_says_so(
+def test_embedder_uses_bf16_only_when_it_keeps_the_vectors(
     loaded: tuple[SentenceTransformerEmbedder, Any],
 ) -> None:
     embedder, model = loaded
-    assert embedder.bf16 == bf16_keeps_vectors(model)
+    assert not embedder.bf16 or bf16_keeps_vectors(model)
     assert len(set(PROBES) & set(TEXTS)) == 0
+    assert bf16_speedup(model, rounds=1) > 0  # a real ratio of two timings
+
+
+@pytest.mark.parametrize(
+    ("keeps", "speedup", "chosen"),
+    [(True, 2.4, True), (True, 1.1, False), (True, 0.8, False), (False, 2.4, False)],
+)
+def test_embedder_uses_bf16_only_where_it_is_faster(
+    keeps: bool, speedup: float, chosen: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import core.memory.embeddings as embeddings
+
+    monkeypatch.setattr(embeddings, "bf16_keeps_vectors", lambda model: keeps)
+    monkeypatch.setattr(embeddings, "bf16_speedup", lambda model: speedup)
+    embedder = SentenceTransformerEmbedder()
+    embedder._load()
+    assert embedder.bf16 is chosen
 
 
 async def test_embed_returns_the_precision_it_chose(
