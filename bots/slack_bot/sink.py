@@ -214,6 +214,7 @@ class SlackStream:
         if self._announced or helper.ts is None:
             return
         self._announced = True
+        self._sink.replied()
         if self._sink.on_stream_started is not None:
             await self._sink.on_stream_started(helper.ts)
 
@@ -319,6 +320,7 @@ class SlackReplySink:
         self.thread_ts = thread_ts
         self.status_indicator = status
         self.status_thread_ts = status_thread_ts or thread_ts
+        self._status_up = False  # shown, and no reply posted in its thread since
 
     async def post(self, *, text: str) -> str:
         return await self._post(text, final=False)
@@ -365,6 +367,7 @@ class SlackReplySink:
             if wait_s is not None:
                 raise RateLimited(wait_s) from exc
             raise
+        self.replied()
         return str(response["ts"])
 
     async def _edit(self, handle: str, text: str, *, final: bool, mark: bool = False) -> None:
@@ -400,8 +403,19 @@ class SlackReplySink:
         return SlackStream(self)
 
     async def status(self, *, text: str | None) -> None:
+        """Show or clear the status; a clear after a reply posted in the status's thread is
+        not sent: Slack clears the status itself "when the app sends a reply"
+        (docs.slack.dev, assistant.threads.setStatus), one Web API call less a turn."""
         if self.status_indicator is None or self.status_thread_ts is None:
+            return
+        if text is None and not self._status_up:
             return
         await self.status_indicator.show(
             channel=self.channel, thread_ts=self.status_thread_ts, text=text
         )
+        self._status_up = text is not None
+
+    def replied(self) -> None:
+        """A message of this reply was posted (or a stream started) in its thread."""
+        if self.thread_ts is not None and self.thread_ts == self.status_thread_ts:
+            self._status_up = False

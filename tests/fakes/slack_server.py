@@ -656,6 +656,11 @@ class FakeSlack:
         self.recorded: list[RecordedCall] = []
         self.ephemerals: list[JsonDict] = []
         self.statuses: list[JsonDict] = []
+        self.shown_status: dict[tuple[str, str], str] = {}
+        """The status each (channel, thread_ts) shows now: set by a non-empty
+        ``assistant.threads.setStatus``, gone on an empty one or when the app replies in that
+        thread (a post or a stream; the method's docs: "automatically cleared when the app
+        sends a reply")."""
         self.prompts: list[JsonDict] = []
         """Suggested prompts Slack applied (a call an agent app makes with thread_ts is not)."""
         self.agent_app = agent_app
@@ -1003,6 +1008,7 @@ class FakeSlack:
         msg = self._bot_message(self._content(params, max_chars=self.post_max_chars))
         if params.get("thread_ts"):
             msg["thread_ts"] = str(params["thread_ts"])
+            self.shown_status.pop((channel, msg["thread_ts"]), None)  # a reply clears it
         self._store(channel, msg)
         return {"channel": channel, "ts": msg["ts"], "message": msg}
 
@@ -1069,6 +1075,7 @@ class FakeSlack:
         text = self._stream_text(params, required=False)
         msg = self._bot_message({"text": text, "markdown_text": text})
         msg |= {"thread_ts": thread_ts, "streaming": True}
+        self.shown_status.pop((channel, str(thread_ts)), None)  # a reply clears it
         self._stream_started[str(msg["ts"])] = time.monotonic()
         if params.get("recipient_user_id"):
             msg["recipient_user_id"] = str(params["recipient_user_id"])
@@ -1204,6 +1211,11 @@ class FakeSlack:
         self._required(params, "channel_id", "channel_not_found")
         self._required(params, "thread_ts")
         self.statuses.append(dict(params))
+        where = (str(params["channel_id"]), str(params["thread_ts"]))
+        if params.get("status"):
+            self.shown_status[where] = str(params["status"])
+        else:
+            self.shown_status.pop(where, None)
         return {}
 
     def _assistant_set_prompts(self, params: JsonDict) -> JsonDict:

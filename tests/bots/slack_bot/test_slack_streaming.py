@@ -436,3 +436,33 @@ def test_inert_mentions_and_the_escaper_for_pieces() -> None:
     joined = "".join(pieces)
     assert joined == "hi &lt;!channel> and &lt;@U2> <"
     assert render_markdown_text(joined)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("where", "streaming", "calls"),
+    [
+        ("dm thread", "native", 1),  # the stream is a reply: Slack clears the status
+        ("channel thread", "edits", 1),  # so is the first post in the mention's thread
+        ("dm", "edits", 2),  # a top-level answer is no reply in the status's thread
+    ],
+)
+async def test_the_thinking_status_never_stays_and_a_reply_clears_it_without_a_call(
+    where: str, streaming: str, calls: int, slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    claude.enqueue(answer_of(300), kind="chat")
+    if where == "dm thread":
+        root = slack.seed_message("D1", "start a thread", user="U1")
+        event = slack.events.message("tell me more", user="U1", thread_ts=root["ts"])
+    elif where == "channel thread":
+        event = slack.events.app_mention(f"{slack.identity.mention} explain", user="U1")
+    else:
+        event = slack.events.message("explain", user="U1")
+    settings = slack_settings(slack, claude, tmp_path / "m.db", slack_streaming=streaming)
+    async with running_bot(settings) as running:
+        await slack.send_event(running.events_url, event)
+        await slack.wait_until(lambda: bool(slack.calls("chat.postMessage") or slack.calls(
+            "chat.stopStream")), what="the answer")  # fmt: skip
+        await settle(running)
+    assert [bool(s["status"]) for s in slack.statuses] == [True, False][:calls]
+    assert slack.statuses[0]["thread_ts"] == event.get("thread_ts", event["ts"])
+    assert slack.shown_status == {}  # nothing left saying "is thinking…"
