@@ -2,7 +2,7 @@
 
     python bench/load.py [--users 50 200] [--backends sqlite postgres] [--processes 1 2]
                          [--turns-per-user 3] [--recall bm25 hybrid] [--baseline [COMMIT]]
-                         [--profile DIR] [--json]
+                         [--profile DIR] [--slack-defaults] [--json]
 
 Each run starts the fake Slack and the fake Anthropic server of the test suite, the real bot
 as ``selfmind slack --http`` child process(es) on a fresh SQLite file (``synchronous`` from
@@ -16,6 +16,11 @@ bot processes on the same database, as a load balancer would.
 ``--recall hybrid`` runs the bots with ``SELFMIND_RECALL=hybrid`` (BM25 and embeddings fused,
 the semantic extra needed), and the fake's reflection then proposes one memory a turn (with
 ``bm25`` it proposes none): each memory and each recall query is embedded on the bot's CPU.
+
+``--slack-defaults`` runs the bots with their own edit interval and edit budget (1 s, 50
+``chat.update`` a minute per workspace: Slack's tier 3) instead of the bench's 50 ms and no
+budget: what a burst costs when the budget, not the CPU, is the limit (use
+``--turns-per-user 1``: a baseline that waits minutes for its final edits takes long).
 
 ``--baseline`` runs the same harness against another commit (default: ``git merge-base HEAD
 main``, the commit this branch started from) checked out with ``git worktree`` into a
@@ -64,10 +69,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.replay_locomo import _TALKING_WITH, EDIT_INTERVAL_S, BotProcess, count_log_errors
+from core.settings import Settings
 from tests.fakes.anthropic_server import Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 
 REPO = Path(__file__).resolve().parent.parent
+DEFAULT_EDIT_INTERVAL_S = float(Settings.model_fields["slack_edit_interval_s"].default)
+DEFAULT_UPDATES_PER_MINUTE = int(Settings.model_fields["slack_updates_per_minute"].default)
 FIRST_TOKEN_S = 0.5
 CHUNK_CHARS, CHUNK_DELAY_S = 4, 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -188,7 +196,7 @@ def answer_times(slack: FakeSlack) -> dict[str, list[float]]:
     for c in slack.recorded:
         if c.method in ("chat.postMessage", "chat.update"):
             text = str(c.params.get("markdown_text") or c.params.get("text") or "")
-            if text.startswith(prefix):
+            if prefix in text:  # a first DM's answer comes after the privacy line
                 out[str(c.params.get("channel"))].append(c.at)
     return out
 
@@ -203,6 +211,7 @@ async def one_config(
     label: str,
     recall: str = "bm25",
     profile: str | None = None,
+    slack_defaults: bool = False,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
     db = workdir / "load.db"
@@ -259,6 +268,7 @@ async def one_config(
                 db_url=url,
                 repo=repo,
                 wrap=trace if strace or profile else None,
+                slack_defaults=slack_defaults,
             )
             # The bot's environment is this process's (BotProcess copies SELFMIND_*).
             os.environ.update(SELFMIND_SLACK_STREAMING="edits", SELFMIND_RECALL=recall)
@@ -311,10 +321,10 @@ async def one_config(
                 if response.status != 200:
                     run.reasons[f"event answered HTTP {response.status}"] += 1
                     continue
-                deadline = t0 + 120
+                deadline = t0 + (300 if slack_defaults else 120)
                 while not finals_of(slack, channel, tag):
                     if time.monotonic() > deadline:
-                        run.reasons["turn not answered in 120 s"] += 1
+                        run.reasons["turn not answered in time"] += 1
                         break
                     await asyncio.sleep(0.02)
                 else:
@@ -385,7 +395,10 @@ async def one_config(
         "cpu_ms_turn": cpu * 1000 / n,
         "tx_turn": None if tx is None else tx / n,
         "fsync_turn": None if fsyncs is None else fsyncs / n,
-        "throttle_ms_turn": edits * EDIT_INTERVAL_S * 1000 / n,
+        "throttle_ms_turn": edits
+        * (DEFAULT_EDIT_INTERVAL_S if slack_defaults else EDIT_INTERVAL_S)
+        * 1000
+        / n,
         "turns_per_s": n / answered_s,
         "slack_calls_turn": sum(by_method.values()) / n,
         "errors": errors,
@@ -466,9 +479,15 @@ def baseline_tree(commit: str) -> Any:
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     if shutil.which("strace") is None:
         print("strace not found: fsyncs on SQLite not counted (apt-get install -y strace)")
+    budget = (
+        f"the bot's own defaults: edit interval {DEFAULT_EDIT_INTERVAL_S * 1000:.0f} ms, edit"
+        f" budget {DEFAULT_UPDATES_PER_MINUTE} a minute per workspace"
+        if args.slack_defaults
+        else f"bot edit interval {EDIT_INTERVAL_S * 1000:.0f} ms, edit budget off"
+    )
     print(
         "fake Slack rate limits: off for chat.update/chat.postMessage (streaming methods unused);"
-        f" bot edit interval {EDIT_INTERVAL_S * 1000:.0f} ms (throttle reported apart);"
+        f" {budget} (throttle reported apart);"
         f" answers by message edits (SELFMIND_SLACK_STREAMING=edits);"
         f" {args.turns_per_user} turns per user"
     )
@@ -501,6 +520,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 label=label,
                                 recall=recall,
                                 profile=args.profile,
+                                slack_defaults=args.slack_defaults,
                             )
                             rows.append(row)
                             print_rows([row])
@@ -533,6 +553,11 @@ def main() -> None:
         "--profile",
         metavar="DIR",
         help="run each bot under py-spy (raw stacks into DIR) instead of strace",
+    )
+    parser.add_argument(
+        "--slack-defaults",
+        action="store_true",
+        help="run the bots with their own edit interval (1 s) and edit budget (50 a minute)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
 from core.rules.dedupe import Deduper
 from core.rules.text import normalize
+from core.settings import Settings
 from core.types import Memory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
@@ -169,9 +170,11 @@ class BotProcess:
         db_url: str | None = None,
         repo: Path = REPO_ROOT,
         wrap: list[str] | None = None,
+        slack_defaults: bool = False,
     ) -> None:
         self.db, self.slack, self.claude, self.log = db, slack, claude, log
         self.db_url, self.repo, self.wrap = db_url, repo, wrap or []
+        self.slack_defaults = slack_defaults  # the bot's own edit interval and budget
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -195,6 +198,12 @@ class BotProcess:
             SELFMIND_SLACK_UPDATES_PER_MINUTE="1000000",
             SELFMIND_LOG_LEVEL="INFO",
         )
+        if self.slack_defaults:
+            fields = Settings.model_fields
+            env["SELFMIND_SLACK_EDIT_INTERVAL_S"] = str(fields["slack_edit_interval_s"].default)
+            env["SELFMIND_SLACK_UPDATES_PER_MINUTE"] = str(
+                fields["slack_updates_per_minute"].default
+            )
         out = self.log.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
             *self.wrap,

@@ -13,6 +13,14 @@ A background task per reply makes every sink call, one at a time and in order:
   rate-limit scope), so concurrent replies in one Slack workspace slow their edits down
   together instead of running into 429s. Discord sinks pass ``limiter=None``: discord.py
   follows Discord's per-route rate-limit headers itself;
+- a busy budget goes to final texts first. A reply takes the token of its final edit when it
+  starts; an interim edit is made only with a token free at that moment (else its text waits
+  for a later write). A reply that finds no token free when it starts is **held**: no
+  placeholder, and its first message is posted when the answer is finished, whole, needing
+  no edit at all, or after ``busy_hold_s`` with the text so far (it then streams on, its
+  final edit waiting for a token). In a burst, the answers past the budget's first few are
+  posted whole instead of waiting minutes for their final edits (bench/load.py
+  ``--slack-defaults``);
 - while streaming, a message ends with ``writing_marker`` (after a temporary closing fence if
   it is inside a code block); the final edit holds exactly the text; over a
   :class:`FinishingSink` the last message's final write is ``post_final`` / ``edit_final``
@@ -131,6 +139,8 @@ class EditLimiter(Protocol):
 
     async def acquire(self, amount: float = 1) -> None: ...
 
+    def has_capacity(self, amount: float = 1) -> bool: ...
+
 
 class EditBudgets:
     """Shared edit budgets: one leaky-bucket limiter per rate-limit scope.
@@ -184,6 +194,8 @@ class StreamConfig:
     rendering longer than ``max_chars`` is replaced by the unrendered text.
     ``max_rate_limit_retries``: 429s in a row on one message before it is given up.
     ``empty_text``: shown when the answer is empty.
+    ``busy_hold_s``: how long a reply started with the edit budget spent holds its first
+    message back for the whole answer (seconds; 0: never held).
     Raises ``ValueError`` for limits the splitter cannot meet.
     """
 
@@ -195,6 +207,7 @@ class StreamConfig:
     render: Callable[[str], str] | None = None
     max_rate_limit_retries: int = 5
     empty_text: str = "(no answer)"
+    busy_hold_s: float = 15.0
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -204,6 +217,8 @@ class StreamConfig:
             raise ValueError(f"edit_interval_s must be > 0, not {self.edit_interval_s}")
         if self.max_rate_limit_retries < 0:
             raise ValueError("max_rate_limit_retries must be >= 0")
+        if self.busy_hold_s < 0:
+            raise ValueError(f"busy_hold_s must be >= 0, not {self.busy_hold_s}")
         for name, value in (("placeholder", self.placeholder), ("empty_text", self.empty_text)):
             if value is not None and not 0 < len(value.strip()) <= len(value) <= self.max_chars:
                 raise ValueError(f"{name} must be non-blank and at most max_chars long")
@@ -278,6 +293,7 @@ class _Message:
     edits: int = 0
     last_write_at: float | None = None
     edit_ready: bool = False  # the interval has passed and a limiter token is held
+    busy_until: float | None = None  # an interim edit found no token: next try not before
     rate_limited_streak: int = 0
     complete: bool = True
     final: bool = False  # its last write was the final one (``FinishingSink``)
@@ -330,6 +346,8 @@ class StreamedReply:
         self._finishing = False
         self._closed = False
         self._want_placeholder = False
+        self._held_until: float | None = None  # held (see the module docstring) until then
+        self._final_token = False  # a budget token taken at start for the final edit
         self._status_shown = False
         self._rate_limited = 0
         self._error: SelfMindError | None = None
@@ -346,7 +364,15 @@ class StreamedReply:
         self._began = True
         if self._config.status_text is not None:
             await self._set_status(self._config.status_text)
-        self._want_placeholder = self._config.placeholder is not None
+        limiter, hold = self._limiter, self._config.busy_hold_s
+        if limiter is not None and hold > 0:
+            if limiter.has_capacity():
+                await limiter.acquire()  # free now: returns at once
+                self._final_token = True
+            else:
+                self._held_until = self._now() + hold
+                logger.debug("edit budget spent: the reply is held for %s s", hold)
+        self._want_placeholder = self._config.placeholder is not None and self._held_until is None
         self._wake_task()
 
     async def feed(self, delta: str) -> None:
@@ -444,7 +470,24 @@ class StreamedReply:
                 continue
             if self._finishing:
                 return
-            await self._wake.wait()
+            held = self._held_left()
+            if held is None:
+                await self._wake.wait()
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), held)
+            except TimeoutError:
+                self._held_until = None  # the hold is over: post the text so far
+
+    def _held_left(self) -> float | None:
+        """Seconds the first message is still held back (None: not held, or no longer)."""
+        if self._held_until is None or self._finishing:
+            return None
+        left = self._held_until - self._now()
+        if left <= 0 or len(self._messages) > 1:
+            self._held_until = None
+            return None
+        return left
 
     async def _step(self) -> bool:
         """Make (or wait for) one sink call; False when there is nothing to do."""
@@ -470,6 +513,8 @@ class StreamedReply:
         final = self._finishing  # no roll-over left: this write shows the final text
         if message.handle is None:
             if not blank or (self._finishing and len(self._messages) == 1):
+                if self._held_left() is not None:
+                    return False  # posted whole when it finishes (or when the hold ends)
                 await self._post(message, *self._display(message, text), final=final)
             elif self._want_placeholder and config.placeholder is not None:
                 self._want_placeholder = False  # only ever the first message, once
@@ -543,8 +588,7 @@ class StreamedReply:
 
     async def _edit(self, message: _Message, text: str, end: int, *, final: bool = False) -> None:
         if not message.edit_ready:
-            await self._wait_turn(message)
-            message.edit_ready = True
+            message.edit_ready = await self._wait_turn(message, final=final)
             return  # the next step edits with the text that arrived meanwhile
         message.edit_ready = False
         assert message.handle is not None
@@ -567,13 +611,29 @@ class StreamedReply:
         message.edits += 1
         message.final = final
 
-    async def _wait_turn(self, message: _Message) -> None:
-        if message.last_write_at is not None:
-            delay = message.last_write_at + self._config.edit_interval_s - self._now()
+    async def _wait_turn(self, message: _Message, *, final: bool) -> bool:
+        """Wait out the edit interval, then take a budget token: a final edit waits for one;
+        an interim edit takes one only if it is free now. False: no token, this edit is
+        skipped (its text goes into a later write, tried again an interval later)."""
+        due = [t for t in (message.last_write_at, message.busy_until) if t is not None]
+        if due:
+            delay = max(due) + self._config.edit_interval_s - self._now()
             if delay > 0:
                 await self._sleep(delay)
-        if self._limiter is not None:
-            await self._limiter.acquire()
+        limiter = self._limiter
+        if limiter is None:
+            return True
+        if final or self._finishing:
+            if self._final_token:
+                self._final_token = False
+            else:
+                await limiter.acquire()
+            return True
+        if not limiter.has_capacity():
+            message.busy_until = self._now()
+            return False
+        await limiter.acquire()
+        return True
 
     def _wrote(self, message: _Message, text: str, end: int) -> None:
         message.shown = text

@@ -331,6 +331,83 @@ def test_without_the_budget_the_same_load_hits_429s_and_still_ends_exact() -> No
         check_result(result, sink, text)
 
 
+def run_burst(
+    replies: int, *, hold_s: float, answer: str = "Answer: fine, noted and done, thanks."
+) -> tuple[list[ReplyResult], list[FakeSink], list[float], SlackLikeWorkspace]:
+    """``replies`` short answers starting at once in one workspace (first token after 0.5 s,
+    4 characters every 20 ms, as bench/load.py's fake model), Slack's defaults: a 1 s edit
+    interval and the 50-a-minute budget. Also returns, per reply, the seconds from the end
+    of its answer stream to its final write."""
+
+    async def main() -> tuple[list[ReplyResult], list[FakeSink], list[float], SlackLikeWorkspace]:
+        workspace = SlackLikeWorkspace(limit=50, window_s=60.0)
+        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        sinks = [FakeSink(max_chars=3500, workspace=workspace) for _ in range(replies)]
+        config = StreamConfig(max_chars=3500, busy_hold_s=hold_s, max_rate_limit_retries=100)
+        ended: list[float] = [0.0] * replies
+
+        async def one(i: int) -> ReplyResult:
+            async def deltas() -> AsyncIterator[str]:
+                async for piece in timed_deltas(
+                    [answer[k : k + 4] for k in range(0, len(answer), 4)],
+                    every_s=0.02,
+                    first_after_s=0.5,
+                ):
+                    yield piece
+                ended[i] = now()
+
+            return await stream_reply(sinks[i], deltas(), config, limiter=limiter)
+
+        results = list(await asyncio.gather(*(one(i) for i in range(replies))))
+        lags = [
+            max(c.at for c in sink.calls if c.kind in ("post", "edit")) - end
+            for sink, end in zip(sinks, ended, strict=True)
+        ]
+        return results, sinks, lags, workspace
+
+    return run_virtual(main())
+
+
+def test_a_burst_past_the_budget_is_posted_whole_and_no_final_waits_for_minutes() -> None:
+    answer = "Answer: fine, noted and done, thanks."
+    results, sinks, lags, workspace = run_burst(200, hold_s=15.0, answer=answer)
+    assert workspace.rate_limited == 0
+    for result, sink in zip(results, sinks, strict=True):
+        check_result(result, sink, answer)
+    whole = [s for s in sinks if [c.kind for c in s.calls if c.kind != "status"] == ["post"]]
+    assert len(whole) >= 190  # past the budget's burst: one post with the whole answer
+    assert all(c.text == answer for s in whole for c in s.calls if c.kind == "post")
+    assert max(lags) <= 2.0  # every answer shown whole within 2 s of its last token
+    # The same burst with replies never held: every answer waits its turn for a final edit
+    # of the budget's 50 a minute, the last of them for minutes.
+    _, _, unheld, workspace = run_burst(200, hold_s=0.0, answer=answer)
+    assert workspace.rate_limited == 0
+    assert max(unheld) > 120.0
+
+
+def test_a_held_long_answer_is_posted_when_the_hold_ends_and_streams_on() -> None:
+    async def main() -> tuple[ReplyResult, FakeSink, float, str]:
+        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        for _ in range(limiter.max_rate):
+            await limiter.acquire()  # the budget is spent
+        sink = FakeSink(max_chars=3500)
+        config = StreamConfig(max_chars=3500, busy_hold_s=15.0)
+        text = long_answer(random.Random(3), 2000)
+        pieces = tokens_of(text, random.Random(4))
+        t0 = now()
+        deltas = timed_deltas(pieces, every_s=40.0 / len(pieces), first_after_s=0.5)
+        result = await stream_reply(sink, deltas, config, limiter=limiter)
+        return result, sink, t0, text
+
+    result, sink, t0, text = run_virtual(main())
+    check_result(result, sink, text)
+    kinds = [c.kind for c in sink.calls if c.kind != "status"]
+    assert kinds[0] == "post" and "edit" in kinds  # no placeholder; edits after the post
+    first = next(c for c in sink.calls if c.kind == "post")
+    assert 15.0 <= first.at - t0 <= 16.0  # held for busy_hold_s, then the text so far
+    assert MARKER in (first.text or "")
+
+
 def test_budgets_are_shared_per_scope() -> None:
     async def main() -> None:
         budgets = EditBudgets(calls_per_minute=50)
@@ -566,6 +643,8 @@ def test_config_refuses_impossible_values() -> None:
         StreamConfig(max_chars=2000, edit_interval_s=0)
     with pytest.raises(ValueError, match="placeholder"):
         StreamConfig(max_chars=2000, placeholder="  ")
+    with pytest.raises(ValueError, match="busy_hold_s"):
+        StreamConfig(max_chars=2000, busy_hold_s=-1)
 
 
 async def test_real_event_loop_with_default_clock() -> None:
