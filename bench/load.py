@@ -69,6 +69,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.replay_locomo import _TALKING_WITH, EDIT_INTERVAL_S, BotProcess, count_log_errors
+from bots.slack_bot.events import DM_NOTICE
 from core.settings import Settings
 from tests.fakes.anthropic_server import Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
@@ -189,16 +190,21 @@ def finals_of(slack: FakeSlack, channel: str, tag: str) -> int:
     )
 
 
-def answer_times(slack: FakeSlack) -> dict[str, list[float]]:
-    """Per channel, the times of the bot's posts and edits that carry answer text."""
-    prefix = answer_for("")[:CHUNK_CHARS]
-    out: dict[str, list[float]] = defaultdict(list)
+def answer_writes(slack: FakeSlack) -> dict[str, list[tuple[float, str]]]:
+    """Per channel, the time and text of each of the bot's posts and edits."""
+    out: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for c in slack.recorded:
         if c.method in ("chat.postMessage", "chat.update"):
             text = str(c.params.get("markdown_text") or c.params.get("text") or "")
-            if prefix in text:  # a first DM's answer comes after the privacy line
-                out[str(c.params.get("channel"))].append(c.at)
+            out[str(c.params.get("channel"))].append((c.at, text))
     return out
+
+
+def shows_answer(tag: str, text: str) -> bool:
+    """Whether ``text`` shows the answer to ``tag`` or the start of it (after a first DM's
+    privacy line, before the writing marker's line)."""
+    body = text.removeprefix(DM_NOTICE).split("\n", 1)[0]
+    return bool(body) and answer_for(tag).startswith(body)
 
 
 async def one_config(
@@ -337,12 +343,16 @@ async def one_config(
         tx = (await pg_value(url, tx_sql) - tx0) if url else None
         wal = (await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") - wal0) if url else None
         edits = len(slack.calls("chat.update")) - edits0
-        times = answer_times(slack)
+        writes = answer_writes(slack)
         for channel, tag, t0 in sent:
-            # The calls of this turn: after its event, before the user's next one.
-            later = [t for t in times[channel] if t >= t0]
+            # This turn's writes: after its event, before the user's next one, showing its
+            # answer (a previous answer's final edit may come after this turn's event).
             nxt = [t1 for ch, _, t1 in sent if ch == channel and t1 > t0]
-            mine = [t for t in later if not nxt or t < min(nxt)]
+            mine = [
+                at
+                for at, text in writes[channel]
+                if at >= t0 and (not nxt or at < min(nxt)) and shows_answer(tag, text)
+            ]
             if not mine:
                 continue
             run.overheads.append((max(mine) - t0 - model_time_s(tag)) * 1000)
