@@ -13,13 +13,15 @@ A background task per reply makes every sink call, one at a time and in order:
   rate-limit scope), so concurrent replies in one Slack workspace slow their edits down
   together instead of running into 429s. Discord sinks pass ``limiter=None``: discord.py
   follows Discord's per-route rate-limit headers itself;
-- a busy budget goes to final texts first. A reply takes the token of its final edit when it
-  starts; an interim edit is made only with a token free at that moment (else its text waits
-  for a later write). A reply that finds no token free when it starts is **held**: no
-  placeholder, and its first message is posted when the answer is finished, whole, needing
-  no edit at all, or after ``busy_hold_s`` with the text so far (it then streams on, its
-  final edit waiting for a token). In a burst, the answers past the budget's first few are
-  posted whole instead of waiting minutes for their final edits (bench/load.py
+- a busy budget goes to final texts first. A reply **reserves** its final edit when it
+  starts (:meth:`EditBudget.reserve`; the token is taken when the edit is made, so the
+  budget's window still counts calls as they are made); an interim edit is made only with
+  a token free now that no final edit is waiting for (else its text waits for a later
+  write). A reply that can reserve nothing when it starts is **held**: no placeholder, and
+  its first message is posted when the answer is finished, whole, needing no edit at all,
+  or after ``busy_hold_s`` with the text so far (it then streams on, its final edit
+  waiting for a token). In a burst, the answers past the budget's first few are posted
+  whole instead of waiting minutes for their final edits (bench/load.py
   ``--slack-defaults``);
 - while streaming, a message ends with ``writing_marker`` (after a temporary closing fence if
   it is inside a code block); the final edit holds exactly the text; over a
@@ -66,6 +68,7 @@ __all__ = [
     "DISCORD_MAX_REPLY_CHARS",
     "SLACK_MAX_REPLY_CHARS",
     "SLACK_UPDATES_PER_MINUTE",
+    "EditBudget",
     "EditBudgets",
     "EditLimiter",
     "FinishingSink",
@@ -135,18 +138,66 @@ def _finishes(cls: type) -> bool:
 
 
 class EditLimiter(Protocol):
-    """A shared rate limiter; ``aiolimiter.AsyncLimiter`` is one."""
+    """A shared edit budget (:class:`EditBudget`)."""
 
     async def acquire(self, amount: float = 1) -> None: ...
 
     def has_capacity(self, amount: float = 1) -> bool: ...
 
+    def reserve(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class EditBudget:
+    """One scope's edit budget: an ``aiolimiter.AsyncLimiter`` leaky bucket (``limiter``), the
+    final edits reserved by the replies streaming in the scope (``reserved``) and the calls
+    waiting for a token (``waiting``).
+
+    ``acquire()`` takes a token, waiting for one (the writes that must be made: final edits);
+    ``has_capacity(n)``: ``n`` tokens free now and no call waiting (an interim edit may go);
+    ``reserve()`` admits one more reply to stream by edits when a token is free now beyond
+    those reserved (False: the reply is held, see the module docstring); ``release()`` ends
+    one reservation (its final edit then takes its token with ``acquire``, or the reply
+    ended without one). Tokens are taken when the calls are made, so any 60-second window
+    still sees at most the budget's calls."""
+
+    def __init__(self, limiter: AsyncLimiter) -> None:
+        self.limiter = limiter
+        self.reserved = 0
+        self.waiting = 0
+
+    @property
+    def max_rate(self) -> float:
+        """The bucket's size: the calls allowed at once (the budget's burst)."""
+        return self.limiter.max_rate
+
+    async def acquire(self, amount: float = 1) -> None:
+        self.waiting += 1
+        try:
+            await self.limiter.acquire(amount)
+        finally:
+            self.waiting -= 1
+
+    def has_capacity(self, amount: float = 1) -> bool:
+        return not self.waiting and self.limiter.has_capacity(amount)
+
+    def reserve(self) -> bool:
+        need = 1 + self.reserved
+        if need > self.limiter.max_rate or not self.has_capacity(need):
+            return False
+        self.reserved += 1
+        return True
+
+    def release(self) -> None:
+        self.reserved = max(0, self.reserved - 1)
+
 
 class EditBudgets:
     """Shared edit budgets: one leaky-bucket limiter per rate-limit scope.
 
-    ``for_scope("slack:T123")`` returns the same ``aiolimiter.AsyncLimiter`` for every reply
-    in that scope. The bucket holds ``burst`` tokens and refills at
+    ``for_scope("slack:T123")`` returns the same :class:`EditBudget` for every reply in that
+    scope. The bucket holds ``burst`` tokens and refills at
     ``calls_per_minute - burst`` a minute, so any 60-second window sees at most
     ``calls_per_minute`` calls (burst + refill). Default burst: a tenth of the rate, at least 1.
     Create it inside the running event loop that uses it (aiolimiter binds to one loop).
@@ -160,18 +211,18 @@ class EditBudgets:
         self.calls_per_minute = calls_per_minute
         self.burst = burst
         self._period_s = burst * 60.0 / (calls_per_minute - burst)
-        self._limiters: dict[str, AsyncLimiter] = {}
+        self._limiters: dict[str, EditBudget] = {}
 
     @classmethod
     def for_slack(cls, *, updates_per_minute: int = SLACK_UPDATES_PER_MINUTE) -> EditBudgets:
         """Budgets for Slack ``chat.update``, scoped per workspace (``"slack:{team_id}"``)."""
         return cls(calls_per_minute=updates_per_minute)
 
-    def for_scope(self, scope: str) -> AsyncLimiter:
-        """The limiter shared by every reply in ``scope``."""
+    def for_scope(self, scope: str) -> EditBudget:
+        """The budget shared by every reply in ``scope``."""
         limiter = self._limiters.get(scope)
         if limiter is None:
-            limiter = self._limiters[scope] = AsyncLimiter(self.burst, self._period_s)
+            limiter = self._limiters[scope] = EditBudget(AsyncLimiter(self.burst, self._period_s))
             logger.info(
                 "edit budget for %s: %s a minute, burst %s",
                 scope,
@@ -347,7 +398,7 @@ class StreamedReply:
         self._closed = False
         self._want_placeholder = False
         self._held_until: float | None = None  # held (see the module docstring) until then
-        self._final_token = False  # a budget token taken at start for the final edit
+        self._reserved = False  # this reply's final edit is reserved in the budget
         self._status_shown = False
         self._rate_limited = 0
         self._error: SelfMindError | None = None
@@ -366,9 +417,8 @@ class StreamedReply:
             await self._set_status(self._config.status_text)
         limiter, hold = self._limiter, self._config.busy_hold_s
         if limiter is not None and hold > 0:
-            if limiter.has_capacity():
-                await limiter.acquire()  # free now: returns at once
-                self._final_token = True
+            if limiter.reserve():
+                self._reserved = True
             else:
                 self._held_until = self._now() + hold
                 logger.debug("edit budget spent: the reply is held for %s s", hold)
@@ -388,7 +438,10 @@ class StreamedReply:
         self._check_open()
         self._began = self._finishing = True
         task = self._wake_task()
-        await task
+        try:
+            await task
+        finally:
+            self._release()
         self._closed = True
         if self._status_shown:
             await self._set_status(None)
@@ -422,6 +475,7 @@ class StreamedReply:
     async def aclose(self) -> None:
         """Stop the background task without further sink calls; safe to call twice."""
         self._closed = True
+        self._release()
         task = self._task
         if task is None:
             return
@@ -464,7 +518,7 @@ class StreamedReply:
         self._status_shown = text is not None
 
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             self._wake.clear()
             if await self._step():
                 continue
@@ -473,21 +527,29 @@ class StreamedReply:
             held = self._held_left()
             if held is None:
                 await self._wake.wait()
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), held)
-            except TimeoutError:
-                self._held_until = None  # the hold is over: post the text so far
+            elif held <= 0:
+                self._held_until = None  # the hold is over: the next step posts
+            else:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancel that comes just as the event is set (aclose would then wait forever).
+                try:
+                    async with asyncio.timeout(held):
+                        await self._wake.wait()
+                except TimeoutError:
+                    self._held_until = None  # the hold is over: the next step posts
 
     def _held_left(self) -> float | None:
-        """Seconds the first message is still held back (None: not held, or no longer)."""
-        if self._held_until is None or self._finishing:
+        """Seconds the first message is still held back: None when it is not (not held,
+        finishing, or rolled over), 0 when the hold has just ended."""
+        if self._held_until is None or self._finishing or len(self._messages) > 1:
             return None
-        left = self._held_until - self._now()
-        if left <= 0 or len(self._messages) > 1:
-            self._held_until = None
-            return None
-        return left
+        return max(0.0, self._held_until - self._now())
+
+    def _release(self) -> None:
+        """End this reply's reservation in the budget, once."""
+        if self._reserved and self._limiter is not None:
+            self._limiter.release()
+        self._reserved = False
 
     async def _step(self) -> bool:
         """Make (or wait for) one sink call; False when there is nothing to do."""
@@ -513,7 +575,7 @@ class StreamedReply:
         final = self._finishing  # no roll-over left: this write shows the final text
         if message.handle is None:
             if not blank or (self._finishing and len(self._messages) == 1):
-                if self._held_left() is not None:
+                if self._held_left():
                     return False  # posted whole when it finishes (or when the hold ends)
                 await self._post(message, *self._display(message, text), final=final)
             elif self._want_placeholder and config.placeholder is not None:
@@ -624,10 +686,8 @@ class StreamedReply:
         if limiter is None:
             return True
         if final or self._finishing:
-            if self._final_token:
-                self._final_token = False
-            else:
-                await limiter.acquire()
+            self._release()  # its reserved token, kept free until now, is taken here
+            await limiter.acquire()
             return True
         if not limiter.has_capacity():
             message.busy_until = self._now()

@@ -388,7 +388,7 @@ def test_a_burst_past_the_budget_is_posted_whole_and_no_final_waits_for_minutes(
 def test_a_held_long_answer_is_posted_when_the_hold_ends_and_streams_on() -> None:
     async def main() -> tuple[ReplyResult, FakeSink, float, str]:
         limiter = EditBudgets.for_slack().for_scope("slack:T1")
-        for _ in range(limiter.max_rate):
+        for _ in range(int(limiter.max_rate)):
             await limiter.acquire()  # the budget is spent
         sink = FakeSink(max_chars=3500)
         config = StreamConfig(max_chars=3500, busy_hold_s=15.0)
