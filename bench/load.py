@@ -68,15 +68,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.replay_locomo import _TALKING_WITH, EDIT_INTERVAL_S, BotProcess, count_log_errors
+from bench.replay_locomo import (
+    _TALKING_WITH,
+    DEFAULT_EDIT_INTERVAL_S,
+    DEFAULT_UPDATES_PER_MINUTE,
+    EDIT_INTERVAL_S,
+    BotProcess,
+    count_log_errors,
+)
 from bots.slack_bot.events import DM_NOTICE
-from core.settings import Settings
 from tests.fakes.anthropic_server import Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_EDIT_INTERVAL_S = float(Settings.model_fields["slack_edit_interval_s"].default)
-DEFAULT_UPDATES_PER_MINUTE = int(Settings.model_fields["slack_updates_per_minute"].default)
 FIRST_TOKEN_S = 0.5
 CHUNK_CHARS, CHUNK_DELAY_S = 4, 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -222,6 +226,7 @@ async def one_config(
     workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
     db = workdir / "load.db"
     strace = shutil.which("strace") if backend == "sqlite" and not profile else None
+    interval_s = DEFAULT_EDIT_INTERVAL_S if slack_defaults else EDIT_INTERVAL_S
     run = Run()
     current: dict[str, str] = {}
 
@@ -405,10 +410,7 @@ async def one_config(
         "cpu_ms_turn": cpu * 1000 / n,
         "tx_turn": None if tx is None else tx / n,
         "fsync_turn": None if fsyncs is None else fsyncs / n,
-        "throttle_ms_turn": edits
-        * (DEFAULT_EDIT_INTERVAL_S if slack_defaults else EDIT_INTERVAL_S)
-        * 1000
-        / n,
+        "throttle_ms_turn": edits * interval_s * 1000 / n,
         "turns_per_s": n / answered_s,
         "slack_calls_turn": sum(by_method.values()) / n,
         "errors": errors,

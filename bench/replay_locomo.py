@@ -73,6 +73,9 @@ from tests.fakes.slack_server import FakeSlack, running_fake_slack
 
 API_KEY = "sk-ant-replay"
 EDIT_INTERVAL_S = 0.05
+DEFAULT_EDIT_INTERVAL_S = float(Settings.model_fields["slack_edit_interval_s"].default)
+DEFAULT_UPDATES_PER_MINUTE = int(Settings.model_fields["slack_updates_per_minute"].default)
+"""The bot's own edit interval and budget (``slack_defaults``), as its settings define them."""
 ANSWER_TIMEOUT_S = 30.0
 SLACK_RETRY_DELAYS_S = (0.5, 6.0, 30.0)
 """Slack retries an unacknowledged event three times, nearly at once, after 1 minute and
@@ -199,11 +202,8 @@ class BotProcess:
             SELFMIND_LOG_LEVEL="INFO",
         )
         if self.slack_defaults:
-            fields = Settings.model_fields
-            env["SELFMIND_SLACK_EDIT_INTERVAL_S"] = str(fields["slack_edit_interval_s"].default)
-            env["SELFMIND_SLACK_UPDATES_PER_MINUTE"] = str(
-                fields["slack_updates_per_minute"].default
-            )
+            env["SELFMIND_SLACK_EDIT_INTERVAL_S"] = str(DEFAULT_EDIT_INTERVAL_S)
+            env["SELFMIND_SLACK_UPDATES_PER_MINUTE"] = str(DEFAULT_UPDATES_PER_MINUTE)
         out = self.log.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
             *self.wrap,

@@ -183,8 +183,7 @@ class EditBudget:
         return not self.waiting and self.limiter.has_capacity(amount)
 
     def reserve(self) -> bool:
-        need = 1 + self.reserved
-        if need > self.limiter.max_rate or not self.has_capacity(need):
+        if not self.has_capacity(1 + self.reserved):  # False too past the bucket's size
             return False
         self.reserved += 1
         return True
@@ -686,7 +685,7 @@ class StreamedReply:
         if limiter is None:
             return True
         if final or self._finishing:
-            self._release()  # its reserved token, kept free until now, is taken here
+            self._release()  # the reservation ends: the final edit takes its token now
             await limiter.acquire()
             return True
         if not limiter.has_capacity():
