@@ -31,7 +31,8 @@ Socket Mode faults: ``disconnect_sockets(reason)`` (``refresh_requested``, ``war
 the TCP connection with no close frame; ``push_then_drop`` sends an envelope and drops the
 connection before an ack can come back; ``refuse_connections(n)`` fails the next ``n``
 ``apps.connections.open`` calls with HTTP 500 ``internal_error`` and ``refuse_sockets(n)``
-the next ``n`` websocket handshakes with HTTP 503; with ``redeliver_unacked = True`` a new
+the next ``n`` websocket handshakes with HTTP 503 (``refuse_sockets()``: all of them until
+``accept_sockets()``); with ``redeliver_unacked = True`` a new
 connection first receives, as new envelopes with ``retry_attempt`` + 1, every
 ``events_api`` envelope an earlier connection left unacknowledged (Slack redelivers them).
 
@@ -682,6 +683,9 @@ class FakeSlack:
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_requests: dict[int, web.Request] = {}
         self._refuse_sockets = 0
+        self._refuse_all_sockets = False
+        self.sockets_refused = 0
+        """Websocket handshakes the fake refused (``refuse_sockets``)."""
         self._unacked: dict[str, tuple[JsonDict, int]] = {}
         self.redeliver_unacked = False
         self.redelivered: list[JsonDict] = []
@@ -1325,8 +1329,9 @@ class FakeSlack:
         if ticket not in self._tickets:
             raise web.HTTPUnauthorized(text="invalid ticket")
         self._tickets.discard(ticket)
-        if self._refuse_sockets > 0:
-            self._refuse_sockets -= 1
+        if self._refuse_all_sockets or self._refuse_sockets > 0:
+            self._refuse_sockets = max(0, self._refuse_sockets - 1)
+            self.sockets_refused += 1
             raise web.HTTPServiceUnavailable(text="refused by the fake")
         ws = web.WebSocketResponse()  # autoping: pongs the SDK's "sdk-ping-pong:<t>" pings
         await ws.prepare(request)
@@ -1387,9 +1392,19 @@ class FakeSlack:
         """Fail the next ``times`` ``apps.connections.open`` calls with HTTP 500."""
         self.fail_next("apps.connections.open", error="internal_error", status=500, times=times)
 
-    def refuse_sockets(self, times: int) -> None:
-        """Refuse the next ``times`` websocket handshakes with HTTP 503."""
-        self._refuse_sockets += times
+    def refuse_sockets(self, times: int | None = None) -> None:
+        """Refuse the next ``times`` websocket handshakes with HTTP 503; with no ``times``,
+        every handshake until :meth:`accept_sockets` (a test that asserts on the time spent
+        down then holds it down itself, whatever the bot's jittered backoff draws)."""
+        if times is None:
+            self._refuse_all_sockets = True
+        else:
+            self._refuse_sockets += times
+
+    def accept_sockets(self) -> None:
+        """End :meth:`refuse_sockets`: the next handshake is accepted."""
+        self._refuse_all_sockets = False
+        self._refuse_sockets = 0
 
     async def push_then_drop(self, type: str, payload: JsonDict, **kwargs: Any) -> str:
         """Send an envelope and reset the connection at once: the app receives it but its

@@ -173,13 +173,17 @@ async def test_healthz_is_not_ready_while_down_and_counts_the_reconnect(tmp_path
             readiness = running.runtime.readiness
             await slack.wait_for_socket()
             assert readiness.ready and readiness.reconnects == 0
-            slack.refuse_sockets(4)
+            # Refused until the test lets it in: full jitter may draw waits near 0 s, so a
+            # fixed number of refusals could end before the report below is taken.
+            slack.refuse_sockets()
             await slack.drop_sockets(abrupt=True)
             await poll(lambda: not readiness.ready)
+            await poll(lambda: slack.sockets_refused >= 2)
             await asyncio.sleep(0.3)
             report = readiness.report()
             assert report["ready"] is False and "platform" in report["not_ready"]
             assert report["platform"]["down_s"] > 0.2, report
+            slack.accept_sockets()
             await poll(lambda: readiness.ready)
             assert readiness.reconnects == 1
             # A refresh hands over without a gap: still ready, no reconnect counted.
@@ -211,15 +215,17 @@ async def test_the_process_healthz_is_not_ready_while_down_and_metrics_count_it(
             async with aiohttp.ClientSession() as http:
                 async with http.get(f"{base}/healthz") as resp:
                     assert resp.status == 200
-                # 12 refused handshakes, each after a wait of up to 0.4 s: down for a while.
-                slack.refuse_sockets(12)
+                # Every handshake refused until the test lets one in: down for a while.
+                slack.refuse_sockets()
                 await slack.drop_sockets(abrupt=True)
+                await poll(lambda: slack.sockets_refused >= 2)
                 await asyncio.sleep(0.8)
                 async with http.get(f"{base}/healthz") as resp:
                     assert resp.status == 503
                     report = json.loads(await resp.text())
                 assert report["not_ready"] == ["platform"], report
                 assert report["platform"]["down_s"] >= 0.5, report
+                slack.accept_sockets()
                 await slack.wait_for_socket(connections=2, timeout_s=30)
                 for _ in range(100):
                     async with http.get(f"{base}/healthz") as resp:
