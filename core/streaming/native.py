@@ -39,6 +39,7 @@ from core.streaming.reply import (
     ReplySink,
     StreamConfig,
     StreamedReply,
+    clear_status_quietly,
 )
 
 __all__ = ["NativeReply", "NativeSink", "NativeStream"]
@@ -178,6 +179,7 @@ class NativeReply:
             self._rate_limited += result.rate_limited
         if self._status_shown:
             await self._sink.status(text=None)
+            self._status_shown = False
         logger.info(
             "native reply finished: messages=%d chars=%d rate_limited=%d fell_back=%s",
             len(self._messages),
@@ -198,6 +200,13 @@ class NativeReply:
         await self.feed(f"{tail}{separator}⚠️ {note}")
         self._error = error
         return await self.finish()
+
+    async def clear_status(self) -> None:
+        """Take down the status indicator if this reply showed it and ``finish`` did not
+        (the error path). Never raises."""
+        if self._status_shown:
+            self._status_shown = False
+            await clear_status_quietly(self._sink)
 
     async def aclose(self) -> None:
         """Stop the fallback's background task, if any; no further calls. Safe twice."""

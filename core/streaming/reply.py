@@ -471,6 +471,13 @@ class StreamedReply:
         self._error = error
         return await self.finish()
 
+    async def clear_status(self) -> None:
+        """Take down the status indicator if this reply showed it and ``finish`` did not:
+        the error path, after a platform error ended the reply. Never raises."""
+        if self._status_shown:
+            self._status_shown = False
+            await clear_status_quietly(self._sink)
+
     async def aclose(self) -> None:
         """Stop the background task without further sink calls; safe to call twice."""
         self._closed = True
@@ -754,7 +761,20 @@ class Reply(Protocol):
 
     async def fail(self, note: str, *, error: SelfMindError | None = None) -> ReplyResult: ...
 
+    async def clear_status(self) -> None: ...
+
     async def aclose(self) -> None: ...
+
+
+async def clear_status_quietly(sink: ReplySink) -> None:
+    """Clear ``sink``'s status indicator on an error path: a failure is logged (INFO, its
+    type only) and not raised, so the error that ended the reply is the one the caller sees.
+    Slack itself drops a status after two minutes without a reply ("assistant.threads.
+    setStatus", docs.slack.dev)."""
+    try:
+        await sink.status(text=None)
+    except Exception as exc:  # cosmetic, and the caller is already raising another error
+        logger.info("status indicator not cleared: %s", type(exc).__name__)
 
 
 async def stream_reply(
@@ -775,9 +795,10 @@ async def stream_reply(
     partial answer from a whole one. For ``StreamCutError`` the text in ``partial`` that was
     not yet fed is shown first. Any other exception from ``deltas`` gets a generic note and is
     re-raised (a bug: let the adapter edge log it). Sink platform errors are raised as they
-    are. ``deltas`` is closed (``aclose()``) if it has that method; no task outlives the call,
-    also when it is cancelled. ``reply``: drive this reply (over ``sink``) instead of a new
-    :class:`StreamedReply`, e.g. a :class:`core.streaming.native.NativeReply`.
+    are, after the status indicator the reply showed is cleared (a cancelled call makes no
+    further sink calls). ``deltas`` is closed (``aclose()``) if it has that method; no task
+    outlives the call, also when it is cancelled. ``reply``: drive this reply (over ``sink``)
+    instead of a new :class:`StreamedReply`, e.g. a :class:`core.streaming.native.NativeReply`.
     """
     if reply is None:
         reply = StreamedReply(sink, config, limiter=limiter, clock=clock, sleep=sleep)
@@ -796,6 +817,9 @@ async def stream_reply(
                 raise
             await reply.feed(delta)
         return await reply.finish()
+    except Exception:
+        await reply.clear_status()  # e.g. the post failed: "is thinking…" must not stay up
+        raise
     finally:
         await reply.aclose()
         close = getattr(iterator, "aclose", None)

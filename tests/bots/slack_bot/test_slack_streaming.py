@@ -466,3 +466,32 @@ async def test_the_thinking_status_never_stays_and_a_reply_clears_it_without_a_c
     assert [bool(s["status"]) for s in slack.statuses] == [True, False][:calls]
     assert slack.statuses[0]["thread_ts"] == event.get("thread_ts", event["ts"])
     assert slack.shown_status == {}  # nothing left saying "is thinking…"
+
+
+@pytest.mark.parametrize("streaming", ["edits", "native"])
+async def test_the_thinking_status_is_cleared_when_the_answer_cannot_be_posted(
+    streaming: str, slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    """Slack refuses the answer (a platform error, no retry helps): the status must not keep
+    saying "is thinking…" for the two minutes Slack takes to drop it by itself."""
+    settings = slack_settings(slack, claude, tmp_path / "m.db", slack_streaming=streaming)
+    async with running_bot(settings) as running:
+        claude.enqueue(answer_of(300), kind="chat")  # the first DM: past the privacy line
+        await slack.send_event(running.events_url, slack.events.message("hello", user="U1"))
+        await slack.wait_until(lambda: bool(slack.calls("chat.postMessage")), what="first post")
+        await settle(running)
+        claude.enqueue(answer_of(300), kind="chat")
+        for method in ("chat.postMessage", "chat.startStream"):
+            slack.fail_next(method, error="is_archived", times=5)
+        event = slack.events.message("explain", user="U1")
+        await slack.send_event(running.events_url, event)
+
+        def refused() -> bool:
+            return any(not c.ok for m in ("chat.postMessage", "chat.startStream")
+                       for c in slack.calls(m))  # fmt: skip
+
+        await slack.wait_until(refused, what="the refused answer")
+        await settle(running)
+    shown = [(bool(s["status"]), s["thread_ts"]) for s in slack.statuses]
+    assert shown[-2:] == [(True, event["ts"]), (False, event["ts"])]
+    assert slack.shown_status == {}

@@ -231,6 +231,34 @@ def test_placeholder_while_claude_thinks_then_text_within_one_interval() -> None
     assert kinds[-1] == ("status", kinds[-1][1], None)
 
 
+class Refused(Exception):
+    """A platform error no retry helps (Slack's ``is_archived``, Discord's 403)."""
+
+
+@pytest.mark.parametrize("clear_fails", [False, True])
+def test_a_refused_post_clears_the_status_and_raises_the_platform_error(
+    clear_fails: bool,
+) -> None:
+    def refuse(text: str) -> None:
+        raise Refused("is_archived")
+
+    class Sink(FakeSink):
+        async def status(self, *, text: str | None) -> None:
+            await super().status(text=text)
+            if text is None and clear_fails:
+                raise RateLimited(30.0)
+
+    async def main() -> Sink:
+        sink = Sink(max_chars=2000, on_post=refuse)
+        config = StreamConfig(max_chars=2000, edit_interval_s=1.0, placeholder=None)
+        with pytest.raises(Refused):  # the post's error, not the failed clear's
+            await stream_reply(sink, timed_deltas(["The ", "answer."], every_s=0.1), config)
+        return sink
+
+    sink = run_virtual(main())
+    assert [(c.kind, c.text) for c in sink.calls] == [("status", "is thinking…"), ("status", None)]
+
+
 def test_empty_answer_shows_a_short_line() -> None:
     async def main() -> tuple[ReplyResult, FakeSink]:
         sink = FakeSink(max_chars=2000)
