@@ -178,8 +178,11 @@ class NativeReply:
             self._messages += result.messages
             self._rate_limited += result.rate_limited
         if self._status_shown:
-            await self._sink.status(text=None)
-            self._status_shown = False
+            self._status_shown = False  # one clear, also when it fails: none again on error
+            try:
+                await self._sink.status(text=None)
+            except RateLimited:  # the indicator is cosmetic, as in StreamedReply
+                logger.info("status indicator rate-limited")
         logger.info(
             "native reply finished: messages=%d chars=%d rate_limited=%d fell_back=%s",
             len(self._messages),

@@ -443,6 +443,7 @@ class StreamedReply:
             self._release()
         self._closed = True
         if self._status_shown:
+            self._status_shown = False  # one clear, also when it fails: none again on error
             await self._set_status(None)
         result = self._result()
         logger.info(

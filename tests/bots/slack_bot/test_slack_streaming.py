@@ -468,9 +468,21 @@ async def test_the_thinking_status_never_stays_and_a_reply_clears_it_without_a_c
     assert slack.shown_status == {}  # nothing left saying "is thinking…"
 
 
-@pytest.mark.parametrize("streaming", ["edits", "native"])
+@pytest.mark.parametrize(
+    ("where", "streaming", "refused"),
+    [
+        ("dm", "edits", "chat.postMessage"),  # a top-level answer cannot stream natively
+        ("dm thread", "native", "chat.startStream"),
+        ("channel thread", "native", "chat.startStream"),
+    ],
+)
 async def test_the_thinking_status_is_cleared_when_the_answer_cannot_be_posted(
-    streaming: str, slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
+    where: str,
+    streaming: str,
+    refused: str,
+    slack: FakeSlack,
+    claude: FakeAnthropic,
+    tmp_path: Path,
 ) -> None:
     """Slack refuses the answer (a platform error, no retry helps): the status must not keep
     saying "is thinking…" for the two minutes Slack takes to drop it by itself."""
@@ -483,15 +495,19 @@ async def test_the_thinking_status_is_cleared_when_the_answer_cannot_be_posted(
         claude.enqueue(answer_of(300), kind="chat")
         for method in ("chat.postMessage", "chat.startStream"):
             slack.fail_next(method, error="is_archived", times=5)
-        event = slack.events.message("explain", user="U1")
+        if where == "dm thread":
+            root = slack.seed_message("D1", "start a thread", user="U1")
+            event = slack.events.message("explain", user="U1", thread_ts=root["ts"])
+        elif where == "channel thread":
+            event = slack.events.app_mention(f"{slack.identity.mention} explain", user="U1")
+        else:
+            event = slack.events.message("explain", user="U1")
         await slack.send_event(running.events_url, event)
-
-        def refused() -> bool:
-            return any(not c.ok for m in ("chat.postMessage", "chat.startStream")
-                       for c in slack.calls(m))  # fmt: skip
-
-        await slack.wait_until(refused, what="the refused answer")
+        await slack.wait_until(
+            lambda: any(not c.ok for c in slack.calls(refused)), what="the refused answer"
+        )
         await settle(running)
+    status_ts = event.get("thread_ts", event["ts"])
     shown = [(bool(s["status"]), s["thread_ts"]) for s in slack.statuses]
-    assert shown[-2:] == [(True, event["ts"]), (False, event["ts"])]
+    assert shown[-2:] == [(True, status_ts), (False, status_ts)]
     assert slack.shown_status == {}

@@ -3,11 +3,14 @@ fences, 429s on appends waited out, refusal mid-answer continued by edits."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+
+import pytest
 
 from core.errors import EditFailed, RateLimited, StreamingRefused
 from core.streaming.native import NativeReply
-from core.streaming.reply import StreamConfig
+from core.streaming.reply import StreamConfig, stream_reply
 
 CONFIG = StreamConfig(max_chars=400, edit_interval_s=0.01, placeholder=None, status_text=None)
 
@@ -155,3 +158,31 @@ async def test_a_refused_last_stop_with_everything_shown_posts_nothing_more() ->
     assert sink.messages == {"s1": "Sixteen chars!!!Another sixteen."}  # no "(no answer)"
     assert sink.abandoned == ["s1"]
     assert result.text == "Sixteen chars!!!Another sixteen."
+
+
+async def test_a_failed_status_clear_is_sent_once_and_a_429_on_it_is_not_an_error() -> None:
+    class StatusSink(Sink):
+        def __init__(self, fail_with: Exception) -> None:
+            super().__init__(max_chars=10_000)
+            self.fail_with = fail_with
+            self.statuses: list[str | None] = []
+
+        async def status(self, *, text: str | None) -> None:
+            self.statuses.append(text)
+            if text is None:
+                raise self.fail_with
+
+    config = StreamConfig(max_chars=10_000, edit_interval_s=0.01, placeholder=None)
+    limited = StatusSink(RateLimited(30.0))
+    result = await stream_reply(limited, deltas("The whole answer."), config, reply=NativeReply(
+        limited, config))  # fmt: skip
+    assert result.text == "The whole answer." and limited.statuses == ["is thinking…", None]
+    broken = StatusSink(ConnectionResetError("reset"))
+    with pytest.raises(ConnectionResetError):
+        await stream_reply(broken, deltas("Shown."), config, reply=NativeReply(broken, config))
+    assert broken.statuses == ["is thinking…", None]  # not a second clear on the error path
+
+
+async def deltas(text: str, size: int = 5) -> AsyncIterator[str]:
+    for i in range(0, len(text), size):
+        yield text[i : i + size]

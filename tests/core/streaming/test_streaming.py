@@ -259,6 +259,25 @@ def test_a_refused_post_clears_the_status_and_raises_the_platform_error(
     assert [(c.kind, c.text) for c in sink.calls] == [("status", "is thinking…"), ("status", None)]
 
 
+def test_a_final_status_clear_that_fails_is_not_sent_again_on_the_error_path() -> None:
+    class Sink(FakeSink):
+        async def status(self, *, text: str | None) -> None:
+            await super().status(text=text)
+            if text is None:
+                raise ConnectionResetError("reset")
+
+    async def main() -> Sink:
+        sink = Sink(max_chars=2000)
+        config = StreamConfig(max_chars=2000, edit_interval_s=1.0, placeholder=None)
+        with pytest.raises(ConnectionResetError):
+            await stream_reply(sink, timed_deltas(["The ", "answer."], every_s=0.1), config)
+        return sink
+
+    sink = run_virtual(main())
+    assert [c.text for c in sink.calls if c.kind == "status"] == ["is thinking…", None]
+    assert sink.texts == {"m1": "The answer."}
+
+
 def test_empty_answer_shows_a_short_line() -> None:
     async def main() -> tuple[ReplyResult, FakeSink]:
         sink = FakeSink(max_chars=2000)
