@@ -682,8 +682,7 @@ class FakeSlack:
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._socket_requests: dict[int, web.Request] = {}
-        self._refuse_sockets = 0
-        self._refuse_all_sockets = False
+        self._refuse_sockets: float = 0  # math.inf: until accept_sockets()
         self.sockets_refused = 0
         """Websocket handshakes the fake refused (``refuse_sockets``)."""
         self._unacked: dict[str, tuple[JsonDict, int]] = {}
@@ -1329,8 +1328,8 @@ class FakeSlack:
         if ticket not in self._tickets:
             raise web.HTTPUnauthorized(text="invalid ticket")
         self._tickets.discard(ticket)
-        if self._refuse_all_sockets or self._refuse_sockets > 0:
-            self._refuse_sockets = max(0, self._refuse_sockets - 1)
+        if self._refuse_sockets > 0:
+            self._refuse_sockets -= 1
             self.sockets_refused += 1
             raise web.HTTPServiceUnavailable(text="refused by the fake")
         ws = web.WebSocketResponse()  # autoping: pongs the SDK's "sdk-ping-pong:<t>" pings
@@ -1396,14 +1395,10 @@ class FakeSlack:
         """Refuse the next ``times`` websocket handshakes with HTTP 503; with no ``times``,
         every handshake until :meth:`accept_sockets` (a test that asserts on the time spent
         down then holds it down itself, whatever the bot's jittered backoff draws)."""
-        if times is None:
-            self._refuse_all_sockets = True
-        else:
-            self._refuse_sockets += times
+        self._refuse_sockets += math.inf if times is None else times
 
     def accept_sockets(self) -> None:
         """End :meth:`refuse_sockets`: the next handshake is accepted."""
-        self._refuse_all_sockets = False
         self._refuse_sockets = 0
 
     async def push_then_drop(self, type: str, payload: JsonDict, **kwargs: Any) -> str:

@@ -438,6 +438,17 @@ def test_inert_mentions_and_the_escaper_for_pieces() -> None:
     assert render_markdown_text(joined)[1] == []
 
 
+def ask_in(slack: FakeSlack, where: str) -> JsonDict:
+    """U1's question ``where``: "dm" (top level), "dm thread" or "channel thread" (a
+    mention, answered in its thread)."""
+    if where == "dm thread":
+        root = slack.seed_message("D1", "start a thread", user="U1")
+        return slack.events.message("tell me more", user="U1", thread_ts=root["ts"])
+    if where == "channel thread":
+        return slack.events.app_mention(f"{slack.identity.mention} explain", user="U1")
+    return slack.events.message("explain", user="U1")
+
+
 @pytest.mark.parametrize(
     ("where", "streaming", "calls"),
     [
@@ -450,13 +461,7 @@ async def test_the_thinking_status_never_stays_and_a_reply_clears_it_without_a_c
     where: str, streaming: str, calls: int, slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path
 ) -> None:
     claude.enqueue(answer_of(300), kind="chat")
-    if where == "dm thread":
-        root = slack.seed_message("D1", "start a thread", user="U1")
-        event = slack.events.message("tell me more", user="U1", thread_ts=root["ts"])
-    elif where == "channel thread":
-        event = slack.events.app_mention(f"{slack.identity.mention} explain", user="U1")
-    else:
-        event = slack.events.message("explain", user="U1")
+    event = ask_in(slack, where)
     settings = slack_settings(slack, claude, tmp_path / "m.db", slack_streaming=streaming)
     async with running_bot(settings) as running:
         await slack.send_event(running.events_url, event)
@@ -495,13 +500,7 @@ async def test_the_thinking_status_is_cleared_when_the_answer_cannot_be_posted(
         claude.enqueue(answer_of(300), kind="chat")
         for method in ("chat.postMessage", "chat.startStream"):
             slack.fail_next(method, error="is_archived", times=5)
-        if where == "dm thread":
-            root = slack.seed_message("D1", "start a thread", user="U1")
-            event = slack.events.message("explain", user="U1", thread_ts=root["ts"])
-        elif where == "channel thread":
-            event = slack.events.app_mention(f"{slack.identity.mention} explain", user="U1")
-        else:
-            event = slack.events.message("explain", user="U1")
+        event = ask_in(slack, where)
         await slack.send_event(running.events_url, event)
         await slack.wait_until(
             lambda: any(not c.ok for c in slack.calls(refused)), what="the refused answer"
