@@ -32,7 +32,7 @@ from typing import Protocol
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
-from core.memory.recall import BM25Recaller, MemorySearch, Recaller
+from core.memory.recall import BM25Recaller, MemorySearch, Recaller, recall_query
 from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatModel
@@ -173,10 +173,16 @@ class TurnLoop:
         return drained
 
     async def recall(
-        self, message: IncomingMessage, *, mode: MemoryMode | None = None
+        self,
+        message: IncomingMessage,
+        *,
+        mode: MemoryMode | None = None,
+        previous_user_text: str | None = None,
     ) -> list[ScoredMemory]:
         """The user's most relevant memories for this message (respecting mode and origin);
-        ``mode``: the user's memory mode when the caller has read it already."""
+        ``mode``: the user's memory mode when the caller has read it already;
+        ``previous_user_text``: the thread's previous user message, searched too when this
+        one leans on it (:func:`core.memory.recall.recall_query`)."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         if mode == "off":
@@ -184,8 +190,9 @@ class TurnLoop:
         origins: Sequence[Origin] | None = None
         if message.origin == "shared" and not self.settings.recall_private_in_channels:
             origins = ["shared"]
+        query = recall_query(message.text, previous_user_text)
         return await self.recaller.recall(
-            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+            user_key=message.user_key, query=query, k=self.settings.top_k, origins=origins
         )
 
     async def seed_context(
@@ -274,7 +281,8 @@ class TurnLoop:
             before_id=turn_id,
         )
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
-        memories = await self.recall(message, mode=mode)
+        previous = next((t.text for t in reversed(history) if t.role == "user"), None)
+        memories = await self.recall(message, mode=mode, previous_user_text=previous)
         logger.info(
             "turn=%s user=%s conversation=%s recalled=%d history=%d",
             turn_id,
