@@ -7,12 +7,14 @@ the migration's transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
+from core.store.relabel import relabel_remembered
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -353,6 +355,31 @@ ALTER TABLE turns ADD COLUMN reply_ref TEXT;
 """
 
 
+logger = logging.getLogger(__name__)
+
+M011_STANDING_INDEX = """
+-- The standing profile (core.memory.profile) reads a user's active memories of every kind but
+-- plain general facts, newest first: this partial index answers it without a scan.
+CREATE INDEX memories_standing ON memories(uid, id)
+    WHERE superseded_by IS NULL AND (kind <> 'fact' OR category <> 'general');
+"""
+
+
+async def m011_label_remembered(conn: aiosqlite.Connection) -> None:
+    """The standing profile's index, and kind and category for memories that ``/remember``
+    and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    await conn.execute(M011_STANDING_INDEX)
+    changed = await relabel_remembered(fetch=fetch, execute=execute)
+    logger.info("m011: labelled %d remembered memories", changed)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -367,4 +394,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "m008_pending_actions", M008_PENDING_ACTIONS),
     (9, "m009_feedback", M009_FEEDBACK),
     (10, "m010_reply_ref", M010_REPLY_REF),
+    (11, "m011_label_remembered", m011_label_remembered),
 ]
