@@ -223,6 +223,18 @@ class NativeReply:
             self._status_shown = False
             await clear_status_quietly(self._sink)
 
+    async def refresh_status(self) -> None:
+        """Show the status again if this reply shows it and nothing else yet (no stream
+        started, no fallback: the model is still thinking)."""
+        text = self._config.status_text
+        if not self._status_shown or text is None or self._fallback is not None:
+            return
+        if self._stream is None or not self._stream.started:
+            try:
+                await self._sink.status(text=text)
+            except RateLimited:
+                logger.info("status indicator rate-limited")
+
     async def aclose(self) -> None:
         """Stop the fallback's background task, if any; no further calls. Safe twice."""
         self._done = True
