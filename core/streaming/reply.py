@@ -371,6 +371,11 @@ class StreamedReply:
     no further sink calls). ``feed``/``finish``/``fail`` raise the sink's platform error if the
     background task died of one, and ``RuntimeError`` when called after ``finish``/``fail``.
     ``limiter`` is the shared budget for this reply's scope (``EditBudgets.for_scope``).
+    ``take_over``: the handle of a message that already shows the start of this reply's text
+    (its first ``shows`` characters, e.g. a native stream the platform ended): it is edited
+    into the reply's first message instead of a new one being posted; if it cannot be edited
+    (``EditFailed``), it stays as it is and the text continues after ``shows`` in a new
+    message.
     """
 
     def __init__(
@@ -381,6 +386,8 @@ class StreamedReply:
         limiter: EditLimiter | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        take_over: str | None = None,
+        shows: int = 0,
     ) -> None:
         self._sink = sink
         self._finishing_sink = cast(FinishingSink, sink) if _finishes(type(sink)) else None
@@ -389,7 +396,8 @@ class StreamedReply:
         self._clock = clock
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self._text = _Text()
-        self._messages = [_Message(START, "", shown_end=0)]
+        first = _Message(START, "", shown_end=shows if take_over else 0, handle=take_over)
+        self._messages = [first]
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._began = False
