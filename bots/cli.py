@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SEMANTIC_HINT = "this needs the semantic extra: pip install 'selfmind[semantic]' (see the README)"
+SEMANTIC_HINT = (
+    "this needs the semantic extra: pip install 'selfmind[semantic]' (see docs/memory.md)"
+)
 """What a missing numpy / sentence-transformers means (the README's first install has none)."""
 
 app = typer.Typer(
