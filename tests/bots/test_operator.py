@@ -397,7 +397,7 @@ def test_reindex_without_numpy_names_the_extra(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr == (
         "error: memories reindex: this needs the semantic extra:"
-        " pip install 'selfmind[semantic]' (see the README)\n"
+        " pip install 'selfmind[semantic]' (see docs/memory.md)\n"
     )
 
 

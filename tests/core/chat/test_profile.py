@@ -10,6 +10,7 @@ import pytest
 
 from core.chat.loop import IncomingMessage
 from core.rules.dedupe import Deduper
+from core.runtime import open_store
 from core.types import Category, Kind, NewMemory, Origin, UsageRow
 from tests.core.rules.test_text_hygiene import write_raw
 from tests.fakes.anthropic_server import (
@@ -233,9 +234,11 @@ async def test_migration_labels_remembered_memories(fake: FakeAnthropic, db_url:
             text="The user likes green tea.", kind="fact", category="general", source="reflection"
         )
         tea = (await h.store.add(user_key=ALICE, memory=learned, dedupe=Deduper())).id
-    number = 11 if db_url.startswith("sqlite:///") else 10
+    number = 12 if db_url.startswith("sqlite:///") else 10
     await write_raw(db_url, [("DELETE FROM schema_migrations WHERE number = ?", (number,))])
     await write_raw(db_url, [("DROP INDEX memories_standing", ())])
+    store = await open_store(db_url, migrate=True)  # selfmind db migrate
+    await store.close()
     async with harness(fake, db_url) as h:
         by_id = {m.id: (m.kind, m.category) for m in await h.service.list_memories(user_key=ALICE)}
     assert by_id[tabs] == ("preference", "code")
