@@ -598,7 +598,12 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
     discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
     with discord_endpoints(settings):
         async with open_runtime(
-            settings, db_url=db_url, require_model=True, start=False, serve_health=True
+            settings,
+            db_url=db_url,
+            require_model=True,
+            start=False,
+            serve_health=True,
+            migrate=True,  # a bot's start applies pending migrations, each logged by name
         ) as rt:
             bot = SelfMindBot(rt)
             loop = asyncio.get_running_loop()
