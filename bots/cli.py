@@ -825,7 +825,7 @@ def db_backup(
     if not ctx.obj.db_url.startswith("sqlite:///"):
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
     source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
-    target = path.expanduser().resolve()
+    target = path.expanduser().absolute()  # not resolved: a symbolic link is refused, not followed
     pages = run(backup_sqlite(ctx.obj, target))
     if as_json:
         typer.echo(json.dumps({"backup": str(target), "pages": pages, "integrity": "ok"}))

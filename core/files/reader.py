@@ -101,14 +101,18 @@ class FileReader:
         """Read ``refs`` (see the module docstring); never raises for a bad file."""
         blocks: list[FileBlock] = []
         notes: list[str] = []
+        if len(refs) > MAX_MEDIA:
+            extra = len(refs) - MAX_MEDIA
+            notes.append(
+                f"I read at most {MAX_MEDIA} files of one message; {extra} more were not read."
+            )
+            refs = refs[:MAX_MEDIA]
         images_like = sum(1 for r in refs if r.kind in ("image", "file"))
         max_side = MAX_IMAGE_SIDE_MANY if images_like > MANY_IMAGES else MAX_IMAGE_SIDE
         budget = MAX_REQUEST_BYTES - REQUEST_RESERVE_BYTES
         async with aiohttp.ClientSession() as session:
             for ref in refs:
                 try:
-                    if len(blocks) >= MAX_MEDIA:
-                        raise FileProblem(f"one message can carry at most {MAX_MEDIA} files")
                     data = await fetch(
                         ref,
                         session=session,
