@@ -46,7 +46,8 @@ from bench.locomo import DEFAULT_DATA, load_all
 from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
 from core.chat.prompt import memory_block
 from core.memory.hybrid import HybridRecaller
-from core.memory.recall import BM25Recaller, Recaller, recall_query
+from core.memory.query import recall_query
+from core.memory.recall import BM25Recaller, Recaller
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
@@ -100,7 +101,9 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
         results = await store.add_many(
             user_key=key,
             memories=[
-                NewMemory(text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"])
+                NewMemory(
+                    text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"]
+                )
                 for m in group
             ],
             dedupe=None,
@@ -244,7 +247,8 @@ def print_table(result: dict[str, Any]) -> None:
     names = result["recalls"]
     use = result["use_cases"]
     print(f"use cases ({result['n_cases']}): share whose needed memories are in the prompt")
-    header = f"{'category':<18}{'n':>5}" + "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
+    header = f"{'category':<18}{'n':>5}"
+    header += "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
     print(header)
     for cat in use[names[0]]["cases"]:
         row = f"{cat:<18}{use[names[0]]['cases'][cat]['n']:>5}"

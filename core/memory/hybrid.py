@@ -7,8 +7,9 @@
 
 The default recall (``SELFMIND_RECALL=static``) embeds with static word vectors
 (:mod:`core.memory.static`), adds the fact words of :mod:`core.rules.expand` to the query it
-embeds (each memory's best cosine over the query and its expansions), and fuses by score: ``bm25 / best bm25 + COSINE_WEIGHT * cosine`` over BM25's top
-``SCORE_WINDOW * k`` and every memory's cosine. The semantic extra (``hybrid``) embeds with
+embeds (each memory keeps its best cosine over the query and its expansions), and fuses by
+score: ``bm25 / best bm25 + COSINE_WEIGHT * cosine`` over BM25's top ``SCORE_WINDOW * k``
+and every memory's cosine. The semantic extra (``hybrid``) embeds with
 MiniLM and fuses by reciprocal rank fusion, ``score(d) = sum over lists of 1 / (RRF_K + rank(d))``,
 ``RRF_K = 60`` (Cormack, Clarke and Buettcher, "Reciprocal rank fusion outperforms Condorcet
 and individual rank learning methods", SIGIR 2009). Each list contributes its top ``k`` (the
