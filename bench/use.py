@@ -44,16 +44,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA, load_all
 from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
-from core.chat.prompt import memory_block
+from core.chat.prompt import memory_block, profile_block
 from core.memory.hybrid import HybridRecaller
+from core.memory.profile import MemoryContext, build_context, estimate_tokens
 from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, Recaller
 from core.rules.dedupe import Deduper
+from core.settings import load_settings
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, Origin, ScoredMemory
+from core.types import Memory, NewMemory, Origin, ScoredMemory
 
-TOP_K = 6
+SETTINGS = load_settings()
+TOP_K = SETTINGS.top_k
 LATENCY_QUERIES = 300
 
 
@@ -127,26 +130,48 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
     return loaded
 
 
-async def prompt_memories(recaller: Recaller, loaded: Loaded) -> list[ScoredMemory]:
-    """The memories the turn loop would put in this case's prompt (recall, top_k 6)."""
+async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> MemoryContext:
+    """What the turn loop would put in this case's prompt: the standing profile and recall's
+    ``top_k`` (:func:`core.memory.profile.build_context`, as ``TurnLoop.memory_context``)."""
+    message = loaded.case["message"]
+    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
+    return await build_context(
+        store=store,
+        recaller=recaller,
+        user_key=loaded.user_key,
+        message=message["text"],
+        query=recall_query(message["text"], message.get("previous_user_text")),
+        k=SETTINGS.top_k,
+        origins=origins,
+        budget_tokens=SETTINGS.profile_tokens,
+    )
+
+
+async def recall_alone(recaller: Recaller, loaded: Loaded) -> list[ScoredMemory]:
+    """Recall's ``top_k`` for the case's message, without the profile."""
     message = loaded.case["message"]
     origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
     query = recall_query(message["text"], message.get("previous_user_text"))
     return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, origins=origins)
 
 
-def passes(loaded: Loaded, found: Sequence[ScoredMemory]) -> bool:
-    keys = {loaded.ids.get(s.memory.id) for s in found}
-    if any(s.memory.user_key != loaded.user_key for s in found):
+def in_prompt(context: MemoryContext) -> list[Memory]:
+    return [*context.profile, *(s.memory for s in context.recalled)]
+
+
+def passes(loaded: Loaded, found: Sequence[Memory]) -> bool:
+    keys = {loaded.ids.get(m.id) for m in found}
+    if any(m.user_key != loaded.user_key for m in found):
         return False
     return set(loaded.case["must"]) <= keys and not keys & set(loaded.case["must_not"])
 
 
-def block_tokens(found: Sequence[ScoredMemory]) -> int:
-    block = memory_block(
-        found, now=datetime(2026, 12, 2, tzinfo=UTC), context="This is a DM.", user_name=None
+def block_tokens(context: MemoryContext) -> int:
+    """Tokens of the profile block and the memory block (the profile's estimator)."""
+    volatile = memory_block(
+        context, now=datetime(2026, 12, 2, tzinfo=UTC), where="This is a DM.", user_name=None
     )
-    return (len(block) + 3) // 4
+    return estimate_tokens(volatile) + estimate_tokens(profile_block(context.profile) or "")
 
 
 async def measure_cases(names: Sequence[str], cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -160,12 +185,14 @@ async def measure_cases(names: Sequence[str], cases: Sequence[dict[str, Any]]) -
                 tally: dict[str, dict[str, list[bool]]] = {}
                 tokens = []
                 for item in loaded:
-                    found = await prompt_memories(recaller, item)
-                    ok = passes(item, found)
+                    context = await prompt_context(recaller, store, item)
+                    ok = passes(item, in_prompt(context))
+                    alone = passes(item, [s.memory for s in await recall_alone(recaller, item)])
                     split = item.case["split"]
-                    tally.setdefault(item.case["category"], {}).setdefault(split, []).append(ok)
-                    tally.setdefault("all", {}).setdefault(split, []).append(ok)
-                    tokens.append(block_tokens(found))
+                    cat = item.case["category"]
+                    for label, value in ((cat, ok), ("all", ok), (f"{cat}, recall alone", alone)):
+                        tally.setdefault(label, {}).setdefault(split, []).append(value)
+                    tokens.append(block_tokens(context))
                 out[name] = {
                     "cases": {
                         cat: {s: round(sum(v) / len(v), 3) for s, v in sorted(splits.items())}
@@ -247,11 +274,11 @@ def print_table(result: dict[str, Any]) -> None:
     names = result["recalls"]
     use = result["use_cases"]
     print(f"use cases ({result['n_cases']}): share whose needed memories are in the prompt")
-    header = f"{'category':<18}{'n':>5}"
+    header = f"{'category':<30}{'n':>5}"
     header += "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
     print(header)
     for cat in use[names[0]]["cases"]:
-        row = f"{cat:<18}{use[names[0]]['cases'][cat]['n']:>5}"
+        row = f"{cat:<30}{use[names[0]]['cases'][cat]['n']:>5}"
         for n in names:
             c = use[n]["cases"][cat]
             row += f"{c.get('tuning', float('nan')):>12.3f}{c.get('held_out', float('nan')):>12.3f}"

@@ -185,14 +185,19 @@ async def test_turn_loop_recalls_with_the_previous_user_message(
     fake: FakeAnthropic, db_url: str
 ) -> None:
     async with harness(fake, db_url) as h:  # BM25 recall: words must match
-        await h.service.remember(user_key=ALICE, text="The user's daughter Mia loves dinosaurs.")
+        await h.store.add(  # a plain fact: left to recall, not in the standing profile
+            user_key=ALICE,
+            memory=NewMemory(text="The user's daughter Mia is seven."),
+            dedupe=Deduper(),
+        )
         for text in ("Can you recommend a book for my daughter?", "and what about a present?"):
             fake.enqueue("Sure.", kind="chat")
             fake.enqueue(memories_reply(), kind="extract")
             await h.say(dm(ALICE, text))
         await h.reflector.drain(10)
-    second = fake.requests_of("chat")[1].body["system"][-1]["text"]
-    assert any("Mia loves dinosaurs" in line for line in memory_lines(second))
+    first, second = (r.body["system"][-1]["text"] for r in fake.requests_of("chat"))
+    assert any("Mia is seven" in line for line in memory_lines(first))
+    assert any("Mia is seven" in line for line in memory_lines(second))
 
 
 def test_loader_reads_the_installed_wheel_offline(monkeypatch: pytest.MonkeyPatch) -> None:
