@@ -307,11 +307,16 @@ def memories_remember(
     if as_json:
         typer.echo(
             json.dumps(
-                {"id": result.id, "status": result.status, "duplicate_of": result.duplicate_of}
+                {
+                    "id": result.id,
+                    "status": result.status,
+                    "duplicate_of": result.duplicate_of,
+                    "text": result.text,
+                }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}")
+        typer.echo(f"remembered #{result.id}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
