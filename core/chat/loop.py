@@ -81,6 +81,9 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    thread_ref: str | None = None
+    """The thread it was said in when ``conversation_key`` does not name it (a Slack DM
+    thread's ``thread_ts``): stored with the turn (:attr:`core.types.Turn.thread_ref`)."""
 
     def __post_init__(self) -> None:
         # Message text enters the core here, whatever the adapter: cleaned once
@@ -237,6 +240,7 @@ class TurnLoop:
             reflection="answering",
             platform_ref=message.platform_ref,
             workspace=message.workspace,
+            thread_ref=message.thread_ref,
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)

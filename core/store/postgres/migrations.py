@@ -262,6 +262,13 @@ ALTER TABLE turns ADD COLUMN reply_ref text;
 """
 
 
+M010_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref text;
+"""
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -275,4 +282,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (7, "m007_pending_actions", M007_PENDING_ACTIONS),
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
+    (10, "m010_thread_ref", M010_THREAD_REF),
 ]

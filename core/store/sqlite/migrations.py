@@ -410,6 +410,13 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+M012_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref TEXT;
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -425,4 +432,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (9, "m009_feedback", M009_FEEDBACK),
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
+    (12, "m012_thread_ref", M012_THREAD_REF),
 ]
