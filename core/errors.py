@@ -5,7 +5,9 @@
     SelfMindError
     ├── ConfigError          a setting is missing or wrong (names the variable)
     ├── StoreError           the memory store failed or holds data it cannot read
-    │   └── MigrationError   a numbered migration failed; the file is left as it was
+    │   ├── MigrationError   a numbered migration failed; the file is left as it was
+    │   ├── SchemaBehindError    the store needs ``selfmind db migrate``; nothing changed
+    │   └── NewerSchemaError     a newer SelfMind wrote the store; nothing changed
     ├── IntakeFailed         a platform message could not be stored: do not acknowledge it
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
     │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
@@ -51,6 +53,16 @@ class StoreError(SelfMindError):
 
 class MigrationError(StoreError):
     """A numbered migration failed and was rolled back."""
+
+
+class SchemaBehindError(StoreError):
+    """The store lacks migrations this version knows and the command may not apply them
+    (only ``selfmind db migrate`` and the bots' start do); nothing was changed."""
+
+
+class NewerSchemaError(StoreError):
+    """The store holds a migration this version does not know: a newer SelfMind wrote it.
+    Every command refuses it; nothing was changed."""
 
 
 class IntakeFailed(SelfMindError):
