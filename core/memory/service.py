@@ -14,11 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, cast
 
-from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
+from core.errors import (
+    ImportFormatError,
+    MemoryInputError,
+    MemoryNotFound,
+    PlanNotPending,
+    SecretInMemory,
+)
 from core.memory.recall import BM25Recaller, Recaller
 from core.metrics import Metrics
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.secrets import KINDS as KIND_NAMES
+from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.store.seams import MemoryStore, PlanStore
 from core.types import (
@@ -60,8 +68,13 @@ its worst command took 2,041 ms with no pause, 84 and 232 ms in two runs with 5 
 
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
-    ``MemoryInputError`` if empty or too long. A memory is one sentence under
-    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
+    ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
+    (:func:`core.rules.secrets.find_secrets`). A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters.
+
+    The one gate of every memory text: ``/remember`` on each platform and the terminal, the
+    CLI's ``memories remember``, each import line, each reflection candidate and cleanup
+    merge (:func:`core.memory.reflection.screen_text`).
     """
     cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
@@ -70,6 +83,9 @@ def clean_memory_text(text: str) -> str:
         raise MemoryInputError(
             f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
         )
+    findings = find_secrets(cleaned)
+    if findings:
+        raise SecretInMemory(refusal(findings), kind=findings[0].kind)
     return cleaned
 
 
@@ -162,6 +178,9 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         raise ImportFormatError(line, 'expected an object with a "text" string')
     try:
         text = clean_memory_text(obj["text"])
+    except SecretInMemory as exc:
+        reason = f"it holds {KIND_NAMES[exc.kind]}; secrets are never stored as memories"
+        raise ImportFormatError(line, reason, secret=True) from None
     except MemoryInputError as exc:
         raise ImportFormatError(line, str(exc)) from None
     return NewMemory(
@@ -307,10 +326,17 @@ class MemoryService:
     ) -> AddResult:
         """Store ``text`` unless an equivalent memory exists.
 
-        Raises ``MemoryInputError`` for empty or over-long text.
+        Raises ``MemoryInputError`` for empty or over-long text, ``SecretInMemory`` (nothing
+        stored) for a text carrying a secret.
         """
+        try:
+            cleaned = clean_memory_text(text)
+        except SecretInMemory as exc:
+            logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
+            self.metrics.secrets_refused(source)
+            raise
         memory = NewMemory(
-            text=clean_memory_text(text),
+            text=cleaned,
             kind=kind,
             category=category,
             source=source,
@@ -394,7 +420,13 @@ class MemoryService:
         for number, raw in enumerate(lines, start=1):
             if number > MAX_IMPORT_LINES:
                 raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
-            parsed = parse_import_line(raw, number)
+            try:
+                parsed = parse_import_line(raw, number)
+            except ImportFormatError as exc:
+                if exc.secret:
+                    logger.info("import refused: user=%s line=%s secret", user_key, number)
+                    self.metrics.secrets_refused("import")
+                raise
             if parsed is not None:
                 memories.append(parsed)
         if not memories:
