@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_MEMORIES = """
@@ -262,6 +263,19 @@ ALTER TABLE turns ADD COLUMN reply_ref text;
 """
 
 
+async def m010_redact_secrets(conn: asyncpg.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -275,4 +289,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (7, "m007_pending_actions", M007_PENDING_ACTIONS),
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
+    (10, "m010_redact_secrets", m010_redact_secrets),
 ]

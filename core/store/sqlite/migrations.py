@@ -15,6 +15,7 @@ from typing import Any
 
 import aiosqlite
 
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -410,6 +411,25 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def m012_redact_secrets(conn: aiosqlite.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
+    secret's index terms leave the file as a forget's do."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    async def erased(uids: set[int]) -> None:
+        for fts in sorted({fts_table(uid) for uid in uids}):
+            await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -425,4 +445,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (9, "m009_feedback", M009_FEEDBACK),
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
+    (12, "m012_redact_secrets", m012_redact_secrets),
 ]
