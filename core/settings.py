@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     history_retention_days: int = Field(default=30, ge=1)
     max_concurrent_turns: int = Field(default=256, ge=1, le=10_000)  # core/chat/admission.py
 
+    # --- files sent with a message (core/files): read for one turn, never kept
+    file_max_mb: int = Field(default=20, ge=1, le=30)
+    file_max_text_chars: int = Field(default=200_000, ge=1_000, le=2_000_000)
+    file_download_timeout_s: float = Field(default=30.0, gt=0)
+    file_concurrency: int = Field(default=4, ge=1, le=64)
+
     # --- Claude
     anthropic_api_key: SecretStr | None = Field(
         default=None, validation_alias=_env("ANTHROPIC_API_KEY")

@@ -486,6 +486,7 @@ async def open_slack_bot(
                 before_start=find_unanswered,
                 start=False,
                 serve_health=True,
+                migrate=True,  # a bot's start applies pending migrations, each logged by name
             )
         )
         bot = SlackBot(

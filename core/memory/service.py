@@ -20,8 +20,10 @@ from core.errors import (
     MemoryNotFound,
     PlanNotPending,
     SecretInMemory,
+    StaleButton,
 )
 from core.memory.recall import BM25Recaller, Recaller
+from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
@@ -348,14 +350,42 @@ class MemoryService:
         self.metrics.memories_stored(source, int(result.status == "added"))
         return result
 
-    async def forget(self, *, user_key: str, memory_id: int) -> None:
-        """Forget one of the user's memories. Raises ``MemoryNotFound`` if it is not theirs."""
+    async def forget(self, *, user_key: str, memory_id: int) -> Memory:
+        """Forget one of the user's memories (an id the user typed); returns it as it was.
+        Raises ``MemoryNotFound`` if it is not theirs."""
         if not 0 < memory_id <= MAX_MEMORY_ID:
             raise MemoryNotFound(memory_id)
-        if not await self.store.forget(user_key=user_key, memory_id=memory_id):
+        memory = await self.store.get(user_key=user_key, memory_id=memory_id)
+        if memory is None:
             raise MemoryNotFound(memory_id)
-        logger.info("forget user=%s id=%s", user_key, memory_id)
+        return await self._forget(memory)
+
+    async def forget_ref(self, *, user_key: str, ref: str) -> Memory:
+        """Forget the memory a button's ``ref`` names (:func:`core.memory.refs.memory_ref`),
+        only if the user's memory with its id is still the one it was made for; returns it.
+
+        Raises ``StaleButton`` (:data:`core.memory.refs.STALE_BUTTON`, nothing forgotten) for
+        an old-format or malformed value, or when the id now names another memory;
+        ``MemoryNotFound`` when the user has no memory with that id (forgotten already, or
+        someone else's)."""
+        parsed = parse_memory_ref(ref)
+        if parsed is None:
+            logger.info("forget refused: user=%s button value is not a memory ref", user_key)
+            raise StaleButton(-1, STALE_BUTTON)
+        memory = await self.store.get(user_key=user_key, memory_id=parsed.memory_id)
+        if memory is None:
+            raise MemoryNotFound(parsed.memory_id)
+        if not parsed.names(memory):
+            logger.info("forget refused: user=%s id=%s names another memory", user_key, memory.id)
+            raise StaleButton(memory.id, STALE_BUTTON)
+        return await self._forget(memory)
+
+    async def _forget(self, memory: Memory) -> Memory:
+        if not await self.store.forget(user_key=memory.user_key, memory_id=memory.id):
+            raise MemoryNotFound(memory.id)  # forgotten meanwhile
+        logger.info("forget user=%s id=%s", memory.user_key, memory.id)
         self.metrics.memories_forgotten()
+        return memory
 
     async def forget_all(self, *, user_key: str) -> int:
         """Forget all of the user's memories and conversation history; returns the count."""

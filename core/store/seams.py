@@ -416,6 +416,9 @@ class Store(
 ):
     """Everything the core keeps: what each backend implements and composition opens."""
 
+    migrated: tuple[str, ...]
+    """Names of the migrations the open applied, in order (:mod:`core.store.schema`)."""
+
     async def close(self) -> None:
         """Flush and close."""
         ...

@@ -84,7 +84,7 @@ async def test_migration_erases_secret_memories_and_redacts_messages(
     )
     await write_terms(db_url, {key: key_text, old: old_text, bobs: bob_text})
     caplog.set_level(logging.INFO, logger="core.store.secret_repair")
-    store = await open_store(db_url)
+    store = await open_store(db_url, migrate=True)
     service = MemoryService(store)
     try:
         assert any("redact_secrets" in name for name in await store.applied_migrations())
@@ -172,7 +172,7 @@ async def test_migration_of_a_store_without_secrets_changes_nothing(db_url: str)
     finally:
         await store.close()
     await write_raw(db_url, [("DELETE FROM schema_migrations WHERE number = ?", (number(db_url),))])
-    store = await open_store(db_url)
+    store = await open_store(db_url, migrate=True)
     try:
         after = [
             (m.id, m.text, m.updated_at)
