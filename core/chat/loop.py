@@ -35,6 +35,8 @@ from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.refs import with_placeholders
+from core.memory.profile import MemoryContext, ProfileStore, build_context
+from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
@@ -143,10 +145,20 @@ class Delivery:
             await abandon()
 
 
-class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, ClaimStore, Protocol):
+class LoopStore(
+    TurnStore,
+    ModeStore,
+    UsageStore,
+    CleanupStore,
+    MemorySearch,
+    ProfileStore,
+    ClaimStore,
+    Protocol,
+):
     """What the turn loop uses of the store: turns, modes, usage (caps), the purge after the
-    cleanup undo window, BM25 search (the default recall), and the claims and marks its
-    message intake (:mod:`core.chat.intake`) takes."""
+    cleanup undo window, BM25 search (the default recall), the standing memories and count
+    (the profile), and the claims and marks its message intake (:mod:`core.chat.intake`)
+    takes."""
 
 
 class TurnLoop:
@@ -189,20 +201,52 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
+    def _origins(self, message: IncomingMessage) -> Sequence[Origin] | None:
+        if message.origin == "shared" and not self.settings.recall_private_in_channels:
+            return ["shared"]
+        return None
+
+    async def memory_context(
+        self,
+        message: IncomingMessage,
+        *,
+        mode: MemoryMode | None = None,
+        previous: str | None = None,
+    ) -> MemoryContext:
+        """What this message's prompt carries of the user's memory: the standing profile
+        (``profile_tokens``), recall's ``top_k`` of the rest, the count stored, and whether
+        the message asks about the memory itself (:func:`core.memory.profile.build_context`).
+        ``mode``: the user's memory mode when the caller has read it already (``off``:
+        nothing); ``previous``: the conversation's previous user message, for recall.
+        In a channel only shared memories, unless ``recall_private_in_channels``."""
+        if mode is None:
+            mode = await self.store.get_mode(user_key=message.user_key)
+        return await build_context(
+            store=self.store,
+            recaller=self.recaller,
+            user_key=message.user_key,
+            message=message.text,
+            query=recall_query(message.text, previous),
+            k=self.settings.top_k,
+            origins=self._origins(message),
+            budget_tokens=self.settings.profile_tokens,
+            mode=mode,
+        )
+
     async def recall(
         self, message: IncomingMessage, *, mode: MemoryMode | None = None
     ) -> list[ScoredMemory]:
-        """The user's most relevant memories for this message (respecting mode and origin);
-        ``mode``: the user's memory mode when the caller has read it already."""
+        """The user's most relevant memories for this message (respecting mode and origin),
+        recall alone (no profile); ``mode``: the user's memory mode when already read."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         if mode == "off":
             return []
-        origins: Sequence[Origin] | None = None
-        if message.origin == "shared" and not self.settings.recall_private_in_channels:
-            origins = ["shared"]
         return await self.recaller.recall(
-            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+            user_key=message.user_key,
+            query=message.text,
+            k=self.settings.top_k,
+            origins=self._origins(message),
         )
 
     async def seed_context(
@@ -293,19 +337,24 @@ class TurnLoop:
             before_id=turn_id,
         )
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
-        memories = await self.recall(message, mode=mode)
+        previous = next((t.text for t in reversed(history) if t.role == "user"), None)
+        memory = await self.memory_context(message, mode=mode, previous=previous)
         logger.info(
-            "turn=%s user=%s conversation=%s recalled=%d history=%d",
+            "turn=%s user=%s conversation=%s profile=%d recalled=%d stored=%d question=%s"
+            " history=%d",
             turn_id,
             message.user_key,
             message.conversation_key,
-            len(memories),
+            len(memory.profile),
+            len(memory.recalled),
+            memory.stored,
+            memory.question,
             len(history),
         )
         system = system_blocks(
-            memories,
+            memory,
             now=self.clock(),
-            context=f"This is {message.where}.",
+            where=f"This is {message.where}.",
             user_name=message.author,
         )
         async with self.files.slot() if message.files else contextlib.nullcontext():

@@ -10,7 +10,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, cast
 
@@ -25,6 +25,7 @@ from core.errors import (
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
+from core.rules.classify import classify, third_person
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import KINDS as KIND_NAMES
@@ -66,6 +67,13 @@ importer that begins its next transaction at once can win every time. Measured w
 ``python bench/import_lines.py --lines 50000`` (a bot process writing every 10 ms meanwhile):
 its worst command took 2,041 ms with no pause, 84 and 232 ms in two runs with 5 ms (1,544 and
 1,582 against 1,584 lines/s) and 37 ms with 20 ms (1,309 lines/s)."""
+
+
+def in_third_person(text: str) -> str:
+    """``text`` rewritten in the third person (:func:`core.rules.classify.third_person`) when
+    that is safe and still fits the memory rule's length, else ``text``."""
+    rewritten = third_person(text)
+    return rewritten if len(rewritten) < MAX_MEMORY_CHARS else text
 
 
 def clean_memory_text(text: str) -> str:
@@ -185,10 +193,12 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         raise ImportFormatError(line, reason, secret=True) from None
     except MemoryInputError as exc:
         raise ImportFormatError(line, str(exc)) from None
+    text = in_third_person(text)
+    kind, category = classify(text)
     return NewMemory(
         text=text,
-        kind=cast(Kind, _choice(obj, "kind", KINDS, "fact", line)),
-        category=cast(Category, _choice(obj, "category", CATEGORIES, "general", line)),
+        kind=cast(Kind, _choice(obj, "kind", KINDS, kind, line)),
+        category=cast(Category, _choice(obj, "category", CATEGORIES, category, line)),
         origin=cast(Origin, _choice(obj, "origin", ORIGINS, "private", line)),
         source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
         created_at=_time(obj, "created_at", line),
@@ -320,35 +330,47 @@ class MemoryService:
         *,
         user_key: str,
         text: str,
-        kind: Kind = "fact",
-        category: Category = "general",
+        kind: Kind | None = None,
+        category: Category | None = None,
         source: Source = "remember",
         origin: Origin = "private",
         conversation_key: str | None = None,
     ) -> AddResult:
-        """Store ``text`` unless an equivalent memory exists.
+        """Store ``text`` unless an equivalent memory exists; ``result.text`` is what was
+        stored (or, for a duplicate, what was given).
 
-        Raises ``MemoryInputError`` for empty or over-long text, ``SecretInMemory`` (nothing
-        stored) for a text carrying a secret.
+        The text is written in the third person where that is safe ("I prefer tabs" ->
+        "The user prefers tabs."), and ``kind``/``category`` left None are given by the
+        offline rule :func:`core.rules.classify.classify`. Raises ``MemoryInputError`` for
+        empty or over-long text, ``SecretInMemory`` (nothing stored) for a text carrying a
+        secret.
         """
         try:
-            cleaned = clean_memory_text(text)
+            cleaned = in_third_person(clean_memory_text(text))
         except SecretInMemory as exc:
             logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
             self.metrics.secrets_refused(source)
             raise
+        guessed_kind, guessed_category = classify(cleaned)
         memory = NewMemory(
             text=cleaned,
-            kind=kind,
-            category=category,
+            kind=kind or guessed_kind,
+            category=category or guessed_category,
             source=source,
             origin=origin,
             conversation_key=conversation_key,
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
-        logger.info("remember user=%s id=%s status=%s", user_key, result.id, result.status)
+        logger.info(
+            "remember user=%s id=%s status=%s kind=%s category=%s",
+            user_key,
+            result.id,
+            result.status,
+            memory.kind,
+            memory.category,
+        )
         self.metrics.memories_stored(source, int(result.status == "added"))
-        return result
+        return replace(result, text=cleaned)
 
     async def forget(self, *, user_key: str, memory_id: int) -> Memory:
         """Forget one of the user's memories (an id the user typed); returns it as it was.

@@ -40,18 +40,18 @@ async def test_remember_is_ephemeral_and_origin_follows_the_place(
     fake = w.discord
     _, response = await command(fake, "remember", w.alice, text="I prefer tabs over spaces.")
     assert (response.type, response.ephemeral) == (4, True)
-    assert response.content == "Remembered (`#1`)."
+    assert response.content == "Remembered (`#1`): The user prefers tabs over spaces."
     _, again = await command(fake, "remember", w.alice, text="i prefer tabs over spaces")
     assert again.content == "I already knew that (`#1`)."
     _, in_dm = await command(
         fake, "remember", w.alice, text="My dog is Pixel.", channel_id=fake.dm_channel_id(w.alice)
     )
-    assert in_dm.ephemeral and in_dm.content == "Remembered (`#2`)."
+    assert in_dm.ephemeral and in_dm.content == "Remembered (`#2`): The user's dog is Pixel."
 
     memories = await bot.rt.service.list_memories(user_key=key(w.alice))
     assert [(m.text, m.origin, m.source) for m in memories] == [
-        ("My dog is Pixel.", "private", "remember"),
-        ("I prefer tabs over spaces.", "shared", "remember"),
+        ("The user's dog is Pixel.", "private", "remember"),
+        ("The user prefers tabs over spaces.", "shared", "remember"),
     ]
     assert await bot.rt.service.count(user_key=key(w.bob)) == 0
     assert fake.messages_in(fake.channel_id) == []  # nothing visible in the channel

@@ -38,11 +38,11 @@ async def claude() -> AsyncIterator[FakeAnthropic]:
 
 async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSlackBot) -> None:
     reply = await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
-    assert reply["text"] == "Remembered (`#1`)."
+    assert reply["text"] == "Remembered (`#1`): The user drinks green tea."
     again = await command(slack, bot, "/remember", "the user drinks green tea", user="U1")
     assert again["text"] == "I already knew that (`#1`)."
     in_dm = await command(slack, bot, "/remember", "The user runs Arch.", user="U1", channel="D1")
-    assert in_dm["text"] == "Remembered (`#2`)."
+    assert in_dm["text"] == "Remembered (`#2`): The user runs Arch."
     empty = await command(slack, bot, "/remember", "   ", user="U1")
     assert empty["text"] == "A memory needs some text."
     memories = await bot.runtime.service.list_memories(user_key=key("U1"))
