@@ -302,6 +302,7 @@ async def m011_redact_secrets(conn: asyncpg.Connection) -> None:
 
     await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 

@@ -456,6 +456,7 @@ async def m013_redact_secrets(conn: aiosqlite.Connection) -> None:
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
 
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
