@@ -312,11 +312,16 @@ def memories_remember(
     if as_json:
         typer.echo(
             json.dumps(
-                {"id": result.id, "status": result.status, "duplicate_of": result.duplicate_of}
+                {
+                    "id": result.id,
+                    "status": result.status,
+                    "duplicate_of": result.duplicate_of,
+                    "text": result.text,
+                }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}")
+        typer.echo(f"remembered #{result.id}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -847,7 +852,7 @@ def db_backup(
     if not ctx.obj.db_url.startswith("sqlite:///"):
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
     source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
-    target = path.expanduser().resolve()
+    target = path.expanduser().absolute()  # not resolved: a symbolic link is refused, not followed
     pages = run(backup_sqlite(ctx.obj, target))
     if as_json:
         typer.echo(json.dumps({"backup": str(target), "pages": pages, "integrity": "ok"}))

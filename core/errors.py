@@ -12,6 +12,7 @@
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
     │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
+    │   └── StaleButton      a button names a memory that is not the one it was made for
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
     ├── StreamingRefused     the platform refuses native streaming here: fall back to edits
@@ -110,9 +111,14 @@ class ImportFormatError(MemoryInputError):
 class MemoryNotFound(SelfMindError):
     """The memory id does not exist for this user (it may belong to someone else)."""
 
-    def __init__(self, memory_id: int) -> None:
-        super().__init__("no such memory")
+    def __init__(self, memory_id: int, message: str = "no such memory") -> None:
+        super().__init__(message)
         self.memory_id = memory_id
+
+
+class StaleButton(MemoryNotFound):
+    """A button's memory reference is out of date (:mod:`core.memory.refs`): an old-format
+    value, or its id now names another memory. Nothing was changed; ``str()`` says so."""
 
 
 class ModelError(SelfMindError):

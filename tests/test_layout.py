@@ -23,6 +23,7 @@ FLOORS = {
     "core.store": 2,
     "core.health": 2,
     "core.memory": 3,
+    "core.files": 3,
     "core.chat": 4,
     "core.runtime": 5,
     "core.evaluation": 5,

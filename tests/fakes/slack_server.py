@@ -73,6 +73,8 @@ from aiohttp import ClientSession, TCPConnector, WSCloseCode, WSMsgType, web
 from aiohttp.web_request import FileField
 from multidict import CIMultiDict
 
+from tests.fakes.slack_files import SlackFileHost
+
 JsonDict = dict[str, Any]
 Signature = Literal["valid", "forged", "stale", "missing"]
 
@@ -671,6 +673,8 @@ class FakeSlack:
         self.home_views: dict[str, JsonDict] = {}
         """The Home tab each user sees now (the last ``views.publish`` for their user_id)."""
         self.files: dict[str, UploadedFile] = {}
+        self.file_host = SlackFileHost(team=self.identity.team_id, bot_token=bot_token)
+        """Files users share (``url_private`` downloads): :mod:`tests.fakes.slack_files`."""
         self.envelopes: list[JsonDict] = []
         self.acks: list[JsonDict] = []
         self.deliveries: dict[str, list[int]] = defaultdict(list)
@@ -732,12 +736,14 @@ class FakeSlack:
                 web.post("/_fake/response_url", self._control_response_url),
                 web.get("/_fake/calls", self._control_calls),
                 web.get("/_fake/messages", self._control_messages),
+                *self.file_host.routes(),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self._port).start()
         self._port = self._runner.addresses[0][1]
+        self.file_host.base_url = self.base_url
         # No cap on connections (aiohttp's default is 100): Slack delivers a burst at once.
         self._session = ClientSession(connector=TCPConnector(limit=0))
 

@@ -223,7 +223,7 @@ async def migrate_database(
         if state is not None:
             check_schema(state, where=f"database {path}", apply=True)
             if backup and state.pending and not state.fresh:
-                taken = (backup_path or before_migrate_path(path)).expanduser().resolve()
+                taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
                 await backup_file(path, taken)
         store = await SQLiteStore.open(str(path), migrate=True)
         try:
