@@ -289,6 +289,13 @@ async def m010_label_remembered(conn: asyncpg.Connection) -> None:
     logger.info("m010: labelled %d remembered memories", changed)
 
 
+M011_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref text;
+"""
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -303,4 +310,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
     (10, "m010_label_remembered", m010_label_remembered),
+    (11, "m011_thread_ref", M011_THREAD_REF),
 ]

@@ -437,6 +437,13 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
     logger.info("m012: labelled %d remembered memories", changed)
 
 
+M013_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref TEXT;
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -453,4 +460,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
     (12, "m012_label_remembered", m012_label_remembered),
+    (13, "m013_thread_ref", M013_THREAD_REF),
 ]
