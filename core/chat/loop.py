@@ -87,6 +87,9 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    thread_ref: str | None = None
+    """The thread it was said in when ``conversation_key`` does not name it (a Slack DM
+    thread's ``thread_ts``): stored with the turn (:attr:`core.types.Turn.thread_ref`)."""
     files: tuple[FileRef, ...] = ()
     """The message's files, read for the answer only (:mod:`core.files`); the store keeps
     a placeholder line for each (:attr:`stored_text`)."""
@@ -300,6 +303,7 @@ class TurnLoop:
             reflection="answering",
             platform_ref=message.platform_ref,
             workspace=message.workspace,
+            thread_ref=message.thread_ref,
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)

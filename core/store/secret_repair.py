@@ -1,6 +1,6 @@
 """Secrets stored before the secret check guarded every path in
 (:func:`core.rules.secrets.find_secrets`): the rule behind SQLite migration
-``m013_redact_secrets`` and PostgreSQL ``m011_redact_secrets``. One algorithm; each backend
+``m014_redact_secrets`` and PostgreSQL ``m012_redact_secrets``. One algorithm; each backend
 passes its SQL runner (``?`` placeholders).
 
 What a row holding a secret becomes:

@@ -290,7 +290,14 @@ async def m010_label_remembered(conn: asyncpg.Connection) -> None:
     logger.info("m010: labelled %d remembered memories", changed)
 
 
-async def m011_redact_secrets(conn: asyncpg.Connection) -> None:
+M011_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref text;
+"""
+
+
+async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`)."""
 
@@ -317,5 +324,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
     (10, "m010_label_remembered", m010_label_remembered),
-    (11, "m011_redact_secrets", m011_redact_secrets),
+    (11, "m011_thread_ref", M011_THREAD_REF),
+    (12, "m012_redact_secrets", m012_redact_secrets),
 ]

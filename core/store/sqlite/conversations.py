@@ -308,8 +308,8 @@ def _usage_filter(
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
     cur = conn.execute(
         "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-        " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " sent_at, created_at, reply_to, reflection, platform_ref, workspace, thread_ref)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             turn.conversation_key,
             turn.user_key,
@@ -323,6 +323,7 @@ def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
             turn.reflection,
             turn.platform_ref,
             turn.workspace,
+            turn.thread_ref,
         ),
     )
     return cast(int, cur.lastrowid)

@@ -438,7 +438,14 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
     logger.info("m012: labelled %d remembered memories", changed)
 
 
-async def m013_redact_secrets(conn: aiosqlite.Connection) -> None:
+M013_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref TEXT;
+"""
+
+
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
     secret's index terms leave the file as a forget's do."""
@@ -473,5 +480,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
     (12, "m012_label_remembered", m012_label_remembered),
-    (13, "m013_redact_secrets", m013_redact_secrets),
+    (13, "m013_thread_ref", M013_THREAD_REF),
+    (14, "m014_redact_secrets", m014_redact_secrets),
 ]

@@ -1,5 +1,5 @@
 """The migration that removes secrets stored before the secret check (SQLite
-``m013_redact_secrets``, PostgreSQL ``m011_redact_secrets``), on both backends: memories
+``m014_redact_secrets``, PostgreSQL ``m012_redact_secrets``), on both backends: memories
 carrying one are erased (counted), chat messages redacted, pending actions deleted."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ GITHUB = "ghp_" + "a1B2c3D4e5" * 3 + "F6g7H8"
 
 
 def number(db_url: str) -> int:
-    return 13 if db_url.startswith("sqlite:///") else 11
+    return 14 if db_url.startswith("sqlite:///") else 12
 
 
 async def test_migration_erases_secret_memories_and_redacts_messages(
