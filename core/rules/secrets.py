@@ -53,8 +53,10 @@ Cost per call: ``bench/secrets.py``.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -409,10 +411,23 @@ def _url_secret_finder(text: str) -> Iterator[Span]:
             yield match.span(1)
 
 
+def _import_detect_secrets() -> None:
+    """Import detect-secrets and undo what its import does to the process: it turns on
+    ``logging.captureWarnings`` and gives its ``detect-secrets`` logger a stderr handler of
+    its own (``detect_secrets.core.log``), which would bypass our logging setup."""
+    captured = getattr(warnings.showwarning, "__module__", None) == "logging"
+    import detect_secrets  # noqa: F401
+
+    if not captured:
+        logging.captureWarnings(False)
+    logging.getLogger("detect-secrets").handlers.clear()
+
+
 @cache
 def _detectors() -> tuple[_Detector, ...]:
     """Built on first use: importing detect-secrets costs about 0.2 s (it brings requests),
     which a command that writes no memory should not pay."""
+    _import_detect_secrets()
     from detect_secrets.plugins.aws import AWSKeyDetector
     from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
     from detect_secrets.plugins.basic_auth import BasicAuthDetector
