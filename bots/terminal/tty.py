@@ -53,6 +53,7 @@ from bots.terminal.history import (
     terminal_folder,
 )
 from core.errors import SelfMindError
+from core.rules.secrets import redact_secrets
 from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
 from core.streaming.reply import StreamConfig, stream_reply
@@ -110,11 +111,12 @@ class ChatFiles:
 
 class PrivateHistory(FileHistory):
     """prompt_toolkit's file history, kept 0600, that ``forget()`` reaches (file and the
-    entries loaded for Up/Down)."""
+    entries loaded for Up/Down). A line is written to the file with its secrets redacted
+    (:func:`core.rules.secrets.redact_secrets`); this session's Up still finds it whole."""
 
     def store_string(self, string: str) -> None:
         private_file(Path(os.fsdecode(self.filename)))
-        super().store_string(string)
+        super().store_string(redact_secrets(string))
 
     def forget(self, texts: Sequence[str] | None = None) -> None:
         """Remove the entries carrying ``texts`` (:func:`bots.terminal.history.carries`), or
