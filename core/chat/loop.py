@@ -48,6 +48,7 @@ from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
@@ -264,14 +265,16 @@ class TurnLoop:
     async def seed_context(
         self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
     ) -> None:
-        """Store earlier platform messages as history (a thread the bot joins late)."""
+        """Store earlier platform messages as history (a thread the bot joins late), their
+        secrets redacted (:func:`core.rules.secrets.redact_secrets`): they are context, never
+        answered themselves."""
         for m in messages:
             await self.store.add_turn(
                 turn=NewTurn(
                     conversation_key=conversation_key,
                     user_key=m.user_key,
                     role="assistant" if m.role == "assistant" else "user",
-                    text=m.text,
+                    text=redact_secrets(m.text),
                     origin=origin,
                     sent_at=m.sent_at or self.clock(),
                     author=m.author,

@@ -27,6 +27,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
+from core.store.writes import redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -125,6 +126,7 @@ class PostgresConversations(PostgresBase):
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
+        answer = redacted(answer) or answer
         async with self._tx() as conn:
             await _insert_usage(conn, usage)
             row = await conn.fetchrow(
@@ -133,6 +135,9 @@ class PostgresConversations(PostgresBase):
             if row is None:  # forgotten meanwhile
                 return None
             turn = turn_from_row(row)
+            text = redacted(turn.text)
+            if text is not None:  # answered: its secrets need not stay
+                await conn.execute("UPDATE turns SET text = $1 WHERE id = $2", text, turn_id)
             answer_id = None
             if answer:
                 now = utcnow()

@@ -19,6 +19,7 @@ from core.store.rows import (
 )
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.store.writes import redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -68,6 +69,8 @@ class SQLiteConversations(SQLiteBase):
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
+        answer = redacted(answer) or answer
+
         def finish(conn: sqlite3.Connection) -> int | None:
             for record in usage:
                 _insert_usage(conn, record)
@@ -76,6 +79,9 @@ class SQLiteConversations(SQLiteBase):
             if found is None:  # forgotten meanwhile
                 return None
             turn = turn_from_row(found, time=dt)
+            text = redacted(turn.text)
+            if text is not None:  # answered: its secrets need not stay
+                conn.execute("UPDATE turns SET text = ? WHERE id = ?", (text, turn_id))
             answer_id = None
             if answer:
                 now = ts(utcnow())

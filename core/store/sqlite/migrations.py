@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 
 from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -444,6 +445,25 @@ ALTER TABLE turns ADD COLUMN thread_ref TEXT;
 """
 
 
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
+    secret's index terms leave the file as a forget's do."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    async def erased(uids: set[int]) -> None:
+        for fts in sorted({fts_table(uid) for uid in uids}):
+            await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -461,4 +481,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_ids_never_reused", m011_ids_never_reused),
     (12, "m012_label_remembered", m012_label_remembered),
     (13, "m013_thread_ref", M013_THREAD_REF),
+    (14, "m014_redact_secrets", m014_redact_secrets),
 ]
