@@ -8,8 +8,13 @@
   it has not seen, the thread so far is read once (``conversations.replies``) and stored as
   history, each message under its author's key (never reflected: only the speaker's own
   message is); the store is the source after that;
-- ignored: the bot's own messages, other bots, and every message subtype (edits,
-  deletions, joins ...);
+- a group DM (``message.mpim``, several people and the bot) is a shared place, answered as a
+  channel is: when mentioned, in the message's thread, then every message in that thread;
+  origin ``shared``, so what someone told the bot privately is never recalled there;
+- a ``thread_broadcast`` (a thread reply also sent to the channel) is a thread message like
+  any other; it arrives once as that (and, with a mention, as ``app_mention`` too: one claim);
+- ignored: the bot's own messages, other bots, and every other message subtype (edits,
+  deletions, joins ...: :data:`ANSWERED_SUBTYPES`);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
 - outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
@@ -104,6 +109,10 @@ THREAD_READ_BEFORE_ACK_S = 1.5
 Slack's 3 s); what is not read by then is left out of its history."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
+ANSWERED_SUBTYPES = frozenset({None, "thread_broadcast"})
+"""Message subtypes answered like a plain message (docs.slack.dev/reference/events/message:
+``thread_broadcast`` is a thread reply also shown in the channel). The hook for files:
+``file_share`` (text plus ``files``) joins this set once its files are handled."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ class SlackMessage:
     mentioned: bool
     install: str = ""
     """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
+    group_dm: bool = False
+    """Said in a group DM (``channel_type`` ``mpim``): shared, answered as in a channel."""
 
     @property
     def user_key(self) -> str:
@@ -242,11 +253,12 @@ class SlackConversations:
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
-        (another event type, any subtype, a bot, the bot itself, no text)."""
+        (another event type, a subtype not in :data:`ANSWERED_SUBTYPES`, a bot, the bot itself,
+        no text)."""
         event = cast(JsonDict, body.get("event") or {})
         kind, subtype = event.get("type"), event.get("subtype")
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-        if kind not in ("message", "app_mention") or subtype is not None:
+        if kind not in ("message", "app_mention") or subtype not in ANSWERED_SUBTYPES:
             logger.debug("ignored slack %s subtype=%s", kind, subtype)
             return None
         if event.get("bot_id") or not user or user == self.identity.user_id:
@@ -270,6 +282,7 @@ class SlackConversations:
             is_dm=is_dm,
             mentioned=mentioned,
             install=self.identity.install_id,
+            group_dm=channel_type == "mpim",
         )
 
     async def handle(self, message: SlackMessage) -> None:
@@ -417,7 +430,7 @@ class SlackConversations:
             author=f"<@{message.user}>",
             platform_ref=message.ts,
             workspace=message.team,
-            where="a Slack DM" if message.is_dm else "a Slack channel thread",
+            where=where_said(message),
         )
 
     async def answer(
@@ -546,6 +559,13 @@ class SlackConversations:
             user_key=user_key(self.identity.install_id, str(user)),
             sent_at=sent_at,
         )
+
+
+def where_said(message: SlackMessage) -> str:
+    """Where ``message`` was said, in the words the prompt uses."""
+    if message.is_dm:
+        return "a Slack DM"
+    return "a Slack group DM thread" if message.group_dm else "a Slack channel thread"
 
 
 def flight_key(message: SlackMessage) -> str:
