@@ -78,11 +78,13 @@ class ScoredMemory:
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
-    ``superseded``: the ids of the memories ``id`` replaced in the same write."""
+    ``superseded``: the ids of the memories ``id`` replaced in the same write; ``text``: the
+    text as stored, when the writer reports it (``MemoryService.remember``), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]
     superseded: tuple[int, ...] = ()
+    text: str = ""
 
     @property
     def duplicate_of(self) -> int | None:

@@ -13,6 +13,9 @@
   origin ``shared``, so what someone told the bot privately is never recalled there;
 - a ``thread_broadcast`` (a thread reply also sent to the channel) is a thread message like
   any other; it arrives once as that (and, with a mention, as ``app_mention`` too: one claim);
+- files: a message with files (subtype ``file_share``, or a mention carrying ``files``) is
+  answered like any other, the files read for the answer by :mod:`core.files`
+  (:mod:`bots.slack_bot.files`: the token goes only to Slack's file host);
 - ignored: the bot's own messages, other bots, and every other message subtype (edits,
   deletions, joins ...: :data:`ANSWERED_SUBTYPES`);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
@@ -76,6 +79,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
+from bots.slack_bot.files import file_origins, file_refs
 from bots.slack_bot.revocation import REFUSED_BOT_TOKEN_ERRORS
 from bots.slack_bot.sink import (
     SlackReplySink,
@@ -88,6 +92,7 @@ from core.chat.controls import NOT_ENABLED, Place
 from core.chat.intake import Intake, Received
 from core.chat.loop import ContextMessage, IncomingMessage, TurnLoop
 from core.errors import IntakeFailed
+from core.files import FileRef
 from core.settings import Settings
 from core.streaming.native import NativeReply
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
@@ -109,10 +114,10 @@ THREAD_READ_BEFORE_ACK_S = 1.5
 Slack's 3 s); what is not read by then is left out of its history."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
-ANSWERED_SUBTYPES = frozenset({None, "thread_broadcast"})
+ANSWERED_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
 """Message subtypes answered like a plain message (docs.slack.dev/reference/events/message:
-``thread_broadcast`` is a thread reply also shown in the channel). The hook for files:
-``file_share`` (text plus ``files``) joins this set once its files are handled."""
+``thread_broadcast`` is a thread reply also shown in the channel, ``file_share`` a message
+with files)."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,8 @@ class SlackMessage:
     """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
     group_dm: bool = False
     """Said in a group DM (``channel_type`` ``mpim``): shared, answered as in a channel."""
+    files: tuple[FileRef, ...] = ()
+    """The message's files (``file_share``), read for the answer only."""
 
     @property
     def user_key(self) -> str:
@@ -250,6 +257,7 @@ class SlackConversations:
         self.status = StatusIndicator(stream_client)
         self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
+        self._origins = file_origins(settings.slack_api_url)
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
@@ -269,7 +277,8 @@ class SlackConversations:
         is_dm = channel_type == "im" if channel_type else str(channel).startswith("D")
         raw = str(event.get("text") or "")
         mentioned = kind == "app_mention" or self._mention.search(raw) is not None
-        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_TEXT
+        files = file_refs(event.get("files"), token=self.client.token or "", origins=self._origins)
+        text = " ".join(self._mention.sub("", raw).split()) or ("" if files else EMPTY_TEXT)
         thread_ts = event.get("thread_ts")
         return SlackMessage(
             event_id=str(body.get("event_id") or f"{channel}-{ts}"),
@@ -283,6 +292,7 @@ class SlackConversations:
             mentioned=mentioned,
             install=self.identity.install_id,
             group_dm=channel_type == "mpim",
+            files=files,
         )
 
     async def handle(self, message: SlackMessage) -> None:
@@ -431,6 +441,7 @@ class SlackConversations:
             platform_ref=message.ts,
             workspace=message.team,
             where=where_said(message),
+            files=message.files,
         )
 
     async def answer(
