@@ -85,8 +85,10 @@ class SlackFeedback:
             logger.info("feedback by user=%s outside the allow-lists refused", key)
             return
         # The store's error propagates: not acknowledged, Slack shows the click as failed.
+        # Conversation keys carry the installation's id, as memory keys do (events.py).
+        conversation = f"slack:{self.install_id}:{channel}"
         if not await self.store.answered_message(
-            user_key=key, platform_ref=answers_ts, conversation_prefix=f"slack:{team}:{channel}"
+            user_key=key, platform_ref=answers_ts, conversation_prefix=conversation
         ):
             await ack()
             logger.info("feedback by user=%s on no answer of theirs refused", key)
