@@ -21,16 +21,24 @@ Variants, all in one process on the same texts:
 
 ``--randomness`` also measures how many random strings the entropy rule catches (3,000 each
 of 20 and 40 base64 characters, with upper and lower case and a digit, seeded).
+
+``--migration N`` times the upgrade that removes secrets stored before the check (SQLite
+``m014_redact_secrets``) on a store of ``N`` memories (users of 100, one in 1,000 carrying a
+key) and ``N / 5`` stored messages of 500 characters (one in 1,000 with a key), against
+opening the same store with nothing to migrate.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
+import sqlite3
 import statistics
 import string
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +46,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.synthetic import sentences
 from core.rules.secrets import _detectors, find_secrets, looks_random
 from core.rules.text import clean_text
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory
 
 SHORT = "The user prefers tabs over spaces."
 MEMORY = (
@@ -145,11 +156,66 @@ def randomness(n: int = 3000) -> dict[int, float]:
     return out
 
 
+async def migration(n: int) -> dict[str, Any]:
+    """Seconds to open a store of ``n`` memories and ``n // 5`` messages with the secrets
+    migration pending, and with nothing pending; what it removed."""
+    key = "AKIA" + "Z7Q2XK4M9TBW3HJD"
+    texts = sentences(n, seed=26)
+    texts = [f"The user's key {i} is {key}." if i % 1000 == 0 else t for i, t in enumerate(texts)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/memory.db"
+        store = await SQLiteStore.open(path, synchronous="normal")
+        for u, start in enumerate(range(0, n, 100)):
+            batch = [NewMemory(text=t) for t in texts[start : start + 100]]
+            await store.add_many(user_key=f"cli:u{u}", memories=batch, dedupe=None)
+        await store.close()
+        body = MESSAGE[:480]
+        conn = sqlite3.connect(path)
+        conn.executemany(
+            "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
+            " created_at) VALUES (?, ?, 'user', ?, 'private', ?, ?)",
+            [
+                (f"dm:{i % 500}", f"cli:u{i % 500}", f"{body} {key if i % 1000 == 0 else i}",
+                 "2026-12-01T00:00:00+00:00", "2026-12-01T00:00:00+00:00")
+                for i in range(n // 5)
+            ],
+        )  # fmt: skip
+        number = conn.execute(
+            "SELECT number FROM schema_migrations WHERE name = 'm014_redact_secrets'"
+        ).fetchone()[0]
+        conn.execute("DELETE FROM schema_migrations WHERE number = ?", (number,))
+        conn.commit()
+        conn.close()
+        started = time.perf_counter()
+        store = await SQLiteStore.open(path, synchronous="normal", migrate=True)
+        migrate_s = time.perf_counter() - started
+        await store.close()
+        started = time.perf_counter()
+        store = await SQLiteStore.open(path, synchronous="normal")
+        open_s = time.perf_counter() - started
+        await store.close()
+        conn = sqlite3.connect(path)
+        left = conn.execute("SELECT count(*) FROM memories WHERE text LIKE ?", (f"%{key}%",))
+        left_memories = left.fetchone()[0]
+        left_turns = conn.execute(
+            "SELECT count(*) FROM turns WHERE text LIKE ?", (f"%{key}%",)
+        ).fetchone()[0]
+        conn.close()
+    return {
+        "memories": n,
+        "messages": n // 5,
+        "migrate_s": round(migrate_s, 2),
+        "open_s": round(open_s, 3),
+        "secrets_left": left_memories + left_turns,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--randomness", action="store_true")
+    parser.add_argument("--migration", type=int, default=0, metavar="N")
     args = parser.parse_args()
     find_secrets("warm up the detectors")  # detect-secrets is imported on first use
     assert all(not find_secrets(t) for t in TEXTS.values()), "a bench text holds a secret"
@@ -166,6 +232,8 @@ def main() -> None:
         }
     if args.randomness:
         results["randomness"] = randomness()
+    if args.migration:
+        results["migration"] = asyncio.run(migration(args.migration))
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -178,6 +246,13 @@ def main() -> None:
     if args.randomness:
         for length, share in results["randomness"].items():
             print(f"random base64 of {length} characters caught: {share:.1%}")
+    if args.migration:
+        m = results["migration"]
+        print(
+            f"migration on {m['memories']:,} memories and {m['messages']:,} messages:"
+            f" {m['migrate_s']} s (opening with nothing to migrate: {m['open_s']} s),"
+            f" secrets left: {m['secrets_left']}"
+        )
 
 
 if __name__ == "__main__":
