@@ -474,9 +474,9 @@ async def open_slack_bot(
             # Before reflections resume: messages a crash left without an answer.
             if rt.loop is not None:
                 intake = Intake(loop=rt.loop)
-                unanswered.extend(
-                    await intake.unanswered(conversation_prefix=f"slack:{identity.team_id}:")
-                )
+                # Every workspace of an org-wide install: conversation keys carry install_id.
+                prefix = f"slack:{identity.install_id}:"
+                unanswered.extend(await intake.unanswered(conversation_prefix=prefix))
 
         rt = await stack.enter_async_context(
             open_runtime(

@@ -450,7 +450,7 @@ class SlackCommands:
         if len(parts) != 3 or parts[0] != "slack" or conversation[0] != "slack":
             return
         channel = conversation[2]
-        thread_ts = conversation[3] if len(conversation) > 3 else None
+        thread_ts = conversation[3] if len(conversation) > 3 else turn.thread_ref
         text, blocks = note_blocks(result.added)
         await self.client.chat_postEphemeral(
             channel=channel, user=parts[2], text=text, blocks=blocks, thread_ts=thread_ts

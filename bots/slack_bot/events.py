@@ -1,10 +1,11 @@
 """Slack conversations: which messages the bot answers, exactly once, and how.
 
-- a DM (``message.im``) is answered in the DM; memory origin ``private``; conversation key
-  ``slack:{team}:{channel}``. The first DM with a user starts with :data:`DM_NOTICE`;
+- a DM (``message.im``) is answered in the DM (in its thread, for a message in a DM thread);
+  memory origin ``private``; conversation key ``slack:{install}:{channel}``. The first DM with
+  a user starts with :data:`DM_NOTICE`;
 - a mention in a channel is answered in that message's thread; later messages in a thread
   the bot has answered in are answered without a new mention; origin ``shared``;
-  conversation key ``slack:{team}:{channel}:{thread_ts}``. When first mentioned in a thread
+  conversation key ``slack:{install}:{channel}:{thread_ts}``. When first mentioned in a thread
   it has not seen, the thread so far is read once (``conversations.replies``) and stored as
   history, each message under its author's key (never reflected: only the speaker's own
   message is); the store is the source after that;
@@ -14,6 +15,10 @@
 - ignored: the bot's own messages, other bots, and every other message subtype (edits,
   deletions, joins ...);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
+  ``install`` in both keys is the one team rule (:attr:`BotIdentity.install_id`: the
+  workspace, or the enterprise of an org-wide Enterprise Grid install), never the event's
+  own team, which differs per workspace of a Grid org (the event's team is kept as the
+  turn's ``workspace``: allow-lists, caps, the edit budget, stream recipients);
 - outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
   note saying when they reset (``LimitReached`` from the turn loop).
@@ -159,9 +164,13 @@ class SlackMessage:
 
     @property
     def conversation_key(self) -> str:
+        """``slack:{install}:{channel}`` (DM) or ``slack:{install}:{channel}:{thread}``; the
+        team part is the memory key's (:attr:`BotIdentity.install_id`), so the start-up
+        recovery finds every workspace's turns of an org-wide install under one prefix."""
+        team = self.install or self.team
         if self.is_dm:
-            return f"slack:{self.team}:{self.channel}"
-        return f"slack:{self.team}:{self.channel}:{self.thread_ts or self.ts}"
+            return f"slack:{team}:{self.channel}"
+        return f"slack:{team}:{self.channel}:{self.thread_ts or self.ts}"
 
     @property
     def place(self) -> Place:
@@ -190,7 +199,8 @@ class SlackMessage:
 
 
 def message_of_turn(turn: Turn) -> SlackMessage | None:
-    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`)."""
+    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`):
+    its workspace from the turn's ``workspace``, a DM thread from its ``thread_ref``."""
     conv = turn.conversation_key.split(":")
     who = (turn.user_key or "").split(":")
     if len(conv) not in (3, 4) or conv[0] != "slack" or len(who) != 3 or not turn.platform_ref:
@@ -198,11 +208,11 @@ def message_of_turn(turn: Turn) -> SlackMessage | None:
     is_dm = len(conv) == 3
     return SlackMessage(
         event_id=f"recovered-{turn.id}",
-        team=conv[1],
+        team=turn.workspace or conv[1],
         channel=conv[2],
         user=who[2],
         ts=turn.platform_ref,
-        thread_ts=None if is_dm else conv[3],
+        thread_ts=turn.thread_ref if is_dm else conv[3],
         text=turn.text,
         is_dm=is_dm,
         mentioned=not is_dm,
@@ -371,8 +381,9 @@ class SlackConversations:
         first: what a crash between showing an answer and storing it (``Delivery.done``)
         left on screen.
 
-        Read from Slack itself (``conversations.history`` after the message in a DM,
-        ``conversations.replies`` in a thread; at most :data:`MAX_REPLY_SCAN` messages):
+        Read from Slack itself (``conversations.history`` after the message at the top of a
+        DM, ``conversations.replies`` in a thread, a DM thread too: history has no thread
+        replies; at most :data:`MAX_REPLY_SCAN` messages):
         the bot's own messages whose metadata says they answer ``message.ts``
         (:func:`bots.slack_bot.sink.answers_of`). Empty when there are none or Slack cannot be
         read (then the answer goes to a new message, as before).
@@ -382,7 +393,7 @@ class SlackConversations:
         scanned = 0
         try:
             while scanned < MAX_REPLY_SCAN:
-                if message.is_dm:
+                if message.is_dm and message.thread_ts is None:
                     page = await self.client.conversations_history(
                         channel=message.channel,
                         oldest=message.ts,
@@ -428,6 +439,7 @@ class SlackConversations:
             platform_ref=message.ts,
             workspace=message.team,
             where="a Slack DM" if message.is_dm else "a Slack channel thread",
+            thread_ref=message.thread_ts if message.is_dm else None,  # the key has no thread
             files=message.files,
         )
 

@@ -12,9 +12,10 @@ reason each (read in its ``socket_mode/aiohttp/__init__.py`` and ``async_client.
   logged and never retried (python-slack-sdk#1446). Here every attempt asks for a new URL,
   with exponential backoff and full jitter (tenacity's ``wait_random_exponential``;
   "Exponential Backoff And Jitter", AWS Architecture Blog, 2015), forever;
-- a refused app token or ``link_disabled`` is retried forever by the SDK; here it stops the
-  link with one :class:`~core.errors.ConfigError` naming what to fix (a process manager
-  restarts the process).
+- a refused app token, an app Slack will not connect (``forbidden_team`` and the other
+  :data:`REFUSED_APP_ERRORS`) or ``link_disabled`` is retried forever by the SDK; here it
+  stops the link with one :class:`~core.errors.ConfigError` naming what to fix (a process
+  manager restarts the process).
 
 Envelopes go to Bolt (``run_async_bolt_app``, as slack_bolt's own handler does) and are
 acknowledged on the connection they came on once Bolt returns 200 (the message is stored by
@@ -67,7 +68,32 @@ REFUSED_TOKEN_ERRORS = frozenset(
         "not_allowed_token_type",
     }
 )
-"""``apps.connections.open`` errors that no retry fixes (docs.slack.dev, method page)."""
+"""``apps.connections.open`` errors that say the app-level token is no good (docs.slack.dev,
+method page): no retry fixes them."""
+REFUSED_APP_ERRORS = frozenset(
+    {
+        "forbidden_team",
+        "team_access_not_granted",
+        "team_added_to_org",
+        "enterprise_is_restricted",
+        "access_denied",
+        "no_permission",
+        "missing_scope",
+        "ekm_access_denied",
+        "two_factor_setup_required",
+        "org_login_required",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "invalid_arguments",
+        "invalid_arg_name",
+    }
+)
+"""``apps.connections.open`` errors that say this app may not connect here, or that the call
+itself is wrong (docs.slack.dev, method page: ``forbidden_team`` "the authenticated team
+cannot use this API"): no retry fixes them either, so they stop the process with one line
+instead of a reconnect loop; only network failures, 5xx, ``ratelimited``,
+``internal_error``, ``fatal_error``, ``service_unavailable``, ``request_timeout`` and the like
+are retried."""
 HELLO_TIMEOUT_S = 10.0
 """How long a new websocket may take to send ``hello`` before the attempt counts as failed."""
 PING_INTERVAL_S = 10.0
@@ -277,6 +303,13 @@ class SocketModeLink:
                 raise ConfigError(
                     f"SLACK_APP_TOKEN was refused by Slack ({error}): create a new app-level"
                     " token with connections:write at api.slack.com/apps and set it"
+                ) from None
+            if error in REFUSED_APP_ERRORS:
+                raise ConfigError(
+                    f"Slack refuses this app's Socket Mode connection ({error}): check at"
+                    " api.slack.com/apps that the app is installed in this workspace (or org),"
+                    " Socket Mode is on and SLACK_APP_TOKEN has connections:write, or use"
+                    " --http"
                 ) from None
             raise _Retry(f"apps.connections.open: {error}") from None
         except (ClientError, OSError, TimeoutError) as exc:

@@ -44,6 +44,7 @@ from rich.text import Text
 
 from bots.terminal.chat import TerminalChat
 from core.errors import SelfMindError
+from core.rules.secrets import redact_secrets
 from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
 from core.streaming.reply import StreamConfig, stream_reply
@@ -112,11 +113,13 @@ def private_file(path: Path) -> None:
 
 
 class PrivateHistory(FileHistory):
-    """prompt_toolkit's file history, kept 0600, that ``clear()`` empties (file and memory)."""
+    """prompt_toolkit's file history, kept 0600, that ``clear()`` empties (file and memory).
+    A line is written to the file with its secrets redacted
+    (:func:`core.rules.secrets.redact_secrets`); this session's Up still finds it whole."""
 
     def store_string(self, string: str) -> None:
         private_file(Path(os.fsdecode(self.filename)))
-        super().store_string(string)
+        super().store_string(redact_secrets(string))
 
     def clear(self) -> None:
         """Truncate the file and forget the loaded entries (Up finds nothing after)."""

@@ -43,6 +43,7 @@ from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
@@ -86,6 +87,9 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    thread_ref: str | None = None
+    """The thread it was said in when ``conversation_key`` does not name it (a Slack DM
+    thread's ``thread_ts``): stored with the turn (:attr:`core.types.Turn.thread_ref`)."""
     files: tuple[FileRef, ...] = ()
     """The message's files, read for the answer only (:mod:`core.files`); the store keeps
     a placeholder line for each (:attr:`stored_text`)."""
@@ -251,14 +255,16 @@ class TurnLoop:
     async def seed_context(
         self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
     ) -> None:
-        """Store earlier platform messages as history (a thread the bot joins late)."""
+        """Store earlier platform messages as history (a thread the bot joins late), their
+        secrets redacted (:func:`core.rules.secrets.redact_secrets`): they are context, never
+        answered themselves."""
         for m in messages:
             await self.store.add_turn(
                 turn=NewTurn(
                     conversation_key=conversation_key,
                     user_key=m.user_key,
                     role="assistant" if m.role == "assistant" else "user",
-                    text=m.text,
+                    text=redact_secrets(m.text),
                     origin=origin,
                     sent_at=m.sent_at or self.clock(),
                     author=m.author,
@@ -297,6 +303,7 @@ class TurnLoop:
             reflection="answering",
             platform_ref=message.platform_ref,
             workspace=message.workspace,
+            thread_ref=message.thread_ref,
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)

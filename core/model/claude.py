@@ -244,6 +244,19 @@ class ClaudeChatModel:
         """Close the HTTP client and its connections."""
         await self._client.close()
 
+    async def probe(self, *, model: str, timeout_s: float) -> int:
+        """Ask the API to count a one-word prompt's tokens for ``model`` (free; once, no
+        retry): proves the key, the base URL and the model name. Returns the count;
+        ``ModelError`` as in the module docstring."""
+        client = self._client.with_options(max_retries=0, timeout=timeout_s)
+        try:
+            counted = await client.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": "ping"}]
+            )
+        except anthropic.APIError as exc:
+            raise _model_error(exc, call="probe") from exc
+        return int(counted.input_tokens)
+
     async def __aenter__(self) -> ClaudeChatModel:
         return self
 

@@ -19,6 +19,7 @@ from core.store.rows import (
 )
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.store.writes import redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -68,6 +69,8 @@ class SQLiteConversations(SQLiteBase):
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
+        answer = redacted(answer) or answer
+
         def finish(conn: sqlite3.Connection) -> int | None:
             for record in usage:
                 _insert_usage(conn, record)
@@ -76,6 +79,9 @@ class SQLiteConversations(SQLiteBase):
             if found is None:  # forgotten meanwhile
                 return None
             turn = turn_from_row(found, time=dt)
+            text = redacted(turn.text)
+            if text is not None:  # answered: its secrets need not stay
+                conn.execute("UPDATE turns SET text = ? WHERE id = ?", (text, turn_id))
             answer_id = None
             if answer:
                 now = ts(utcnow())
@@ -302,8 +308,8 @@ def _usage_filter(
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
     cur = conn.execute(
         "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-        " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " sent_at, created_at, reply_to, reflection, platform_ref, workspace, thread_ref)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             turn.conversation_key,
             turn.user_key,
@@ -317,6 +323,7 @@ def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
             turn.reflection,
             turn.platform_ref,
             turn.workspace,
+            turn.thread_ref,
         ),
     )
     return cast(int, cur.lastrowid)

@@ -479,7 +479,8 @@ async def test_enterprise_grid_org_install_keys_by_enterprise(
             grid = "slack:E0ORG:W1"
             assert await running.runtime.service.count(user_key=grid) == 1
             turns = await running.runtime.store.recent_turns(
-                conversation_key="slack:T0WS2:D1", limit=5
+                conversation_key="slack:E0ORG:D1",
+                limit=5,  # the install's id, as the user key
             )
             assert {t.user_key for t in turns if t.role == "user"} == {grid}
             view = await open_home(fake, running, "W1")

@@ -160,6 +160,18 @@ def test_history_clear_empties_file_and_memory(tmp_path: Path) -> None:
     assert list(PrivateHistory(path).load_history_strings()) == []
 
 
+def test_history_file_keeps_no_secret(tmp_path: Path) -> None:
+    path = tmp_path / "chat_history"
+    key = "AKIA" + "Z7Q2XK4M9TBW3HJD"
+    history = PrivateHistory(path)
+    history.append_string(f"my aws key is {key}")
+    assert key not in path.read_text()
+    assert "my aws key is [redacted: aws key]" in path.read_text()
+    assert history.get_strings() == [f"my aws key is {key}"]  # this session's Up
+    stored = list(PrivateHistory(path).load_history_strings())
+    assert stored == ["my aws key is [redacted: aws key]"]
+
+
 def test_logs_go_to_the_file_and_handlers_come_back(tmp_path: Path) -> None:
     log = tmp_path / "chat.log"
     root = logging.getLogger()
