@@ -9,11 +9,16 @@
   it has not seen, the thread so far is read once (``conversations.replies``) and stored as
   history, each message under its author's key (never reflected: only the speaker's own
   message is); the store is the source after that;
+- a group DM (``message.mpim``, several people and the bot) is a shared place, answered as a
+  channel is: when mentioned, in the message's thread, then every message in that thread;
+  origin ``shared``, so what someone told the bot privately is never recalled there;
+- a ``thread_broadcast`` (a thread reply also sent to the channel) is a thread message like
+  any other; it arrives once as that (and, with a mention, as ``app_mention`` too: one claim);
 - files: a message with files (subtype ``file_share``, or a mention carrying ``files``) is
   answered like any other, the files read for the answer by :mod:`core.files`
   (:mod:`bots.slack_bot.files`: the token goes only to Slack's file host);
 - ignored: the bot's own messages, other bots, and every other message subtype (edits,
-  deletions, joins ...);
+  deletions, joins ...: :data:`ANSWERED_SUBTYPES`);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
   ``install`` in both keys is the one team rule (:attr:`BotIdentity.install_id`: the
   workspace, or the enterprise of an org-wide Enterprise Grid install), never the event's
@@ -114,6 +119,10 @@ THREAD_READ_BEFORE_ACK_S = 1.5
 Slack's 3 s); what is not read by then is left out of its history."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
+ANSWERED_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
+"""Message subtypes answered like a plain message (docs.slack.dev/reference/events/message:
+``thread_broadcast`` is a thread reply also shown in the channel, ``file_share`` a message
+with files)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,8 @@ class SlackMessage:
     mentioned: bool
     install: str = ""
     """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
+    group_dm: bool = False
+    """Said in a group DM (``channel_type`` ``mpim``): shared, answered as in a channel."""
     files: tuple[FileRef, ...] = ()
     """The message's files (``file_share``), read for the answer only."""
 
@@ -260,11 +271,12 @@ class SlackConversations:
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
-        (another event type, any subtype, a bot, the bot itself, no text)."""
+        (another event type, a subtype not in :data:`ANSWERED_SUBTYPES`, a bot, the bot itself,
+        no text)."""
         event = cast(JsonDict, body.get("event") or {})
         kind, subtype = event.get("type"), event.get("subtype")
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-        if kind not in ("message", "app_mention") or subtype not in (None, "file_share"):
+        if kind not in ("message", "app_mention") or subtype not in ANSWERED_SUBTYPES:
             logger.debug("ignored slack %s subtype=%s", kind, subtype)
             return None
         if event.get("bot_id") or not user or user == self.identity.user_id:
@@ -289,6 +301,7 @@ class SlackConversations:
             is_dm=is_dm,
             mentioned=mentioned,
             install=self.identity.install_id,
+            group_dm=channel_type == "mpim",
             files=files,
         )
 
@@ -438,7 +451,7 @@ class SlackConversations:
             author=f"<@{message.user}>",
             platform_ref=message.ts,
             workspace=message.team,
-            where="a Slack DM" if message.is_dm else "a Slack channel thread",
+            where=where_said(message),
             thread_ref=message.thread_ts if message.is_dm else None,  # the key has no thread
             files=message.files,
         )
@@ -569,6 +582,13 @@ class SlackConversations:
             user_key=user_key(self.identity.install_id, str(user)),
             sent_at=sent_at,
         )
+
+
+def where_said(message: SlackMessage) -> str:
+    """Where ``message`` was said, in the words the prompt uses."""
+    if message.is_dm:
+        return "a Slack DM"
+    return "a Slack group DM thread" if message.group_dm else "a Slack channel thread"
 
 
 def flight_key(message: SlackMessage) -> str:

@@ -13,7 +13,9 @@ replacing "dark mode" is stored, not dropped as its near-twin) -> mark the turn 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
 sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
-times in all, then logged as one line and marked ``skipped``; the chat is never affected.
+times in all, then logged as one line and marked ``skipped``; an error no retry can fix
+(``ModelError.retryable`` False: a refused key, 400, 403) is not retried. A turn whose answer
+was not delivered is never queued (:mod:`core.chat.loop`). The chat is never affected.
 """
 
 from __future__ import annotations
@@ -309,7 +311,7 @@ class Reflector:
                 result = await self._reflect_once(turn, answer)
             except ModelError as exc:
                 self.metrics.reflection_failed()
-                if attempts >= self.max_attempts:
+                if attempts >= self.max_attempts or not exc.retryable:
                     logger.warning(
                         "reflection skipped: turn=%s user=%s attempts=%s error=%s",
                         turn_id,

@@ -348,6 +348,14 @@ class FeedbackStore(Protocol):
         """Counts of ratings given since ``since``, by day and workspace (sorted)."""
         ...
 
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        """Whether ``user_key`` wrote the message ``platform_ref`` (a stored user turn) in a
+        conversation whose key is ``conversation_prefix`` or starts with it and ``:``, and it
+        has an answer: what a rating may rate (a rater's own answered message)."""
+        ...
+
 
 class VectorStore(Protocol):
     """Embeddings of memories, for optional semantic recall (float32 bytes per memory)."""

@@ -365,6 +365,22 @@ class PostgresConversations(PostgresBase):
             at or utcnow(),
         )
 
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        prefix = conversation_prefix + ":"
+        found = await self._fetchval(
+            "SELECT 1 FROM turns u WHERE u.user_key = $1 AND u.platform_ref = $2"
+            " AND u.role = 'user' AND (u.conversation_key = $3 OR left(u.conversation_key,"
+            " $4) = $5) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
+            user_key,
+            platform_ref,
+            conversation_prefix,
+            len(prefix),
+            prefix,
+        )
+        return found is not None
+
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         rows = await self._fetch(
             "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), workspace,"

@@ -283,6 +283,18 @@ class SQLiteConversations(SQLiteBase):
             )
         )
 
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        prefix = conversation_prefix + ":"
+        row = await self._fetchone(
+            "SELECT 1 FROM turns u WHERE u.user_key = ? AND u.platform_ref = ?"
+            " AND u.role = 'user' AND (u.conversation_key = ? OR substr(u.conversation_key,"
+            " 1, ?) = ?) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
+            (user_key, platform_ref, conversation_prefix, len(prefix), prefix),
+        )
+        return row is not None
+
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         rows = await self._fetchall(
             "SELECT substr(at, 1, 10), workspace, SUM(positive), SUM(1 - positive)"
