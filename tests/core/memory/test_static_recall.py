@@ -184,7 +184,8 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
 async def test_turn_loop_recalls_with_the_previous_user_message(
     fake: FakeAnthropic, db_url: str
 ) -> None:
-    async with harness(fake, db_url) as h:  # BM25 recall: words must match
+    # BM25 recall (words must match), no profile: what is in the prompt is recall's.
+    async with harness(fake, db_url, profile_tokens=0) as h:
         await h.store.add(  # a plain fact: left to recall, not in the standing profile
             user_key=ALICE,
             memory=NewMemory(text="The user's daughter Mia is seven."),
