@@ -1,7 +1,7 @@
 """A burst of users at once through the real bot: acknowledgement, overhead and cost per turn.
 
     python bench/load.py [--users 50 200] [--backends sqlite postgres] [--processes 1 2]
-                         [--turns-per-user 3] [--recall bm25 hybrid] [--baseline [COMMIT]]
+                         [--turns-per-user 3] [--recall bm25 static hybrid] [--baseline [COMMIT]]
                          [--profile DIR] [--slack-defaults] [--json]
 
 Each run starts the fake Slack and the fake Anthropic server of the test suite, the real bot
@@ -10,12 +10,13 @@ as ``selfmind slack --http`` child process(es) on a fresh SQLite file (``synchro
 server of ``SELFMIND_TEST_DATABASE_URL``, and N users who each send ``--turns-per-user`` DMs
 one after another (the next once the answer is complete), all users at once. The fake answers
 like a model: first token after 0.5 s, then 4 characters every 20 ms; reflection calls with
-an empty extraction. With ``--processes 2`` (PostgreSQL only) the users are split between two
+one memory a turn. With ``--processes 2`` (PostgreSQL only) the users are split between two
 bot processes on the same database, as a load balancer would.
 
-``--recall hybrid`` runs the bots with ``SELFMIND_RECALL=hybrid`` (BM25 and embeddings fused,
-the semantic extra needed), and the fake's reflection then proposes one memory a turn (with
-``bm25`` it proposes none): each memory and each recall query is embedded on the bot's CPU.
+``--recall bm25 static hybrid`` runs the bots with each ``SELFMIND_RECALL`` in the same run
+(``static`` the default, ``hybrid`` needs the semantic extra); the fake's reflection proposes
+one memory a turn for each, so the embedding recalls embed each memory and each query on the
+bot's CPU.
 
 ``--slack-defaults`` runs the bots with their own edit interval and edit budget (1 s, 50
 ``chat.update`` a minute per workspace: Slack's tier 3) instead of the bench's 50 ms and no
@@ -234,9 +235,8 @@ async def one_config(
 
     def respond(body: dict[str, Any]) -> Any:
         if body.get("output_config"):
-            if recall != "hybrid":
-                return Reply(text='{"memories": []}')
-            # One memory a turn, so that hybrid recall has vectors to search and embeds each.
+            # One memory a turn, whatever the recall (the same work for each): embedding
+            # recalls have vectors to search and embed each.
             i = next(learned)
             words = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(6))
             memory = {"text": f"The user noted {words} ({i}).", "kind": "context"}
@@ -551,8 +551,8 @@ def main() -> None:
         "--recall",
         nargs="+",
         default=["bm25"],
-        choices=["bm25", "hybrid"],
-        help="SELFMIND_RECALL of the bots (hybrid needs the semantic extra)",
+        choices=["bm25", "static", "hybrid"],
+        help="SELFMIND_RECALL of the bots (static: the default; hybrid needs the semantic extra)",
     )
     parser.add_argument(
         "--baseline",

@@ -378,6 +378,11 @@ class VectorStore(Protocol):
         """(user key, memory id, text) of active memories lacking a ``model`` embedding."""
         ...
 
+    async def memory_head(self, *, user_key: str) -> int:
+        """The user's last memory event id (0: none, or an unknown user): one indexed read;
+        it changes whenever the user's active memories do (see :meth:`embedding_version`)."""
+        ...
+
     async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
         """``(last memory event id, active memories, active ones embedded by model)`` of the
         user: one indexed read that changes whenever the user's active memories or their

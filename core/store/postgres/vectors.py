@@ -70,6 +70,16 @@ class PostgresVectors(PostgresBase):
         )
         return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
 
+    async def memory_head(self, *, user_key: str) -> int:
+        """The user's last memory event id (0 for none)."""
+        uid = await self._uid(user_key)
+        if uid is None:
+            return 0
+        rows = await self._fetch(
+            "SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = $1", uid
+        )
+        return int(rows[0][0])
+
     async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
         """(last memory event id, active memories, those embedded by ``model``) of the user."""
         uid = await self._uid(user_key)

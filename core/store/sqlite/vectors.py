@@ -73,6 +73,15 @@ class SQLiteVectors(SQLiteBase):
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    async def memory_head(self, *, user_key: str) -> int:
+        """The user's last memory event id (0 for none)."""
+        row = await self._fetchone(
+            "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = u.uid)"
+            " FROM users u WHERE u.user_key = ?",
+            (user_key,),
+        )
+        return int(row[0]) if row else 0
+
     async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
         """(last memory event id, active memories, those embedded by ``model``) of the user."""
         row = await self._fetchone(
