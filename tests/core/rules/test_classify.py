@@ -117,6 +117,20 @@ def test_third_person(typed: str, stored: str) -> None:
         "私について何を覚えていますか？",
         "私のことを何か知っていますか",
         "私について知っていることを教えて",
+        # Common phrasings that were missed.
+        "What do you have on me?",
+        "What info do you have about me?",
+        "Which memories do you have about me?",
+        "Do you remember me?",
+        "Show me my memories",
+        "Who am I?",
+        "Was weißt du von mir?",
+        "Que sais-tu à mon sujet ?",
+        "Qu'est-ce que tu as appris sur moi ?",
+        "¿Qué información tienes sobre mí?",
+        "O que sabes sobre mim?",
+        "Do que te lembras sobre mim?",
+        "私のこと覚えてる？",
     ],
 )
 def test_memory_questions(text: str) -> None:
@@ -134,6 +148,23 @@ def test_memory_questions(text: str) -> None:
         "私はPythonが好きです",
         "",
         "what about me " * 1000,
+        # Ordinary questions that would have swapped recall out for recent memories.
+        "Who am I supposed to ask about the VPN?",
+        "who am i talking to?",
+        "How does the who am i command work",
+        "Tell me what you know about Kubernetes",
+        "Show me what you have for the nginx config",
+        "What's in your memory cache?",
+        "What is in my memory allocation?",
+        "Woran erinnerst du dich bei dem Film?",
+        "Was merkst du dir bei Passwörtern?",
+        "De quoi te souviens-tu du film ?",
+        "Qu'est-ce que tu as retenu de la réunion ?",
+        "¿Qué sabes de Python?",
+        "O que você sabe sobre Python?",
+        "私のことは気にしないで",
+        # A pasted log that happens to hold the question is about the log.
+        "Summarise this chat log:\n" + "Bob: fine. " * 60 + "Ann: what do you know about me?",
     ],
 )
 def test_not_memory_questions(text: str) -> None:
