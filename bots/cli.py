@@ -377,20 +377,29 @@ def memories_forget(
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Forget one memory (ID) or all of them (--all): the text is erased."""
+    """Forget one memory (ID) or all of them (--all): the text is erased, and so is what of
+    it the user's terminal input history holds (--all: that whole file)."""
+    from bots.terminal.history import forget_in_history
+
     key = _key(user)
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
+        texts: list[str] | None = None
     else:
         assert memory_id is not None
 
-        async def one(s: MemoryService) -> int:
-            await s.forget(user_key=key, memory_id=memory_id)
-            return 1
+        async def one(s: MemoryService) -> Memory:
+            return await s.forget(user_key=key, memory_id=memory_id)
 
-        count = run(with_service(ctx.obj, one))
+        count, texts = 1, [run(with_service(ctx.obj, one)).text]
+    try:
+        forget_in_history(ctx.obj.db_url, key, texts)
+    except OSError as exc:
+        raise fail(
+            f"forgot {count}, but the terminal input history was not changed: {exc}"
+        ) from None
     typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
 
 

@@ -140,9 +140,12 @@ class ModelError(SelfMindError):
     ``user_message`` is one short, true sentence for the chat.
     """
 
-    def __init__(self, message: str, *, user_message: str) -> None:
+    def __init__(self, message: str, *, user_message: str, retryable: bool = True) -> None:
         super().__init__(message)
         self._user_message = user_message
+        self.retryable = retryable
+        """False when asking again cannot help (a refused key, 400, 403, 404): reflection
+        gives up at once instead of spending its attempts."""
 
     @property
     def user_message(self) -> str:

@@ -14,13 +14,18 @@ message edits). The loop:
    or off), so the reply never waits for it.
 
 Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
-usage the API reports for each call is recorded. An answer that fails (``ModelError``) is
-stored with what was shown, the user's message is still reflected on, and the error
-propagates to the adapter, which shows ``error.user_message``.
+usage the API reports for each call is recorded, a stopped or failed one's too. An answer
+that fails or is refused (``ModelError``) or stopped (the reader closes the stream, or the
+task is cancelled) is not delivered: the user's message is not reflected on; the text shown
+so far, if any, is stored with a mark saying it was cut (:data:`CUT_MARK`,
+:data:`STOPPED_MARK`), and with nothing shown no answer is stored and later history leaves
+the message out. A ``ModelError`` propagates to the adapter, which shows
+``error.user_message``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -32,7 +37,7 @@ from typing import Protocol
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
-from core.errors import ModelError, StreamCutError
+from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.refs import with_placeholders
 from core.memory.profile import MemoryContext, ProfileStore, build_context
@@ -52,6 +57,11 @@ from core.types import MemoryMode, NewTurn, Origin, ScoredMemory, UsageRecord, u
 logger = logging.getLogger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)
+
+CUT_MARK = "\n\n(This answer was cut off here: it failed before it finished.)"
+STOPPED_MARK = "\n\n(The person stopped this answer here.)"
+"""Stored after the part of an answer that was shown when it failed or was stopped, so
+later turns see it was not a whole answer."""
 
 EMPTY_MESSAGE = "(a message with no text)"
 """The text of a message left with nothing once cleaned (it held only control characters)."""
@@ -399,6 +409,7 @@ class TurnLoop:
     ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
+        stopped = False
         stream = self.model.stream(system=system, messages=messages)
         try:
             if prefix:
@@ -408,19 +419,23 @@ class TurnLoop:
                 parts.append(delta)
                 yield delta
             self.metrics.answered(started)
-        except StreamCutError as exc:
+        except ModelError as exc:  # failed or refused (StreamCutError: cut midway)
             failed = exc
-            if exc.partial and not parts:
-                parts.append(exc.partial)
             raise
-        except ModelError as exc:
-            failed = exc
+        except (GeneratorExit, asyncio.CancelledError):  # stopped (Ctrl-C, shutdown)
+            stopped = True
             raise
         finally:
             await stream.aclose()
-            usage = self._usage(stream, message, turn_id)
-            text = "".join(parts)
-            reflect = mode == "on"
+            usage = self._usage(stream, message, turn_id)  # what the API reported, always
+            # Not delivered (failed, refused, stopped): never reflected on. What was shown is
+            # stored marked as cut; with nothing shown no answer is stored, and later history
+            # leaves the message out (prompt.answered): it is never glued to the next one.
+            delivered = failed is None and not stopped
+            text = "".join(parts) if any(parts[bool(prefix) :]) else ""
+            if text and not delivered:
+                text += CUT_MARK if failed is not None else STOPPED_MARK
+            reflect = mode == "on" and delivered
             if delivery is None:
                 await self._finish(turn_id, message.user_key, text, failed, reflect, usage)
             else:

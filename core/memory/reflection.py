@@ -13,7 +13,9 @@ replacing "dark mode" is stored, not dropped as its near-twin) -> mark the turn 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
 sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
-times in all, then logged as one line and marked ``skipped``; the chat is never affected.
+times in all, then logged as one line and marked ``skipped``; an error no retry can fix
+(``ModelError.retryable`` False: a refused key, 400, 403) is not retried. A turn whose answer
+was not delivered is never queued (:mod:`core.chat.loop`). The chat is never affected.
 """
 
 from __future__ import annotations
@@ -52,8 +54,15 @@ class MemoryCandidate(BaseModel):
         description="One standalone third-person sentence under 200 characters, "
         "e.g. 'The user prefers answers in bullet points.'"
     )
-    kind: Kind = Field(description="fact, preference, correction or context")
-    category: Category = Field(description="communication, code, tools, workflow or general")
+    kind: Kind = Field(
+        description="preference (how they like answers, tools, style), context (a standing "
+        "fact about who they are: name, role, team, where they live or work, time zone, "
+        "languages, family, pets, constraints such as allergies), correction (something "
+        "changed), or fact (anything else)"
+    )
+    category: Category = Field(
+        description="communication (how to answer), code, tools, workflow, or general"
+    )
     supersedes: list[int] = Field(
         description="ids of stored memories this one replaces (a correction); else []"
     )
@@ -302,7 +311,7 @@ class Reflector:
                 result = await self._reflect_once(turn, answer)
             except ModelError as exc:
                 self.metrics.reflection_failed()
-                if attempts >= self.max_attempts:
+                if attempts >= self.max_attempts or not exc.retryable:
                     logger.warning(
                         "reflection skipped: turn=%s user=%s attempts=%s error=%s",
                         turn_id,
