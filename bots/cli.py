@@ -306,11 +306,17 @@ def memories_remember(
     if as_json:
         typer.echo(
             json.dumps(
-                {"id": result.id, "status": result.status, "duplicate_of": result.duplicate_of}
+                {
+                    "id": result.id,
+                    "status": result.status,
+                    "duplicate_of": result.duplicate_of,
+                    "superseded": list(result.superseded),
+                }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}")
+        replaced = "".join(f", replacing #{i}" for i in result.superseded)
+        typer.echo(f"remembered #{result.id}{replaced}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -424,9 +430,20 @@ def memories_import(
 
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:
-        typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
+        typer.echo(
+            json.dumps(
+                {
+                    "added": result.added,
+                    "duplicates": result.duplicates,
+                    "superseded": result.superseded,
+                }
+            )
+        )
     else:
-        typer.echo(f"imported {result.added}, {result.duplicates} already known")
+        replaced = (
+            f" ({result.superseded} less specific ones superseded)" if result.superseded else ""
+        )
+        typer.echo(f"imported {result.added}, {result.duplicates} already known{replaced}")
 
 
 @memories_app.command("stats")

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     embedding_model_dir: str | None = None
     db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)
-    dedupe_threshold: float = Field(default=0.55, gt=0.0, le=1.0)  # bench/dedupe.py
+    dedupe_threshold: float = Field(default=0.5, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
 
     # --- conversation

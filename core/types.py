@@ -78,7 +78,8 @@ class ScoredMemory:
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
-    ``superseded``: the ids of the memories ``id`` replaced in the same write."""
+    ``superseded``: the ids of the memories ``id`` replaced in the same write (named by the
+    writer, or less specific versions of it that dedupe found)."""
 
     id: int
     status: Literal["added", "duplicate"]

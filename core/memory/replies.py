@@ -35,9 +35,15 @@ def _memories(count: int) -> str:
 
 
 def remembered(result: AddResult, *, code: Code = markdown_code) -> str:
-    """``Remembered (`#12`).`` or, for a duplicate, ``I already knew that (`#12`).``"""
+    """``Remembered (`#12`).``, ``Remembered (`#12`); it replaces `#7`.`` when it superseded
+    a less specific memory, or, for a duplicate, ``I already knew that (`#12`).``"""
     ref = code(f"#{result.id}")
-    return f"Remembered ({ref})." if result.status == "added" else f"I already knew that ({ref})."
+    if result.status != "added":
+        return f"I already knew that ({ref})."
+    if not result.superseded:
+        return f"Remembered ({ref})."
+    old = ", ".join(code(f"#{i}") for i in result.superseded)
+    return f"Remembered ({ref}); it replaces {old}."
 
 
 def forgot(memory_id: int, *, code: Code = markdown_code) -> str:

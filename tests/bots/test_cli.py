@@ -33,7 +33,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "--json",
     )
     assert code == 0
-    assert json.loads(out) == {"id": 1, "status": "added", "duplicate_of": None}
+    assert json.loads(out) == {"id": 1, "status": "added", "duplicate_of": None, "superseded": []}
     code, out, _ = cli(
         db_path,
         "memories",
@@ -43,7 +43,12 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "the user prefers tabs over spaces",
         "--json",
     )
-    assert json.loads(out) == {"id": 1, "status": "duplicate", "duplicate_of": 1}
+    assert json.loads(out) == {
+        "id": 1,
+        "status": "duplicate",
+        "duplicate_of": 1,
+        "superseded": [],
+    }
     cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
 
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
@@ -106,9 +111,9 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
     dump = tmp_path / "dump.jsonl"
     dump.write_text(out, encoding="utf-8")
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0}
+    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0, "superseded": 0}
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert json.loads(out) == {"added": 0, "duplicates": 2}
+    assert json.loads(out) == {"added": 0, "duplicates": 2, "superseded": 0}
 
 
 @pytest.mark.parametrize(
