@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -43,7 +42,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SEMANTIC_HINT = "this needs the semantic extra: pip install 'selfmind[semantic]' (see the README)"
+SEMANTIC_HINT = (
+    "this needs the semantic extra: pip install 'selfmind[semantic]' (see docs/memory.md)"
+)
 """What a missing numpy / sentence-transformers means (the README's first install has none)."""
 
 app = typer.Typer(
@@ -311,12 +312,13 @@ def memories_remember(
                     "status": result.status,
                     "duplicate_of": result.duplicate_of,
                     "superseded": list(result.superseded),
+                    "text": result.text,
                 }
             )
         )
     elif result.status == "added":
-        replaced = "".join(f", replacing #{i}" for i in result.superseded)
-        typer.echo(f"remembered #{result.id}{replaced}")
+        replaced = "".join(f" (replacing #{i})" for i in result.superseded)
+        typer.echo(f"remembered #{result.id}{replaced}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -780,14 +782,43 @@ app.add_typer(db_app, name="db")
 
 
 @db_app.command("migrate")
-def db_migrate(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again."""
+def db_migrate(
+    ctx: typer.Context,
+    no_backup: Annotated[
+        bool, typer.Option("--no-backup", help="Do not back up a SQLite store first.")
+    ] = False,
+    backup: Annotated[
+        Path | None,
+        typer.Option(
+            "--backup",
+            metavar="PATH",
+            help="Where to back up a SQLite store first (default: beside it, named for now).",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again.
+
+    Prints each migration it applies. A SQLite store with migrations to apply is backed up
+    first (db backup), unless --no-backup: put that file back to roll the upgrade back."""
     from core.store.postgres.admin import migrate_database
 
-    report = run(migrate_database(ctx.obj.db_url))
+    if no_backup and backup is not None:
+        raise fail("--backup and --no-backup exclude each other", 2)
+    report = run(migrate_database(ctx.obj.db_url, backup=not no_backup, backup_path=backup))
     if as_json:
-        typer.echo(json.dumps({"applied_now": report.applied_now, "applied": report.applied}))
+        typer.echo(
+            json.dumps(
+                {
+                    "applied_now": report.applied_now,
+                    "applied": report.applied,
+                    "backup": str(report.backup) if report.backup else None,
+                }
+            )
+        )
         return
+    if report.backup is not None:
+        typer.echo(f"backed up the database to {report.backup}")
     for name in report.applied_now:
         typer.echo(f"applied {name}")
     latest = report.applied[-1] if report.applied else "none"
@@ -807,48 +838,20 @@ def db_backup(
     if not ctx.obj.db_url.startswith("sqlite:///"):
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
     source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
-    target = path.expanduser().resolve()
-    pages = run(backup_sqlite(ctx.obj, source, target))
+    target = path.expanduser().absolute()  # not resolved: a symbolic link is refused, not followed
+    pages = run(backup_sqlite(ctx.obj, target))
     if as_json:
         typer.echo(json.dumps({"backup": str(target), "pages": pages, "integrity": "ok"}))
     else:
         typer.echo(f"backed up {source} to {target} ({pages} pages, integrity ok)")
 
 
-async def backup_sqlite(ctx: Context, source: Path, target: Path) -> int:
-    """Write a consistent copy of ``source`` to the new file ``target`` (mode 0600) with
-    SQLite's online backup API, then check it (``PRAGMA integrity_check``). Returns the
-    copy's page count. ``MemoryInputError`` when ``target`` exists or cannot be created;
-    a copy that fails its check is removed."""
-    import aiosqlite
+async def backup_sqlite(ctx: Context, target: Path) -> int:
+    """Back up the existing SQLite store of ``--db`` to the new file ``target``."""
+    from core.store.postgres.admin import backup_database
 
     await require_database(ctx)
-    if source == target:
-        raise MemoryInputError(f"{target} is the database itself: give another path")
-    try:
-        # Created here, exclusively and private: an existing file is never overwritten.
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError as exc:
-        raise MemoryInputError(f"cannot create {target}: {exc.strerror}") from None
-    try:
-        # mode=rw: never creates the source; the bot's writers go on during the copy (WAL).
-        async with (
-            aiosqlite.connect(f"{source.as_uri()}?mode=rw", uri=True) as src,
-            aiosqlite.connect(target) as dst,
-        ):
-            await src.execute("PRAGMA busy_timeout = 10000")
-            await src.backup(dst)
-            async with dst.execute("PRAGMA integrity_check") as cursor:
-                verdict = [row[0] for row in await cursor.fetchall()]
-            async with dst.execute("PRAGMA page_count") as cursor:
-                row = await cursor.fetchone()
-        if verdict != ["ok"]:
-            raise MemoryInputError(f"the backup failed its integrity check: {verdict[0]}")
-    except BaseException:
-        for leftover in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
-            leftover.unlink(missing_ok=True)
-        raise
-    return int(row[0]) if row else 0
+    return await backup_database(ctx.db_url, target)
 
 
 @app.command("users")

@@ -5,11 +5,14 @@
     SelfMindError
     ├── ConfigError          a setting is missing or wrong (names the variable)
     ├── StoreError           the memory store failed or holds data it cannot read
-    │   └── MigrationError   a numbered migration failed; the file is left as it was
+    │   ├── MigrationError   a numbered migration failed; the file is left as it was
+    │   ├── SchemaBehindError    the store needs ``selfmind db migrate``; nothing changed
+    │   └── NewerSchemaError     a newer SelfMind wrote the store; nothing changed
     ├── IntakeFailed         a platform message could not be stored: do not acknowledge it
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
     │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
+    │   └── StaleButton      a button names a memory that is not the one it was made for
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
     ├── StreamingRefused     the platform refuses native streaming here: fall back to edits
@@ -51,6 +54,16 @@ class StoreError(SelfMindError):
 
 class MigrationError(StoreError):
     """A numbered migration failed and was rolled back."""
+
+
+class SchemaBehindError(StoreError):
+    """The store lacks migrations this version knows and the command may not apply them
+    (only ``selfmind db migrate`` and the bots' start do); nothing was changed."""
+
+
+class NewerSchemaError(StoreError):
+    """The store holds a migration this version does not know: a newer SelfMind wrote it.
+    Every command refuses it; nothing was changed."""
 
 
 class IntakeFailed(SelfMindError):
@@ -98,9 +111,14 @@ class ImportFormatError(MemoryInputError):
 class MemoryNotFound(SelfMindError):
     """The memory id does not exist for this user (it may belong to someone else)."""
 
-    def __init__(self, memory_id: int) -> None:
-        super().__init__("no such memory")
+    def __init__(self, memory_id: int, message: str = "no such memory") -> None:
+        super().__init__(message)
         self.memory_id = memory_id
+
+
+class StaleButton(MemoryNotFound):
+    """A button's memory reference is out of date (:mod:`core.memory.refs`): an old-format
+    value, or its id now names another memory. Nothing was changed; ``str()`` says so."""
 
 
 class ModelError(SelfMindError):

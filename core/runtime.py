@@ -163,6 +163,7 @@ def open_runtime(
     start: bool = True,
     before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
     serve_health: bool = False,
+    migrate: bool = False,
 ) -> AbstractAsyncContextManager[ChatRuntime]: ...
 
 
@@ -175,6 +176,7 @@ def open_runtime(
     start: bool = True,
     before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
     serve_health: bool = False,
+    migrate: bool = False,
 ) -> AbstractAsyncContextManager[MemoryRuntime]: ...
 
 
@@ -186,6 +188,7 @@ def open_runtime(
     start: bool = True,
     before_start: Callable[[ChatRuntime], Awaitable[None]] | None = None,
     serve_health: bool = False,
+    migrate: bool = False,
 ) -> AbstractAsyncContextManager[MemoryRuntime]:
     """Open everything; on exit drain reflections (bounded by ``shutdown_timeout_s``) and close.
 
@@ -196,7 +199,8 @@ def open_runtime(
     reflections), e.g. to find messages a crash left unanswered; with ``start=False`` the
     adapter calls :meth:`ChatRuntime.start` itself. With ``serve_health`` (the bot modes) and
     ``SELFMIND_METRICS_PORT`` set, ``/healthz`` and ``/metrics`` are served until exit
-    (``ConfigError`` naming the variable when the port cannot be listened on).
+    (``ConfigError`` naming the variable when the port cannot be listened on). ``migrate``
+    (the bots' start) applies pending migrations (:func:`open_store`).
     """
     return _open_runtime(
         settings,
@@ -205,6 +209,7 @@ def open_runtime(
         start=start,
         before_start=before_start,
         serve_health=serve_health,
+        migrate=migrate,
     )
 
 
@@ -217,10 +222,11 @@ async def _open_runtime(
     start: bool,
     before_start: Callable[[ChatRuntime], Awaitable[None]] | None,
     serve_health: bool,
+    migrate: bool,
 ) -> AsyncIterator[MemoryRuntime]:
     metrics = Metrics.create() if settings.metrics_port is not None else Metrics()
     readiness = Readiness()
-    store = await open_store(db_url, settings)
+    store = await open_store(db_url, settings, migrate=migrate)
     readiness.store_opened()
     model: ClaudeChatModel | None = None
     health: HealthServer | None = None
@@ -264,13 +270,17 @@ async def _open_runtime(
         await store.close()
 
 
-async def open_store(url: str, settings: Settings | None = None) -> Store:
-    """Open (creating and migrating) the store named by a ``sqlite:///`` or
-    ``postgresql://`` URL (a pool of ``settings.db_pool_size`` connections).
+async def open_store(url: str, settings: Settings | None = None, *, migrate: bool = False) -> Store:
+    """Open the store named by a ``sqlite:///`` or ``postgresql://`` URL (a pool of
+    ``settings.db_pool_size`` connections). A new store is created with the whole schema; a
+    store that is behind is migrated only with ``migrate`` (``selfmind db migrate``, the
+    bots' start: each applied migration is logged and named in ``store.migrated``).
 
     Raises ``ConfigError`` for other schemes or, with ``settings.recall == "hybrid"``, a
     missing semantic extra (checked before anything is opened; recall itself is
-    :func:`open_recaller`'s), ``StoreError`` when the file or server cannot be opened.
+    :func:`open_recaller`'s), ``StoreError`` when the file or server cannot be opened,
+    ``SchemaBehindError`` (without ``migrate``) or ``NewerSchemaError`` when this version may
+    not use the store as it is (nothing changed; :mod:`core.store.schema`).
     """
     if settings is not None and settings.recall == "hybrid":
         from core.memory.embeddings import load_embedder
@@ -283,14 +293,17 @@ async def open_store(url: str, settings: Settings | None = None) -> Store:
         store = await SQLiteStore.open(
             url.removeprefix("sqlite:///"),
             synchronous=settings.sqlite_synchronous if settings is not None else "full",
+            migrate=migrate,
         )
     elif url.startswith(("postgresql://", "postgres://")):
         from core.store.postgres.store import PostgresStore
 
         pool_size = settings.db_pool_size if settings is not None else 10
-        store = await PostgresStore.open(url, pool_size=pool_size)
+        store = await PostgresStore.open(url, pool_size=pool_size, migrate=migrate)
     else:
         raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
+    for name in store.migrated:
+        logger.info("applied migration %s", name)
     return store
 
 

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     embedding_model_dir: str | None = None
     db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)
+    # The standing profile's budget in every prompt (core.memory.profile): 800 tokens hold
+    # about 50 standing memories of typical length (16 tokens a line) and keep the whole
+    # memory block under 1,200 tokens with top_k = 6; 0 turns the profile off.
+    profile_tokens: int = Field(default=800, ge=0, le=8000)
     dedupe_threshold: float = Field(default=0.5, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
 
@@ -64,6 +68,12 @@ class Settings(BaseSettings):
     history_turns: int = Field(default=12, ge=0, le=200)
     history_retention_days: int = Field(default=30, ge=1)
     max_concurrent_turns: int = Field(default=256, ge=1, le=10_000)  # core/chat/admission.py
+
+    # --- files sent with a message (core/files): read for one turn, never kept
+    file_max_mb: int = Field(default=20, ge=1, le=30)
+    file_max_text_chars: int = Field(default=200_000, ge=1_000, le=2_000_000)
+    file_download_timeout_s: float = Field(default=30.0, gt=0)
+    file_concurrency: int = Field(default=4, ge=1, le=64)
 
     # --- Claude
     anthropic_api_key: SecretStr | None = Field(

@@ -79,11 +79,13 @@ class ScoredMemory:
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
     ``superseded``: the ids of the memories ``id`` replaced in the same write (named by the
-    writer, or less specific versions of it that dedupe found)."""
+    writer, or less specific versions of it that dedupe found); ``text``: the text as stored,
+    when the writer reports it (``MemoryService.remember``), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]
     superseded: tuple[int, ...] = ()
+    text: str = ""
 
     @property
     def duplicate_of(self) -> int | None:

@@ -1,4 +1,4 @@
-"""The layout's floors (README, "Architecture"): each folder imports only what stands below
+"""The layout's floors (docs/architecture.md): each folder imports only what stands below
 it, and no import circle joins two files or two folders. Every import counts, lazy and
 type-only ones included."""
 
@@ -23,6 +23,7 @@ FLOORS = {
     "core.store": 2,
     "core.health": 2,
     "core.memory": 3,
+    "core.files": 3,
     "core.chat": 4,
     "core.runtime": 5,
     "core.evaluation": 5,

@@ -53,6 +53,7 @@ from discord.backoff import ExponentialBackoff
 
 from bots.discord_bot.cleanup import add_cleanup_command
 from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
+from bots.discord_bot.files import file_origins, file_refs
 from bots.discord_bot.routing import Conversations, Route, channel_of, message_text, where_of
 from bots.discord_bot.sink import NO_MENTIONS, DiscordSink, partial_message
 from core.chat.controls import NOT_ENABLED, Place
@@ -249,6 +250,7 @@ class SelfMindBot(discord.Client):
             intake=self.intake, turns=rt.loop, history_turns=self.settings.history_turns
         )
         self._locks = KeyedLocks()  # one per conversation: answers run in message order
+        self._file_origins = file_origins(self.settings.discord_api_base_url)
         self._inflight: set[asyncio.Task[object]] = set()
         self._closing = False
         self.refused: ConfigError | None = None
@@ -433,7 +435,8 @@ class SelfMindBot(discord.Client):
         assert me is not None
         self.conversations.remember(message.id, route.key)
         text = message_text(message, bot_id=me.id)
-        say = None if text else EMPTY_MENTION_REPLY
+        files = file_refs(message.attachments, origins=self._file_origins)
+        say = None if text or files else EMPTY_MENTION_REPLY
         incoming = IncomingMessage(
             user_key=user_key_of(message.author),
             conversation_key=route.key,
@@ -444,6 +447,7 @@ class SelfMindBot(discord.Client):
             platform_ref=str(message.id),
             where=route.where,
             workspace=workspace,
+            files=files,
         )
         async with self._locks.hold(route.key):
 
@@ -598,7 +602,12 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
     discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
     with discord_endpoints(settings):
         async with open_runtime(
-            settings, db_url=db_url, require_model=True, start=False, serve_health=True
+            settings,
+            db_url=db_url,
+            require_model=True,
+            start=False,
+            serve_health=True,
+            migrate=True,  # a bot's start applies pending migrations, each logged by name
         ) as rt:
             bot = SelfMindBot(rt)
             loop = asyncio.get_running_loop()

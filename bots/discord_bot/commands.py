@@ -5,8 +5,10 @@ own memory key ``discord:{user_id}``, never on anyone else's:
 
 - ``/remember text:`` stores a memory (origin ``private`` in a DM, ``shared`` in a server);
 - ``/forget memory:`` forgets one memory; autocomplete offers the caller's own memories
-  (best BM25 matches of what was typed, or the newest) and "All my memories", which asks for
-  confirmation with a button only the caller can press;
+  (best BM25 matches of what was typed, or the newest; each choice's value is
+  :func:`core.memory.refs.memory_ref`, so a choice made stale meanwhile forgets nothing and
+  says so, while an id typed by hand is taken as it is) and "All my memories", which asks
+  for confirmation with a button only the caller can press;
 - ``/memories list`` (paginated with buttons), ``/memories search query:``,
   ``/memories export`` (a JSON Lines attachment), ``/memories cleanup`` (a plan to apply or
   cancel; :mod:`bots.discord_bot.cleanup`);
@@ -38,9 +40,11 @@ from core.errors import (
     MemoryNotFound,
     PlanNotPending,
     SelfMindError,
+    StaleButton,
     storage_failed,
 )
 from core.memory import replies
+from core.memory.refs import memory_ref, parse_memory_ref
 from core.memory.replies import MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import MAX_MEMORY_CHARS, Memory, Origin
@@ -103,7 +107,7 @@ async def forget_choices(
         found = [m for m in recent if str(m.id).startswith(query)][:limit]
     else:
         found = [s.memory for s in await service.search(user_key=user_key, query=query, k=limit)]
-    choices = [app_commands.Choice(name=choice_name(m), value=str(m.id)) for m in found]
+    choices = [app_commands.Choice(name=choice_name(m), value=memory_ref(m)) for m in found]
     choices.append(app_commands.Choice(name="All my memories", value=FORGET_ALL))
     return choices
 
@@ -272,12 +276,19 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
             await reply(interaction, replies.forget_all_question(count), view=view)
             return
         try:
-            memory_id = parse_memory_id(memory)
-            await service.forget(user_key=user_key, memory_id=memory_id)
+            if parse_memory_ref(memory) is not None:  # a choice: proves which memory it meant
+                forgotten = await service.forget_ref(user_key=user_key, ref=memory)
+            else:  # an id typed by hand
+                forgotten = await service.forget(
+                    user_key=user_key, memory_id=parse_memory_id(memory)
+                )
+        except StaleButton as exc:
+            await reply(interaction, str(exc))
+            return
         except MemoryNotFound:
             await reply(interaction, "No such memory of yours; pick one from the list.")
             return
-        await reply(interaction, replies.forgot(memory_id))
+        await reply(interaction, replies.forgot(forgotten.id))
 
     @forget.autocomplete("memory")
     async def forget_autocomplete(

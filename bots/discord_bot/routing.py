@@ -83,7 +83,8 @@ def is_bot_role(role: discord.Role, bot_id: int) -> bool:
 
 def message_text(message: discord.Message, *, bot_id: int) -> str:
     """The message as the model reads it: mentions of the bot removed, other user, role and
-    channel mentions as ``@name`` / ``#name``, attachments named on their own lines."""
+    channel mentions as ``@name`` / ``#name``. Attachments are files the core reads
+    (:mod:`bots.discord_bot.files`), named by their placeholders."""
     users = {u.id: u.display_name for u in message.mentions}
     roles = {r.id: r for r in message.role_mentions}
     channels = {c.id: c.name for c in message.channel_mentions}
@@ -99,9 +100,7 @@ def message_text(message: discord.Message, *, bot_id: int) -> str:
             return f"@{found.name if found else 'role'}"
         return f"#{channels.get(int(channel), 'channel')}"
 
-    text = _MENTION.sub(named, message.content).strip()
-    names = [f"[attachment: {a.filename}]" for a in message.attachments]
-    return "\n".join([text, *names] if text else names)
+    return _MENTION.sub(named, message.content).strip()
 
 
 @dataclass

@@ -349,7 +349,7 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
     naming the first one missing."""
     if settings.slack_bot_token is None or not settings.slack_bot_token.get_secret_value():
         raise ConfigError(
-            "SLACK_BOT_TOKEN is not set: install the app to your workspace (README, Slack) and"
+            "SLACK_BOT_TOKEN is not set: install the app to your workspace (docs/slack.md) and"
             " put its Bot User OAuth Token (xoxb-...) in the environment or .env"
         )
     bot_token = settings.slack_bot_token.get_secret_value()
@@ -486,6 +486,7 @@ async def open_slack_bot(
                 before_start=find_unanswered,
                 start=False,
                 serve_health=True,
+                migrate=True,  # a bot's start applies pending migrations, each logged by name
             )
         )
         bot = SlackBot(

@@ -13,8 +13,11 @@ go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVE
 
 Every operation acts for the user who typed the command or clicked the button
 (``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,
-forget or export another user's memories. Outside the team allow-lists
-(:mod:`core.chat.controls`) every command and button answers :data:`core.chat.controls.NOT_ENABLED`.
+forget or export another user's memories. A note's *Forget* button carries
+:func:`core.memory.refs.memory_ref`, so an out-of-date one (or one posted before refs, with a
+bare id) forgets nothing and answers :data:`core.memory.refs.STALE_BUTTON`. Outside the team
+allow-lists (:mod:`core.chat.controls`) every command and button answers
+:data:`core.chat.controls.NOT_ENABLED`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from core.errors import (
 from core.memory import replies
 from core.memory.cleanup_review import NO_MODEL
 from core.memory.reflection import ReflectionResult
+from core.memory.refs import memory_ref
 from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import Memory, Origin
@@ -94,7 +98,7 @@ def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
     blocks: list[JsonDict] = [section("I'll remember this:")]
     for m in memories:
         block = section(memory_line(m))
-        block["accessory"] = button("Forget", FORGET_ACTION, str(m.id))
+        block["accessory"] = button("Forget", FORGET_ACTION, memory_ref(m))
         blocks.append(block)
     blocks.append(
         {
@@ -411,9 +415,9 @@ class SlackCommands:
             await respond(text=NOT_ENABLED, response_type="ephemeral")
             return
         if action_id == FORGET_ACTION:
-            memory_id = parse_memory_id(value)
-            await self.service.forget(user_key=key, memory_id=memory_id)
-            await respond(text=replies.forgot(memory_id), response_type="ephemeral")
+            # A stale or old-format value raises StaleButton: its one sentence is the answer.
+            forgotten = await self.service.forget_ref(user_key=key, ref=value)
+            await respond(text=replies.forgot(forgotten.id), response_type="ephemeral")
         elif action_id == FORGET_ALL_ACTION:
             try:
                 count = await self.service.forget_all_confirmed(user_key=key, token=value)

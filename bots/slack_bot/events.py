@@ -8,7 +8,10 @@
   it has not seen, the thread so far is read once (``conversations.replies``) and stored as
   history, each message under its author's key (never reflected: only the speaker's own
   message is); the store is the source after that;
-- ignored: the bot's own messages, other bots, and every message subtype (edits,
+- files: a message with files (subtype ``file_share``, or a mention carrying ``files``) is
+  answered like any other, the files read for the answer by :mod:`core.files`
+  (:mod:`bots.slack_bot.files`: the token goes only to Slack's file host);
+- ignored: the bot's own messages, other bots, and every other message subtype (edits,
   deletions, joins ...);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
 - outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
@@ -71,6 +74,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
+from bots.slack_bot.files import file_origins, file_refs
 from bots.slack_bot.revocation import REFUSED_BOT_TOKEN_ERRORS
 from bots.slack_bot.sink import (
     SlackReplySink,
@@ -83,6 +87,7 @@ from core.chat.controls import NOT_ENABLED, Place
 from core.chat.intake import Intake, Received
 from core.chat.loop import ContextMessage, IncomingMessage, TurnLoop
 from core.errors import IntakeFailed
+from core.files import FileRef
 from core.settings import Settings
 from core.streaming.native import NativeReply
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
@@ -145,6 +150,8 @@ class SlackMessage:
     mentioned: bool
     install: str = ""
     """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
+    files: tuple[FileRef, ...] = ()
+    """The message's files (``file_share``), read for the answer only."""
 
     @property
     def user_key(self) -> str:
@@ -239,6 +246,7 @@ class SlackConversations:
         self.status = StatusIndicator(stream_client)
         self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
+        self._origins = file_origins(settings.slack_api_url)
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
@@ -246,7 +254,7 @@ class SlackConversations:
         event = cast(JsonDict, body.get("event") or {})
         kind, subtype = event.get("type"), event.get("subtype")
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-        if kind not in ("message", "app_mention") or subtype is not None:
+        if kind not in ("message", "app_mention") or subtype not in (None, "file_share"):
             logger.debug("ignored slack %s subtype=%s", kind, subtype)
             return None
         if event.get("bot_id") or not user or user == self.identity.user_id:
@@ -257,7 +265,8 @@ class SlackConversations:
         is_dm = channel_type == "im" if channel_type else str(channel).startswith("D")
         raw = str(event.get("text") or "")
         mentioned = kind == "app_mention" or self._mention.search(raw) is not None
-        text = " ".join(self._mention.sub("", raw).split()) or EMPTY_TEXT
+        files = file_refs(event.get("files"), token=self.client.token or "", origins=self._origins)
+        text = " ".join(self._mention.sub("", raw).split()) or ("" if files else EMPTY_TEXT)
         thread_ts = event.get("thread_ts")
         return SlackMessage(
             event_id=str(body.get("event_id") or f"{channel}-{ts}"),
@@ -270,6 +279,7 @@ class SlackConversations:
             is_dm=is_dm,
             mentioned=mentioned,
             install=self.identity.install_id,
+            files=files,
         )
 
     async def handle(self, message: SlackMessage) -> None:
@@ -418,6 +428,7 @@ class SlackConversations:
             platform_ref=message.ts,
             workspace=message.team,
             where="a Slack DM" if message.is_dm else "a Slack channel thread",
+            files=message.files,
         )
 
     async def answer(

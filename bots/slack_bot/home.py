@@ -4,7 +4,9 @@ What the Home tab shows (one view per user, :func:`home_view`): the memory mode 
 *Pause learning* / *Resume learning* and *Turn memory off* / *Turn memory on*; how many
 memories, by kind; *Export* (a JSON Lines file to the DM) and *Forget everything* (behind
 Slack's confirmation dialog); a search box; the newest :data:`PAGE_SIZE` memories (or the
-search's matches) with a *Forget* button each and *Newer* / *Older* paging.
+search's matches) with a *Forget* button each and *Newer* / *Older* paging. A *Forget*
+button carries :func:`core.memory.refs.memory_ref` (the id and its creation time): a click
+on a page made stale meanwhile forgets nothing and says so in the page's notice.
 
 Only its owner sees or changes it: ``views.publish`` shows a view to one ``user_id``; every
 click acts for the user who clicked (the key of :func:`bots.slack_bot.commands.user_key`,
@@ -36,10 +38,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import JsonDict, button, clip_mrkdwn, context, escape_mrkdwn, section
 from bots.slack_bot.commands import Spawn, user_key
-from core.errors import MemoryNotFound, PlanNotPending
+from core.errors import MemoryNotFound, PlanNotPending, StaleButton
 from core.memory import replies
+from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
-from core.memory.service import MemoryService, parse_memory_id
+from core.memory.service import MemoryService
 from core.types import Memory, MemoryMode, MemoryStats
 
 logger = logging.getLogger(__name__)
@@ -190,7 +193,7 @@ def home_view(
         blocks.append(section(empty if not state.offset else "No more memories on this page."))
     for memory in memories[:PAGE_SIZE]:
         block = section(clip_mrkdwn(f"`#{memory.id}` {escape_mrkdwn(memory.text)}"))
-        block["accessory"] = button("Forget", FORGET, str(memory.id))
+        block["accessory"] = button("Forget", FORGET, memory_ref(memory))
         blocks.append(block)
     paging = []
     if state.offset > 0:
@@ -318,9 +321,10 @@ class SlackHome:
         notice: str | None = None
         if action_id == FORGET:
             try:
-                memory_id = parse_memory_id(value)
-                await self.service.forget(user_key=key, memory_id=memory_id)
-                notice = replies.forgot(memory_id)
+                forgotten = await self.service.forget_ref(user_key=key, ref=value)
+                notice = replies.forgot(forgotten.id)
+            except StaleButton as exc:
+                notice = str(exc)
             except MemoryNotFound:
                 notice = "That memory was already gone."
         elif action_id == PAGE:

@@ -24,7 +24,10 @@ buffer, the feedback ``blocks`` and the reply metadata). Scope ``chat:write``; r
 ``recipient_team_id`` required outside DMs; ``markdown_text`` at most 12,000 characters
 (https://docs.slack.dev/reference/methods/chat.startStream, chat.appendStream,
 chat.stopStream). Errors: 429 -> ``RateLimited``; any other Web API error of these methods
--> ``StreamingRefused`` (the reply continues by edits); one that says the app cannot use
+-> ``StreamingRefused`` (the reply continues by edits, of the streamed message first:
+Slack ends a stream about 5 minutes after it starts, then refuses appends with
+``message_not_in_streaming_state`` and shows a "broken pill" until ``chat.update``,
+python-slack-sdk #1859; :mod:`core.streaming.native`); one that says the app cannot use
 them at all (:data:`STREAMING_UNAVAILABLE_ERRORS`) also switches streaming off for the
 process (:class:`StreamingSupport`).
 
@@ -189,7 +192,11 @@ class SlackStream:
 
     @property
     def started(self) -> bool:
-        return self._helper is not None and self._helper.ts is not None
+        return self.handle is not None
+
+    @property
+    def handle(self) -> str | None:
+        return self._helper.ts if self._helper is not None else None
 
     async def append(self, *, text: str, flush: bool = False) -> bool:
         before = self._escaper.held
@@ -215,6 +222,7 @@ class SlackStream:
             return
         self._announced = True
         self._sink.replied()
+        self._sink.unmarked.add(helper.ts)  # no metadata until chat.stopStream
         if self._sink.on_stream_started is not None:
             await self._sink.on_stream_started(helper.ts)
 
@@ -237,6 +245,7 @@ class SlackStream:
             )
         except SlackApiError as exc:
             raise self._mapped(exc) from exc
+        sink.unmarked.discard(str(helper.ts))
         return str(response.get("ts") or helper.ts)
 
     async def abandon(self) -> None:
@@ -253,10 +262,12 @@ class SlackStream:
                 ts=helper.ts,
                 metadata=reply_metadata(sink.answers_ts) if sink.answers_ts else None,
             )
-        except SlackApiError as exc:
+        except SlackApiError as exc:  # message_not_in_streaming_state: Slack ended it
             logger.info("cut stream %s not stopped: %s", helper.ts, slack_error(exc))
         except (ClientError, TimeoutError) as exc:
             logger.info("cut stream %s not stopped: %s", helper.ts, type(exc).__name__)
+        else:
+            sink.unmarked.discard(helper.ts)
 
     async def _helper_now(self) -> AsyncChatStream:
         if self._helper is None:
@@ -321,6 +332,9 @@ class SlackReplySink:
         self.status_indicator = status
         self.status_thread_ts = status_thread_ts or thread_ts
         self._status_up = False  # shown, and no reply posted in its thread since
+        self.unmarked: set[str] = set()
+        """Streamed messages without the reply metadata yet (it goes with chat.stopStream):
+        an edit of one (the reply took it over) sets it."""
 
     async def post(self, *, text: str) -> str:
         return await self._post(text, final=False)
@@ -371,7 +385,9 @@ class SlackReplySink:
         return str(response["ts"])
 
     async def _edit(self, handle: str, text: str, *, final: bool, mark: bool = False) -> None:
-        """``chat.update``; ``mark``: also set the reply metadata (a message taken over)."""
+        """``chat.update``; ``mark``: also set the reply metadata (a message taken over; a
+        stream never stopped is marked by its first edit too)."""
+        mark = mark or handle in self.unmarked
         metadata = reply_metadata(self.answers_ts) if mark and self.answers_ts else None
         try:
             await self.client.chat_update(
@@ -388,6 +404,7 @@ class SlackReplySink:
             if error in EDIT_FAILED_ERRORS:
                 raise EditFailed(error) from exc
             raise
+        self.unmarked.discard(handle)
 
     @property
     def can_stream(self) -> bool:

@@ -21,10 +21,11 @@ propagates to the adapter, which shows ``error.user_message``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -32,10 +33,14 @@ from typing import Protocol
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError, StreamCutError
+from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
+from core.files.refs import with_placeholders
+from core.memory.profile import MemoryContext, ProfileStore, build_context
+from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
-from core.model.claude import AnswerStream, ChatModel
+from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.text import clean_text
@@ -81,13 +86,24 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    files: tuple[FileRef, ...] = ()
+    """The message's files, read for the answer only (:mod:`core.files`); the store keeps
+    a placeholder line for each (:attr:`stored_text`)."""
 
     def __post_init__(self) -> None:
         # Message text enters the core here, whatever the adapter: cleaned once
         # (core.rules.text.clean_text, newlines and tabs kept), so the store, recall and the
         # prompt all see the same text.
-        object.__setattr__(self, "text", _clean_message(self.text))
+        text = self.text if self.text or not self.files else ""
+        object.__setattr__(self, "text", _clean_message(text) if text else "")
+        if not self.text and not self.files:
+            object.__setattr__(self, "text", EMPTY_MESSAGE)
         object.__setattr__(self, "author", _clean_name(self.author))
+
+    @property
+    def stored_text(self) -> str:
+        """What the store keeps: the text, then one placeholder line per file."""
+        return with_placeholders(self.text, self.files)
 
 
 @dataclass(frozen=True)
@@ -128,10 +144,20 @@ class Delivery:
             await abandon()
 
 
-class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, ClaimStore, Protocol):
+class LoopStore(
+    TurnStore,
+    ModeStore,
+    UsageStore,
+    CleanupStore,
+    MemorySearch,
+    ProfileStore,
+    ClaimStore,
+    Protocol,
+):
     """What the turn loop uses of the store: turns, modes, usage (caps), the purge after the
-    cleanup undo window, BM25 search (the default recall), and the claims and marks its
-    message intake (:mod:`core.chat.intake`) takes."""
+    cleanup undo window, BM25 search (the default recall), the standing memories and count
+    (the profile), and the claims and marks its message intake (:mod:`core.chat.intake`)
+    takes."""
 
 
 class TurnLoop:
@@ -147,8 +173,10 @@ class TurnLoop:
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
         recaller: Recaller | None = None,
+        files: FileReader | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.files = files or FileReader.from_settings(settings)
         self.store = store
         self.recaller: Recaller = recaller or BM25Recaller(store)
         self.model = model
@@ -172,20 +200,52 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
+    def _origins(self, message: IncomingMessage) -> Sequence[Origin] | None:
+        if message.origin == "shared" and not self.settings.recall_private_in_channels:
+            return ["shared"]
+        return None
+
+    async def memory_context(
+        self,
+        message: IncomingMessage,
+        *,
+        mode: MemoryMode | None = None,
+        previous: str | None = None,
+    ) -> MemoryContext:
+        """What this message's prompt carries of the user's memory: the standing profile
+        (``profile_tokens``), recall's ``top_k`` of the rest, the count stored, and whether
+        the message asks about the memory itself (:func:`core.memory.profile.build_context`).
+        ``mode``: the user's memory mode when the caller has read it already (``off``:
+        nothing); ``previous``: the conversation's previous user message, for recall.
+        In a channel only shared memories, unless ``recall_private_in_channels``."""
+        if mode is None:
+            mode = await self.store.get_mode(user_key=message.user_key)
+        return await build_context(
+            store=self.store,
+            recaller=self.recaller,
+            user_key=message.user_key,
+            message=message.text,
+            query=recall_query(message.text, previous),
+            k=self.settings.top_k,
+            origins=self._origins(message),
+            budget_tokens=self.settings.profile_tokens,
+            mode=mode,
+        )
+
     async def recall(
         self, message: IncomingMessage, *, mode: MemoryMode | None = None
     ) -> list[ScoredMemory]:
-        """The user's most relevant memories for this message (respecting mode and origin);
-        ``mode``: the user's memory mode when the caller has read it already."""
+        """The user's most relevant memories for this message (respecting mode and origin),
+        recall alone (no profile); ``mode``: the user's memory mode when already read."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         if mode == "off":
             return []
-        origins: Sequence[Origin] | None = None
-        if message.origin == "shared" and not self.settings.recall_private_in_channels:
-            origins = ["shared"]
         return await self.recaller.recall(
-            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+            user_key=message.user_key,
+            query=message.text,
+            k=self.settings.top_k,
+            origins=self._origins(message),
         )
 
     async def seed_context(
@@ -230,7 +290,7 @@ class TurnLoop:
             conversation_key=message.conversation_key,
             user_key=message.user_key,
             role="user",
-            text=message.text,
+            text=message.stored_text,
             origin=message.origin,
             sent_at=message.sent_at,
             author=message.author,
@@ -274,31 +334,69 @@ class TurnLoop:
             before_id=turn_id,
         )
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
-        memories = await self.recall(message, mode=mode)
+        previous = next((t.text for t in reversed(history) if t.role == "user"), None)
+        memory = await self.memory_context(message, mode=mode, previous=previous)
         logger.info(
-            "turn=%s user=%s conversation=%s recalled=%d history=%d",
+            "turn=%s user=%s conversation=%s profile=%d recalled=%d stored=%d question=%s"
+            " history=%d",
             turn_id,
             message.user_key,
             message.conversation_key,
-            len(memories),
+            len(memory.profile),
+            len(memory.recalled),
+            memory.stored,
+            memory.question,
             len(history),
         )
         system = system_blocks(
-            memories,
+            memory,
             now=self.clock(),
-            context=f"This is {message.where}.",
+            where=f"This is {message.where}.",
             user_name=message.author,
         )
-        messages = history_messages(
-            history,
-            message.text,
-            attribute=message.origin == "shared",
-            current_author=message.author,
-        )
+        async with self.files.slot() if message.files else contextlib.nullcontext():
+            read = await self.files.read(message.files) if message.files else ReadFiles()
+            notes = list(read.notes)
+            gone = [] if message.files else placeholder_names(message.text)
+            if gone:  # answered again after a restart: the files were never kept
+                notes.append(gone_note(gone))
+            current = message.stored_text
+            if notes:
+                current += "\n\n(Shown to the person above your answer: " + " ".join(notes) + ")"
+            messages = history_messages(
+                history,
+                current,
+                attribute=message.origin == "shared",
+                current_author=message.author,
+                files=read.blocks,
+            )
+            del read
+            prefix = "".join(f"_{note}_\n" for note in notes) + "\n" if notes else ""
+            answer = self._stream(
+                message, turn_id, system, messages, mode, prefix, delivery, started
+            )
+            async with contextlib.aclosing(answer):
+                async for delta in answer:
+                    yield delta
+
+    async def _stream(
+        self,
+        message: IncomingMessage,
+        turn_id: int,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatMessage],
+        mode: MemoryMode,
+        prefix: str,
+        delivery: Delivery | None,
+        started: float,
+    ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
         stream = self.model.stream(system=system, messages=messages)
         try:
+            if prefix:
+                parts.append(prefix)
+                yield prefix
             async for delta in stream:
                 parts.append(delta)
                 yield delta

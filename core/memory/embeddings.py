@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "SELFMIND_RECALL=hybrid needs the semantic extra: "
-    "pip install 'selfmind[semantic]' (CPU torch first; see the README)"
+    "pip install 'selfmind[semantic]' (CPU torch first; see docs/memory.md)"
 )
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
 import anthropic
@@ -50,7 +50,10 @@ import httpx2
 import pydantic
 from anthropic.types import (
     AssistantMessageParam,
+    Base64PDFSourceParam,
+    ContentBlockParam,
     MessageParam,
+    PlainTextSourceParam,
     TextBlockParam,
     UserMessageParam,
 )
@@ -78,11 +81,27 @@ class SystemBlock:
 
 
 @dataclass(frozen=True)
+class FileBlock:
+    """A file Claude reads with the current message (:mod:`core.files`): ``kind`` ``image``
+    (an ``image`` block), ``pdf`` (a ``document`` block), both with ``data`` base64; or
+    ``text`` (a ``document`` block with a text source, ``data`` the text). ``name`` is the
+    file's name (a document's ``title``)."""
+
+    kind: Literal["image", "pdf", "text"]
+    name: str
+    media_type: str
+    data: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class ChatMessage:
-    """One turn of the conversation history, oldest first; ``content`` is plain text."""
+    """One turn of the conversation history, oldest first; ``content`` is plain text.
+    ``files``: only on the current user message (history keeps placeholders), sent as
+    content blocks before the text, as the vision docs advise."""
 
     role: Literal["user", "assistant"]
     content: str
+    files: tuple[FileBlock, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -328,7 +347,8 @@ class _ClaudeAnswerStream:
         model = self._model
         parts: list[str] = []
         stopped = False
-        logger.debug("chat request: system=%s messages=%s", self._system, self._messages)
+        if logger.isEnabledFor(logging.DEBUG):  # file bytes never reach a log
+            logger.debug("chat request: system=%s messages=%s", self._system, _loggable(self))
         usage = Usage()
         try:
             # The raw event stream, not ``messages.stream()``: that helper rebuilds a message
@@ -419,8 +439,57 @@ def _cut(parts: list[str], how: str) -> StreamCutError:
 
 def _message_param(message: ChatMessage) -> MessageParam:
     if message.role == "user":
+        if message.files:
+            blocks: list[ContentBlockParam] = []
+            for file in message.files:
+                blocks += _file_params(file)
+            blocks.append({"type": "text", "text": message.content})
+            return UserMessageParam(role="user", content=blocks)
         return UserMessageParam(role="user", content=message.content)
     return AssistantMessageParam(role="assistant", content=message.content)
+
+
+def _file_params(file: FileBlock) -> list[ContentBlockParam]:
+    """An image (after a line naming it), or a document titled with the file's name."""
+    if file.kind == "image":
+        media_type = cast(
+            Literal["image/jpeg", "image/png", "image/gif", "image/webp"], file.media_type
+        )
+        return [
+            {"type": "text", "text": f"[image: {file.name}]"},
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": file.data},
+            },
+        ]
+    if file.kind == "pdf":
+        source: Base64PDFSourceParam | PlainTextSourceParam = {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": file.data,
+        }
+    else:
+        source = {"type": "text", "media_type": "text/plain", "data": file.data}
+    return [{"type": "document", "source": source, "title": file.name}]
+
+
+def _loggable(stream: _ClaudeAnswerStream) -> list[object]:
+    """The request's messages with every file's data replaced by its length."""
+    out: list[object] = []
+    for param in stream._messages:
+        content = param["content"]
+        if isinstance(content, str):
+            out.append(param)
+            continue
+        blocks: list[object] = []
+        for block in content:
+            item = cast(dict[str, Any], block)
+            source = item.get("source")
+            if isinstance(source, dict) and "data" in source:
+                item = {**item, "source": {**source, "data": f"<{len(source['data'])} chars>"}}
+            blocks.append(item)
+        out.append({"role": param["role"], "content": blocks})
+    return out
 
 
 def _system_param(block: SystemBlock) -> TextBlockParam:
@@ -494,6 +563,7 @@ __all__ = [
     "ChatModel",
     "ClaudeChatModel",
     "Extraction",
+    "FileBlock",
     "SystemBlock",
     "Usage",
 ]

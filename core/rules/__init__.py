@@ -1,3 +1,3 @@
 """The ground floor: pure rules the store and memory both use (tokens and stems, BM25,
-dedupe, cleanup operations). No I/O.
+dedupe, cleanup operations, the secret check). No I/O.
 """

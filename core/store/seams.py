@@ -79,9 +79,22 @@ class MemoryStore(Protocol):
         ...
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        include_superseded: bool = False,
+        origins: Sequence[Origin] | None = None,
+        standing: bool = False,
     ) -> list[Memory]:
-        """The user's memories, newest first."""
+        """The user's memories, newest first, at most ``limit`` after ``offset``.
+
+        ``origins`` keeps those learned there (an empty sequence finds nothing);
+        ``standing`` keeps only those that may enter the standing profile (every kind but a
+        plain ``fact`` of category ``general``: :data:`core.store.rows.STANDING`), read from
+        a partial index so a user with 10,000 memories costs no scan.
+        """
         ...
 
     async def count(self, *, user_key: str) -> int:
@@ -415,6 +428,9 @@ class Store(
     Protocol,
 ):
     """Everything the core keeps: what each backend implements and composition opens."""
+
+    migrated: tuple[str, ...]
+    """Names of the migrations the open applied, in order (:mod:`core.store.schema`)."""
 
     async def close(self) -> None:
         """Flush and close."""

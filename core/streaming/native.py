@@ -15,10 +15,17 @@ and is handed to :func:`core.streaming.reply.stream_reply` as its ``reply``.
 - Fallback to edits, mid-answer, without losing or repeating text: on ``StreamingRefused``
   (the platform refuses the method here), on ``RateLimited`` while opening a stream (waiting
   would stall the first token), or after ``max_rate_limit_retries`` 429s in a row on one
-  append or stop. The text the platform does not show yet (``text[shown:]``: the helper's
-  unsent buffer included) goes on through a :class:`StreamedReply` over the same sink, in a
-  new message; the streamed message keeps what it shows and is ended there
-  (``NativeStream.abandon``, best effort), not left open until the platform times it out.
+  append or stop. The stream is ended where it is (``NativeStream.abandon``, best effort)
+  and the reply goes on through a :class:`StreamedReply` over the same sink that takes the
+  streamed message over: its first edit puts the whole text of that message so far into it
+  (the unsent buffer included), and the last one the feedback buttons
+  (``FinishingSink``), so a stream the platform ended is finished in place and never stays
+  a "broken pill" (Slack ends a stream about 5 minutes after ``chat.startStream``; appends
+  then fail with ``message_not_in_streaming_state`` and the message shows an error until
+  ``chat.update``: python-slack-sdk #1859, PR #1880). The text continues in a new message
+  only when it must: past the edit limit (``StreamConfig.max_chars``, below a stream's), or
+  when the message cannot be edited (``EditFailed``, e.g. a stream still live): then it
+  keeps what it shows and the rest (``text[shown:]``) follows.
 - Deltas longer than ``max_piece_chars`` are appended in pieces (a piece never passes the
   platform's per-call limit).
 """
@@ -68,13 +75,18 @@ class NativeStream(Protocol):
         """True once the platform has created the message."""
         ...
 
+    @property
+    def handle(self) -> str | None:
+        """The message's handle once started (Slack: its ``ts``), else None."""
+        ...
+
     async def append(self, *, text: str, flush: bool = False) -> bool: ...
 
     async def stop(self, *, final: bool, text: str = "") -> str: ...
 
     async def abandon(self) -> None:
         """End a started message as the platform shows it, without what is buffered (the
-        reply continues by edits from there); best effort: never raises."""
+        reply then edits it, see :class:`NativeReply`); best effort: never raises."""
         ...
 
 
@@ -211,6 +223,18 @@ class NativeReply:
             self._status_shown = False
             await clear_status_quietly(self._sink)
 
+    async def refresh_status(self) -> None:
+        """Show the status again if this reply shows it and nothing else yet (no stream
+        started, no fallback: the model is still thinking)."""
+        text = self._config.status_text
+        if not self._status_shown or text is None or self._fallback is not None:
+            return
+        if self._stream is None or not self._stream.started:
+            try:
+                await self._sink.status(text=text)
+            except RateLimited:
+                logger.info("status indicator rate-limited")
+
     async def aclose(self) -> None:
         """Stop the fallback's background task, if any; no further calls. Safe twice."""
         self._done = True
@@ -309,17 +333,25 @@ class NativeReply:
         return True
 
     async def _fall_back(self, reason: str) -> None:
-        """Continue by edits from the text the platform shows (``text[shown:]``)."""
+        """Continue by edits: in the streamed message from its start when there is one
+        (taken over), else from the text the platform shows (``text[shown:]``)."""
         logger.info("native streaming fell back to edits (%s) at %d chars", reason, self._shown)
-        if self._stream is not None and self._stream.started:
-            await self._stream.abandon()
-        self._stream = None
+        stream, self._stream = self._stream, None
+        text, handle = self.text, None
+        if stream is not None and stream.started:
+            await stream.abandon()
+            handle = stream.handle
+        start = self._start if handle is not None else locate(text, START, self._shown)
+        prefix = reopen_prefix(start.fence, self._config.max_chars)
         reply = StreamedReply(
-            self._sink, self._config, limiter=self._limiter, clock=self._clock, sleep=self._sleep
+            self._sink,
+            self._config,
+            limiter=self._limiter,
+            clock=self._clock,
+            sleep=self._sleep,
+            take_over=handle,
+            shows=len(prefix) + self._shown - start.pos if handle is not None else 0,
         )
         self._fallback = reply
-        text = self.text
-        if self._shown < len(text):
-            fence = locate(text, START, self._shown).fence
-            rest = reopen_prefix(fence, self._config.max_chars) + text[self._shown :]
-            await reply.feed(rest)
+        if start.pos < len(text):
+            await reply.feed(prefix + text[start.pos :])

@@ -92,6 +92,10 @@ SLACK_MAX_REPLY_CHARS = 3500
 #: Slack ``chat.update`` is rate tier 3, about 50 calls a minute per workspace
 #: (https://api.slack.com/methods/chat.update, https://api.slack.com/apis/rate-limits).
 SLACK_UPDATES_PER_MINUTE = 50
+#: Slack clears an ``assistant.threads.setStatus`` status after two minutes without a
+#: message (https://docs.slack.dev/reference/methods/assistant.threads.setStatus): shown
+#: again this often while the model thinks, well inside the limit.
+SLACK_STATUS_REFRESH_S = 90.0
 
 DEFAULT_WRITING_MARKER = "\n\n_✍️ still writing…_"
 DEFAULT_PLACEHOLDER = "_thinking…_"
@@ -246,6 +250,9 @@ class StreamConfig:
     ``empty_text``: shown when the answer is empty.
     ``busy_hold_s``: how long a reply started with the edit budget spent holds its first
     message back for the whole answer (seconds; 0: never held).
+    ``status_refresh_s``: the status is shown again this often while nothing of the reply
+    is on screen yet, i.e. while the model thinks (None: shown once; Slack drops it after two
+    minutes, :data:`SLACK_STATUS_REFRESH_S`).
     Raises ``ValueError`` for limits the splitter cannot meet.
     """
 
@@ -258,6 +265,7 @@ class StreamConfig:
     max_rate_limit_retries: int = 5
     empty_text: str = "(no answer)"
     busy_hold_s: float = 15.0
+    status_refresh_s: float | None = None
 
     def __post_init__(self) -> None:
         reserve = self.reserve
@@ -269,6 +277,8 @@ class StreamConfig:
             raise ValueError("max_rate_limit_retries must be >= 0")
         if self.busy_hold_s < 0:
             raise ValueError(f"busy_hold_s must be >= 0, not {self.busy_hold_s}")
+        if self.status_refresh_s is not None and self.status_refresh_s <= 0:
+            raise ValueError(f"status_refresh_s must be > 0, not {self.status_refresh_s}")
         for name, value in (("placeholder", self.placeholder), ("empty_text", self.empty_text)):
             if value is not None and not 0 < len(value.strip()) <= len(value) <= self.max_chars:
                 raise ValueError(f"{name} must be non-blank and at most max_chars long")
@@ -282,8 +292,14 @@ class StreamConfig:
     def for_slack(
         cls, *, max_chars: int = SLACK_MAX_REPLY_CHARS, edit_interval_s: float = 1.0
     ) -> StreamConfig:
-        """Slack: texts go out as ``markdown_text``, with tables in code blocks."""
-        return cls(max_chars=max_chars, edit_interval_s=edit_interval_s, render=slack_markdown)
+        """Slack: texts go out as ``markdown_text``, with tables in code blocks; the status
+        is refreshed every :data:`SLACK_STATUS_REFRESH_S` while the model thinks."""
+        return cls(
+            max_chars=max_chars,
+            edit_interval_s=edit_interval_s,
+            render=slack_markdown,
+            status_refresh_s=SLACK_STATUS_REFRESH_S,
+        )
 
     @classmethod
     def for_discord(
@@ -371,6 +387,11 @@ class StreamedReply:
     no further sink calls). ``feed``/``finish``/``fail`` raise the sink's platform error if the
     background task died of one, and ``RuntimeError`` when called after ``finish``/``fail``.
     ``limiter`` is the shared budget for this reply's scope (``EditBudgets.for_scope``).
+    ``take_over``: the handle of a message that already shows the start of this reply's text
+    (its first ``shows`` characters, e.g. a native stream the platform ended): it is edited
+    into the reply's first message instead of a new one being posted; if it cannot be edited
+    (``EditFailed``), it stays as it is and the text continues after ``shows`` in a new
+    message.
     """
 
     def __init__(
@@ -381,6 +402,8 @@ class StreamedReply:
         limiter: EditLimiter | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        take_over: str | None = None,
+        shows: int = 0,
     ) -> None:
         self._sink = sink
         self._finishing_sink = cast(FinishingSink, sink) if _finishes(type(sink)) else None
@@ -389,7 +412,8 @@ class StreamedReply:
         self._clock = clock
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self._text = _Text()
-        self._messages = [_Message(START, "", shown_end=0)]
+        first = _Message(START, "", shown_end=shows if take_over else 0, handle=take_over)
+        self._messages = [first]
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._began = False
@@ -478,6 +502,13 @@ class StreamedReply:
         if self._status_shown:
             self._status_shown = False
             await clear_status_quietly(self._sink)
+
+    async def refresh_status(self) -> None:
+        """Show the status again if this reply shows it and nothing else yet (no message
+        posted: the model is still thinking)."""
+        text = self._config.status_text
+        if self._status_shown and text is not None and self._messages[0].handle is None:
+            await self._set_status(text)
 
     async def aclose(self) -> None:
         """Stop the background task without further sink calls; safe to call twice."""
@@ -764,6 +795,8 @@ class Reply(Protocol):
 
     async def clear_status(self) -> None: ...
 
+    async def refresh_status(self) -> None: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -804,28 +837,58 @@ async def stream_reply(
     if reply is None:
         reply = StreamedReply(sink, config, limiter=limiter, clock=clock, sleep=sleep)
     iterator = aiter(deltas)
+    keeper: asyncio.Task[None] | None = None
     try:
         await reply.start()
+        if config.status_refresh_s is not None:
+            keeper = asyncio.create_task(
+                _keep_status(reply, config.status_refresh_s), name="selfmind-status-refresh"
+            )
         while True:
             try:
                 delta = await anext(iterator)
             except StopAsyncIteration:
                 break
             except SelfMindError as exc:
+                await _stop(keeper)
                 return await _fail_with(reply, exc)
             except Exception:
+                await _stop(keeper)
                 await reply.fail(GENERIC_ERROR_NOTE)
                 raise
+            if keeper is not None and delta:
+                await _stop(keeper)  # the first token: the answer shows from now on
+                keeper = None
             await reply.feed(delta)
+        await _stop(keeper)
         return await reply.finish()
     except Exception:
         await reply.clear_status()  # e.g. the post failed: "is thinking…" must not stay up
         raise
     finally:
+        await _stop(keeper)
         await reply.aclose()
         close = getattr(iterator, "aclose", None)
         if close is not None:
             await close()
+
+
+async def _keep_status(reply: Reply, every_s: float) -> None:
+    """Show ``reply``'s status again every ``every_s`` seconds until cancelled (the model's
+    first token); a failure ends the refreshing, logged (INFO, its type only)."""
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            await reply.refresh_status()
+    except Exception as exc:  # cosmetic: the answer goes on without the indicator
+        logger.info("status indicator not refreshed: %s", type(exc).__name__)
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait for it."""
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task})
 
 
 async def _fail_with(reply: Reply, error: SelfMindError) -> ReplyResult:

@@ -33,7 +33,13 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "--json",
     )
     assert code == 0
-    assert json.loads(out) == {"id": 1, "status": "added", "duplicate_of": None, "superseded": []}
+    assert json.loads(out) == {
+        "id": 1,
+        "status": "added",
+        "duplicate_of": None,
+        "superseded": [],
+        "text": "The user prefers tabs over spaces.",
+    }
     code, out, _ = cli(
         db_path,
         "memories",
@@ -48,6 +54,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "status": "duplicate",
         "duplicate_of": 1,
         "superseded": [],
+        "text": "the user prefers tabs over spaces",
     }
     cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
 
@@ -65,7 +72,11 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "stats", "--json")
     assert json.loads(out)["total"] == 2
     code, out, _ = cli(db_path, "memories", "stats", "--user", "alice", "--json")
-    assert json.loads(out) == {"total": 1, "by_kind": {"fact": 1}, "by_category": {"general": 1}}
+    assert json.loads(out) == {
+        "total": 1,
+        "by_kind": {"preference": 1},
+        "by_category": {"code": 1},
+    }
 
     code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1", "--json")
     assert code == 0 and json.loads(out) == {"forgotten": 1}

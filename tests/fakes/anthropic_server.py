@@ -32,12 +32,16 @@ missing ``anthropic-version`` header, a non-positive ``max_tokens``, empty ``mes
 bad ``thinking`` config, more than 4 ``cache_control`` breakpoints, and structured-output
 schemas the API refuses (see :data:`REFUSED_SCHEMA_KEYWORDS`; also ``minItems`` other than
 0 or 1, string ``format`` outside :data:`SUPPORTED_STRING_FORMATS`, and any object schema
-without ``"additionalProperties": false``).
+without ``"additionalProperties": false``), and files the API refuses (images, PDFs and
+text documents past the documented limits: :mod:`tests.fakes.anthropic_files`); a body over
+32 MB gets 413 ``request_too_large``.
 
 ``POST /v1/messages/count_tokens`` answers ``{"input_tokens": N}``, N being what
 ``/v1/messages`` counts as the same body's prompt (:func:`prompt_tokens`).
 
-Usage is deterministic: tokens are ``ceil(len(text) / 4)``. Prompt caching: each system
+Usage is deterministic: tokens are ``ceil(len(text) / 4)``, plus what files cost
+(:func:`tests.fakes.anthropic_files.file_tokens`: they grow with the image's pixels, the
+PDF's pages and bytes, the text's length). Prompt caching: each system
 block carrying ``cache_control`` is a breakpoint; the longest breakpoint prefix (same model,
 same block texts) seen in an earlier successful request counts as ``cache_read_input_tokens``,
 the rest of the prefix up to the last breakpoint as ``cache_creation_input_tokens``, the
@@ -62,6 +66,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from aiohttp import web
+
+from tests.fakes.anthropic_files import MAX_REQUEST_BYTES, check_files, file_tokens
 
 Kind = Literal["chat", "extract"]
 Responder = Callable[[dict[str, Any]], Any]
@@ -231,10 +237,14 @@ def prompt_tokens(body: Mapping[str, Any]) -> int:
     """A request's prompt size as the fake counts it: :func:`count_tokens` of every system
     block and every message's text (``/v1/messages`` and ``/v1/messages/count_tokens``)."""
     texts = [str(b.get("text", "")) for b in _system_blocks(body)]
-    return sum(map(count_tokens, texts)) + sum(
-        count_tokens(_content_text(m.get("content")))
-        for m in body.get("messages") or []
-        if isinstance(m, dict)
+    return (
+        sum(map(count_tokens, texts))
+        + sum(
+            count_tokens(_content_text(m.get("content")))
+            for m in body.get("messages") or []
+            if isinstance(m, dict)
+        )
+        + file_tokens(body)
     )
 
 
@@ -286,7 +296,9 @@ class FakeAnthropic:
     # --- lifecycle
     async def start(self) -> None:
         """Listen on ``host:port`` (0 = ephemeral) and set ``base_url``."""
-        app = web.Application()
+        # Bodies up to twice the API's 32 MB are read, so that the fake refuses them as the
+        # API does (413 request_too_large) rather than aiohttp's own 413.
+        app = web.Application(client_max_size=2 * MAX_REQUEST_BYTES)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/_fake/enqueue", self._control_enqueue)
@@ -347,6 +359,10 @@ class FakeAnthropic:
     # --- the Messages endpoint
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
+        if len(raw) > MAX_REQUEST_BYTES:
+            return _error_response(
+                413, "request_too_large", "Request exceeds the maximum allowed number of bytes."
+            )
         try:
             body = json.loads(raw)
         except ValueError:
@@ -703,6 +719,9 @@ def _validate_body(body: dict[str, Any]) -> str | None:
         control = block.get("cache_control")
         if control is not None and control.get("type") != "ephemeral":
             return f"system.{i}.cache_control.type: Input should be 'ephemeral'"
+    problem = check_files(body)
+    if problem is not None:
+        return problem
     config = body.get("output_config")
     if isinstance(config, dict) and config.get("format") is not None:
         fmt = config["format"]

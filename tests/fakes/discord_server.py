@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import copy
 import fnmatch
+import io
 import json
 import logging
 import re
@@ -266,6 +267,17 @@ class _ApiError(Exception):
         if self.errors is not None:
             body["errors"] = self.errors
         return body
+
+
+def _image_size(data: bytes) -> JSON:
+    """``width`` and ``height`` of an image attachment, as Discord adds them; ``{}`` else."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return {"width": image.width, "height": image.height}
+    except Exception:
+        return {}
 
 
 def _field_error(code: str, message: str) -> JSON:
@@ -844,7 +856,7 @@ class FakeDiscord:
         *,
         mentions: Sequence[FakeUser] | None = None,
         reply_to: int | None = None,
-        attachments: Sequence[tuple[str, bytes]] = (),
+        attachments: Sequence[tuple[str, bytes] | tuple[str, bytes, str]] = (),
     ) -> JSON:
         """A user posts in a guild channel, thread or DM (see :meth:`dm_channel_id`):
         stores the message and dispatches MESSAGE_CREATE. ``mentions`` defaults to the users
@@ -853,8 +865,8 @@ class FakeDiscord:
         if channel_id not in self._channels:
             raise KeyError(f"unknown channel {channel_id}")
         files = tuple(
-            RecordedFile(f"files[{i}]", name, "application/octet-stream", data)
-            for i, (name, data) in enumerate(attachments)
+            RecordedFile(f"files[{i}]", spec[0], (*spec, "application/octet-stream")[2], spec[1])
+            for i, spec in enumerate(attachments)
         )
         referenced = self._messages.get(reply_to) if reply_to is not None else None
         if reply_to is not None and referenced is None:
@@ -1308,7 +1320,9 @@ class FakeDiscord:
             attachment_id = self.snowflake()
             filename = str(spec.get("filename") or upload.filename)
             self._attachments[attachment_id] = upload
-            url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{filename}"
+            # Signed like Discord's CDN links (expiry, issue time, signature).
+            signed = f"ex={0x7FFFFFFF:x}&is={0x60000000:x}&hm={attachment_id:x}"
+            url = f"{self.url}/attachments/{channel_id}/{attachment_id}/{filename}?{signed}"
             attachment: JSON = {
                 "id": str(attachment_id),
                 "filename": filename,
@@ -1316,7 +1330,7 @@ class FakeDiscord:
                 "url": url,
                 "proxy_url": url,
                 "content_type": upload.content_type,
-            }
+            } | _image_size(upload.data)
             if spec.get("description"):
                 attachment["description"] = spec["description"]
             result.append(attachment)

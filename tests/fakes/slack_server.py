@@ -73,6 +73,8 @@ from aiohttp import ClientSession, TCPConnector, WSCloseCode, WSMsgType, web
 from aiohttp.web_request import FileField
 from multidict import CIMultiDict
 
+from tests.fakes.slack_files import SlackFileHost
+
 JsonDict = dict[str, Any]
 Signature = Literal["valid", "forged", "stale", "missing"]
 
@@ -645,12 +647,15 @@ class FakeSlack:
         methods; ``"channel_type_not_supported"``...) to refuse every streaming call from now
         on, also in the middle of a stream."""
         self.stream_lifetime_s = stream_lifetime_s
-        """A stream not stopped within this long is ended by Slack itself: appendStream and
-        stopStream then fail with ``message_not_in_streaming_state`` and chat.update is the
-        way to change the message (python-slack-sdk#1859: about 5 minutes). Before that a
-        live stream cannot be changed by chat.update (``cant_update_message``): Slack
-        documents no edit of a live stream, so the fake refuses it and the bot must stop it
-        first."""
+        """A stream not stopped within this long (seconds of ``clock``) is ended by Slack
+        itself: appendStream and stopStream then fail with ``message_not_in_streaming_state``
+        and the message is a "broken pill" (``broken_pill: True``: Slack shows it with an
+        error) until a chat.update replaces it (python-slack-sdk#1859, PR #1880: about 5
+        minutes). Before that a live stream cannot be changed by chat.update
+        (``cant_update_message``): Slack documents no edit of a live stream, so the fake
+        refuses it and the bot must stop it first. ``expire_streams()`` ends them now."""
+        self.clock: Callable[[], float] = time.monotonic
+        """The time streams age by (seconds); a test may replace it."""
         self._stream_started: dict[str, float] = {}
         self.events = SlackEvents(self.identity, response_url=self.new_response_url)
 
@@ -668,6 +673,8 @@ class FakeSlack:
         self.home_views: dict[str, JsonDict] = {}
         """The Home tab each user sees now (the last ``views.publish`` for their user_id)."""
         self.files: dict[str, UploadedFile] = {}
+        self.file_host = SlackFileHost(team=self.identity.team_id, bot_token=bot_token)
+        """Files users share (``url_private`` downloads): :mod:`tests.fakes.slack_files`."""
         self.envelopes: list[JsonDict] = []
         self.acks: list[JsonDict] = []
         self.deliveries: dict[str, list[int]] = defaultdict(list)
@@ -729,12 +736,14 @@ class FakeSlack:
                 web.post("/_fake/response_url", self._control_response_url),
                 web.get("/_fake/calls", self._control_calls),
                 web.get("/_fake/messages", self._control_messages),
+                *self.file_host.routes(),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self._port).start()
         self._port = self._runner.addresses[0][1]
+        self.file_host.base_url = self.base_url
         # No cap on connections (aiohttp's default is 100): Slack delivers a burst at once.
         self._session = ClientSession(connector=TCPConnector(limit=0))
 
@@ -782,14 +791,18 @@ class FakeSlack:
         return [c for c in self.recorded if method is None or c.method == method]
 
     def messages(self, channel: str) -> list[JsonDict]:
-        """A channel's stored messages (roots and replies) in ts order."""
-        return list(self._history.get(channel, []))
+        """A channel's stored messages (roots and replies) in ts order (streams past their
+        lifetime shown ended: ``_live_stream``)."""
+        history = self._history.get(channel, [])
+        for m in history:
+            self._live_stream(m)
+        return list(history)
 
     def thread(self, channel: str, thread_ts: str) -> list[JsonDict]:
         """Root and replies of a thread, in order, as conversations.replies returns them."""
         return [
             m
-            for m in self._history.get(channel, [])
+            for m in self.messages(channel)
             if m["ts"] == thread_ts or m.get("thread_ts") == thread_ts
         ]
 
@@ -1025,19 +1038,35 @@ class FakeSlack:
         return channel, msg
 
     def _live_stream(self, msg: JsonDict) -> bool:
-        """Whether ``msg`` is a stream still open (one past ``stream_lifetime_s`` ends)."""
+        """Whether ``msg`` is a stream still open; one past ``stream_lifetime_s`` is ended
+        here, as Slack ends it: no longer streaming, and a broken pill."""
         if not msg.get("streaming"):
             return False
-        started = self._stream_started.get(str(msg["ts"]), time.monotonic())
-        if time.monotonic() - started >= self.stream_lifetime_s:
+        now = self.clock()
+        started = self._stream_started.get(str(msg["ts"]), now)
+        if now - started >= self.stream_lifetime_s:
             msg["streaming"] = False
+            msg["broken_pill"] = True
             return False
         return True
+
+    def expire_streams(self) -> list[str]:
+        """End every live stream now, as Slack does after ``stream_lifetime_s``; returns
+        their ``ts``."""
+        ended = []
+        for history in self._history.values():
+            for msg in history:
+                if msg.get("streaming"):
+                    self._stream_started[str(msg["ts"])] = -math.inf
+                    self._live_stream(msg)
+                    ended.append(str(msg["ts"]))
+        return ended
 
     def _chat_update(self, params: JsonDict) -> JsonDict:
         channel, msg = self._own_message(params, denied="cant_update_message")
         if self._live_stream(msg):
             raise _ApiError("cant_update_message")
+        msg.pop("broken_pill", None)  # chat.update is what mends an expired stream
         content = self._content(params, max_chars=self.update_max_chars)
         if "markdown_text" in content:
             msg.pop("blocks", None)
@@ -1079,7 +1108,7 @@ class FakeSlack:
         msg = self._bot_message({"text": text, "markdown_text": text})
         msg |= {"thread_ts": thread_ts, "streaming": True}
         self.shown_status.pop((channel, str(thread_ts)), None)  # a reply clears it
-        self._stream_started[str(msg["ts"])] = time.monotonic()
+        self._stream_started[str(msg["ts"])] = self.clock()
         if params.get("recipient_user_id"):
             msg["recipient_user_id"] = str(params["recipient_user_id"])
         self._store(channel, msg)

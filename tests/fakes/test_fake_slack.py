@@ -397,3 +397,27 @@ async def test_runs_as_a_process_until_sigterm() -> None:
         await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 0
     assert time.monotonic() - started < 10
+
+
+async def test_an_expired_stream_is_a_broken_pill_until_chat_update() -> None:
+    async with running_fake_slack(stream_lifetime_s=300.0) as fake:
+        client = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
+        root = fake.seed_message("D1", "hi", user="U1")
+        started = await client.chat_startStream(
+            channel="D1", thread_ts=root["ts"], markdown_text="Half an"
+        )
+        ts = started["ts"]
+        clock = [fake.clock()]
+        fake.clock = lambda: clock[0]
+        clock[0] += 299.0
+        await client.chat_appendStream(channel="D1", ts=ts, markdown_text=" answer")
+        clock[0] += 1.0  # python-slack-sdk #1859: Slack ends it about 5 minutes in
+        (message,) = fake.thread("D1", root["ts"])[1:]
+        assert message["broken_pill"] is True and message["streaming"] is False
+        for call in (client.chat_appendStream, client.chat_stopStream):
+            with pytest.raises(SlackApiError) as refused:
+                await call(channel="D1", ts=ts, markdown_text=" more")
+            assert refused.value.response["error"] == "message_not_in_streaming_state"
+        assert message["broken_pill"] is True
+        await client.chat_update(channel="D1", ts=ts, markdown_text="Half an answer, whole.")
+        assert "broken_pill" not in message and message["markdown_text"].endswith("whole.")

@@ -20,7 +20,9 @@ the clean text (the index terms are words only, already clean); turns keep their
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,8 +33,11 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.postgres.base import DB_ERRORS, describe_error, mask_url, migrate
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, mask_url
+from core.store.postgres.migrations import MIGRATIONS
+from core.store.schema import SchemaState, check_schema
 from core.store.sqlite.base import dt
+from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from core.store.text_repair import memory_text, turn_text
 
 logger = logging.getLogger(__name__)
@@ -175,10 +180,12 @@ class CopyReport:
 
 @dataclass(frozen=True)
 class MigrateReport:
-    """Migrations applied by this run, and all applied migrations in order."""
+    """Migrations applied by this run, all applied migrations in order, and the backup
+    taken before (a SQLite file that had migrations to apply), if any."""
 
     applied_now: tuple[str, ...]
     applied: tuple[str, ...]
+    backup: Path | None = None
 
 
 def sqlite_path(url: str) -> str:
@@ -195,25 +202,37 @@ def postgres_url(url: str) -> str:
     return url
 
 
-async def migrate_database(url: str) -> MigrateReport:
+async def migrate_database(
+    url: str, *, backup: bool = True, backup_path: Path | None = None
+) -> MigrateReport:
     """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
 
-    Idempotent. Raises ``StoreError`` / ``MigrationError``.
+    Idempotent. A SQLite file with migrations to apply is first backed up (unless not
+    ``backup``) to ``backup_path`` or :func:`~core.store.sqlite.backup.before_migrate_path`.
+    Raises ``StoreError`` / ``MigrationError``, ``NewerSchemaError`` for a store a newer
+    SelfMind wrote (nothing changed), ``MemoryInputError`` when the backup cannot be written.
     """
     if url.startswith("sqlite:///"):
+        from core.store.sqlite.backup import backup_file, before_migrate_path
         from core.store.sqlite.store import SQLiteStore
 
-        path = sqlite_path(url)
-        before = await _sqlite_migrations(path)
-        store = await SQLiteStore.open(path)
+        path = await asyncio.to_thread(_sqlite_file, url)
+        state = await read_schema_state(url)
+        taken: Path | None = None
+        if state is not None:
+            check_schema(state, where=f"database {path}", apply=True)
+            if backup and state.pending and not state.fresh:
+                taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
+                await backup_file(path, taken)
+        store = await SQLiteStore.open(str(path), migrate=True)
         try:
             applied = tuple(await store.applied_migrations())
         finally:
             await store.close()
-        return MigrateReport(tuple(n for n in applied if n not in before), applied)
+        return MigrateReport(store.migrated, applied, taken)
     conn = await _connect(postgres_url(url))
     try:
-        now = await migrate(conn)
+        now = await apply_migrations(conn, apply=True, where=mask_url(url))
         names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
         return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
     except DB_ERRORS as exc:
@@ -222,13 +241,46 @@ async def migrate_database(url: str) -> MigrateReport:
         await conn.close()
 
 
-async def _sqlite_migrations(path: str) -> set[str]:
+async def backup_database(url: str, target: Path) -> int:
+    """``selfmind db backup``: a consistent copy of the SQLite store at ``url`` in the new file
+    ``target`` (:func:`core.store.sqlite.backup.backup_file`); returns its page count."""
+    from core.store.sqlite.backup import backup_file
+
+    return await backup_file(await asyncio.to_thread(_sqlite_file, url), target)
+
+
+async def read_schema_state(url: str) -> SchemaState | None:
+    """The schema state of the store at ``url``, read only; None when there is no SQLite
+    file there. ``StoreError`` when the file or server cannot be read."""
+    known_sqlite = ((n, name) for n, name, _ in SQLITE_MIGRATIONS)
+    if url.startswith("sqlite:///"):
+        path = await asyncio.to_thread(_sqlite_file, url)
+        if not await asyncio.to_thread(path.exists):
+            return None
+        try:  # read-write (never creating): the last connection to close removes the -wal
+            async with aiosqlite.connect(f"{path.as_uri()}?mode=rw", uri=True) as db:
+                sql = "SELECT name FROM sqlite_master WHERE name = 'schema_migrations'"
+                if not await db.execute_fetchall(sql):
+                    return SchemaState.of((), known_sqlite)
+                rows = await db.execute_fetchall("SELECT number, name FROM schema_migrations")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read database {path}: {exc}") from None
+        return SchemaState.of(((int(r[0]), str(r[1])) for r in rows), known_sqlite)
+    conn = await _connect(postgres_url(url))
     try:
-        async with aiosqlite.connect(_read_only(path), uri=True) as db:
-            rows = await db.execute_fetchall("SELECT name FROM schema_migrations")
-            return {str(r[0]) for r in rows}
-    except Exception:  # no file yet, or no schema yet: nothing applied
-        return set()
+        applied: list[tuple[int, str]] = []
+        if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+            rows = await conn.fetch("SELECT number, name FROM schema_migrations")
+            applied = [(int(r[0]), str(r[1])) for r in rows]
+        return SchemaState.of(applied, ((n, name) for n, name, _ in MIGRATIONS))
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
+
+
+def _sqlite_file(url: str) -> Path:
+    return Path(sqlite_path(url)).expanduser().resolve()
 
 
 def _read_only(path: str) -> str:
@@ -246,16 +298,20 @@ async def copy_sqlite_to_postgres(
     source_url: str, target_url: str, *, progress: ProgressCallback | None = None
 ) -> CopyReport:
     """Copy the SQLite store at ``source_url`` into the empty PostgreSQL database at
-    ``target_url`` (migrating both first), then count every table on both sides.
+    ``target_url`` (given the schema if it has none), then count every table on both sides.
 
     Raises ``ConfigError`` for wrong URL schemes, ``StoreError`` when either database cannot
-    be used or the target already holds data (nothing is written then).
+    be used or the target already holds data, ``SchemaBehindError`` / ``NewerSchemaError``
+    when either is not at this version's schema (nothing is written then).
     """
-    path = sqlite_path(source_url)
-    await migrate_database(source_url)
-    await migrate_database(postgres_url(target_url))
+    path, target_url = sqlite_path(source_url), postgres_url(target_url)
+    state = await read_schema_state(source_url)
+    if state is None:
+        raise StoreError(f"no memory database at {path} (nothing to copy)")
+    check_schema(state, where=f"database {path}", apply=False)
     conn = await _connect(target_url)
     try:
+        await apply_migrations(conn, apply=False, where=mask_url(target_url))  # a new one
         async with aiosqlite.connect(_read_only(path), uri=True) as src:
             present = {
                 str(r[0]) for r in await src.execute_fetchall("SELECT name FROM sqlite_master")

@@ -43,6 +43,7 @@ import asyncpg
 from core.errors import MigrationError, StoreError
 from core.store.locks import KeyedLocks
 from core.store.postgres.migrations import MIGRATIONS
+from core.store.schema import SchemaState, check_schema
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class PostgresBase:
         self._user_locks = KeyedLocks()
         self._uids: dict[str, int] = {}
         self._closed = False
+        self.migrated: tuple[str, ...] = ()
+        """Names of the migrations this open applied, in order."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -134,11 +137,14 @@ class PostgresBase:
         *,
         pool_size: int = DEFAULT_POOL_SIZE,
         sweep_interval_s: float | None = SWEEP_INTERVAL_S,
+        migrate: bool = True,
     ) -> Self:
-        """Connect to ``url`` (``postgresql://``), apply pending migrations, join as a replica.
+        """Connect to ``url`` (``postgresql://``), create the schema of a new database or,
+        when ``migrate``, apply pending migrations (:attr:`migrated`), join as a replica.
 
         Raises ``StoreError`` when the server cannot be reached or used, ``MigrationError``
-        when a migration fails (that migration is rolled back).
+        when a migration fails (that migration is rolled back), ``NewerSchemaError`` /
+        ``SchemaBehindError`` as :func:`apply_migrations` does.
         """
         masked = mask_url(url)
         try:
@@ -156,7 +162,7 @@ class PostgresBase:
         intake: asyncpg.Pool | None = None
         try:
             async with pool.acquire() as conn:
-                await migrate(conn)
+                migrated = await apply_migrations(conn, apply=migrate, where=masked)
             session = await asyncpg.connect(url, server_settings=KEEPALIVE)
             replica_id = await _join(session)
             intake = await asyncpg.create_pool(
@@ -175,6 +181,7 @@ class PostgresBase:
             raise
         store = cls(pool, session, url, replica_id, intake)
         store.sweep_interval_s = sweep_interval_s
+        store.migrated = tuple(migrated)
         logger.info("joined %s as replica %s", masked, replica_id)
         return store
 
@@ -325,19 +332,32 @@ class PostgresBase:
             return str(await self._pool.execute(sql, *args))
 
 
-async def migrate(conn: asyncpg.Connection) -> list[str]:
-    """Apply pending migrations on ``conn`` under the migrations advisory lock; returns the
-    names applied now. Raises ``MigrationError`` (the failed migration is rolled back)."""
+async def apply_migrations(
+    conn: asyncpg.Connection, *, apply: bool = True, where: str = ""
+) -> list[str]:
+    """Check the schema on ``conn`` under the migrations advisory lock, then apply pending
+    migrations (all of them in a new database; in one that is behind only when ``apply``).
+    Returns the names applied now. Raises ``MigrationError`` (the failed migration is rolled
+    back), ``NewerSchemaError`` / ``SchemaBehindError`` (:mod:`core.store.schema`; nothing
+    is changed then). ``where`` names the database in those messages."""
     await conn.execute("SELECT pg_advisory_lock($1, 0)", LOCK_MIGRATIONS)
     try:
+        applied: list[tuple[int, str]] = []
+        if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+            rows = await conn.fetch("SELECT number, name FROM schema_migrations")
+            applied = [(int(r[0]), str(r[1])) for r in rows]
+        state = SchemaState.of(applied, ((n, name) for n, name, _ in MIGRATIONS))
+        check_schema(state, where=f"database {where or 'PostgreSQL'}", apply=apply)
+        if not state.pending:
+            return []
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             " number integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
         )
-        applied = {r[0] for r in await conn.fetch("SELECT number FROM schema_migrations")}
+        pending = {number for number, _ in state.pending}
         done = []
         for number, name, sql in MIGRATIONS:
-            if number in applied:
+            if number not in pending:
                 continue
             logger.info("applying migration %s", name)
             try:

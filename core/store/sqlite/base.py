@@ -57,6 +57,7 @@ from typing import Any, Self, TypeVar, cast
 import aiosqlite
 
 from core.errors import MigrationError, StoreError
+from core.store.schema import SchemaState, check_schema
 from core.store.sqlite.migrations import MIGRATIONS, fts_table
 from core.types import utcnow
 
@@ -95,14 +96,19 @@ class SQLiteBase:
         self._writer: asyncio.Task[None] | None = None
         self._uids: dict[str, int] = {}
         self._closed = False
+        self.migrated: tuple[str, ...] = ()
+        """Names of the migrations this open applied, in order."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    async def open(cls, path: str, *, synchronous: str = "full") -> Self:
-        """Open or create the file at ``path`` and apply pending migrations.
+    async def open(cls, path: str, *, synchronous: str = "full", migrate: bool = True) -> Self:
+        """Open or create the file at ``path``; a new file gets the whole schema, and pending
+        migrations are applied when ``migrate`` (their names are :attr:`migrated`).
 
         Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
-        migration fails (that migration is rolled back).
+        migration fails (that migration is rolled back), ``NewerSchemaError`` for a file a
+        newer SelfMind wrote and, without ``migrate``, ``SchemaBehindError`` for a file that
+        needs migrations (:mod:`core.store.schema`; nothing is changed then).
         """
         created = False
         if path != ":memory:":
@@ -116,7 +122,7 @@ class SQLiteBase:
             await store._configure(synchronous)
             if path != ":memory:":
                 await asyncio.to_thread(_private_files, path, created)
-            await store._migrate()
+            await store._migrate(apply=migrate)
             if path != ":memory:":
                 store._reader = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
                 await store._reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -146,15 +152,19 @@ class SQLiteBase:
         ):
             await self._conn.execute(pragma)
 
-    async def _migrate(self) -> None:
+    async def _migrate(self, *, apply: bool) -> None:
+        state = SchemaState.of(await self._applied(), ((n, name) for n, name, _ in MIGRATIONS))
+        check_schema(state, where=f"database {self.path}", apply=apply)
+        if not state.pending:
+            return
         await self._conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             " number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
-        async with self._conn.execute("SELECT number FROM schema_migrations") as cur:
-            applied = {row[0] for row in await cur.fetchall()}
+        pending = {number for number, _ in state.pending}
+        done: list[str] = []
         for number, name, sql in MIGRATIONS:
-            if number in applied:
+            if number not in pending:
                 continue
             logger.info("applying migration %s", name)
             try:
@@ -171,7 +181,19 @@ class SQLiteBase:
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 await self._conn.execute("ROLLBACK")
+                self.migrated = tuple(done)
                 raise MigrationError(f"migration {name} failed: {exc}") from exc
+            done.append(name)
+        self.migrated = tuple(done)
+
+    async def _applied(self) -> list[tuple[int, str]]:
+        """The store's applied migrations; none in a new file (read only: nothing created)."""
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        async with self._conn.execute(sql) as cur:
+            if await cur.fetchone() is None:
+                return []
+        async with self._conn.execute("SELECT number, name FROM schema_migrations") as cur:
+            return [(int(row[0]), str(row[1])) for row in await cur.fetchall()]
 
     async def close(self) -> None:
         """Checkpoint the WAL (best effort) and close the connection; a second call does

@@ -7,12 +7,16 @@ the migration's transaction.
 
 from __future__ import annotations
 
+import logging
+import re
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
+from core.store.relabel import relabel_remembered
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -353,6 +357,86 @@ ALTER TABLE turns ADD COLUMN reply_ref TEXT;
 """
 
 
+_PRIMARY_KEY = re.compile(r"\bid\s+INTEGER\s+PRIMARY\s+KEY\b(?!\s+AUTOINCREMENT)", re.IGNORECASE)
+
+
+async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
+    """Give ``memories.id`` AUTOINCREMENT, so a forgotten memory's id is never handed to a
+    new one (a plain ``INTEGER PRIMARY KEY`` reuses the largest freed rowid, and a Forget
+    button of the old memory then named the new one; https://www.sqlite.org/autoinc.html).
+
+    SQLite cannot add AUTOINCREMENT in place: the table is rebuilt (the documented
+    procedure, https://www.sqlite.org/lang_altertable.html#otheralter) from its own stored
+    definition, so columns added by earlier migrations stay. Rows keep their ids, so the
+    FTS5 shards (keyed by rowid), embeddings, history and cleanup events still point at the
+    right memories; no trigger fires during the copy (they are on the old table), so the
+    per-user BM25 counts stay as they are. The indexes and triggers are recreated from their
+    stored SQL. ``sqlite_sequence`` then starts after the largest id the store has ever
+    named: live rows, history (``memory_events``: every memory ever written has its
+    ``added`` event, forgotten ones their ``forgotten`` one), embeddings, and the ids a
+    pending cleanup plan shows."""
+
+    async def one(sql: str) -> Any:
+        rows = list(await conn.execute_fetchall(sql))
+        return rows[0][0] if rows else None
+
+    table = await one("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'memories'")
+    if table is None or _PRIMARY_KEY.search(table) is None:
+        raise sqlite3.OperationalError("memories has no plain 'id INTEGER PRIMARY KEY' to change")
+    ddl = _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", table, count=1)
+    ddl = re.sub(r"^CREATE TABLE\s+\"?memories\"?", "CREATE TABLE memories_new", ddl, count=1)
+    others = list(
+        await conn.execute_fetchall(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'memories'"
+            " AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name"
+        )
+    )
+    await conn.execute(ddl)
+    await conn.execute("INSERT INTO memories_new SELECT * FROM memories")
+    await conn.execute("DROP TABLE memories")  # its indexes and triggers with it
+    await conn.execute("ALTER TABLE memories_new RENAME TO memories")
+    for (sql,) in others:
+        await conn.execute(sql)
+    largest = await one(
+        "SELECT MAX(id) FROM (SELECT MAX(id) AS id FROM memories"
+        " UNION ALL SELECT MAX(memory_id) FROM memory_events"
+        " UNION ALL SELECT MAX(related_id) FROM memory_events"
+        " UNION ALL SELECT MAX(memory_id) FROM memory_embeddings"
+        " UNION ALL SELECT MAX(CAST(t.key AS INTEGER)) FROM pending_actions p,"
+        "  json_each(CASE WHEN json_valid(p.payload) THEN p.payload END, '$.texts') t"
+        "  WHERE p.kind = 'cleanup_plan')"
+    )
+    await conn.execute("DELETE FROM sqlite_sequence WHERE name = 'memories'")
+    await conn.execute(
+        "INSERT INTO sqlite_sequence(name, seq) VALUES ('memories', ?)", (int(largest or 0),)
+    )
+
+
+logger = logging.getLogger(__name__)
+
+M012_STANDING_INDEX = """
+-- The standing profile (core.memory.profile) reads a user's active memories of every kind but
+-- plain general facts, newest first: this partial index answers it without a scan.
+CREATE INDEX memories_standing ON memories(uid, id)
+    WHERE superseded_by IS NULL AND (kind <> 'fact' OR category <> 'general');
+"""
+
+
+async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
+    """The standing profile's index, and kind and category for memories that ``/remember``
+    and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    await conn.execute(M012_STANDING_INDEX)
+    changed = await relabel_remembered(fetch=fetch, execute=execute)
+    logger.info("m012: labelled %d remembered memories", changed)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -367,4 +451,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "m008_pending_actions", M008_PENDING_ACTIONS),
     (9, "m009_feedback", M009_FEEDBACK),
     (10, "m010_reply_ref", M010_REPLY_REF),
+    (11, "m011_ids_never_reused", m011_ids_never_reused),
+    (12, "m012_label_remembered", m012_label_remembered),
 ]

@@ -40,7 +40,7 @@ async def test_socket_mode_answers_once_acks_everything_and_runs_commands(
             acked = await slack.wait_for_ack(await slack.push_envelope("slash_commands", command))
             assert acked.get("payload") in (None, {})
             reply = await slack.wait_for_response(command["response_url"])
-            assert reply["text"] == "Remembered (`#1`)."
+            assert reply["text"] == "Remembered (`#1`): The user likes tea."
             await settle(running)
 
             assert len(claude.requests_of("chat")) == 1

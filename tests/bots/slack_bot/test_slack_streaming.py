@@ -144,16 +144,38 @@ async def test_a_stream_cut_by_a_fallback_is_stopped_as_it_shows(
         await slack.wait_for_call("chat.appendStream", count=2, timeout_s=10)
         slack.fail_next("chat.appendStream", error=fault, retry_after=0, times=10)
         await settle(running)
-        posted = replies(slack, "C0GENERAL", mention["ts"])
-        assert len(posted) == 2  # the streamed part, then the rest by post + edits
-        cut = posted[0]
+        (cut,) = replies(slack, "C0GENERAL", mention["ts"])  # finished in place by edits
         assert cut.get("streaming") is False  # stopped, not left open
         assert cut["metadata"]["event_payload"] == {"answers_ts": mention["ts"]}
-        assert "blocks" not in cut  # the feedback buttons go under the last message only
-        assert whole(posted) == answer
+        assert shown_text(cut) == answer and has_feedback(cut)
         stops = slack.calls("chat.stopStream")
         assert [c.params["ts"] for c in stops] == [cut["ts"]]
         assert not stops[0].params.get("chunks")  # the unsent buffer goes by edits, once
+
+
+@pytest.mark.parametrize(("length", "messages"), [(3000, 1), (5000, 2)])
+async def test_a_stream_slack_ends_mid_answer_is_finished_in_place_never_a_broken_pill(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, length: int, messages: int
+) -> None:
+    """Slack ends a stream ~5 minutes after chat.startStream (python-slack-sdk #1859): the
+    message is edited into the whole answer with its buttons; a second message follows only
+    past the edit limit (3,500 characters)."""
+    answer = answer_of(length)
+    claude.enqueue(Reply(text=answer, chunk_size=16, chunk_delay_s=0.005), kind="chat")
+    mention = slack.events.app_mention(f"{slack.identity.mention} long one", user="U1")
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        await slack.send_event(running.events_url, mention)
+        await slack.wait_for_call("chat.appendStream", count=2, timeout_s=10)
+        (streamed,) = slack.expire_streams()
+        await settle(running)
+    posted = replies(slack, "C0GENERAL", mention["ts"])
+    assert posted[0]["ts"] == streamed and len(posted) == messages
+    assert not any(m.get("broken_pill") or m.get("streaming") for m in posted)
+    assert whole(posted) == answer
+    assert [has_feedback(m) for m in posted] == [False] * (messages - 1) + [True]
+    assert posted[0]["metadata"]["event_payload"] == {"answers_ts": mention["ts"]}
+    refused = [c for c in slack.calls() if c.response.get("error")]
+    assert {c.response["error"] for c in refused} == {"message_not_in_streaming_state"}
 
 
 async def test_a_429_on_start_falls_back_to_edits_at_once(

@@ -364,9 +364,9 @@ def test_forget_all_asks_first_and_clears_the_input_history(
     term = spawn(tmp_path, fake)
     try:
         term.say("/remember The user's cat is called Miso.")
-        term.wait_for("Remembered (#1).")
+        term.wait_for("Remembered (#1): The user's cat is called Miso.")
         term.say("/stats")
-        term.wait_for("1 memory (fact 1)")
+        term.wait_for("1 memory (context 1)")
         term.say("/forget all")
         term.wait_for(
             "Forget all 1 memory, your input history and our conversation history? "

@@ -284,7 +284,7 @@ async def test_migration_cleans_stored_rows(db_url: str) -> None:
             ("DELETE FROM schema_migrations WHERE number = ?", (number,)),
         ],
     )
-    store = await open_store(db_url)
+    store = await open_store(db_url, migrate=True)
     service = MemoryService(store)
     try:
         assert f"m00{number}_clean_text" in await store.applied_migrations()
@@ -338,7 +338,7 @@ async def test_migration_of_a_clean_store_changes_nothing(db_url: str) -> None:
         await store.close()
     number = 7 if db_url.startswith("sqlite:///") else 6
     await write_raw(db_url, [("DELETE FROM schema_migrations WHERE number = ?", (number,))])
-    store = await open_store(db_url)
+    store = await open_store(db_url, migrate=True)
     try:
         after = [
             (m.id, m.text, m.updated_at)

@@ -70,6 +70,7 @@ class Sink:
     messages: dict[str, str] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
+    frozen: set[str] = field(default_factory=set)  # edits refused (a stream still live)
 
     def open_stream(self) -> Stream:
         return Stream(self)
@@ -80,6 +81,8 @@ class Sink:
         return handle
 
     async def edit(self, *, handle: str, text: str) -> None:
+        if handle in self.frozen:
+            raise EditFailed("cant_update_message")
         self.messages[handle] = text
 
     async def status(self, *, text: str | None) -> None:
@@ -125,18 +128,33 @@ async def test_429s_on_appends_are_waited_out_and_nothing_is_lost() -> None:
     assert result.rate_limited == 2
 
 
-async def test_refused_mid_answer_continues_by_edits_without_loss_or_repeat() -> None:
+@pytest.mark.parametrize("length", [300, 1000])
+async def test_a_stream_refused_mid_answer_is_finished_in_place_by_edits(length: int) -> None:
+    """A stream the platform ends (Slack: ``message_not_in_streaming_state``) is edited into
+    the whole text so far; a new message follows only past the edit limit (400 here)."""
     sink = Sink(max_chars=10_000, refuse_after=3)
     reply = NativeReply(sink, CONFIG)
-    text = "".join(f"Sentence number {i} of the answer. " for i in range(30))
+    text = "".join(f"Sentence number {i} of the answer. " for i in range(60))[:length]
     await feed_all(reply, text)
     result = await reply.finish()
     assert reply.fell_back
-    streamed = next(v for k, v in sink.messages.items() if k.startswith("s"))
-    rest = [sink.messages[m.handle] for m in result.messages]
-    assert streamed + "".join(rest) == text
+    assert result.handles[0] == "s1"  # the streamed message, taken over
+    assert "".join(sink.messages[h] for h in result.handles) == text
+    assert len(result.handles) == (1 if length <= CONFIG.max_chars else 3)
+    assert all(len(sink.messages[h]) <= CONFIG.max_chars for h in result.handles)
     assert sink.abandoned == ["s1"]  # ended as it shows, not left open
     assert sink.stopped == []
+
+
+async def test_a_stream_that_cannot_be_edited_keeps_its_text_and_the_rest_follows() -> None:
+    sink = Sink(max_chars=10_000, refuse_after=3, frozen={"s1"})
+    reply = NativeReply(sink, CONFIG)
+    text = "".join(f"Sentence number {i} of the answer. " for i in range(10))
+    await feed_all(reply, text)
+    result = await reply.finish()
+    first, *rest = result.messages
+    assert first.handle == "s1" and not first.complete and rest  # left as the stream shows it
+    assert "".join(sink.messages[h] for h in result.handles) == text  # nothing lost or repeated
 
 
 async def test_a_429_on_the_first_append_falls_back_with_no_stream_to_end() -> None:

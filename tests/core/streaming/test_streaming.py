@@ -702,3 +702,43 @@ async def test_real_event_loop_with_default_clock() -> None:
     result = await stream_reply(sink, timed_deltas(pieces, every_s=0.002), config)
     check_result(result, sink, answer)
     assert len(result.messages) >= 2
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_status_is_refreshed_while_the_model_thinks_then_cleared_once(native: bool) -> None:
+    """Slack drops a status after two minutes (assistant.threads.setStatus): it is shown
+    again every 90 s until the first token, never after it, and cleared once at the end."""
+    from core.streaming.native import NativeReply
+    from tests.core.streaming.test_native_stream import Sink
+
+    class NativeSink(Sink):
+        def __init__(self) -> None:
+            super().__init__(max_chars=10_000)
+            self.statuses: list[tuple[float, str | None]] = []
+
+        async def status(self, *, text: str | None) -> None:
+            self.statuses.append((now(), text))
+
+    config = StreamConfig(max_chars=2000, placeholder=None, status_refresh_s=90.0)
+
+    async def main() -> list[tuple[float, str | None]]:
+        pieces = ["The ", "answer ", "takes ", "its ", "time."]
+        deltas = timed_deltas(pieces, every_s=60.0, first_after_s=300.0)
+        if native:
+            native_sink = NativeSink()
+            await stream_reply(native_sink, deltas, config, reply=NativeReply(native_sink, config))
+            return native_sink.statuses
+        sink = FakeSink(max_chars=2000)
+        await stream_reply(sink, deltas, config)
+        return [(c.at, c.text) for c in sink.calls if c.kind == "status"]
+
+    statuses = run_virtual(main())
+    thinking = "is thinking…"
+    assert statuses[:-1] == [
+        (0.0, thinking),
+        (90.0, thinking),
+        (180.0, thinking),
+        (270.0, thinking),
+    ]
+    assert statuses[-1][1] is None and statuses[-1][0] >= 540.0  # once, after the last token
+    assert StreamConfig.for_slack().status_refresh_s == 90.0

@@ -1,0 +1,200 @@
+"""Turning a file's bytes into what Claude reads, within the Messages API's limits.
+
+The type comes from the bytes (:func:`sniff`), not from the name or the platform's word:
+
+- images (PNG, JPEG, GIF, WebP) become ``image`` blocks (base64). The API refuses an image
+  whose base64 data is over 5 MB or whose sides are over 8000 px (2000 px when a request
+  holds more than 20 images) (Anthropic vision docs, "Before you upload"). Such an image is
+  not refused here: it is scaled down with Pillow to a long edge of
+  :data:`RESIZE_LONG_EDGE` px (the size the API scales larger images to anyway, so nothing
+  Claude sees is lost) and re-encoded (PNG, else JPEG when the PNG is still too big). Every
+  image is decoded once, so a corrupt one is caught here, not by the API;
+- PDFs become ``document`` blocks (base64); the API reads at most :data:`MAX_PDF_PAGES`
+  pages and no encrypted PDF (Anthropic PDF support docs): the pages are counted with pypdf;
+- text (plain, Markdown, CSV, JSON, source code, logs: :data:`core.files.refs.TEXT_EXTENSIONS`
+  or a ``text/*`` type, and valid UTF-8) becomes a ``document`` block with a text source,
+  its name as the title: the file stays apart from the person's words (a file that says
+  "ignore your rules" is a document, not the message), and no quoting scheme can be broken
+  by its content. Longer than ``max_text_chars``, it is cut at a line end and the person
+  is told.
+
+Anything else raises :class:`core.files.fetch.FileProblem` with the reason. CPU-bound:
+call :func:`prepare` in a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+from pypdf import PdfReader
+from pypdf.errors import PyPdfError
+
+from core.files.fetch import FileProblem
+from core.files.refs import IMAGE_TYPES, FileRef
+from core.model.claude import FileBlock
+from core.rules.text import clean_text
+
+MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
+"""The API's limit on one image's base64 data (5 MB)."""
+MAX_IMAGE_SIDE = 8000
+MAX_IMAGE_SIDE_MANY = 2000
+MANY_IMAGES = 20
+"""Over this many images in one request, each side must be at most 2000 px."""
+MAX_MEDIA = 100
+"""At most 100 images (and PDFs) in one request."""
+MAX_PDF_PAGES = 100
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+"""The Messages API's request size limit (32 MB, standard endpoints)."""
+REQUEST_RESERVE_BYTES = 2 * 1024 * 1024
+"""Of the 32 MB, this much is kept for the prompt, the history and the JSON around files."""
+RESIZE_LONG_EDGE = 1568
+"""The API scales an image whose long edge is over 1568 px down to it (vision docs)."""
+MAX_DECODE_PIXELS = 50_000_000
+"""Images of more pixels are not opened at all (decoding one takes about 4 bytes a pixel)."""
+
+_SNIFF = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type the bytes say they are (the four image types, ``application/pdf``),
+    or None."""
+    for magic, media_type in _SNIFF:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if b"%PDF-" in data[:1024]:
+        return "application/pdf"
+    return None
+
+
+def base64_size(n: int) -> int:
+    """Length of the base64 text of ``n`` bytes."""
+    return 4 * math.ceil(n / 3)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A file ready for the request, and a sentence for the person when it was cut."""
+
+    block: FileBlock
+    note: str | None = None
+
+
+def prepare(ref: FileRef, data: bytes, *, max_side: int, max_text_chars: int) -> Prepared:
+    """What Claude reads of ``data`` (the bytes of ``ref``); raises ``FileProblem``."""
+    found = sniff(data)
+    if found in IMAGE_TYPES:
+        return Prepared(_image(ref.name, data, found, max_side=max_side))
+    if found == "application/pdf":
+        return Prepared(_pdf(ref.name, data))
+    kind = ref.kind
+    if kind == "image":
+        declared = (ref.media_type or "").split(";")[0].strip().lower()
+        if declared.startswith("image/") and declared not in IMAGE_TYPES:
+            raise FileProblem("I read PNG, JPEG, GIF and WebP images, not this kind")
+        raise FileProblem("it is not a readable image")
+    if kind == "pdf":
+        raise FileProblem("it is not a readable PDF")
+    if kind == "text" or _looks_like_text(data):
+        return _text(ref.name, data, max_chars=max_text_chars)
+    raise FileProblem("I read images (PNG, JPEG, GIF, WebP), PDFs and text files, not this kind")
+
+
+def _image(name: str, data: bytes, media_type: str, *, max_side: int) -> FileBlock:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > MAX_DECODE_PIXELS:
+                raise FileProblem(f"it is {width}x{height} pixels, too large to open")
+            image.load()
+        except FileProblem:
+            raise
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+            raise FileProblem("it is not a readable image") from exc
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+            raise FileProblem("it is too large in pixels to open") from exc
+        if max(width, height) <= max_side and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
+            return FileBlock("image", name, media_type, base64.b64encode(data).decode("ascii"))
+        return _smaller(name, image, max_side=min(max_side, RESIZE_LONG_EDGE))
+
+
+def _smaller(name: str, image: Image.Image, *, max_side: int) -> FileBlock:
+    """``image`` scaled to fit ``max_side`` px and re-encoded (PNG, else JPEG) under 5 MB."""
+    if getattr(image, "n_frames", 1) > 1:
+        image.seek(0)  # an animation: its first frame
+    scaled = image.convert("RGBA" if _has_alpha(image) else "RGB")
+    scaled.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    scaled.save(out, format="PNG")
+    if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
+        return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
+    flat = Image.new("RGB", scaled.size, "white")
+    flat.paste(scaled, mask=scaled.getchannel("A") if scaled.mode == "RGBA" else None)
+    out = io.BytesIO()
+    flat.save(out, format="JPEG", quality=85)
+    return FileBlock("image", name, "image/jpeg", base64.b64encode(out.getvalue()).decode())
+
+
+def _has_alpha(image: Image.Image) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+
+
+def _pdf(name: str, data: bytes) -> FileBlock:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            reader = PdfReader(io.BytesIO(data), strict=False)
+            if reader.is_encrypted:
+                raise FileProblem("it is password-protected")
+            pages = len(reader.pages)
+        except FileProblem:
+            raise
+        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise FileProblem("it is not a readable PDF") from exc
+    if pages == 0:
+        raise FileProblem("it is not a readable PDF (no pages)")
+    if pages > MAX_PDF_PAGES:
+        raise FileProblem(f"it has {pages} pages, over the {MAX_PDF_PAGES} Claude reads at once")
+    return FileBlock("pdf", name, "application/pdf", base64.b64encode(data).decode("ascii"))
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:8192]
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3  # a character cut at the end of the sample
+    return True
+
+
+def _text(name: str, data: bytes, *, max_chars: int) -> Prepared:
+    if b"\x00" in data:
+        raise FileProblem("it is not a text file I can read (binary data)")
+    try:
+        decoded = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise FileProblem("it is not UTF-8 text") from None
+    text = clean_text(decoded, keep_newlines=True)
+    note = None
+    if len(text) > max_chars:
+        cut = text.rfind("\n", 0, max_chars)
+        text = text[: cut if cut > max_chars // 2 else max_chars]
+        note = f"I read only the first {len(text):,} characters of {name}."
+    if not text.strip():
+        raise FileProblem("it is empty")
+    return Prepared(FileBlock("text", name, "text/plain", text), note)

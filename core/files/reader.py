@@ -1,0 +1,147 @@
+"""Reading the files of one message for one turn: downloads, checks, and the sentences.
+
+:class:`FileReader` is the one rule every adapter's files go through (the adapters only
+build :class:`core.files.refs.FileRef`\\ s from their wire format). For each file, in order:
+fetch it (:func:`core.files.fetch.fetch`: size caps, origins, timeout), make it a content
+block (:func:`core.files.prepare.prepare`: types, the API's image, PDF and page limits),
+then count it against the request's own limits (at most :data:`~core.files.prepare.MAX_MEDIA`
+images and PDFs; the request under 32 MB). A file that fails any step is left out and
+gets one sentence, ``I couldn't read NAME: REASON.``; the others are read, and the
+message's text is answered all the same.
+
+Memory: a turn holds its files' bytes (and their base64 text) from the download until its
+answer ends, so turns that read files take a :meth:`FileReader.slot` first: at most
+``SELFMIND_FILE_CONCURRENCY`` at once, the others wait their turn (bench/files.py measures
+the bound). Nothing here writes bytes anywhere: no store, no log, no temporary file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+import aiohttp
+
+from core.files.fetch import FileProblem, fetch
+from core.files.prepare import (
+    MANY_IMAGES,
+    MAX_IMAGE_SIDE,
+    MAX_IMAGE_SIDE_MANY,
+    MAX_MEDIA,
+    MAX_REQUEST_BYTES,
+    REQUEST_RESERVE_BYTES,
+    prepare,
+)
+from core.files.refs import FileRef
+from core.model.claude import FileBlock
+from core.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadFiles:
+    """What one turn read: the content blocks for Claude, in message order, and the
+    sentences the person is shown (files not read, or read only in part)."""
+
+    blocks: tuple[FileBlock, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def not_read(name: str, reason: str) -> str:
+    """The sentence for a file that was not read."""
+    return f"I couldn't read {name}: {reason}."
+
+
+def gone_note(names: Sequence[str]) -> str:
+    """The sentence for files of a message answered again after a restart: never kept, so
+    the answer comes from their placeholders."""
+    listed = ", ".join(names)
+    it = "it" if len(names) == 1 else "them"
+    return (
+        f"I no longer have {listed} (files are never kept), so I answered from the "
+        f"message alone; send {it} again if you want me to read {it}."
+    )
+
+
+class FileReader:
+    """Reads the files of messages (see the module docstring). One per process; no
+    resource to close (each read opens its own HTTP session)."""
+
+    def __init__(
+        self,
+        *,
+        max_file_bytes: int,
+        max_text_chars: int,
+        download_timeout_s: float,
+        concurrency: int,
+    ) -> None:
+        self.max_file_bytes = max_file_bytes
+        self.max_text_chars = max_text_chars
+        self.download_timeout_s = download_timeout_s
+        self._slots = asyncio.Semaphore(concurrency)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FileReader:
+        return cls(
+            max_file_bytes=settings.file_max_mb * 1024 * 1024,
+            max_text_chars=settings.file_max_text_chars,
+            download_timeout_s=settings.file_download_timeout_s,
+            concurrency=settings.file_concurrency,
+        )
+
+    def slot(self) -> AbstractAsyncContextManager[object]:
+        """Held by a turn from reading its files to the end of its answer."""
+        return self._slots
+
+    async def read(self, refs: Sequence[FileRef]) -> ReadFiles:
+        """Read ``refs`` (see the module docstring); never raises for a bad file."""
+        blocks: list[FileBlock] = []
+        notes: list[str] = []
+        if len(refs) > MAX_MEDIA:
+            extra = len(refs) - MAX_MEDIA
+            notes.append(
+                f"I read at most {MAX_MEDIA} files of one message; {extra} more were not read."
+            )
+            refs = refs[:MAX_MEDIA]
+        images_like = sum(1 for r in refs if r.kind in ("image", "file"))
+        max_side = MAX_IMAGE_SIDE_MANY if images_like > MANY_IMAGES else MAX_IMAGE_SIDE
+        budget = MAX_REQUEST_BYTES - REQUEST_RESERVE_BYTES
+        async with aiohttp.ClientSession() as session:
+            for ref in refs:
+                try:
+                    data = await fetch(
+                        ref,
+                        session=session,
+                        max_bytes=self.max_file_bytes,
+                        timeout_s=self.download_timeout_s,
+                    )
+                    prepared = await asyncio.to_thread(
+                        prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
+                    )
+                    del data
+                    cost = request_bytes(prepared.block)
+                    if cost > budget:
+                        raise FileProblem(
+                            "with the other files it would pass the 32 MB Claude takes at once"
+                        )
+                except FileProblem as problem:
+                    logger.info("file not read (%s): %s", ref.kind, problem.reason)
+                    notes.append(not_read(ref.name, problem.reason))
+                    continue
+                budget -= cost
+                blocks.append(prepared.block)
+                if prepared.note:
+                    notes.append(prepared.note)
+                logger.info("file read: %s, %d bytes sent", prepared.block.kind, cost)
+        return ReadFiles(tuple(blocks), tuple(notes))
+
+
+def request_bytes(block: FileBlock) -> int:
+    """About what ``block`` adds to the request's JSON (text escapes counted high)."""
+    if block.kind == "text":
+        return len(block.data.encode("utf-8")) * 6 // 5 + 200
+    return len(block.data) + 200

@@ -1,0 +1,260 @@
+"""The file rule on its own: placeholders, the download rule over a real local server, and
+what bytes become (types sniffed, images scaled down, PDFs counted, text checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from PIL import Image
+
+from core.files import FileReader, FileRef, placeholder, placeholder_names, with_placeholders
+from core.files.fetch import FileProblem, fetch, origin
+from core.files.prepare import MAX_IMAGE_BASE64_BYTES, prepare
+from tests.files_helpers import image_bytes, pdf, png
+
+KB = 1024
+
+
+def test_placeholders_name_kind_and_size_and_are_found_again() -> None:
+    files = [
+        FileRef("screenshot.png", size=142 * KB, media_type="image/png"),
+        FileRef("report.pdf", size=3 * KB * KB + 400 * KB),
+        FileRef("app.log", size=900),
+        FileRef("weird]\n[name.zip"),
+    ]
+    text = with_placeholders("look at these", files)
+    assert text.splitlines() == [
+        "look at these",
+        "[image: screenshot.png, 142 KB]",
+        "[pdf: report.pdf, 3.4 MB]",
+        "[text: app.log, 900 bytes]",
+        "[file: weird) (name.zip]",
+    ]
+    assert placeholder_names(text) == [
+        "screenshot.png",
+        "report.pdf",
+        "app.log",
+        "weird) (name.zip",
+    ]
+    assert placeholder_names("no files here") == []
+    assert placeholder(FileRef("")) == "[file: file]"
+
+
+# --- the download rule, against a real HTTP server
+
+
+SEEN: list[str] = []
+"""The Authorization headers the test server's ``/ok`` saw."""
+
+
+@pytest.fixture
+async def host() -> AsyncIterator[str]:
+    seen = SEEN
+
+    async def ok(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.Response(body=b"hello file", content_type="text/plain")
+
+    async def same(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/ok")
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        raise web.HTTPFound("http://127.0.0.2:9/steal")
+
+    async def status(request: web.Request) -> web.Response:
+        return web.Response(status=int(request.match_info["code"]))
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<html>sign in</html>", content_type="text/html")
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()  # chunked: no Content-Length to refuse up front
+        await response.prepare(request)
+        for _ in range(1000):
+            await response.write(b"x" * 64 * KB)
+        return response
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(body=b"late")
+
+    app = web.Application()
+    app.router.add_get("/ok", ok)
+    app.router.add_get("/same", same)
+    app.router.add_get("/elsewhere", elsewhere)
+    app.router.add_get("/status/{code}", status)
+    app.router.add_get("/page", page)
+    app.router.add_get("/endless", endless)
+    app.router.add_get("/slow", slow)
+    SEEN[:] = []
+    seen = SEEN
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def _get(
+    url: str,
+    *,
+    origins: frozenset[str] | None = None,
+    max_bytes: int = 1 << 20,
+    timeout_s: float = 5.0,
+    name: str = "f.txt",
+) -> bytes:
+    ref = FileRef(
+        name,
+        url=url,
+        bearer="xoxb-secret",
+        allowed_origins=origins if origins is not None else frozenset({origin(url)}),
+    )
+    async with aiohttp.ClientSession() as session:
+        return await fetch(ref, session=session, max_bytes=max_bytes, timeout_s=timeout_s)
+
+
+async def test_download_follows_same_origin_redirects_with_the_token(host: str) -> None:
+    assert await _get(f"{host}/same") == b"hello file"
+    assert SEEN == ["Bearer xoxb-secret"]
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/elsewhere", "led to another site"),
+        ("/status/403", "refused the download (403)"),
+        ("/status/404", "no longer has it (404)"),
+        ("/status/500", "HTTP 500"),
+        ("/page", "web page instead of the file"),
+        ("/endless", "over my 1.0 MB limit"),
+    ],
+)
+async def test_download_refusals_each_have_a_reason(host: str, path: str, reason: str) -> None:
+    with pytest.raises(FileProblem, match=re.escape(reason)):
+        await _get(host + path)
+
+
+async def test_download_never_leaves_the_allowed_origins_and_times_out(host: str) -> None:
+    with pytest.raises(FileProblem, match="not on the platform's file host"):
+        await _get(f"{host}/ok", origins=frozenset({"https://files.slack.com:443"}))
+    with pytest.raises(FileProblem, match=r"longer than 0\.2 s"):
+        await _get(f"{host}/slow", timeout_s=0.2)
+
+
+async def test_declared_size_is_refused_before_any_download(host: str) -> None:
+    ref = FileRef(
+        "big.pdf", size=50 << 20, url=f"{host}/ok", allowed_origins=frozenset({origin(host)})
+    )
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(FileProblem, match=r"50\.0 MB, over my 20\.0 MB"):
+            await fetch(ref, session=session, max_bytes=20 << 20, timeout_s=5)
+
+
+async def test_local_files(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("local text")
+    async with aiohttp.ClientSession() as session:
+        got = await fetch(
+            FileRef("a.txt", path=str(tmp_path / "a.txt")),
+            session=session,
+            max_bytes=100,
+            timeout_s=5,
+        )
+        assert got == b"local text"
+        for path, reason in ((tmp_path / "nope", "no such file"), (tmp_path, "a folder")):
+            with pytest.raises(FileProblem, match=reason):
+                await fetch(
+                    FileRef("x", path=str(path)), session=session, max_bytes=100, timeout_s=5
+                )
+
+
+# --- what bytes become
+
+
+def test_types_come_from_the_bytes() -> None:
+    for fmt, media_type in (
+        ("PNG", "image/png"),
+        ("JPEG", "image/jpeg"),
+        ("GIF", "image/gif"),
+        ("WEBP", "image/webp"),
+    ):
+        data = image_bytes(fmt)
+        block = prepare(FileRef("pic.bin"), data, max_side=8000, max_text_chars=1000).block
+        assert (block.kind, block.media_type) == ("image", media_type)
+        assert base64.b64decode(block.data) == data  # the exact bytes
+    doc = pdf(3)
+    block = prepare(FileRef("x"), doc, max_side=8000, max_text_chars=1000).block
+    assert (block.kind, base64.b64decode(block.data)) == ("pdf", doc)
+    text = prepare(FileRef("data.csv"), b"a,b\n1,2\n", max_side=8000, max_text_chars=1000).block
+    assert (text.kind, text.data) == ("text", "a,b\n1,2\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("photo.png", b"\x89PNG\r\n\x1a\n" + b"broken", "not a readable image"),
+        ("photo.heic", b"\x00\x00\x00\x18ftypheic", "not this kind"),
+        ("report.pdf", b"%PDF-1.7\ngarbage", "not a readable PDF"),
+        ("report.pdf", pdf(101), "101 pages, over the 100"),
+        ("secret.pdf", pdf(1, password="pw"), "password-protected"),
+        ("sheet.xlsx", b"PK\x03\x04" + bytes(range(256)), "not this kind"),
+        ("notes.txt", b"\xff\xfe\x00b\x00a\x00d", "binary data"),
+        ("notes.txt", "caf\u00e9".encode("latin-1"), "not UTF-8 text"),
+    ],
+)
+def test_bad_files_have_a_reason(name: str, data: bytes, reason: str) -> None:
+    with pytest.raises(FileProblem, match=reason):
+        prepare(FileRef(name), data, max_side=8000, max_text_chars=1000)
+
+
+def test_images_too_large_are_scaled_down_not_refused() -> None:
+    wide = png(9000, 300)
+    block = prepare(FileRef("wide.png"), wide, max_side=8000, max_text_chars=10).block
+    assert Image.open(io.BytesIO(base64.b64decode(block.data))).size == (1568, 52)
+    heavy = png(2400, 2000, noise=True)  # under 8000 px but over 5 MB of base64
+    assert len(base64.b64encode(heavy)) > MAX_IMAGE_BASE64_BYTES
+    block = prepare(FileRef("heavy.png"), heavy, max_side=8000, max_text_chars=10).block
+    assert len(block.data) <= MAX_IMAGE_BASE64_BYTES
+    assert max(Image.open(io.BytesIO(base64.b64decode(block.data))).size) == 1568
+    many = prepare(FileRef("p.png"), png(2500, 100), max_side=2000, max_text_chars=10).block
+    assert max(Image.open(io.BytesIO(base64.b64decode(many.data))).size) <= 2000
+
+
+def test_long_text_is_cut_and_said() -> None:
+    data = ("line of a log\n" * 1000).encode()
+    prepared = prepare(FileRef("app.log"), data, max_side=8000, max_text_chars=1000)
+    assert len(prepared.block.data) <= 1000 and prepared.block.data.endswith("log")
+    assert (
+        prepared.note
+        == f"I read only the first {len(prepared.block.data):,} characters of app.log."
+    )
+
+
+async def test_reader_reads_what_it_can_and_says_what_it_could_not(tmp_path: Path) -> None:
+    (tmp_path / "ok.txt").write_text("fine")
+    (tmp_path / "big.txt").write_text("x" * 3000)
+    reader = FileReader(
+        max_file_bytes=2000, max_text_chars=1000, download_timeout_s=5, concurrency=1
+    )
+    read = await reader.read(
+        [
+            FileRef("ok.txt", path=str(tmp_path / "ok.txt")),
+            FileRef("big.txt", path=str(tmp_path / "big.txt")),
+            FileRef("gone.png", unavailable="Slack did not share it with me"),
+        ]
+    )
+    assert [b.name for b in read.blocks] == ["ok.txt"]
+    assert read.notes == (
+        "I couldn't read big.txt: it is 3 KB, over my 2 KB limit for a file.",
+        "I couldn't read gone.png: Slack did not share it with me.",
+    )

@@ -1,0 +1,246 @@
+"""The secret check (:mod:`core.rules.secrets`): every detector kind with a true positive and
+a look-alike that must pass. This table is the one in the privacy docs."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from core.rules.secrets import (
+    KINDS,
+    SecretFinding,
+    find_secrets,
+    has_secret,
+    redact_secrets,
+    refusal,
+    wordlike_share,
+)
+
+# Fake credentials in each provider's shape (none is real). The random ones are drawn from
+# a seeded generator, so the file holds no key-like literal a scanner would stop on.
+_rng = random.Random(26)
+
+
+def _random(n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
+    while True:
+        token = "".join(_rng.choice(alphabet) for _ in range(n))
+        if any(c.isdigit() for c in token) and any(c.isupper() for c in token):
+            return token
+
+
+AWS_ID = "AKIA" + "Z7Q2XK4M9TBW3HJD"
+AWS_SECRET = _random(40, string.ascii_letters + string.digits + "/+")
+GITHUB = "ghp_" + _random(36)
+GITLAB = "glpat-" + _random(20)
+SLACK = "xoxb-123456789012-1234567890123-" + _random(24).lower()
+STRIPE = "sk_live_" + _random(24)
+ANTHROPIC = "sk-ant-api03-" + _random(60, string.ascii_letters + string.digits + "-_")
+OPENAI = "sk-proj-" + _random(48)
+DISCORD = "MTA" + _random(23) + "." + _random(6) + "." + _random(27)
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0."
+    + _random(43, string.ascii_letters + string.digits + "-_")
+)
+RANDOM_32 = _random(32)
+PRIVATE_KEY = "\n".join(
+    [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAA",
+        "-----END OPENSSH PRIVATE KEY-----",
+    ]
+)
+
+# (kind, a text it must catch, the secret in that text, a look-alike that must pass)
+TABLE: list[tuple[str, str, str, str]] = [
+    (
+        "aws key",
+        f"The user's AWS key is {AWS_ID}.",
+        AWS_ID,
+        "The user's AWS region is eu-central-1.",
+    ),
+    (
+        "aws key",
+        f'aws_secret_access_key = "{AWS_SECRET}"',
+        AWS_SECRET,
+        "The user keeps AWS keys in the AWS_SECRET_ACCESS_KEY variable.",
+    ),
+    ("github token", f"deploy with {GITHUB}", GITHUB, "The user's GitHub handle is ghp_fan."),
+    ("gitlab token", f"CI uses {GITLAB}", GITLAB, "The user's GitLab group is glpat-fans."),
+    ("slack token", f"the bot token {SLACK} works", SLACK, "xoxo-style sign-offs amuse the user."),
+    ("stripe key", f"Stripe: {STRIPE}", STRIPE, "The user is on the sk_live_small plan."),
+    (
+        "anthropic key",
+        f"use {ANTHROPIC} for the bot",
+        ANTHROPIC,
+        "The user names keys sk-ant-style.",
+    ),
+    ("openai key", f"OPENAI_API_KEY={OPENAI}", OPENAI, "The user tried sk-proj-x once."),
+    ("discord token", f"bot {DISCORD}", DISCORD, "The user's Discord tag is user#1234."),
+    (
+        "private key",
+        f"my key: {PRIVATE_KEY} (old)",
+        PRIVATE_KEY,
+        "The user keeps their private key on a YubiKey.",
+    ),
+    ("jwt", f"the session is {JWT} ok", JWT, "The user's token format starts eyJub3QganNvbg.eyJ."),
+    (
+        "basic-auth url",
+        "deploy to https://admin:s3cr3t-P4ss@db.example.com/prod",
+        "s3cr3t-P4ss",
+        "The user clones ssh://git@github.com/acme/repo.git daily.",
+    ),
+    (
+        "url secret",
+        "the feed is https://api.example.com/feed?user=7&access_token=Zq81mKp02xLr",
+        "Zq81mKp02xLr",
+        "The user shops at https://shop.example.com/?keyboard=mechanical-switches.",
+    ),
+    (
+        "api key",
+        "my api token is 3f786850e387550fdab836ed7e6dc881de23001b",
+        "3f786850e387550fdab836ed7e6dc881de23001b",
+        "The user's API key rotates every 90 days.",
+    ),
+    (
+        "password",
+        "my password for staging is hunter2",
+        "hunter2",
+        "The user's password manager is 1Password.",
+    ),
+    (
+        "password",
+        "The user's staging password is swordfish.",
+        "swordfish",
+        "The user's password is expired.",
+    ),
+    ("password", "Mein Passwort ist Sommer2024!", "Sommer2024!", "Das Passwort ist abgelaufen."),
+    (
+        "password",
+        "das Passwort für den Server lautet Kaktus",
+        "Kaktus",
+        "Die Passwort-Richtlinie ist streng.",
+    ),
+    ("password", "mon mot de passe est soleil", "soleil", "Le mot de passe est trop court."),
+    ("password", "mi contraseña es gato99", "gato99", "La contraseña es nueva."),
+    ("password", 'Password: "correct horse"', "correct horse", "The password is required."),
+    ("pin", "the PIN is 4711", "4711", "The pin on the map is red."),
+    ("pin", "Meine PIN für die Karte ist 0815", "0815", "The user's PIN pad is broken."),
+    (
+        "high-entropy string",
+        f"the value {RANDOM_32} goes in the header",
+        RANDOM_32,
+        "The fix landed in commit 3f786850e387550fdab836ed7e6dc881de23001b.",
+    ),
+    (
+        "high-entropy string",
+        f"X-Header: {RANDOM_32}",
+        RANDOM_32,
+        "The request id is 123e4567-e89b-12d3-a456-426614174000.",
+    ),
+    (
+        "high-entropy string",
+        f"`{RANDOM_32}`",
+        RANDOM_32,
+        "The user's phone number is +49 170 1234567.",
+    ),
+    (
+        "high-entropy string",
+        f"{RANDOM_32}",
+        RANDOM_32,
+        "The user is a Donaudampfschifffahrtsgesellschaftskapitän.",
+    ),
+    (
+        "high-entropy string",
+        f"secret part {RANDOM_32}",
+        RANDOM_32,
+        "The brand colour is #3fa7c2cc, or rgba(63, 167, 194, 0.8), or #A7C2E9FF.",
+    ),
+    (
+        "high-entropy string",
+        f"({RANDOM_32})",
+        RANDOM_32,
+        "The user runs version 2.14.0-rc.1+build.20240517 of the app.",
+    ),
+]
+
+LOOK_ALIKES = [
+    "The user's SHA-256 is e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855.",
+    "The user calls getUserProfileById2024 often.",
+    "The user works on TensorFlow2ModelServingPipelineV3.",
+    "The user's config lives in src/components/UserProfile2Card.tsx.",
+    "The user reads https://github.com/Yelp/detect-secrets/blob/master/README.md daily.",
+    "The spec is at https://docs.google.com/document/d/1aBcD3fGhIjKlMnOpQrStUvWxYz0123456789/edit.",
+    "The logo is data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42"
+    "mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "The user's password policy is strict.",
+    "The user wants their password to expire every 90 days.",
+    "The user's session token expires after 3600 seconds.",
+    "The key insight is that tests matter.",
+    "The user's ISBN is 978-3-16-148410-0.",
+    "The user's base64 test vector is SGVsbG8gV29ybGQ= (hello world).",
+    "The user's Kubernetes namespace is prod-eu-west-1-cluster-03.",
+    "The user's IBAN starts with DE89.",
+    "",
+]
+
+
+@pytest.mark.parametrize(("kind", "positive", "secret", "look_alike"), TABLE)
+def test_each_kind_catches_its_secret_and_passes_its_look_alike(
+    kind: str, positive: str, secret: str, look_alike: str
+) -> None:
+    found = find_secrets(positive)
+    assert [f.kind for f in found] == [kind]
+    assert positive[found[0].start : found[0].end] == secret
+    redacted = redact_secrets(positive)
+    assert secret not in redacted
+    assert f"[redacted: {kind}]" in redacted
+    assert find_secrets(look_alike) == []
+
+
+def test_every_kind_is_in_the_table() -> None:
+    assert {row[0] for row in TABLE} == set(KINDS)
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES)
+def test_look_alikes_pass(text: str) -> None:
+    assert not has_secret(text)
+    assert redact_secrets(text) == text
+
+
+def test_a_finding_holds_no_part_of_the_secret() -> None:
+    (finding,) = find_secrets(f"my key {GITHUB}")
+    assert GITHUB not in repr(finding)
+    assert set(SecretFinding.__slots__) == {"kind", "start", "end"}
+    assert GITHUB not in refusal([finding])
+    assert refusal([finding]).count(".") == 1  # one sentence
+
+
+def test_several_secrets_in_one_message_are_all_redacted_in_order() -> None:
+    text = f"key {AWS_ID}, token {GITHUB}\nand the PIN is 1234. Thanks!"
+    redacted = redact_secrets(text)
+    assert redacted == (
+        "key [redacted: aws key], token [redacted: github token]\n"
+        "and the PIN is [redacted: pin]. Thanks!"
+    )
+    assert not has_secret(redacted)  # a marker is no secret: redaction is stable
+
+
+def test_a_private_key_without_its_end_line_is_redacted_to_the_end() -> None:
+    text = "here: -----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA..."
+    assert redact_secrets(text) == "here: [redacted: private key]"
+
+
+def test_wordlike_share_of_names_and_random_strings() -> None:
+    assert wordlike_share("getUserProfileById2024") > 0.8
+    assert wordlike_share("Zx8Qp2Lm9Rt4Vb7Nc1Kd6Hs3") < 0.2
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\x00" * 50, "a" * 20_000, "password: " * 500, "-----BEGIN " * 300, "eyJ" * 2000, "::@" * 900],
+)
+def test_hostile_input_finishes_and_never_raises(text: str) -> None:
+    find_secrets(text)
+    redact_secrets(text)

@@ -1,0 +1,53 @@
+"""The README is a front page that points into docs/ (built by ``mkdocs build --strict`` in
+scripts/check, which checks the links between pages); these check what MkDocs does not see:
+the README's own length, links and first-screen commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+TRY_IT = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/selfmind chat"
+TEST_COMMAND = (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && scripts/check"
+)
+
+
+def slug(heading: str) -> str:
+    """Python-Markdown's toc slug: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_readme_is_a_front_page() -> None:
+    assert README.count("\n") <= 300
+
+
+def test_readme_first_screen_commands_and_ci_use_the_same_test_command() -> None:
+    first_screen = "\n".join(README.splitlines()[:40])
+    assert TRY_IT in first_screen
+    assert TEST_COMMAND in first_screen
+    assert TEST_COMMAND in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "mkdocs build --strict" in (REPO_ROOT / "scripts" / "check").read_text()
+
+
+def test_readme_links_reach_files_and_headings() -> None:
+    links = re.findall(r"\]\(([^)]+)\)", README)
+    assert links
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = REPO_ROOT / path
+        assert target.is_file(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), re.M)
+            assert anchor in {slug(h) for h in headings}, link
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    nav = (REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in (REPO_ROOT / "docs").glob("*.md"):
+        assert f" {page.name}\n" in nav, page.name
