@@ -492,6 +492,49 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
 
 
+@memories_app.command("audit")
+def memories_audit(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    days: Annotated[
+        int, typer.Option("--days", min=1, help="Report memories not updated in N days.")
+    ] = 90,
+    fix: Annotated[
+        bool,
+        typer.Option("--fix", help="Apply the findings as one cleanup change (undoable)."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Memories that break the memory rules (near-duplicates, secrets, first-person or
+    over-long texts, contradicted, suggestions, old), per user and in total; nothing changes
+    unless --fix, which supersedes or retires them as one undoable change."""
+    from core.memory.audit import format_report, run_audit
+    from core.rules.dedupe import Deduper
+    from core.types import utcnow
+
+    key = _key(user) if user is not None else None
+    settings: Settings = ctx.obj.settings
+
+    async def work(store: Store) -> Any:
+        if key is not None:
+            await require_user(store, key)
+        return await run_audit(
+            store,
+            user_key=key,
+            deduper=Deduper(settings.dedupe_threshold),
+            now=utcnow(),
+            old_days=days,
+            fix=fix,
+        )
+
+    report = run(with_store(ctx.obj, work))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), ensure_ascii=False))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+
+
 @memories_app.command("cleanup")
 def memories_cleanup(
     ctx: typer.Context,
