@@ -70,6 +70,15 @@ REMEMBER_BEFORE_ACK_S = 2.0
 """How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
 
 
+def slack_place(*, key: str, team: str, channel: str | None) -> Place:
+    """Where a Slack user is, for the allow-lists (:meth:`core.chat.controls.Controls.allows`,
+    the one rule): a DM channel (``D...``) is private; ``channel`` None is the app's own
+    surface for that user alone (the Home tab, the Messages tab), private too; any other
+    channel (a channel, a group DM, none given) is shared."""
+    private = channel is None or channel.startswith("D")
+    return Place(platform="slack", user_key=key, workspace=team, channel=channel, private=private)
+
+
 def user_key(install_id: str, user_id: str) -> str:
     """The memory key of a Slack user: ``slack:{install_id}:{user_id}``.
 
@@ -248,13 +257,7 @@ class SlackCommands:
 
     def allowed(self, key: str, team: str, channel: str) -> bool:
         """The team allow-lists (:mod:`core.chat.controls`); a DM channel id starts with D."""
-        place = Place(
-            platform="slack",
-            user_key=key,
-            workspace=team,
-            channel=channel,
-            private=channel.startswith("D"),
-        )
+        place = slack_place(key=key, team=team, channel=channel)
         return self.controls is None or self.controls.allows(place)
 
     # --- commands
@@ -450,7 +453,7 @@ class SlackCommands:
         if len(parts) != 3 or parts[0] != "slack" or conversation[0] != "slack":
             return
         channel = conversation[2]
-        thread_ts = conversation[3] if len(conversation) > 3 else None
+        thread_ts = conversation[3] if len(conversation) > 3 else turn.thread_ref
         text, blocks = note_blocks(result.added)
         await self.client.chat_postEphemeral(
             channel=channel, user=parts[2], text=text, blocks=blocks, thread_ts=thread_ts

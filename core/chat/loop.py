@@ -14,13 +14,18 @@ message edits). The loop:
    or off), so the reply never waits for it.
 
 Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
-usage the API reports for each call is recorded. An answer that fails (``ModelError``) is
-stored with what was shown, the user's message is still reflected on, and the error
-propagates to the adapter, which shows ``error.user_message``.
+usage the API reports for each call is recorded, a stopped or failed one's too. An answer
+that fails or is refused (``ModelError``) or stopped (the reader closes the stream, or the
+task is cancelled) is not delivered: the user's message is not reflected on; the text shown
+so far, if any, is stored with a mark saying it was cut (:data:`CUT_MARK`,
+:data:`STOPPED_MARK`), and with nothing shown no answer is stored and later history leaves
+the message out. A ``ModelError`` propagates to the adapter, which shows
+``error.user_message``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -32,7 +37,7 @@ from typing import Protocol
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
-from core.errors import ModelError, StreamCutError
+from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.refs import with_placeholders
 from core.memory.profile import MemoryContext, ProfileStore, build_context
@@ -43,6 +48,7 @@ from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
@@ -51,6 +57,11 @@ from core.types import MemoryMode, NewTurn, Origin, ScoredMemory, UsageRecord, u
 logger = logging.getLogger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)
+
+CUT_MARK = "\n\n(This answer was cut off here: it failed before it finished.)"
+STOPPED_MARK = "\n\n(The person stopped this answer here.)"
+"""Stored after the part of an answer that was shown when it failed or was stopped, so
+later turns see it was not a whole answer."""
 
 EMPTY_MESSAGE = "(a message with no text)"
 """The text of a message left with nothing once cleaned (it held only control characters)."""
@@ -86,6 +97,9 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    thread_ref: str | None = None
+    """The thread it was said in when ``conversation_key`` does not name it (a Slack DM
+    thread's ``thread_ts``): stored with the turn (:attr:`core.types.Turn.thread_ref`)."""
     files: tuple[FileRef, ...] = ()
     """The message's files, read for the answer only (:mod:`core.files`); the store keeps
     a placeholder line for each (:attr:`stored_text`)."""
@@ -251,14 +265,16 @@ class TurnLoop:
     async def seed_context(
         self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
     ) -> None:
-        """Store earlier platform messages as history (a thread the bot joins late)."""
+        """Store earlier platform messages as history (a thread the bot joins late), their
+        secrets redacted (:func:`core.rules.secrets.redact_secrets`): they are context, never
+        answered themselves."""
         for m in messages:
             await self.store.add_turn(
                 turn=NewTurn(
                     conversation_key=conversation_key,
                     user_key=m.user_key,
                     role="assistant" if m.role == "assistant" else "user",
-                    text=m.text,
+                    text=redact_secrets(m.text),
                     origin=origin,
                     sent_at=m.sent_at or self.clock(),
                     author=m.author,
@@ -297,6 +313,7 @@ class TurnLoop:
             reflection="answering",
             platform_ref=message.platform_ref,
             workspace=message.workspace,
+            thread_ref=message.thread_ref,
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)
@@ -392,6 +409,7 @@ class TurnLoop:
     ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
+        stopped = False
         stream = self.model.stream(system=system, messages=messages)
         try:
             if prefix:
@@ -401,19 +419,23 @@ class TurnLoop:
                 parts.append(delta)
                 yield delta
             self.metrics.answered(started)
-        except StreamCutError as exc:
+        except ModelError as exc:  # failed or refused (StreamCutError: cut midway)
             failed = exc
-            if exc.partial and not parts:
-                parts.append(exc.partial)
             raise
-        except ModelError as exc:
-            failed = exc
+        except (GeneratorExit, asyncio.CancelledError):  # stopped (Ctrl-C, shutdown)
+            stopped = True
             raise
         finally:
             await stream.aclose()
-            usage = self._usage(stream, message, turn_id)
-            text = "".join(parts)
-            reflect = mode == "on"
+            usage = self._usage(stream, message, turn_id)  # what the API reported, always
+            # Not delivered (failed, refused, stopped): never reflected on. What was shown is
+            # stored marked as cut; with nothing shown no answer is stored, and later history
+            # leaves the message out (prompt.answered): it is never glued to the next one.
+            delivered = failed is None and not stopped
+            text = "".join(parts) if any(parts[bool(prefix) :]) else ""
+            if text and not delivered:
+                text += CUT_MARK if failed is not None else STOPPED_MARK
+            reflect = mode == "on" and delivered
             if delivery is None:
                 await self._finish(turn_id, message.user_key, text, failed, reflect, usage)
             else:

@@ -203,6 +203,20 @@ def system_blocks(
     return blocks
 
 
+def answered(history: Sequence[Turn]) -> list[Turn]:
+    """``history`` without the messages to the bot that have no answer in it: a user turn
+    that was to be answered (its ``reflection`` state is set) and that no assistant turn
+    replies to. Other people's messages in a thread (no state) stay. The history is a
+    contiguous window ending before the current message, so an answered message's answer,
+    which comes after it, is in the window too."""
+    replied = {turn.reply_to for turn in history if turn.role == "assistant"}
+    return [
+        turn
+        for turn in history
+        if turn.role != "user" or turn.reflection is None or turn.id in replied
+    ]
+
+
 def history_messages(
     history: Sequence[Turn],
     current: str,
@@ -214,12 +228,15 @@ def history_messages(
     """The message list: stored turns oldest first, then the current message.
 
     In shared conversations (``attribute``) user messages carry their author's name
-    (``[Alice] ...``). Consecutive messages of one role are joined (the API wants turns to
-    alternate), and the list starts with a user message. ``files`` (the current message's,
-    read for this turn) go with the last message; earlier turns carry only placeholders.
+    (``[Alice] ...``). A message to the bot that got no answer (it failed, was refused or
+    was stopped: :func:`answered`) is left out, so it is never glued to the next question.
+    Consecutive messages of one role are joined (the API wants turns to alternate: other
+    people's messages in a shared thread), and the list starts with a user message.
+    ``files`` (the current message's, read for this turn) go with the last message; earlier
+    turns carry only placeholders.
     """
     raw: list[tuple[str, str]] = []
-    for turn in history:
+    for turn in answered(history):
         text = turn.text
         if turn.role == "user" and attribute and turn.author:
             text = f"[{turn.author}] {text}"

@@ -19,6 +19,7 @@ from core.errors import (
     MemoryInputError,
     MemoryNotFound,
     PlanNotPending,
+    SecretInMemory,
     StaleButton,
 )
 from core.memory.recall import BM25Recaller, Recaller
@@ -27,6 +28,8 @@ from core.metrics import Metrics
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.secrets import KINDS as KIND_NAMES
+from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.store.seams import MemoryStore, PlanStore
 from core.types import (
@@ -75,8 +78,13 @@ def in_third_person(text: str) -> str:
 
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
-    ``MemoryInputError`` if empty or too long. A memory is one sentence under
-    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
+    ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
+    (:func:`core.rules.secrets.find_secrets`). A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters.
+
+    The one gate of every memory text: ``/remember`` on each platform and the terminal, the
+    CLI's ``memories remember``, each import line, each reflection candidate and cleanup
+    merge (:func:`core.memory.reflection.screen_text`).
     """
     cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
@@ -85,6 +93,9 @@ def clean_memory_text(text: str) -> str:
         raise MemoryInputError(
             f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
         )
+    findings = find_secrets(cleaned)
+    if findings:
+        raise SecretInMemory(refusal(findings), kind=findings[0].kind)
     return cleaned
 
 
@@ -178,6 +189,9 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         raise ImportFormatError(line, 'expected an object with a "text" string')
     try:
         text = clean_memory_text(obj["text"])
+    except SecretInMemory as exc:
+        reason = f"it holds {KIND_NAMES[exc.kind]}; secrets are never stored as memories"
+        raise ImportFormatError(line, reason, secret=True) from None
     except MemoryInputError as exc:
         raise ImportFormatError(line, str(exc)) from None
     text = in_third_person(text)
@@ -329,9 +343,15 @@ class MemoryService:
         The text is written in the third person where that is safe ("I prefer tabs" ->
         "The user prefers tabs."), and ``kind``/``category`` left None are given by the
         offline rule :func:`core.rules.classify.classify`. Raises ``MemoryInputError`` for
-        empty or over-long text.
+        empty or over-long text, ``SecretInMemory`` (nothing stored) for a text carrying a
+        secret.
         """
-        cleaned = in_third_person(clean_memory_text(text))
+        try:
+            cleaned = in_third_person(clean_memory_text(text))
+        except SecretInMemory as exc:
+            logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
+            self.metrics.secrets_refused(source)
+            raise
         guessed_kind, guessed_category = classify(cleaned)
         memory = NewMemory(
             text=cleaned,
@@ -453,7 +473,13 @@ class MemoryService:
         for number, raw in enumerate(lines, start=1):
             if number > MAX_IMPORT_LINES:
                 raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
-            parsed = parse_import_line(raw, number)
+            try:
+                parsed = parse_import_line(raw, number)
+            except ImportFormatError as exc:
+                if exc.secret:
+                    logger.info("import refused: user=%s line=%s secret", user_key, number)
+                    self.metrics.secrets_refused("import")
+                raise
             if parsed is not None:
                 memories.append(parsed)
         if not memories:

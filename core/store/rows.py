@@ -12,7 +12,7 @@ from core.types import ORIGINS, Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace, reply_ref"
+    " attempts, platform_ref, workspace, reply_ref, thread_ref"
 )
 """The columns :func:`turn_from_row` reads, in its order (``SELECT {TURN_COLUMNS} FROM turns``)."""
 
@@ -40,6 +40,7 @@ def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_i
         platform_ref=row[11],
         workspace=row[12],
         reply_ref=row[13],
+        thread_ref=row[14],
     )
 
 

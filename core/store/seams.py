@@ -186,10 +186,11 @@ class TurnStore(Protocol):
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
         """The end of a turn in one transaction: record ``usage`` (the calls the turn made),
-        store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
-        when ``reflect`` is False; a turn already ``off``, its user's mode changed meanwhile,
-        stays so). Returns the answer's turn id (None for an empty answer or a turn that was
-        forgotten meanwhile; the usage is recorded all the same)."""
+        store the answer to ``turn_id``, redact the secrets of both (the user turn's text is
+        rewritten, :func:`core.store.writes.redacted`) and queue its reflection
+        (``pending``, or ``off`` when ``reflect`` is False; a turn already ``off``, its user's
+        mode changed meanwhile, stays so). Returns the answer's turn id (None for an empty
+        answer or a turn that was forgotten meanwhile; the usage is recorded all the same)."""
         ...
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
@@ -346,6 +347,14 @@ class FeedbackStore(Protocol):
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         """Counts of ratings given since ``since``, by day and workspace (sorted)."""
+        ...
+
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        """Whether ``user_key`` wrote the message ``platform_ref`` (a stored user turn) in a
+        conversation whose key is ``conversation_prefix`` or starts with it and ``:``, and it
+        has an answer: what a rating may rate (a rater's own answered message)."""
         ...
 
 

@@ -136,6 +136,10 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
         ('{"text": "' + "y" * 300 + '"}\n', "line 1: a memory must be under 200"),
         ('{"text": "ok."}\n{"text": "t", "created_at": "yesterday"}\n', "line 2: created_at"),
         ("[1, 2]\n", "line 1: expected an object"),
+        (
+            '{"text": "ok."}\n{"text": "The user\'s AWS key is AKIAZ7Q2XK4M9TBW3HJD."}\n',
+            "line 2: it holds an AWS key; secrets are never stored as memories",
+        ),
     ],
 )
 def test_import_malformed_line_imports_nothing(
@@ -155,6 +159,10 @@ def test_import_malformed_line_imports_nothing(
     [
         (["memories", "remember", "--user", "alice", "   "], "a memory needs some text"),
         (["memories", "remember", "--user", "alice", "x" * 20_000], "under 200 characters"),
+        (
+            ["memories", "remember", "--user", "alice", "The PIN is 4711"],
+            "That looks like a PIN, and secrets are never stored as memories",
+        ),
         (["memories", "remember", "--user", ":", "hi"], "malformed user key"),
         (["memories", "list", "--user", " "], "a user is required"),
         (["memories", "forget", "--user", "alice"], "give a memory ID or --all"),

@@ -26,7 +26,10 @@ Behaviour that mirrors Discord and that adapter code must cope with:
   ``embeds``, ``attachments`` and ``components`` unless they mention the bot or are its own.
   Asking for a privileged intent the fake does not grant closes the gateway with 4014.
 - Interaction callbacks more than ``interaction_response_timeout_s`` (3 s, like Discord) after
-  the dispatch, or a second callback, fail with 10062 / 40060.
+  the dispatch, or a second callback, fail with 10062 / 40060; followups and edits of the
+  response more than ``interaction_token_s`` (15 minutes, like Discord) after it fail with
+  10015 "Unknown Webhook" (https://discord.com/developers/docs/interactions/
+  receiving-and-responding: "Interaction tokens are valid for 15 minutes").
 - Validation: content over 2,000 characters or an embed description over 4,096 gives 50035;
   an empty message gives 50006; editing another user's message gives 50005.
 """
@@ -403,10 +406,12 @@ class FakeDiscord:
         grant_presences: bool = True,
         heartbeat_interval_ms: int = 41_250,
         interaction_response_timeout_s: float = 3.0,
+        interaction_token_s: float = 15 * 60.0,
     ) -> None:
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.interaction_response_timeout_s = interaction_response_timeout_s
+        self.interaction_token_s = interaction_token_s
         self.granted_privileged_intents = (
             (INTENT_MESSAGE_CONTENT if grant_message_content else 0)
             | (INTENT_GUILD_MEMBERS if grant_members else 0)
@@ -1941,6 +1946,8 @@ class FakeDiscord:
             raise _ApiError(404, 10015, "Unknown Webhook")
         if interaction.response_type is None:
             raise _ApiError(404, 10015, "Unknown Webhook")
+        if asyncio.get_running_loop().time() - interaction.created_at > self.interaction_token_s:
+            raise _ApiError(404, 10015, "Unknown Webhook")  # the token's 15 minutes are over
         return interaction
 
     async def _post_followup(self, call: _Call) -> tuple[int, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_MEMORIES = """
@@ -289,6 +290,26 @@ async def m010_label_remembered(conn: asyncpg.Connection) -> None:
     logger.info("m010: labelled %d remembered memories", changed)
 
 
+M011_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref text;
+"""
+
+
+async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -303,4 +324,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
     (10, "m010_label_remembered", m010_label_remembered),
+    (11, "m011_thread_ref", M011_THREAD_REF),
+    (12, "m012_redact_secrets", m012_redact_secrets),
 ]

@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 
 from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -437,6 +438,32 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
     logger.info("m012: labelled %d remembered memories", changed)
 
 
+M013_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref TEXT;
+"""
+
+
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
+    secret's index terms leave the file as a forget's do."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    async def erased(uids: set[int]) -> None:
+        for fts in sorted({fts_table(uid) for uid in uids}):
+            await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -453,4 +480,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
     (12, "m012_label_remembered", m012_label_remembered),
+    (13, "m013_thread_ref", M013_THREAD_REF),
+    (14, "m014_redact_secrets", m014_redact_secrets),
 ]

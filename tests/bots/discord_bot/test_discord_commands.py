@@ -57,6 +57,21 @@ async def test_remember_is_ephemeral_and_origin_follows_the_place(
     assert fake.messages_in(fake.channel_id) == []  # nothing visible in the channel
 
 
+async def test_remember_refuses_a_secret_and_stores_nothing(w: World, bot: SelfMindBot) -> None:
+    fake = w.discord
+    token = "ghp_" + "Zx8Qp2Lm9Rt4Vb7Nc1Kd6Hs3Jf0Wg5YaBcDe"
+    _, response = await command(fake, "remember", w.alice, text=f"My GitHub token is {token}")
+    assert (response.type, response.ephemeral) == (4, True)
+    assert response.content == (
+        "That looks like a GitHub token, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    _, pin = await command(fake, "remember", w.alice, text="Meine PIN ist 4711")
+    assert pin.content.startswith("That looks like a PIN,") and "4711" not in pin.content
+    assert await bot.rt.service.count(user_key=key(w.alice)) == 0
+    assert fake.messages_in(fake.channel_id) == []
+
+
 async def test_forget_autocomplete_offers_only_the_callers_memories(
     w: World, bot: SelfMindBot
 ) -> None:

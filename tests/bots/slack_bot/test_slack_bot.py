@@ -280,6 +280,7 @@ async def test_ignored_events_make_no_call(
     settings = slack_settings(slack, claude, tmp_path / "m.db")
     events = slack.events
     original = events.message("hello", user="U1")
+    slack.bot_events.add("reaction_added")  # an event no listener of the bot handles
     async with running_bot(settings) as running:
         url = running.events_url
         for event in (

@@ -53,6 +53,22 @@ async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSl
     assert slack.calls("chat.postMessage") == []  # nothing said in the channel
 
 
+async def test_remember_refuses_a_secret_and_stores_nothing(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    token = "xoxb-123456789012-1234567890123-" + "q8w7e6r5t4y3u2i1o0p9a8s7"
+    reply = await command(slack, bot, "/remember", f"The deploy token is {token}", user="U1")
+    assert reply["text"] == (
+        "That looks like a Slack token, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    assert token not in json.dumps(reply)
+    again = await command(slack, bot, "/remember", "my password is hunter2", user="U1")
+    assert again["text"].startswith("That looks like a password,")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+    assert slack.calls("chat.postMessage") == []
+
+
 async def test_forget_only_the_callers_own(slack: FakeSlack, bot: RunningSlackBot) -> None:
     await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
     theirs = await command(slack, bot, "/forget", "1", user="U2")

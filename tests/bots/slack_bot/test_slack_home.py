@@ -365,7 +365,9 @@ async def test_messages_tab_greets_once_and_suggests_prompts_over_socket_mode(
         shown = [s for s in slack.statuses if s.get("status")]
         assert shown and shown[0]["loading_messages"][0] == "Recalling what you told me…"
 
-        # The split-pane assistant view: a new thread gets prompts in that thread.
+        # The split-pane assistant view (legacy ``assistant_view``, whose manifest
+        # subscribes to assistant_thread_started): a new thread gets prompts in that thread.
+        slack.bot_events.add("assistant_thread_started")
         started = slack.events.assistant_thread_started(user="U1")
         await slack.deliver_socket_event(started)
         await settle(running)
@@ -479,7 +481,8 @@ async def test_enterprise_grid_org_install_keys_by_enterprise(
             grid = "slack:E0ORG:W1"
             assert await running.runtime.service.count(user_key=grid) == 1
             turns = await running.runtime.store.recent_turns(
-                conversation_key="slack:T0WS2:D1", limit=5
+                conversation_key="slack:E0ORG:D1",
+                limit=5,  # the install's id, as the user key
             )
             assert {t.user_key for t in turns if t.role == "user"} == {grid}
             view = await open_home(fake, running, "W1")

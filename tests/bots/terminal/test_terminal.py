@@ -41,6 +41,7 @@ def test_commands_without_api_key(tmp_path: Path) -> None:
         "/remember    \n"
         "/bogus\n"
         "/memories\n"
+        "/remember my password for staging is hunter2\n"
         "hello there\n",
     )
     assert proc.returncode == 0, proc.stderr
@@ -56,7 +57,11 @@ def test_commands_without_api_key(tmp_path: Path) -> None:
     assert lines[8] == "A memory needs some text."
     assert lines[9].startswith("Unknown command /bogus.")
     assert lines[10] == "#1 The user prefers tabs over spaces."
-    assert "ANTHROPIC_API_KEY" in lines[11]
+    assert lines[11] == (
+        "That looks like a password, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    assert "ANTHROPIC_API_KEY" in lines[12]
     assert "Traceback" not in proc.stderr
 
 

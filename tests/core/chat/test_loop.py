@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from core.chat.loop import CUT_MARK
 from core.chat.prompt import PERSONA
 from core.errors import ModelError, StreamCutError
 from core.rules.dedupe import Deduper
@@ -268,10 +269,10 @@ async def test_overload_gives_one_true_sentence(fake: FakeAnthropic, db_url: str
             await h.say(dm(ALICE, "I use Neovim"))
         assert err.value.user_message == "Claude is overloaded, try again in a minute."
         await h.reflector.drain(10)
-        # The user's words are still stored and reflected on.
+        # The user's words are still stored, never reflected on (no answer was delivered).
         turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
         assert [t.text for t in turns] == ["I use Neovim"]
-        assert len(fake.requests_of("extract")) == 1
+        assert len(fake.requests_of("extract")) == 0
 
 
 async def test_cut_stream_keeps_partial_text(fake: FakeAnthropic, db_url: str) -> None:
@@ -288,7 +289,8 @@ async def test_cut_stream_keeps_partial_text(fake: FakeAnthropic, db_url: str) -
         assert "".join(seen) == "Part one, "
         await h.reflector.drain(10)
         turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
-        assert [t.text for t in turns] == ["tell me", "Part one, "]
+        assert [t.text for t in turns] == ["tell me", "Part one, " + CUT_MARK]
+        assert not fake.requests_of("extract")
 
 
 async def test_error_event_mid_stream(fake: FakeAnthropic, db_url: str) -> None:
