@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, get_args
 
 from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
-from core.memory.reflection import check_text
+from core.memory.reflection import addressed_or_asked
 from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
@@ -127,7 +127,7 @@ def audit_memories(
             found.append(Finding(m.id, "secret", ", ".join(kinds)))
         if len(m.text) >= MAX_MEMORY_CHARS:
             found.append(Finding(m.id, "too_long", f"{len(m.text)} characters"))
-        elif check_text(m.text) is None:
+        elif addressed_or_asked(m.text.strip()):
             found.append(Finding(m.id, "first_person", "not a third-person sentence"))
         if _SUGGESTION.search(m.text):
             found.append(Finding(m.id, "suggestion", "the assistant's advice, not a fact"))
