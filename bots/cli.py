@@ -616,19 +616,28 @@ def memories_reindex(
     user: Annotated[str | None, user_option()] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compute missing embeddings for hybrid recall (all users, or one)."""
+    """Compute missing embeddings for the configured recall, static (the default) or
+    hybrid (all users, or one); recall also makes them when it first needs them."""
     key = _key(user) if user is not None else None
     settings: Settings = ctx.obj.settings
 
     async def work() -> int:
         import importlib.util
 
-        if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
-            raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
-        from core.memory.embeddings import load_embedder
+        from core.memory.embeddings import Embedder
         from core.memory.hybrid import HybridRecaller
 
-        embedder = load_embedder(settings.embedding_model_dir)
+        embedder: Embedder
+        if settings.recall == "hybrid":
+            if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers",)):
+                raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
+            from core.memory.embeddings import load_embedder
+
+            embedder = load_embedder(settings.embedding_model_dir)
+        else:
+            from core.memory.static import StaticEmbedder
+
+            embedder = StaticEmbedder()
         return await with_store(
             ctx.obj, lambda store: HybridRecaller(store, embedder).reindex(user_key=key)
         )

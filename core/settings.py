@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     # --- storage and recall
     db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
     sqlite_synchronous: Literal["normal", "full"] = "full"
-    recall: Literal["bm25", "hybrid"] = "bm25"
+    recall: Literal["static", "bm25", "hybrid"] = "static"  # core/runtime.py open_recaller
     embedding_model_dir: str | None = None
     db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)

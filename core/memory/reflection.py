@@ -54,8 +54,15 @@ class MemoryCandidate(BaseModel):
         description="One standalone third-person sentence under 200 characters, "
         "e.g. 'The user prefers answers in bullet points.'"
     )
-    kind: Kind = Field(description="fact, preference, correction or context")
-    category: Category = Field(description="communication, code, tools, workflow or general")
+    kind: Kind = Field(
+        description="preference (how they like answers, tools, style), context (a standing "
+        "fact about who they are: name, role, team, where they live or work, time zone, "
+        "languages, family, pets, constraints such as allergies), correction (something "
+        "changed), or fact (anything else)"
+    )
+    category: Category = Field(
+        description="communication (how to answer), code, tools, workflow, or general"
+    )
     supersedes: list[int] = Field(
         description="ids of stored memories this one replaces (a correction); else []"
     )
