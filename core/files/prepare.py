@@ -119,30 +119,37 @@ def _image(name: str, data: bytes, media_type: str, *, max_side: int) -> FileBlo
             width, height = image.size
             if width * height > MAX_DECODE_PIXELS:
                 raise FileProblem(f"it is {width}x{height} pixels, too large to open")
-            image.load()
+            fits = max(width, height) <= max_side
+            if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
+                image.load()  # decoded once: a corrupt image is caught here, not by the API
+                return FileBlock("image", name, media_type, base64.b64encode(data).decode())
+            return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
         except FileProblem:
             raise
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
             raise FileProblem("it is not a readable image") from exc
         except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
             raise FileProblem("it is too large in pixels to open") from exc
-        if max(width, height) <= max_side and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
-            return FileBlock("image", name, media_type, base64.b64encode(data).decode("ascii"))
-        return _smaller(name, image, max_side=min(max_side, RESIZE_LONG_EDGE))
 
 
-def _smaller(name: str, image: Image.Image, *, max_side: int) -> FileBlock:
-    """``image`` scaled to fit ``max_side`` px and re-encoded (PNG, else JPEG) under 5 MB."""
+def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> FileBlock:
+    """``image`` (opened, not yet decoded: a JPEG is then decoded at a reduced scale)
+    scaled to fit ``max_side`` px and re-encoded under 5 MB: as PNG when that can fit (a
+    PNG shrinks with its pixels), else as JPEG (quality 85)."""
     if getattr(image, "n_frames", 1) > 1:
         image.seek(0)  # an animation: its first frame
-    scaled = image.convert("RGBA" if _has_alpha(image) else "RGB")
-    scaled.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    out = io.BytesIO()
-    scaled.save(out, format="PNG")
-    if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
-        return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
+    pixels = image.width * image.height
+    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    alpha = _has_alpha(image)
+    scaled = image.convert("RGBA" if alpha else "RGB")
+    estimate = size * scaled.width * scaled.height / pixels
+    if image.format == "PNG" and base64_size(int(estimate)) <= MAX_IMAGE_BASE64_BYTES * 0.9:
+        out = io.BytesIO()
+        scaled.save(out, format="PNG")
+        if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
+            return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
     flat = Image.new("RGB", scaled.size, "white")
-    flat.paste(scaled, mask=scaled.getchannel("A") if scaled.mode == "RGBA" else None)
+    flat.paste(scaled, mask=scaled.getchannel("A") if alpha else None)
     out = io.BytesIO()
     flat.save(out, format="JPEG", quality=85)
     return FileBlock("image", name, "image/jpeg", base64.b64encode(out.getvalue()).decode())
