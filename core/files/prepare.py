@@ -65,7 +65,7 @@ _SNIFF = (
 )
 
 
-def sniff(data: bytes) -> str | None:
+def sniff(data: bytes | bytearray) -> str | None:
     """The media type the bytes say they are (the four image types, ``application/pdf``),
     or None."""
     for magic, media_type in _SNIFF:
@@ -91,7 +91,9 @@ class Prepared:
     note: str | None = None
 
 
-def prepare(ref: FileRef, data: bytes, *, max_side: int, max_text_chars: int) -> Prepared:
+def prepare(
+    ref: FileRef, data: bytes | bytearray, *, max_side: int, max_text_chars: int
+) -> Prepared:
     """What Claude reads of ``data`` (the bytes of ``ref``); raises ``FileProblem``."""
     found = sniff(data)
     if found in IMAGE_TYPES:
@@ -111,7 +113,7 @@ def prepare(ref: FileRef, data: bytes, *, max_side: int, max_text_chars: int) ->
     raise FileProblem("I read images (PNG, JPEG, GIF, WebP), PDFs and text files, not this kind")
 
 
-def _image(name: str, data: bytes, media_type: str, *, max_side: int) -> FileBlock:
+def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int) -> FileBlock:
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
@@ -122,7 +124,7 @@ def _image(name: str, data: bytes, media_type: str, *, max_side: int) -> FileBlo
             fits = max(width, height) <= max_side
             if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
                 image.load()  # decoded once: a corrupt image is caught here, not by the API
-                return FileBlock("image", name, media_type, base64.b64encode(data).decode())
+                return FileBlock("image", name, media_type, _base64(data))
             return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
         except FileProblem:
             raise
@@ -155,11 +157,15 @@ def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> File
     return FileBlock("image", name, "image/jpeg", base64.b64encode(out.getvalue()).decode())
 
 
+def _base64(data: bytes | bytearray) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
 def _has_alpha(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
-def _pdf(name: str, data: bytes) -> FileBlock:
+def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -175,10 +181,10 @@ def _pdf(name: str, data: bytes) -> FileBlock:
         raise FileProblem("it is not a readable PDF (no pages)")
     if pages > MAX_PDF_PAGES:
         raise FileProblem(f"it has {pages} pages, over the {MAX_PDF_PAGES} Claude reads at once")
-    return FileBlock("pdf", name, "application/pdf", base64.b64encode(data).decode("ascii"))
+    return FileBlock("pdf", name, "application/pdf", _base64(data))
 
 
-def _looks_like_text(data: bytes) -> bool:
+def _looks_like_text(data: bytes | bytearray) -> bool:
     head = data[:8192]
     if b"\x00" in head:
         return False
@@ -189,7 +195,7 @@ def _looks_like_text(data: bytes) -> bool:
     return True
 
 
-def _text(name: str, data: bytes, *, max_chars: int) -> Prepared:
+def _text(name: str, data: bytes | bytearray, *, max_chars: int) -> Prepared:
     if b"\x00" in data:
         raise FileProblem("it is not a text file I can read (binary data)")
     try:
