@@ -13,18 +13,19 @@ DM at once:
 - ``text``: the burst without files;
 - ``pdf N MB``: each DM carries an N MB PDF (``--pdf-mb``, default 30: over the default
   ``SELFMIND_FILE_MAX_MB`` of 20, refused from its declared size, nothing downloaded);
-- ``pdf N MB, cap 30``: the same with ``SELFMIND_FILE_MAX_MB=30``: each PDF is downloaded
-  whole and turned into base64, then refused because it would pass the API's 32 MB request
-  limit (the most a refused file can cost);
+- ``pdf N MB, cap 30``: the same with ``SELFMIND_FILE_MAX_MB=30``: refused all the same,
+  before any download, since its base64 could not fit the API's 32 MB request;
 - ``pdf M MB sent``: each DM carries an M MB PDF (``--accepted-mb``) that is read and sent
-  to Claude: the most an accepted file costs.
+  to Claude: the most an accepted file costs; again with half the users, and with
+  ``SELFMIND_FILE_CONCURRENCY=2``.
 
 Columns: ``peak RSS`` the bot process's ``VmHWM`` (``/proc/PID/status``) at the end of the
-burst; ``over text`` its excess over the text burst; ``bound`` what the design holds it to:
-``SELFMIND_FILE_CONCURRENCY`` (4) turns at once hold their file, each at most about 4.5 times
-its size (the bytes, their base64 text at 4/3, and the SDK's JSON body of that text, built
-and encoded: 2 x 4/3), so over the text burst at most ``4 x 4.5 x file size``; ``wall`` the
-burst's time until every DM shows its whole answer. Then ``first token``: one DM alone, the
+burst; ``over text`` its excess over the text burst; ``bound`` the bound held:
+``SELFMIND_FILE_CONCURRENCY`` (4) turns at once hold a file, whatever the number of users,
+each at most about 10 times its size (the bytes, a copy for pypdf, their base64 text, the
+SDK's JSON body of the request kept while the answer streams, and while that is built its
+JSON text, plus what the allocator and the transport keep). ``wall``: the burst's time
+until every DM shows its whole answer. Then ``first token``: one DM alone, the
 time from sending it to the first Slack call showing the model's text, with no file, with an
 ``--image-mb`` MB photo-like JPEG (passed as is), and with an ``--image-mb`` MB PNG
 screenshot of noise (over the API's 5 MB base64 limit: scaled to 1568 px and re-encoded).
@@ -57,7 +58,7 @@ from tests.files_helpers import pdf
 
 ANSWER = "ANSWER-TEXT: read and done."
 CONCURRENCY = 4
-OVERHEAD_X = 4.5
+OVERHEAD_X = 10
 
 
 def big_pdf(mb: float) -> bytes:
@@ -224,21 +225,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             accepted = big_pdf(args.accepted_mb)
+            sent = f"pdf {args.accepted_mb:g} MB sent"
+            rows.append(await burst(slack, claude, work, sent, args.users, accepted, {}))
             rows.append(
                 await burst(
                     slack,
                     claude,
                     work,
-                    f"pdf {args.accepted_mb:g} MB sent",
-                    args.users,
+                    f"{sent}, {args.users // 2} users",
+                    args.users // 2,
                     accepted,
                     {},
+                )
+            )
+            rows.append(
+                await burst(
+                    slack,
+                    claude,
+                    work,
+                    f"{sent}, concurrency 2",
+                    args.users,
+                    accepted,
+                    {"SELFMIND_FILE_CONCURRENCY": "2"},
                 )
             )
             base = rows[0]["peak_rss_mb"]
             for row in rows:
                 row["over_text_mb"] = row["peak_rss_mb"] - base
-                row["bound_mb"] = round(CONCURRENCY * OVERHEAD_X * row["file_mb"])
+                slots = 2 if "concurrency 2" in row["scenario"] else CONCURRENCY
+                row["bound_mb"] = round(slots * OVERHEAD_X * row["file_mb"])
             jpeg, png = photo_jpeg(args.image_mb), noise_png(args.image_mb)
             firsts = await first_token(
                 slack,
