@@ -64,6 +64,7 @@ class Context:
 
     settings: Settings
     db_url: str
+    overrides: dict[str, object]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -211,9 +212,13 @@ def main_options(
     except SelfMindError as exc:
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
+    # doctor's report says what failed; its calls' own warnings would say it twice.
     quiet = ctx.invoked_subcommand in ("memories", "chat", "db", "users") and log_level is None
-    configure_logging(level="WARNING" if quiet else settings.log_level, fmt=settings.log_format)
-    ctx.obj = Context(settings=settings, db_url=url)
+    level = "ERROR" if ctx.invoked_subcommand == "doctor" and log_level is None else None
+    configure_logging(
+        level=level or ("WARNING" if quiet else settings.log_level), fmt=settings.log_format
+    )
+    ctx.obj = Context(settings=settings, db_url=url, overrides=overrides)
 
 
 async def require_database(ctx: Context) -> None:
@@ -332,11 +337,16 @@ def memories_remember(
     if as_json:
         typer.echo(
             json.dumps(
-                {"id": result.id, "status": result.status, "duplicate_of": result.duplicate_of}
+                {
+                    "id": result.id,
+                    "status": result.status,
+                    "duplicate_of": result.duplicate_of,
+                    "text": result.text,
+                }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}")
+        typer.echo(f"remembered #{result.id}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -392,20 +402,29 @@ def memories_forget(
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Forget one memory (ID) or all of them (--all): the text is erased."""
+    """Forget one memory (ID) or all of them (--all): the text is erased, and so is what of
+    it the user's terminal input history holds (--all: that whole file)."""
+    from bots.terminal.history import forget_in_history
+
     key = _key(user)
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
+        texts: list[str] | None = None
     else:
         assert memory_id is not None
 
-        async def one(s: MemoryService) -> int:
-            await s.forget(user_key=key, memory_id=memory_id)
-            return 1
+        async def one(s: MemoryService) -> Memory:
+            return await s.forget(user_key=key, memory_id=memory_id)
 
-        count = run(with_service(ctx.obj, one))
+        count, texts = 1, [run(with_service(ctx.obj, one)).text]
+    try:
+        forget_in_history(ctx.obj.db_url, key, texts)
+    except OSError as exc:
+        raise fail(
+            f"forgot {count}, but the terminal input history was not changed: {exc}"
+        ) from None
     typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
 
 
@@ -784,6 +803,28 @@ def slack(
     raise typer.Exit(code)
 
 
+@app.command("doctor")
+def doctor(ctx: typer.Context) -> None:
+    """Check this installation: the settings files read, every setting that is set and where
+    it came from (secrets cut short), the database and its schema, and what Anthropic,
+    Slack, Discord and PostgreSQL answer. Exit 1 with the line to fix when one fails."""
+    from bots.doctor import header, report_settings, run_checks
+    from core.settings import setting_sources, settings_files
+
+    obj: Context = ctx.obj
+    files = settings_files()
+    typer.echo(header())
+    for line in report_settings(files, setting_sources(files, obj.overrides)):
+        typer.echo(line)
+    typer.echo("checks:")
+    checks = run(run_checks(obj.settings, obj.db_url))
+    for check in checks:
+        typer.echo(check.line())
+    failed = [c for c in checks if c.ok is False]
+    if failed:
+        raise fail(f"{failed[0].name}: {failed[0].answer}")
+
+
 db_app = typer.Typer(help="Create, update and move the database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
@@ -845,7 +886,7 @@ def db_backup(
     if not ctx.obj.db_url.startswith("sqlite:///"):
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
     source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
-    target = path.expanduser().resolve()
+    target = path.expanduser().absolute()  # not resolved: a symbolic link is refused, not followed
     pages = run(backup_sqlite(ctx.obj, target))
     if as_json:
         typer.echo(json.dumps({"backup": str(target), "pages": pages, "integrity": "ok"}))

@@ -10,8 +10,10 @@
     │   └── NewerSchemaError     a newer SelfMind wrote the store; nothing changed
     ├── IntakeFailed         a platform message could not be stored: do not acknowledge it
     ├── MemoryInputError     user input cannot become a memory (empty, too long, bad JSON line)
-    │   └── ImportFormatError    an import file line is malformed (``line`` is its number)
+    │   ├── ImportFormatError    an import file line is malformed (``line`` is its number)
+    │   └── SecretInMemory       the text carries a secret (``kind``); secrets never become memories
     ├── MemoryNotFound       no such memory for this user (also: another user's id)
+    │   └── StaleButton      a button names a memory that is not the one it was made for
     ├── RateLimited          a reply sink call got HTTP 429; ``retry_after_s`` says how long
     ├── EditFailed           a reply message cannot be edited any more (too long, deleted)
     ├── StreamingRefused     the platform refuses native streaming here: fall back to edits
@@ -100,19 +102,36 @@ class MemoryInputError(SelfMindError):
 
 
 class ImportFormatError(MemoryInputError):
-    """A line of a JSON Lines import is malformed; nothing was imported."""
+    """A line of a JSON Lines import is malformed (or, ``secret``, carries a secret); nothing
+    was imported."""
 
-    def __init__(self, line: int, reason: str) -> None:
+    def __init__(self, line: int, reason: str, *, secret: bool = False) -> None:
         super().__init__(f"line {line}: {reason}")
         self.line = line
+        self.secret = secret
+
+
+class SecretInMemory(MemoryInputError):
+    """The text carries a secret (:func:`core.rules.secrets.find_secrets`), so it is not stored.
+    The message is one sentence naming the kind (``kind``, a key of
+    :data:`core.rules.secrets.KINDS`), never the secret."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class MemoryNotFound(SelfMindError):
     """The memory id does not exist for this user (it may belong to someone else)."""
 
-    def __init__(self, memory_id: int) -> None:
-        super().__init__("no such memory")
+    def __init__(self, memory_id: int, message: str = "no such memory") -> None:
+        super().__init__(message)
         self.memory_id = memory_id
+
+
+class StaleButton(MemoryNotFound):
+    """A button's memory reference is out of date (:mod:`core.memory.refs`): an old-format
+    value, or its id now names another memory. Nothing was changed; ``str()`` says so."""
 
 
 class ModelError(SelfMindError):
@@ -121,9 +140,12 @@ class ModelError(SelfMindError):
     ``user_message`` is one short, true sentence for the chat.
     """
 
-    def __init__(self, message: str, *, user_message: str) -> None:
+    def __init__(self, message: str, *, user_message: str, retryable: bool = True) -> None:
         super().__init__(message)
         self._user_message = user_message
+        self.retryable = retryable
+        """False when asking again cannot help (a refused key, 400, 403, 404): reflection
+        gives up at once instead of spending its attempts."""
 
     @property
     def user_message(self) -> str:

@@ -26,6 +26,9 @@ or id, or a workspace id):
                                                output, cache_read, cache_write
 ``selfmind_memories_stored_total{source}``     new memories (not duplicates): reflection,
                                                remember, import
+``selfmind_memories_refused_total{source}``    memories not stored because they carry a
+                                               secret: reflection (candidates dropped),
+                                               remember, import (files refused)
 ``selfmind_memories_forgotten_total``          memories a user forgot (``/forget``, ``/forget
                                                all``)
 ``selfmind_ready``                             1 when :class:`Readiness` says ready, else 0
@@ -262,6 +265,12 @@ class Metrics:
         self._forgotten = Counter(
             "selfmind_memories_forgotten", "Memories users forgot.", registry=registry
         )
+        self._refused = Counter(
+            "selfmind_memories_refused",
+            "Memories not stored because they carry a secret, by source.",
+            ["source"],
+            registry=registry,
+        )
 
     @classmethod
     def create(cls) -> Metrics:
@@ -325,6 +334,11 @@ class Metrics:
         """``count`` new memories from ``source`` (reflection, remember, import)."""
         if self.registry is not None and count > 0:
             self._stored.labels(source=source).inc(count)
+
+    def secrets_refused(self, source: str, count: int = 1) -> None:
+        """``count`` memories from ``source`` not stored because they carry a secret."""
+        if self.registry is not None and count > 0:
+            self._refused.labels(source=source).inc(count)
 
     def memories_forgotten(self, count: int = 1) -> None:
         """``count`` memories forgotten by their user."""

@@ -1,4 +1,12 @@
-"""Settings: one frozen object built from the environment and ``.env``.
+"""Settings: one frozen object built from the environment and settings files.
+
+Where a setting comes from, first found wins (:func:`settings_files`):
+
+1. the environment;
+2. the file named by ``SELFMIND_ENV_FILE`` (an error when it names no file);
+3. ``./.env`` in the working directory;
+4. ``.env`` in the user's config directory (platformdirs: ``~/.config/selfmind/.env`` on
+   Linux, ``$XDG_CONFIG_HOME/selfmind/.env`` when that is set).
 
 Every field is listed in ``.env.example``. SelfMind's own settings use the ``SELFMIND_``
 prefix (``top_k`` is ``SELFMIND_TOP_K``); platform secrets keep their usual names
@@ -10,14 +18,20 @@ else reads the environment.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
+from dotenv import dotenv_values
+from platformdirs import user_config_path
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigError
 
+ENV_FILE_VARIABLE = "SELFMIND_ENV_FILE"
+"""Names a settings file read before ``./.env`` (set it in the environment only)."""
 DEFAULT_MODEL = "claude-opus-4-8"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 
@@ -41,7 +55,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(
         env_prefix="SELFMIND_",
-        env_file=".env",
+        env_file=None,  # load_settings passes settings_files()
         env_file_encoding="utf-8",
         # An empty value (``DISCORD_GUILD_ID=`` as .env.example has it) means "not set".
         env_ignore_empty=True,
@@ -57,6 +71,10 @@ class Settings(BaseSettings):
     embedding_model_dir: str | None = None
     db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)
+    # The standing profile's budget in every prompt (core.memory.profile): 800 tokens hold
+    # about 50 standing memories of typical length (16 tokens a line) and keep the whole
+    # memory block under 1,200 tokens with top_k = 6; 0 turns the profile off.
+    profile_tokens: int = Field(default=800, ge=0, le=8000)
     dedupe_threshold: float = Field(default=0.55, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
 
@@ -198,14 +216,79 @@ def env_name(field: str) -> str:
     return "SELFMIND_" + field.upper()
 
 
+def user_env_file() -> Path:
+    """The settings file in the user's config directory (``~/.config/selfmind/.env`` on
+    Linux; the platform's convention elsewhere, via platformdirs)."""
+    return user_config_path("selfmind", appauthor=False) / ".env"
+
+
+def settings_files() -> tuple[Path, ...]:
+    """The settings files to read, the one that wins first: ``SELFMIND_ENV_FILE``, ``./.env``,
+    :func:`user_env_file`; those that exist. ``ConfigError`` when ``SELFMIND_ENV_FILE`` is set
+    but names no readable file."""
+    found: list[Path] = []
+    named = os.environ.get(ENV_FILE_VARIABLE, "").strip()
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{ENV_FILE_VARIABLE}: no settings file at {path}")
+        found.append(path.resolve())
+    for path in (Path(".env"), user_env_file()):
+        if path.is_file() and path.resolve() not in found:
+            found.append(path.resolve())
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class SettingSource:
+    """A setting that is set: its variable, its value as read, and where it came from
+    (``environment``, a settings file's path, or ``--db`` for an option)."""
+
+    name: str
+    value: str
+    source: str
+    secret: bool
+
+
+def setting_sources(
+    files: tuple[Path, ...], overrides: dict[str, object] | None = None
+) -> list[SettingSource]:
+    """Every setting that is set (not left at its default), in the order of
+    :class:`Settings`' fields, with where its value came from (first found wins, as in
+    :func:`load_settings`). Names are matched without regard to case, as the settings are."""
+    environment = {k.upper(): v for k, v in os.environ.items() if v.strip()}
+    read = [
+        (str(path), {k.upper(): v for k, v in dotenv_values(path).items() if v and v.strip()})
+        for path in files
+    ]
+    found: list[SettingSource] = []
+    for field, info in Settings.model_fields.items():
+        name = env_name(field)
+        secret = "SecretStr" in str(info.annotation)
+        if overrides and field in overrides:
+            found.append(SettingSource(name, str(overrides[field]), f"--{field}", secret))
+        elif name in environment:
+            found.append(SettingSource(name, environment[name], "environment", secret))
+        else:
+            source = next(((where, values) for where, values in read if name in values), None)
+            if source is not None:
+                found.append(SettingSource(name, source[1][name], source[0], secret))
+    return found
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Build the settings from the environment and ``.env``; overrides win.
+    """Build the settings from the environment and :func:`settings_files` (first found
+    wins); overrides win over both.
 
     Raises ``ConfigError`` naming the first invalid variable as the user sets it
-    (``SELFMIND_SLACK_HTTP_PORT``, ``ANTHROPIC_API_KEY``) and what it expects.
+    (``SELFMIND_SLACK_HTTP_PORT``, ``ANTHROPIC_API_KEY``) and what it expects, or
+    ``SELFMIND_ENV_FILE`` when it names no file.
     """
+    files = settings_files()
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        # pydantic-settings lets a later file win: pass them least important first.
+        env_files = tuple(reversed(files)) or None
+        return Settings(_env_file=env_files, **overrides)  # type: ignore[call-arg,arg-type]
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = str(err["loc"][0]) if err["loc"] else "?"

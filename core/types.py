@@ -78,11 +78,13 @@ class ScoredMemory:
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
-    ``superseded``: the ids of the memories ``id`` replaced in the same write."""
+    ``superseded``: the ids of the memories ``id`` replaced in the same write; ``text``: the
+    text as stored, when the writer reports it (``MemoryService.remember``), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]
     superseded: tuple[int, ...] = ()
+    text: str = ""
 
     @property
     def duplicate_of(self) -> int | None:
@@ -134,6 +136,10 @@ class Turn:
     reply_ref: str | None = None
     """A user turn's answer in progress on the platform (its message ids, space-separated;
     :meth:`core.store.seams.TurnStore.set_reply_ref`), None when none was recorded."""
+    thread_ref: str | None = None
+    """The platform thread the message was said in when its conversation key does not name
+    it (Slack: the ``thread_ts`` of a DM thread), so an answer recovered after a crash goes
+    back into that thread; None elsewhere."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,7 +148,8 @@ class NewTurn:
     ``user`` or ``assistant``; ``sent_at`` the platform's time (aware UTC); ``reply_to`` the
     turn id it answers; ``reflection`` ``answering`` for a user message about to be answered;
     ``platform_ref`` the platform's message id (Slack ts, Discord snowflake); ``workspace``
-    the Slack team (None elsewhere)."""
+    the Slack team (None elsewhere); ``thread_ref`` the thread it was said in
+    (:attr:`Turn.thread_ref`)."""
 
     conversation_key: str
     user_key: str | None
@@ -155,6 +162,7 @@ class NewTurn:
     reflection: ReflectionState | None = None
     platform_ref: str | None = None
     workspace: str | None = None
+    thread_ref: str | None = None
 
 
 CallKind = Literal["chat", "reflection", "cleanup"]

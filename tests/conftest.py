@@ -39,6 +39,12 @@ T = TypeVar("T")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Settings are also read from the user's config directory and SELFMIND_ENV_FILE
+    # (core.settings): a developer's own must not reach the tests (nor their subprocesses).
+    import tempfile
+
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="selfmind-test-config-")
+    os.environ.pop("SELFMIND_ENV_FILE", None)
     config.addinivalue_line(
         "markers", "sqlite_only: run the store/db_url variants of this test on SQLite only"
     )

@@ -24,7 +24,7 @@ from tests.fakes.discord_server import (
     RecordedInteractionResponse,
     running_fake_discord,
 )
-from tests.loop_helpers import API_KEY
+from tests.loop_helpers import API_KEY, memory_text
 
 WAIT_S = 10.0
 START_S = 60.0
@@ -142,7 +142,7 @@ def chat_messages(w: World, index: int = -1) -> list[tuple[str, str]]:
 
 def memory_block(w: World, index: int = -1) -> str:
     """The volatile system block (memories) of the ``index``-th chat request."""
-    return str(w.claude.requests_of("chat")[index].body["system"][1]["text"])
+    return memory_text(w.claude.requests_of("chat")[index].body)
 
 
 def key(user: FakeUser) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -97,6 +99,25 @@ def memories_reply(*items: tuple[str, str, str] | dict[str, Any]) -> dict[str, A
     return {"memories": out}
 
 
+_MEMORY_LINE = re.compile(r'^#\d+(?: \d{4}-\d{2}-\d{2})? (".*")$')
+
+
 def memory_lines(system_text: str) -> list[str]:
-    inside = system_text.split("<memories>", 1)[1].split("</memories>", 1)[0]
-    return [line for line in inside.splitlines() if line.startswith("{")]
+    """The texts of the memory lines (``#12 2026-11-30 "text"``) of the profile and memory
+    blocks in ``system_text``, in order."""
+    texts = []
+    for tag in ("profile", "memories"):
+        if f"<{tag}>" not in system_text:
+            continue
+        inside = system_text.split(f"<{tag}>", 1)[1].split(f"</{tag}>", 1)[0]
+        for line in inside.splitlines():
+            match = _MEMORY_LINE.match(line)
+            if match:
+                texts.append(json.loads(match.group(1)))
+    return texts
+
+
+def memory_text(body: dict[str, Any]) -> str:
+    """Every system block of a chat request but the persona: the profile (when there is one)
+    and the volatile block, joined."""
+    return "\n".join(str(block["text"]) for block in body["system"][1:])

@@ -15,7 +15,7 @@ from core.settings import Settings, load_settings
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text, shown_markdown
-from tests.loop_helpers import API_KEY
+from tests.loop_helpers import API_KEY, memory_text
 
 BOT_USER = "U0BOT"
 TEAM = "T0SELFMIND"
@@ -97,7 +97,7 @@ def shown_text(message: JsonDict) -> str:
 
 def system_text(claude: FakeAnthropic, index: int = -1) -> str:
     """The memory block (second system block) of a chat request."""
-    return str(claude.requests_of("chat")[index].body["system"][1]["text"])
+    return memory_text(claude.requests_of("chat")[index].body)
 
 
 def key(user: str) -> str:

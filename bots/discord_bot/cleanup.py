@@ -9,12 +9,14 @@ operation that touches /remember memories is marked with
 
 Only the caller can press the buttons (:class:`bots.discord_bot.commands.OwnedView`, and the
 core checks the memory key again). Apply replaces the plan with the before/after counts, the
-change id and an Undo button; Cancel discards the plan. The buttons stop after
-:data:`VIEW_TIMEOUT_S`, and the plan is dropped then.
+change id and an Undo button; Cancel discards the plan. The buttons stop
+:data:`VIEW_TIMEOUT_S` after the command arrived (the planning's minutes included), and the
+plan is dropped then and marked expired with the command's token while it still works.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -47,7 +49,8 @@ from core.memory.cleanup_review import (
 logger = logging.getLogger(__name__)
 
 VIEW_TIMEOUT_S = 14 * 60.0
-"""Buttons work this long. The token that edits the plan message lasts 15 minutes
+"""Buttons work this long after the command arrived, planning included. The token that edits
+the plan message lasts 15 minutes from then
 (https://discord.com/developers/docs/interactions/receiving-and-responding), so the plan can
 still be marked expired when they stop."""
 LINE_CHARS = 400
@@ -55,12 +58,14 @@ LINE_CHARS = 400
 EXPIRED = "This cleanup plan expired; nothing was changed. Run `/memories cleanup` again."
 
 
-def plan_content(proposal: Proposal, limit: int = MAX_CONTENT_CHARS) -> str:
+def plan_content(
+    proposal: Proposal, limit: int = MAX_CONTENT_CHARS, *, expires_in_s: float = VIEW_TIMEOUT_S
+) -> str:
     """The plan as one message of at most ``limit`` characters."""
     run = proposal.run
     header = f"**{discord.utils.escape_markdown(plan_header(run))}**"
     lines = operation_lines(run, escape=discord.utils.escape_markdown, max_chars=LINE_CHARS)
-    footer = plan_footer(VIEW_TIMEOUT_S)
+    footer = plan_footer(expires_in_s)
     more = more_line(len(lines), len(lines))  # the longest "more" line it can need
     budget = limit - len(header) - len(footer) - len(more) - 3
     shown, left_out = fit_lines(lines, budget=budget)
@@ -75,9 +80,15 @@ class CleanupView(OwnedView):
     """Apply or Cancel one pending plan."""
 
     def __init__(
-        self, reviews: CleanupReviews, *, owner_id: int, plan_id: str, command: Interaction
+        self,
+        reviews: CleanupReviews,
+        *,
+        owner_id: int,
+        plan_id: str,
+        command: Interaction,
+        timeout: float = VIEW_TIMEOUT_S,
     ) -> None:
-        super().__init__(owner_id=owner_id, timeout=VIEW_TIMEOUT_S)
+        super().__init__(owner_id=owner_id, timeout=timeout)
         self.reviews = reviews
         self.plan_id = plan_id
         self.command = command
@@ -146,6 +157,8 @@ def add_cleanup_command(tree: Tree, *, reviews: CleanupReviews) -> None:
 
     @memories.command(name="cleanup", description="Tidy your memories: see a plan, then apply it.")
     async def memories_cleanup(interaction: Interaction) -> None:
+        clock = asyncio.get_running_loop().time
+        arrived = clock()
         await interaction.response.defer(ephemeral=True, thinking=True)
         key = user_key_of(interaction.user)
         line = await reviews.precheck(
@@ -158,7 +171,12 @@ def add_cleanup_command(tree: Tree, *, reviews: CleanupReviews) -> None:
         if proposal.plan_id is None:
             await reply(interaction, proposal.message or "")
             return
+        left_s = max(1.0, VIEW_TIMEOUT_S - (clock() - arrived))  # the token's clock runs
         view = CleanupView(
-            reviews, owner_id=interaction.user.id, plan_id=proposal.plan_id, command=interaction
+            reviews,
+            owner_id=interaction.user.id,
+            plan_id=proposal.plan_id,
+            command=interaction,
+            timeout=left_s,
         )
-        await reply(interaction, plan_content(proposal), view=view)
+        await reply(interaction, plan_content(proposal, expires_in_s=left_s), view=view)

@@ -5,8 +5,10 @@ own memory key ``discord:{user_id}``, never on anyone else's:
 
 - ``/remember text:`` stores a memory (origin ``private`` in a DM, ``shared`` in a server);
 - ``/forget memory:`` forgets one memory; autocomplete offers the caller's own memories
-  (best BM25 matches of what was typed, or the newest) and "All my memories", which asks for
-  confirmation with a button only the caller can press;
+  (best BM25 matches of what was typed, or the newest; each choice's value is
+  :func:`core.memory.refs.memory_ref`, so a choice made stale meanwhile forgets nothing and
+  says so, while an id typed by hand is taken as it is) and "All my memories", which asks
+  for confirmation with a button only the caller can press;
 - ``/memories list`` (paginated with buttons), ``/memories search query:``,
   ``/memories export`` (a JSON Lines attachment), ``/memories cleanup`` (a plan to apply or
   cancel; :mod:`bots.discord_bot.cleanup`);
@@ -17,16 +19,23 @@ Outside the team allow-lists (:mod:`core.chat.controls`) every command answers o
 SelfMind is not enabled there, and autocomplete offers nothing (:class:`GuardedTree`).
 
 Interactions must be answered within 3 s (https://discord.com/developers/docs/interactions/
-receiving-and-responding#responding-to-an-interaction): the commands whose work grows with
-the number of memories (``export``, forgetting all) defer first and follow up.
+receiving-and-responding#responding-to-an-interaction), and the token then lasts 15 minutes
+for followups: the commands whose work grows with the number of memories (``export``,
+forgetting all) defer first and follow up; ``/remember`` and ``/memories search`` (a store
+write, an embedding) answer at once when they are quick and defer when they are still working
+:data:`DEFER_AFTER_S` after the command arrived (:func:`in_time`). An interaction that expired
+anyway (Discord's "Unknown interaction" / "Unknown Webhook") ends with one logged line
+(:func:`expired`), no traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import discord
 from discord import app_commands
@@ -38,15 +47,18 @@ from core.errors import (
     MemoryNotFound,
     PlanNotPending,
     SelfMindError,
+    StaleButton,
     storage_failed,
 )
 from core.memory import replies
+from core.memory.refs import memory_ref, parse_memory_ref
 from core.memory.replies import MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import MAX_MEMORY_CHARS, Memory, Origin
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Interaction = discord.Interaction[discord.Client]
 Tree = app_commands.CommandTree[discord.Client]
 
@@ -62,6 +74,38 @@ FORGET_ALL = "all"
 EXPORT_FILENAME = "selfmind-memories.jsonl"
 VIEW_TIMEOUT_S = 600.0
 """Buttons stop working after 10 minutes (an interaction token lasts 15)."""
+DEFER_AFTER_S = 1.5
+"""A quick command still working this long after it arrived defers: Discord waits 3 s for
+the first response ("Unknown interaction" after that), and the defer itself is a call."""
+EXPIRED_CODES = frozenset({10062, 10015})
+"""Discord's "Unknown interaction" (the first response came after 3 s) and "Unknown Webhook"
+(a followup or edit after the token's 15 minutes) JSON error codes
+(https://discord.com/developers/docs/topics/opcodes-and-status-codes#json)."""
+
+
+def expired(error: BaseException) -> bool:
+    """Whether ``error`` says the interaction can no longer be answered (:data:`EXPIRED_CODES`)."""
+    return isinstance(error, discord.NotFound) and error.code in EXPIRED_CODES
+
+
+async def in_time(interaction: Interaction, work: Awaitable[T]) -> T:
+    """``work``'s result; if it is not done :data:`DEFER_AFTER_S` after the command arrived,
+    the interaction is deferred (ephemeral, "thinking") first, so the answer can follow up
+    instead of missing Discord's 3 s (a slow store or embedding)."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=DEFER_AFTER_S)
+    if not done and not interaction.response.is_done():
+        logger.info("command %s deferred: still working", _command_name(interaction))
+        try:
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        except BaseException:
+            task.cancel()
+            raise
+    return await task
+
+
+def _command_name(interaction: Interaction) -> str:
+    return str(getattr(interaction.command, "qualified_name", "?"))
 
 
 def user_key_of(user: discord.abc.User) -> str:
@@ -103,7 +147,7 @@ async def forget_choices(
         found = [m for m in recent if str(m.id).startswith(query)][:limit]
     else:
         found = [s.memory for s in await service.search(user_key=user_key, query=query, k=limit)]
-    choices = [app_commands.Choice(name=choice_name(m), value=str(m.id)) for m in found]
+    choices = [app_commands.Choice(name=choice_name(m), value=memory_ref(m)) for m in found]
     choices.append(app_commands.Choice(name="All my memories", value=FORGET_ALL))
     return choices
 
@@ -167,6 +211,13 @@ class OwnedView(discord.ui.View):
     async def on_error(
         self, interaction: Interaction, error: Exception, item: discord.ui.Item[Any]
     ) -> None:
+        if expired(error):
+            logger.warning(
+                "button %s not answered: the interaction expired (Discord code %s)",
+                type(item).__name__,
+                getattr(error, "code", "?"),
+            )
+            return
         if storage_failed(error):
             logger.warning("button %s not saved: %s", type(item).__name__, type(error).__name__)
             await reply(interaction, NOT_SAVED_COMMAND)
@@ -251,8 +302,9 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
     ) -> None:
         origin: Origin = "private" if interaction.guild_id is None else "shared"
         try:
-            result = await service.remember(
-                user_key=user_key_of(interaction.user), text=text, origin=origin
+            result = await in_time(
+                interaction,
+                service.remember(user_key=user_key_of(interaction.user), text=text, origin=origin),
             )
         except MemoryInputError as exc:
             await reply(interaction, replies.error_sentence(exc))
@@ -272,12 +324,19 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
             await reply(interaction, replies.forget_all_question(count), view=view)
             return
         try:
-            memory_id = parse_memory_id(memory)
-            await service.forget(user_key=user_key, memory_id=memory_id)
+            if parse_memory_ref(memory) is not None:  # a choice: proves which memory it meant
+                forgotten = await service.forget_ref(user_key=user_key, ref=memory)
+            else:  # an id typed by hand
+                forgotten = await service.forget(
+                    user_key=user_key, memory_id=parse_memory_id(memory)
+                )
+        except StaleButton as exc:
+            await reply(interaction, str(exc))
+            return
         except MemoryNotFound:
             await reply(interaction, "No such memory of yours; pick one from the list.")
             return
-        await reply(interaction, replies.forgot(memory_id))
+        await reply(interaction, replies.forgot(forgotten.id))
 
     @forget.autocomplete("memory")
     async def forget_autocomplete(
@@ -307,7 +366,9 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
     async def memories_search(
         interaction: Interaction, query: app_commands.Range[str, 1, 500]
     ) -> None:
-        found = await service.search(user_key=user_key_of(interaction.user), query=query, k=10)
+        found = await in_time(
+            interaction, service.search(user_key=user_key_of(interaction.user), query=query, k=10)
+        )
         if not found:
             await reply(interaction, replies.NO_MATCH)
             return
@@ -358,13 +419,19 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
 async def on_tree_error(interaction: Interaction, error: app_commands.AppCommandError) -> None:
     """The slash-command edge: a short, true ephemeral line; unexpected errors are logged."""
     cause = error.original if isinstance(error, app_commands.CommandInvokeError) else error
+    if expired(cause):  # nothing can reach the user any more: one line, no traceback
+        logger.warning(
+            "command %s not answered: the interaction expired (Discord code %s)",
+            _command_name(interaction),
+            getattr(cause, "code", "?"),
+        )
+        return
     if storage_failed(cause):
         logger.warning("command not saved: %s", type(cause).__name__)
     elif isinstance(cause, SelfMindError):
         logger.warning("command failed: %s", type(cause).__name__)
     else:
-        command = getattr(interaction.command, "qualified_name", "?")
-        logger.error("command %s failed", command, exc_info=cause)
+        logger.error("command %s failed", _command_name(interaction), exc_info=cause)
     message = replies.error_sentence(cause)
     try:
         await reply(interaction, message)

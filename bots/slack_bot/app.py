@@ -47,6 +47,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.slack_bot import inbound
 from bots.slack_bot.assistant import SlackAssistant
 from bots.slack_bot.cleanup import SlackCleanup
 from bots.slack_bot.commands import SlackCommands, send_export
@@ -151,6 +152,8 @@ class SlackBot:
             install_id=identity.install_id,
             spawn=self.spawn,
             send_export=functools.partial(send_export, runtime.service, client),
+            controls=runtime.loop.controls,
+            team_id=identity.team_id,
         )
         self.commands = SlackCommands(
             service=runtime.service,
@@ -166,6 +169,7 @@ class SlackBot:
             store=runtime.store,
             client=client,
             install_id=identity.install_id,
+            controls=runtime.loop.controls,
         )
         self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.app = self._build_app(signing_secret)
@@ -176,16 +180,19 @@ class SlackBot:
             await self.commands.memory_note(result)
         await self.home.refresh(result.turn.user_key or "")
 
-    async def on_app_home_opened(self, event: JsonDict) -> None:
-        """``app_home_opened``: the Home tab shows the memory page, the Messages tab greets."""
-        user = str(event.get("user") or "")
+    async def on_app_home_opened(self, event: JsonDict, body: JsonDict) -> None:
+        """``app_home_opened``: the Home tab shows the memory page, the Messages tab greets
+        (both checked against the allow-lists with the event's workspace)."""
+        user, team = str(event.get("user") or ""), str(body.get("team_id") or "")
         if event.get("tab") == "home" and user:
-            self.spawn(self.home.publish(user), "slack-home")
+            self.spawn(self.home.publish(user, team=team), "slack-home")
         elif event.get("tab") == "messages":
-            self.spawn(self.assistant.on_app_home_opened(event), "slack-messages-tab")
+            work = self.assistant.on_app_home_opened(event, team=team)
+            self.spawn(work, "slack-messages-tab")
 
-    async def on_thread_started(self, event: JsonDict) -> None:
-        self.spawn(self.assistant.on_thread_started(event), "slack-assistant-thread")
+    async def on_thread_started(self, event: JsonDict, body: JsonDict) -> None:
+        work = self.assistant.on_thread_started(event, team=str(body.get("team_id") or ""))
+        self.spawn(work, "slack-assistant-thread")
 
     def _build_app(self, signing_secret: str | None) -> AsyncApp:
         # Bolt reads SLACK_BOT_TOKEN from the environment itself and, given a client too,
@@ -218,7 +225,11 @@ class SlackBot:
         self.token_watch.register(app)
         app.event(re.compile(".*"))(self.on_other_event)  # acked, so never redelivered
         self.commands.register(app)
-        SlackFeedback(self.runtime.store, install_id=self.identity.install_id).register(app)
+        SlackFeedback(
+            self.runtime.store,
+            install_id=self.identity.install_id,
+            controls=self.runtime.loop.controls,
+        ).register(app)
         app.error(self.on_error)
         return app
 
@@ -305,26 +316,33 @@ class SlackBot:
 
     async def _http_events(self, request: web.Request) -> web.Response:
         """Check the signature on the raw bytes before anything parses them: an unsigned or
-        forged request gets 401 whatever its body (bad JSON, bad form encoding, invalid
-        UTF-8, a non-numeric timestamp), logged in one line at DEBUG."""
+        forged request gets 401 whatever its body or headers (bad JSON, bad form encoding,
+        invalid UTF-8, a non-numeric or 5,000-digit timestamp, a non-ASCII signature), logged
+        in one line at DEBUG. A signed request whose payload the handlers cannot read
+        (:mod:`bots.slack_bot.inbound`) gets 400, logged in one line at INFO."""
         raw = await request.read()
         stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        signature = request.headers.get("X-Slack-Signature", "")
         try:
             body = raw.decode("utf-8")  # Slack signs UTF-8 text; anything else is not Slack's
         except UnicodeDecodeError:
             body = None
         if self._verifier is not None and not (
             body is not None
-            and stamp.isascii()
-            and stamp.isdigit()
-            and self._verifier.is_valid(
-                body=body, timestamp=stamp, signature=request.headers.get("X-Slack-Signature", "")
-            )
+            and inbound.signature_headers_ok(stamp, signature)
+            and self._verifier.is_valid(body=body, timestamp=stamp, signature=signature)
         ):
             logger.debug("slack request refused: bad or missing signature")
             return web.Response(status=401, text="")
         if body is None:
             logger.debug("slack request refused: body is not UTF-8")
+            return web.Response(status=400, text="")
+        try:
+            reason = inbound.problem(inbound.parse_http_body(body, request.content_type))
+        except (ValueError, RecursionError):
+            reason = "body is neither JSON nor a form"
+        if reason is not None:
+            logger.info("slack request refused (400): %s", reason)
             return web.Response(status=400, text="")
         bolt_request = AsyncBoltRequest(
             body=body,
@@ -474,9 +492,9 @@ async def open_slack_bot(
             # Before reflections resume: messages a crash left without an answer.
             if rt.loop is not None:
                 intake = Intake(loop=rt.loop)
-                unanswered.extend(
-                    await intake.unanswered(conversation_prefix=f"slack:{identity.team_id}:")
-                )
+                # Every workspace of an org-wide install: conversation keys carry install_id.
+                prefix = f"slack:{identity.install_id}:"
+                unanswered.extend(await intake.unanswered(conversation_prefix=prefix))
 
         rt = await stack.enter_async_context(
             open_runtime(

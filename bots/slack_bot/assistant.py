@@ -12,7 +12,11 @@ the Agent messaging experience"): when a person opens the app's Messages tab
   agent app; slack_bolt 1.30 offers it on any DM), drawn from
   what it remembers about them (:func:`suggested_prompts`), generic ones otherwise.
 
-The prompts and the greeting are cosmetic: a Slack error is logged, never raised.
+Outside the allow-lists (:mod:`core.chat.controls`, the rule messages and commands follow)
+nothing is posted or suggested: the person's first DM is answered with
+:data:`~core.chat.controls.NOT_ENABLED`, as any DM there is. With memory off the prompts are
+the generic ones. The prompts and the greeting are cosmetic: a Slack error is logged, never
+raised.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import JsonDict
-from bots.slack_bot.commands import user_key
+from bots.slack_bot.commands import slack_place, user_key
 from bots.slack_bot.events import DM_NOTICE
+from core.chat.controls import Controls
 from core.memory.service import MemoryService
 from core.store.seams import Store
 from core.types import Memory
@@ -99,17 +104,31 @@ class SlackAssistant:
     """The newest memories the prompts are drawn from."""
 
     def __init__(
-        self, *, service: MemoryService, store: Store, client: AsyncWebClient, install_id: str
+        self,
+        *,
+        service: MemoryService,
+        store: Store,
+        client: AsyncWebClient,
+        install_id: str,
+        controls: Controls | None = None,
     ) -> None:
         self.service = service
         self.store = store
         self.client = client
         self.install_id = install_id
+        self.controls = controls
 
-    async def open_messages(self, *, user: str, channel: str, thread_ts: str | None = None) -> None:
+    async def open_messages(
+        self, *, user: str, channel: str, thread_ts: str | None = None, team: str = ""
+    ) -> None:
         """The person opened the Messages tab (``channel``: their DM with the bot) or an
-        assistant thread (``thread_ts``): greet once, set the prompts."""
+        assistant thread (``thread_ts``): greet once, set the prompts; ``team``: the
+        workspace the event came from (the allow-lists')."""
         key = user_key(self.install_id, user)
+        place = slack_place(key=key, team=team or self.install_id, channel=None)
+        if self.controls is not None and not self.controls.allows(place):
+            logger.info("messages tab of %s not set up: outside the allow-lists", key)
+            return
         try:
             if await self.store.mark_once(mark=f"slack-dm-notice:{key}"):
                 await self.client.chat_postMessage(
@@ -132,16 +151,21 @@ class SlackAssistant:
         except (SlackApiError, ClientError) as exc:
             logger.warning("messages tab of %s not set up: %s", key, type(exc).__name__)
 
-    async def on_app_home_opened(self, event: JsonDict) -> None:
+    async def on_app_home_opened(self, event: JsonDict, *, team: str = "") -> None:
         """``app_home_opened`` with ``tab == "messages"``."""
         user, channel = event.get("user"), event.get("channel")
         if user and channel:
-            await self.open_messages(user=str(user), channel=str(channel))
+            await self.open_messages(user=str(user), channel=str(channel), team=team)
 
-    async def on_thread_started(self, event: JsonDict) -> None:
+    async def on_thread_started(self, event: JsonDict, *, team: str = "") -> None:
         """``assistant_thread_started``: the thread in ``event.assistant_thread``."""
-        thread = cast(JsonDict, event.get("assistant_thread") or {})
+        thread = event.get("assistant_thread")
+        if not isinstance(thread, dict):
+            return
+        thread = cast(JsonDict, thread)
         user, channel = thread.get("user_id"), thread.get("channel_id")
         thread_ts = thread.get("thread_ts")
         if user and channel and thread_ts:
-            await self.open_messages(user=str(user), channel=str(channel), thread_ts=str(thread_ts))
+            await self.open_messages(
+                user=str(user), channel=str(channel), thread_ts=str(thread_ts), team=team
+            )

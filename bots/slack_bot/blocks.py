@@ -121,10 +121,22 @@ def feedback_blocks(*, asker: str, answers_ts: str) -> list[JsonDict]:
     ]
 
 
+MAX_FEEDBACK_VALUE_CHARS = 2000
+"""Slack's limit on a feedback button's value (docs.slack.dev, feedback-buttons-element):
+a longer one was not sent by Slack for our buttons."""
+_FEEDBACK_VALUE = re.compile(r"(up|down):([UW][A-Z0-9]{1,30}):(\d{1,12}\.\d{1,9})")
+"""``up|down:{asker}:{answers_ts}``: a Slack user id and a message ts, nothing else (no
+control characters, no ``nan``)."""
+
+
 def parse_feedback(value: str) -> tuple[bool, str, str] | None:
-    """``(positive, asker, answers_ts)`` from a feedback button's value, None if malformed."""
-    sign, _, rest = value.partition(":")
-    asker, _, answers_ts = rest.partition(":")
-    if sign not in ("up", "down") or not asker or not answers_ts:
+    """``(positive, asker, answers_ts)`` from a feedback button's value, None if malformed:
+    longer than :data:`MAX_FEEDBACK_VALUE_CHARS`, or not exactly the shape
+    :func:`feedback_blocks` writes (a user id, a Slack ts; control characters refused)."""
+    if len(value) > MAX_FEEDBACK_VALUE_CHARS:
         return None
+    found = _FEEDBACK_VALUE.fullmatch(value)
+    if found is None:
+        return None
+    sign, asker, answers_ts = found.groups()
     return sign == "up", asker, answers_ts

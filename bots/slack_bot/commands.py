@@ -13,8 +13,11 @@ go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVE
 
 Every operation acts for the user who typed the command or clicked the button
 (``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,
-forget or export another user's memories. Outside the team allow-lists
-(:mod:`core.chat.controls`) every command and button answers :data:`core.chat.controls.NOT_ENABLED`.
+forget or export another user's memories. A note's *Forget* button carries
+:func:`core.memory.refs.memory_ref`, so an out-of-date one (or one posted before refs, with a
+bare id) forgets nothing and answers :data:`core.memory.refs.STALE_BUTTON`. Outside the team
+allow-lists (:mod:`core.chat.controls`) every command and button answers
+:data:`core.chat.controls.NOT_ENABLED`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from core.errors import (
 from core.memory import replies
 from core.memory.cleanup_review import NO_MODEL
 from core.memory.reflection import ReflectionResult
+from core.memory.refs import memory_ref
 from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import Memory, Origin
@@ -64,6 +68,15 @@ PAGE_ACTION = "selfmind_memories_page"
 
 REMEMBER_BEFORE_ACK_S = 2.0
 """How long ``/remember`` may store before the acknowledgement (Slack allows 3 s)."""
+
+
+def slack_place(*, key: str, team: str, channel: str | None) -> Place:
+    """Where a Slack user is, for the allow-lists (:meth:`core.chat.controls.Controls.allows`,
+    the one rule): a DM channel (``D...``) is private; ``channel`` None is the app's own
+    surface for that user alone (the Home tab, the Messages tab), private too; any other
+    channel (a channel, a group DM, none given) is shared."""
+    private = channel is None or channel.startswith("D")
+    return Place(platform="slack", user_key=key, workspace=team, channel=channel, private=private)
 
 
 def user_key(install_id: str, user_id: str) -> str:
@@ -94,7 +107,7 @@ def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:
     blocks: list[JsonDict] = [section("I'll remember this:")]
     for m in memories:
         block = section(memory_line(m))
-        block["accessory"] = button("Forget", FORGET_ACTION, str(m.id))
+        block["accessory"] = button("Forget", FORGET_ACTION, memory_ref(m))
         blocks.append(block)
     blocks.append(
         {
@@ -244,13 +257,7 @@ class SlackCommands:
 
     def allowed(self, key: str, team: str, channel: str) -> bool:
         """The team allow-lists (:mod:`core.chat.controls`); a DM channel id starts with D."""
-        place = Place(
-            platform="slack",
-            user_key=key,
-            workspace=team,
-            channel=channel,
-            private=channel.startswith("D"),
-        )
+        place = slack_place(key=key, team=team, channel=channel)
         return self.controls is None or self.controls.allows(place)
 
     # --- commands
@@ -411,9 +418,9 @@ class SlackCommands:
             await respond(text=NOT_ENABLED, response_type="ephemeral")
             return
         if action_id == FORGET_ACTION:
-            memory_id = parse_memory_id(value)
-            await self.service.forget(user_key=key, memory_id=memory_id)
-            await respond(text=replies.forgot(memory_id), response_type="ephemeral")
+            # A stale or old-format value raises StaleButton: its one sentence is the answer.
+            forgotten = await self.service.forget_ref(user_key=key, ref=value)
+            await respond(text=replies.forgot(forgotten.id), response_type="ephemeral")
         elif action_id == FORGET_ALL_ACTION:
             try:
                 count = await self.service.forget_all_confirmed(user_key=key, token=value)
@@ -446,7 +453,7 @@ class SlackCommands:
         if len(parts) != 3 or parts[0] != "slack" or conversation[0] != "slack":
             return
         channel = conversation[2]
-        thread_ts = conversation[3] if len(conversation) > 3 else None
+        thread_ts = conversation[3] if len(conversation) > 3 else turn.thread_ref
         text, blocks = note_blocks(result.added)
         await self.client.chat_postEphemeral(
             channel=channel, user=parts[2], text=text, blocks=blocks, thread_ts=thread_ts

@@ -1,19 +1,29 @@
 """Slack conversations: which messages the bot answers, exactly once, and how.
 
-- a DM (``message.im``) is answered in the DM; memory origin ``private``; conversation key
-  ``slack:{team}:{channel}``. The first DM with a user starts with :data:`DM_NOTICE`;
+- a DM (``message.im``) is answered in the DM (in its thread, for a message in a DM thread);
+  memory origin ``private``; conversation key ``slack:{install}:{channel}``. The first DM with
+  a user starts with :data:`DM_NOTICE`;
 - a mention in a channel is answered in that message's thread; later messages in a thread
   the bot has answered in are answered without a new mention; origin ``shared``;
-  conversation key ``slack:{team}:{channel}:{thread_ts}``. When first mentioned in a thread
+  conversation key ``slack:{install}:{channel}:{thread_ts}``. When first mentioned in a thread
   it has not seen, the thread so far is read once (``conversations.replies``) and stored as
   history, each message under its author's key (never reflected: only the speaker's own
   message is); the store is the source after that;
+- a group DM (``message.mpim``, several people and the bot) is a shared place, answered as a
+  channel is: when mentioned, in the message's thread, then every message in that thread;
+  origin ``shared``, so what someone told the bot privately is never recalled there;
+- a ``thread_broadcast`` (a thread reply also sent to the channel) is a thread message like
+  any other; it arrives once as that (and, with a mention, as ``app_mention`` too: one claim);
 - files: a message with files (subtype ``file_share``, or a mention carrying ``files``) is
   answered like any other, the files read for the answer by :mod:`core.files`
   (:mod:`bots.slack_bot.files`: the token goes only to Slack's file host);
 - ignored: the bot's own messages, other bots, and every other message subtype (edits,
-  deletions, joins ...);
+  deletions, joins ...: :data:`ANSWERED_SUBTYPES`);
 - memory key ``slack:{install}:{user}`` of the writer (:func:`bots.slack_bot.commands.user_key`);
+  ``install`` in both keys is the one team rule (:attr:`BotIdentity.install_id`: the
+  workspace, or the enterprise of an org-wide Enterprise Grid install), never the event's
+  own team, which differs per workspace of a Grid org (the event's team is kept as the
+  turn's ``workspace``: allow-lists, caps, the edit budget, stream recipients);
 - outside the team allow-lists (:mod:`core.chat.controls`) the bot is silent in channels and
   answers a DM with :data:`core.chat.controls.NOT_ENABLED`. Daily caps end a reply early with a
   note saying when they reset (``LimitReached`` from the turn loop).
@@ -109,6 +119,10 @@ THREAD_READ_BEFORE_ACK_S = 1.5
 Slack's 3 s); what is not read by then is left out of its history."""
 MAX_REPLY_SCAN = 1000
 """At most this many messages are read to find an answer a crash left on screen."""
+ANSWERED_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
+"""Message subtypes answered like a plain message (docs.slack.dev/reference/events/message:
+``thread_broadcast`` is a thread reply also shown in the channel, ``file_share`` a message
+with files)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,8 @@ class SlackMessage:
     mentioned: bool
     install: str = ""
     """The installation's id (:attr:`BotIdentity.install_id`); empty: ``team``."""
+    group_dm: bool = False
+    """Said in a group DM (``channel_type`` ``mpim``): shared, answered as in a channel."""
     files: tuple[FileRef, ...] = ()
     """The message's files (``file_share``), read for the answer only."""
 
@@ -159,9 +175,13 @@ class SlackMessage:
 
     @property
     def conversation_key(self) -> str:
+        """``slack:{install}:{channel}`` (DM) or ``slack:{install}:{channel}:{thread}``; the
+        team part is the memory key's (:attr:`BotIdentity.install_id`), so the start-up
+        recovery finds every workspace's turns of an org-wide install under one prefix."""
+        team = self.install or self.team
         if self.is_dm:
-            return f"slack:{self.team}:{self.channel}"
-        return f"slack:{self.team}:{self.channel}:{self.thread_ts or self.ts}"
+            return f"slack:{team}:{self.channel}"
+        return f"slack:{team}:{self.channel}:{self.thread_ts or self.ts}"
 
     @property
     def place(self) -> Place:
@@ -190,7 +210,8 @@ class SlackMessage:
 
 
 def message_of_turn(turn: Turn) -> SlackMessage | None:
-    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`)."""
+    """Rebuild the Slack message of a stored user turn (keys as in :class:`SlackMessage`):
+    its workspace from the turn's ``workspace``, a DM thread from its ``thread_ref``."""
     conv = turn.conversation_key.split(":")
     who = (turn.user_key or "").split(":")
     if len(conv) not in (3, 4) or conv[0] != "slack" or len(who) != 3 or not turn.platform_ref:
@@ -198,11 +219,11 @@ def message_of_turn(turn: Turn) -> SlackMessage | None:
     is_dm = len(conv) == 3
     return SlackMessage(
         event_id=f"recovered-{turn.id}",
-        team=conv[1],
+        team=turn.workspace or conv[1],
         channel=conv[2],
         user=who[2],
         ts=turn.platform_ref,
-        thread_ts=None if is_dm else conv[3],
+        thread_ts=turn.thread_ref if is_dm else conv[3],
         text=turn.text,
         is_dm=is_dm,
         mentioned=not is_dm,
@@ -250,11 +271,12 @@ class SlackConversations:
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
-        (another event type, any subtype, a bot, the bot itself, no text)."""
+        (another event type, a subtype not in :data:`ANSWERED_SUBTYPES`, a bot, the bot itself,
+        no text)."""
         event = cast(JsonDict, body.get("event") or {})
         kind, subtype = event.get("type"), event.get("subtype")
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
-        if kind not in ("message", "app_mention") or subtype not in (None, "file_share"):
+        if kind not in ("message", "app_mention") or subtype not in ANSWERED_SUBTYPES:
             logger.debug("ignored slack %s subtype=%s", kind, subtype)
             return None
         if event.get("bot_id") or not user or user == self.identity.user_id:
@@ -279,6 +301,7 @@ class SlackConversations:
             is_dm=is_dm,
             mentioned=mentioned,
             install=self.identity.install_id,
+            group_dm=channel_type == "mpim",
             files=files,
         )
 
@@ -371,8 +394,9 @@ class SlackConversations:
         first: what a crash between showing an answer and storing it (``Delivery.done``)
         left on screen.
 
-        Read from Slack itself (``conversations.history`` after the message in a DM,
-        ``conversations.replies`` in a thread; at most :data:`MAX_REPLY_SCAN` messages):
+        Read from Slack itself (``conversations.history`` after the message at the top of a
+        DM, ``conversations.replies`` in a thread, a DM thread too: history has no thread
+        replies; at most :data:`MAX_REPLY_SCAN` messages):
         the bot's own messages whose metadata says they answer ``message.ts``
         (:func:`bots.slack_bot.sink.answers_of`). Empty when there are none or Slack cannot be
         read (then the answer goes to a new message, as before).
@@ -382,7 +406,7 @@ class SlackConversations:
         scanned = 0
         try:
             while scanned < MAX_REPLY_SCAN:
-                if message.is_dm:
+                if message.is_dm and message.thread_ts is None:
                     page = await self.client.conversations_history(
                         channel=message.channel,
                         oldest=message.ts,
@@ -427,7 +451,8 @@ class SlackConversations:
             author=f"<@{message.user}>",
             platform_ref=message.ts,
             workspace=message.team,
-            where="a Slack DM" if message.is_dm else "a Slack channel thread",
+            where=where_said(message),
+            thread_ref=message.thread_ts if message.is_dm else None,  # the key has no thread
             files=message.files,
         )
 
@@ -557,6 +582,13 @@ class SlackConversations:
             user_key=user_key(self.identity.install_id, str(user)),
             sent_at=sent_at,
         )
+
+
+def where_said(message: SlackMessage) -> str:
+    """Where ``message`` was said, in the words the prompt uses."""
+    if message.is_dm:
+        return "a Slack DM"
+    return "a Slack group DM thread" if message.group_dm else "a Slack channel thread"
 
 
 def flight_key(message: SlackMessage) -> str:

@@ -4,7 +4,9 @@ What the Home tab shows (one view per user, :func:`home_view`): the memory mode 
 *Pause learning* / *Resume learning* and *Turn memory off* / *Turn memory on*; how many
 memories, by kind; *Export* (a JSON Lines file to the DM) and *Forget everything* (behind
 Slack's confirmation dialog); a search box; the newest :data:`PAGE_SIZE` memories (or the
-search's matches) with a *Forget* button each and *Newer* / *Older* paging.
+search's matches) with a *Forget* button each and *Newer* / *Older* paging. A *Forget*
+button carries :func:`core.memory.refs.memory_ref` (the id and its creation time): a click
+on a page made stale meanwhile forgets nothing and says so in the page's notice.
 
 Only its owner sees or changes it: ``views.publish`` shows a view to one ``user_id``; every
 click acts for the user who clicked (the key of :func:`bots.slack_bot.commands.user_key`,
@@ -13,6 +15,12 @@ whatever a button's value says), and a click whose view belongs to someone else 
 from the store (:meth:`MemoryService.confirm_forget_all`, surface ``home``), replaced at each
 publish: a replay of the same signed click, or a click on a page published over since (another
 replica's included), erases nothing and gets a fresh page.
+
+Outside the allow-lists (:mod:`core.chat.controls`, the one rule messages and commands
+follow; the Home tab is the person's own, private surface) the tab shows only
+:data:`~core.chat.controls.NOT_ENABLED`: no memory, no count, no button, and a click (a
+forged one: there is no button) changes nothing. Daily caps do not apply (nothing here spends
+tokens); with memory off the page still shows what is kept, so it can be forgotten.
 
 It is published when the person opens the Home tab, after each reflection that learned
 something about them and after each of their slash commands and clicks. Limits
@@ -35,11 +43,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import JsonDict, button, clip_mrkdwn, context, escape_mrkdwn, section
-from bots.slack_bot.commands import Spawn, user_key
-from core.errors import MemoryNotFound, PlanNotPending
+from bots.slack_bot.commands import Spawn, slack_place, user_key
+from core.chat.controls import NOT_ENABLED, Controls
+from core.errors import MemoryNotFound, PlanNotPending, StaleButton
 from core.memory import replies
+from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
-from core.memory.service import MemoryService, parse_memory_id
+from core.memory.service import MemoryService
 from core.types import Memory, MemoryMode, MemoryStats
 
 logger = logging.getLogger(__name__)
@@ -53,6 +63,10 @@ MAX_QUERY_CHARS = 200
 """A search longer than this is cut (the search box is one line)."""
 MAX_SEARCH_RESULTS = 100
 """``MemoryService.search`` returns at most this many; search pages end there."""
+MAX_OFFSET = 1_000_000
+"""The deepest page offset a view may carry: far more memories than one person keeps, and
+within every store's integer range (a larger one, e.g. >= 2**63 in a forged
+``private_metadata``, is refused rather than reaching SQL)."""
 
 FORGET = "selfmind_home_forget"
 PAGE = "selfmind_home_page"
@@ -86,6 +100,8 @@ class HomeState:
         except (ValueError, KeyError, TypeError):
             return None
         if not (isinstance(owner, str) and isinstance(offset, int) and isinstance(query, str)):
+            return None
+        if isinstance(offset, bool) or offset > MAX_OFFSET:
             return None
         return cls(owner=owner, offset=max(0, offset), query=query[:MAX_QUERY_CHARS])
 
@@ -190,7 +206,7 @@ def home_view(
         blocks.append(section(empty if not state.offset else "No more memories on this page."))
     for memory in memories[:PAGE_SIZE]:
         block = section(clip_mrkdwn(f"`#{memory.id}` {escape_mrkdwn(memory.text)}"))
-        block["accessory"] = button("Forget", FORGET, str(memory.id))
+        block["accessory"] = button("Forget", FORGET, memory_ref(memory))
         blocks.append(block)
     paging = []
     if state.offset > 0:
@@ -211,8 +227,19 @@ def home_view(
     }
 
 
+def not_enabled_view() -> JsonDict:
+    """The Home tab of someone outside the allow-lists: :data:`NOT_ENABLED`, nothing else."""
+    return {
+        "type": "home",
+        "callback_id": "selfmind_home",
+        "blocks": [section(escape_mrkdwn(NOT_ENABLED))],
+    }
+
+
 class SlackHome:
-    """Publishes each person's Home tab and handles its clicks (see the module docstring)."""
+    """Publishes each person's Home tab and handles its clicks (see the module docstring).
+    ``team_id``: the workspace a refresh after a reflection is checked against (events and
+    clicks carry their own)."""
 
     def __init__(
         self,
@@ -222,12 +249,16 @@ class SlackHome:
         install_id: str,
         spawn: Spawn,
         send_export: SendExport,
+        controls: Controls | None = None,
+        team_id: str = "",
     ) -> None:
         self.service = service
         self.client = client
         self.install_id = install_id
         self.spawn = spawn
         self.send_export = send_export
+        self.controls = controls
+        self.team_id = team_id or install_id
 
     def register(self, app: AsyncApp) -> None:
         """Add the Home tab's button listeners to ``app``."""
@@ -237,13 +268,28 @@ class SlackHome:
     def key(self, user: str) -> str:
         return user_key(self.install_id, user)
 
+    def allowed(self, user: str, team: str = "") -> bool:
+        """The allow-lists' verdict on ``user``'s Home tab, from ``team`` (default: the
+        installation's workspace)."""
+        place = slack_place(key=self.key(user), team=team or self.team_id, channel=None)
+        return self.controls is None or self.controls.allows(place)
+
     async def publish(
-        self, user: str, state: HomeState | None = None, notice: str | None = None
+        self,
+        user: str,
+        state: HomeState | None = None,
+        notice: str | None = None,
+        *,
+        team: str = "",
     ) -> None:
-        """Publish ``user``'s Home tab (page and search of ``state``); a Slack error is
-        logged, never raised (the tab is refreshed again at the next change)."""
+        """Publish ``user``'s Home tab (page and search of ``state``; outside the
+        allow-lists :func:`not_enabled_view`); a Slack error is logged, never raised (the
+        tab is refreshed again at the next change)."""
         state = state or HomeState(owner=user)
         key = self.key(user)
+        if not self.allowed(user, team):
+            await self._publish(user, not_enabled_view(), key=key, memories=0)
+            return
         mode = await self.service.get_mode(user_key=key)
         stats = await self.service.stats(user_key=key)
         if state.query:
@@ -270,12 +316,15 @@ class SlackHome:
             forget_all_token=token,
             notice=notice,
         )
+        await self._publish(user, view, key=key, memories=stats.total)
+
+    async def _publish(self, user: str, view: JsonDict, *, key: str, memories: int) -> None:
         try:
             await self.client.views_publish(user_id=user, view=view)
         except (SlackApiError, ClientError) as exc:
             logger.warning("home tab of %s not published: %s", key, type(exc).__name__)
             return
-        logger.info("home tab published user=%s memories=%d", key, stats.total)
+        logger.info("home tab published user=%s memories=%d", key, memories)
 
     async def refresh(self, key: str) -> None:
         """Publish the Home tab of the user of ``key`` (first page), if it is a key of this
@@ -308,6 +357,12 @@ class SlackHome:
         if not user or not actions:
             return
         key = self.key(user)
+        who = cast(JsonDict, body.get("user") or {})
+        team = str(who.get("team_id") or cast(JsonDict, body.get("team") or {}).get("id") or "")
+        if not self.allowed(user, team):
+            logger.warning("home action refused: user=%s is outside the allow-lists", key)
+            await self.publish(user, team=team)
+            return
         if state is None or state.owner != user:
             # Someone else's view (a forged or misrouted click): change nothing.
             logger.warning("home action refused: user=%s is not the view's owner", key)
@@ -318,16 +373,18 @@ class SlackHome:
         notice: str | None = None
         if action_id == FORGET:
             try:
-                memory_id = parse_memory_id(value)
-                await self.service.forget(user_key=key, memory_id=memory_id)
-                notice = replies.forgot(memory_id)
+                forgotten = await self.service.forget_ref(user_key=key, ref=value)
+                notice = replies.forgot(forgotten.id)
+            except StaleButton as exc:
+                notice = str(exc)
             except MemoryNotFound:
                 notice = "That memory was already gone."
         elif action_id == PAGE:
             if value == "clear":
                 state = HomeState(owner=user)
-            elif value.isascii() and value.isdigit() and len(value) < 10:
-                state = HomeState(owner=user, offset=int(value), query=state.query)
+            elif value.isascii() and value.isdigit() and len(value) <= len(str(MAX_OFFSET)):
+                offset = min(int(value), MAX_OFFSET)
+                state = HomeState(owner=user, offset=offset, query=state.query)
         elif action_id == SEARCH:
             query = " ".join(value.split())[:MAX_QUERY_CHARS]
             state = HomeState(owner=user, query=query)
@@ -347,4 +404,4 @@ class SlackHome:
             except PlanNotPending:
                 logger.warning("home forget-all refused user=%s: token gone", key)
                 notice = replies.HOME_CONFIRM_GONE
-        await self.publish(user, state, notice)
+        await self.publish(user, state, notice, team=team)

@@ -12,14 +12,26 @@ reason each (read in its ``socket_mode/aiohttp/__init__.py`` and ``async_client.
   logged and never retried (python-slack-sdk#1446). Here every attempt asks for a new URL,
   with exponential backoff and full jitter (tenacity's ``wait_random_exponential``;
   "Exponential Backoff And Jitter", AWS Architecture Blog, 2015), forever;
-- a refused app token or ``link_disabled`` is retried forever by the SDK; here it stops the
-  link with one :class:`~core.errors.ConfigError` naming what to fix (a process manager
-  restarts the process).
+- a refused app token, an app Slack will not connect (``forbidden_team`` and the other
+  :data:`REFUSED_APP_ERRORS`) or ``link_disabled`` is retried forever by the SDK; here it
+  stops the link with one :class:`~core.errors.ConfigError` naming what to fix (a process
+  manager restarts the process).
 
 Envelopes go to Bolt (``run_async_bolt_app``, as slack_bolt's own handler does) and are
 acknowledged on the connection they came on once Bolt returns 200 (the message is stored by
 then); an envelope whose connection dropped first is not acknowledged, so Slack redelivers it
 on the new connection and the intake's event claim answers it once.
+
+Frames: Slack documents no maximum frame size (docs.slack.dev, "Socket Mode" and "Socket
+Mode implementation"), and slack_sdk's own aiohttp client keeps aiohttp's 4 MiB default, past
+which a frame drops the connection (and each redelivery drops it again). The largest payloads
+Slack documents (a message of 40,000 characters with 50 blocks, a view of 100 blocks of up to
+3,000 characters) stay near 2 MB even with every character JSON-escaped, so frames up to
+:data:`MAX_ENVELOPE_BYTES` (16 MiB) are read and handled; larger ones, up to
+:data:`MAX_FRAME_BYTES` (64 MiB, what is held in memory at most), are acknowledged when their
+``envelope_id`` can be read and dropped with one logged line. Envelopes whose payload is not
+what the handlers read (:mod:`bots.slack_bot.inbound`) are acknowledged and dropped too: a
+redelivery would be the same.
 
 Wire format (docs.slack.dev, "Using Socket Mode"): server frames are JSON objects:
 ``{"type": "hello", ...}``, ``{"type": "disconnect", "reason": ...}`` and envelopes
@@ -33,6 +45,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -48,6 +61,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from tenacity.wait import wait_random_exponential
 
+from bots.slack_bot import inbound
 from core.errors import ConfigError
 from core.metrics import Readiness
 
@@ -67,7 +81,32 @@ REFUSED_TOKEN_ERRORS = frozenset(
         "not_allowed_token_type",
     }
 )
-"""``apps.connections.open`` errors that no retry fixes (docs.slack.dev, method page)."""
+"""``apps.connections.open`` errors that say the app-level token is no good (docs.slack.dev,
+method page): no retry fixes them."""
+REFUSED_APP_ERRORS = frozenset(
+    {
+        "forbidden_team",
+        "team_access_not_granted",
+        "team_added_to_org",
+        "enterprise_is_restricted",
+        "access_denied",
+        "no_permission",
+        "missing_scope",
+        "ekm_access_denied",
+        "two_factor_setup_required",
+        "org_login_required",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "invalid_arguments",
+        "invalid_arg_name",
+    }
+)
+"""``apps.connections.open`` errors that say this app may not connect here, or that the call
+itself is wrong (docs.slack.dev, method page: ``forbidden_team`` "the authenticated team
+cannot use this API"): no retry fixes them either, so they stop the process with one line
+instead of a reconnect loop; only network failures, 5xx, ``ratelimited``,
+``internal_error``, ``fatal_error``, ``service_unavailable``, ``request_timeout`` and the like
+are retried."""
 HELLO_TIMEOUT_S = 10.0
 """How long a new websocket may take to send ``hello`` before the attempt counts as failed."""
 PING_INTERVAL_S = 10.0
@@ -75,6 +114,13 @@ PING_INTERVAL_S = 10.0
 ``AsyncSocketModeHandler`` default ``ping_interval``)."""
 ACK_DRAIN_S = 3.0
 """On close, envelopes being stored get this long to be acknowledged (Slack's ack limit)."""
+MAX_ENVELOPE_BYTES = 16 * 1024 * 1024
+"""Frames up to this size are handled (see the module docstring for why)."""
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""aiohttp's ``max_msg_size``: frames up to this size are read at all (larger ones close the
+connection with 1009); those above :data:`MAX_ENVELOPE_BYTES` are only acknowledged."""
+ENVELOPE_KINDS = frozenset({"events_api", "slash_commands", "interactive"})
+_ENVELOPE_ID = re.compile(r'(?<!\\)"envelope_id"\s*:\s*"([0-9A-Za-z_-]{1,128})"')
 
 
 class _Retry(Exception):
@@ -146,6 +192,10 @@ class SocketModeLink:
         self.failure: ConfigError | None = None
         self.connections = 0
         """Connections opened (``hello`` received), handovers included."""
+        self.max_envelope_bytes = MAX_ENVELOPE_BYTES
+        self.max_frame_bytes = MAX_FRAME_BYTES
+        """Frame limits (:data:`MAX_ENVELOPE_BYTES`, :data:`MAX_FRAME_BYTES`); the second
+        applies from the next connection."""
 
     # --- lifecycle
 
@@ -278,12 +328,21 @@ class SocketModeLink:
                     f"SLACK_APP_TOKEN was refused by Slack ({error}): create a new app-level"
                     " token with connections:write at api.slack.com/apps and set it"
                 ) from None
+            if error in REFUSED_APP_ERRORS:
+                raise ConfigError(
+                    f"Slack refuses this app's Socket Mode connection ({error}): check at"
+                    " api.slack.com/apps that the app is installed in this workspace (or org),"
+                    " Socket Mode is on and SLACK_APP_TOKEN has connections:write, or use"
+                    " --http"
+                ) from None
             raise _Retry(f"apps.connections.open: {error}") from None
         except (ClientError, OSError, TimeoutError) as exc:
             raise _Retry(f"apps.connections.open: {type(exc).__name__}") from None
         assert self._session is not None
         try:
-            ws = await self._session.ws_connect(str(opened["url"]), heartbeat=PING_INTERVAL_S)
+            ws = await self._session.ws_connect(
+                str(opened["url"]), heartbeat=PING_INTERVAL_S, max_msg_size=self.max_frame_bytes
+            )
         except (ClientError, OSError, TimeoutError) as exc:
             raise _Retry(f"websocket: {type(exc).__name__} {exc}") from None
         self._numbers += 1
@@ -310,11 +369,17 @@ class SocketModeLink:
     async def _read(self, connection: _Connection, hello: asyncio.Future[bool]) -> None:
         try:
             async for message in connection.ws:
+                if message.type == WSMsgType.ERROR:
+                    logger.warning("slack socket mode: connection error: %s", message.data)
+                    continue
                 if message.type != WSMsgType.TEXT:
+                    continue
+                if len(message.data) > self.max_envelope_bytes:
+                    await self._drop_large(connection, message.data)
                     continue
                 try:
                     data = json.loads(message.data)
-                except ValueError:
+                except (ValueError, RecursionError):
                     logger.warning("slack socket mode: a frame that is not JSON was ignored")
                     continue
                 if not isinstance(data, dict):
@@ -338,9 +403,48 @@ class SocketModeLink:
                 hello.set_result(False)
             connection.end("closed")
 
+    async def _drop_large(self, connection: _Connection, frame: str) -> None:
+        """A frame above :attr:`max_envelope_bytes`: acknowledged when its envelope id can be
+        read (so that Slack does not send it again), never handled."""
+        found = _ENVELOPE_ID.search(frame)
+        logger.warning(
+            "slack socket mode: a %d-byte frame (limit %d) was dropped%s",
+            len(frame),
+            self.max_envelope_bytes,
+            f", envelope {found.group(1)} acknowledged" if found else " (no envelope id)",
+        )
+        if found:
+            await self._ack(connection, {"envelope_id": found.group(1)})
+
+    async def _ack(self, connection: _Connection, ack: dict[str, Any]) -> None:
+        try:
+            await connection.ws.send_str(json.dumps(ack))
+        except (ClientError, ConnectionError, RuntimeError) as exc:
+            logger.info(
+                "slack envelope %s: its connection closed before the ack (%s), Slack redelivers it",
+                ack.get("envelope_id"),
+                type(exc).__name__,
+            )
+
     async def _dispatch(self, connection: _Connection, envelope: dict[str, Any]) -> None:
+        envelope_id = envelope.get("envelope_id")
+        kind = envelope.get("type")
+        if not isinstance(envelope_id, str):
+            logger.warning("slack socket mode: an envelope id that is not a string was ignored")
+            return
+        reason = (
+            inbound.problem(envelope.get("payload"), kind=str(kind))
+            if kind in ENVELOPE_KINDS
+            else None
+        )
+        if reason is not None:
+            logger.warning("slack envelope %s dropped (acknowledged): %s", envelope_id, reason)
+            await self._ack(connection, {"envelope_id": envelope_id})
+            return
         request = SocketModeRequest.from_dict(envelope)
         if request is None:
+            logger.warning("slack envelope %s dropped (acknowledged): no payload", envelope_id)
+            await self._ack(connection, {"envelope_id": envelope_id})
             return
         try:
             response = await run_async_bolt_app(self._app, request)
@@ -354,15 +458,7 @@ class SocketModeLink:
                 response.status,
             )
             return
-        ack = json.dumps(ack_for(request.envelope_id, response))
-        try:
-            await connection.ws.send_str(ack)
-        except (ClientError, ConnectionError, RuntimeError) as exc:
-            logger.info(
-                "slack envelope %s: its connection closed before the ack (%s), Slack redelivers it",
-                request.envelope_id,
-                type(exc).__name__,
-            )
+        await self._ack(connection, ack_for(request.envelope_id, response))
 
 
 @contextlib.asynccontextmanager

@@ -18,13 +18,18 @@ message edits). The loop:
    or off), so the reply never waits for it.
 
 Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
-usage the API reports for each call is recorded. An answer that fails (``ModelError``) is
-stored with what was shown, the user's message is still reflected on, and the error
-propagates to the adapter, which shows ``error.user_message``.
+usage the API reports for each call is recorded, a stopped or failed one's too. An answer
+that fails or is refused (``ModelError``) or stopped (the reader closes the stream, or the
+task is cancelled) is not delivered: the user's message is not reflected on; the text shown
+so far, if any, is stored with a mark saying it was cut (:data:`CUT_MARK`,
+:data:`STOPPED_MARK`), and with nothing shown no answer is stored and later history leaves
+the message out. A ``ModelError`` propagates to the adapter, which shows
+``error.user_message``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -36,15 +41,18 @@ from typing import Protocol
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
-from core.errors import ModelError, StreamCutError
+from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.refs import with_placeholders
+from core.memory.profile import MemoryContext, ProfileStore, build_context
+from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
@@ -53,6 +61,11 @@ from core.types import MemoryMode, NewTurn, Origin, ScoredMemory, UsageRecord, u
 logger = logging.getLogger(__name__)
 
 PRUNE_EVERY = timedelta(hours=1)
+
+CUT_MARK = "\n\n(This answer was cut off here: it failed before it finished.)"
+STOPPED_MARK = "\n\n(The person stopped this answer here.)"
+"""Stored after the part of an answer that was shown when it failed or was stopped, so
+later turns see it was not a whole answer."""
 
 EMPTY_MESSAGE = "(a message with no text)"
 """The text of a message left with nothing once cleaned (it held only control characters)."""
@@ -88,6 +101,9 @@ class IncomingMessage:
     platform_ref: str | None = None
     where: str = "a private conversation"
     workspace: str | None = None
+    thread_ref: str | None = None
+    """The thread it was said in when ``conversation_key`` does not name it (a Slack DM
+    thread's ``thread_ts``): stored with the turn (:attr:`core.types.Turn.thread_ref`)."""
     files: tuple[FileRef, ...] = ()
     """The message's files, read for the answer only (:mod:`core.files`); the store keeps
     a placeholder line for each (:attr:`stored_text`)."""
@@ -143,10 +159,20 @@ class Delivery:
             await abandon()
 
 
-class LoopStore(TurnStore, ModeStore, UsageStore, CleanupStore, MemorySearch, ClaimStore, Protocol):
+class LoopStore(
+    TurnStore,
+    ModeStore,
+    UsageStore,
+    CleanupStore,
+    MemorySearch,
+    ProfileStore,
+    ClaimStore,
+    Protocol,
+):
     """What the turn loop uses of the store: turns, modes, usage (caps), the purge after the
-    cleanup undo window, BM25 search (the default recall), and the claims and marks its
-    message intake (:mod:`core.chat.intake`) takes."""
+    cleanup undo window, BM25 search (the default recall), the standing memories and count
+    (the profile), and the claims and marks its message intake (:mod:`core.chat.intake`)
+    takes."""
 
 
 class TurnLoop:
@@ -189,33 +215,67 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
+    def _origins(self, message: IncomingMessage) -> Sequence[Origin] | None:
+        if message.origin == "shared" and not self.settings.recall_private_in_channels:
+            return ["shared"]
+        return None
+
+    async def memory_context(
+        self,
+        message: IncomingMessage,
+        *,
+        mode: MemoryMode | None = None,
+        previous: str | None = None,
+    ) -> MemoryContext:
+        """What this message's prompt carries of the user's memory: the standing profile
+        (``profile_tokens``), recall's ``top_k`` of the rest, the count stored, and whether
+        the message asks about the memory itself (:func:`core.memory.profile.build_context`).
+        ``mode``: the user's memory mode when the caller has read it already (``off``:
+        nothing); ``previous``: the conversation's previous user message, for recall.
+        In a channel only shared memories, unless ``recall_private_in_channels``."""
+        if mode is None:
+            mode = await self.store.get_mode(user_key=message.user_key)
+        return await build_context(
+            store=self.store,
+            recaller=self.recaller,
+            user_key=message.user_key,
+            message=message.text,
+            query=recall_query(message.text, previous),
+            k=self.settings.top_k,
+            origins=self._origins(message),
+            budget_tokens=self.settings.profile_tokens,
+            mode=mode,
+        )
+
     async def recall(
         self, message: IncomingMessage, *, mode: MemoryMode | None = None
     ) -> list[ScoredMemory]:
-        """The user's most relevant memories for this message (respecting mode and origin);
-        ``mode``: the user's memory mode when the caller has read it already."""
+        """The user's most relevant memories for this message (respecting mode and origin),
+        recall alone (no profile); ``mode``: the user's memory mode when already read."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         if mode == "off":
             return []
-        origins: Sequence[Origin] | None = None
-        if message.origin == "shared" and not self.settings.recall_private_in_channels:
-            origins = ["shared"]
         return await self.recaller.recall(
-            user_key=message.user_key, query=message.text, k=self.settings.top_k, origins=origins
+            user_key=message.user_key,
+            query=message.text,
+            k=self.settings.top_k,
+            origins=self._origins(message),
         )
 
     async def seed_context(
         self, *, conversation_key: str, origin: Origin, messages: Sequence[ContextMessage]
     ) -> None:
-        """Store earlier platform messages as history (a thread the bot joins late)."""
+        """Store earlier platform messages as history (a thread the bot joins late), their
+        secrets redacted (:func:`core.rules.secrets.redact_secrets`): they are context, never
+        answered themselves."""
         for m in messages:
             await self.store.add_turn(
                 turn=NewTurn(
                     conversation_key=conversation_key,
                     user_key=m.user_key,
                     role="assistant" if m.role == "assistant" else "user",
-                    text=m.text,
+                    text=redact_secrets(m.text),
                     origin=origin,
                     sent_at=m.sent_at or self.clock(),
                     author=m.author,
@@ -254,6 +314,7 @@ class TurnLoop:
             reflection="answering",
             platform_ref=message.platform_ref,
             workspace=message.workspace,
+            thread_ref=message.thread_ref,
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)
@@ -291,19 +352,24 @@ class TurnLoop:
             before_id=turn_id,
         )
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
-        memories = await self.recall(message, mode=mode)
+        previous = next((t.text for t in reversed(history) if t.role == "user"), None)
+        memory = await self.memory_context(message, mode=mode, previous=previous)
         logger.info(
-            "turn=%s user=%s conversation=%s recalled=%d history=%d",
+            "turn=%s user=%s conversation=%s profile=%d recalled=%d stored=%d question=%s"
+            " history=%d",
             turn_id,
             message.user_key,
             message.conversation_key,
-            len(memories),
+            len(memory.profile),
+            len(memory.recalled),
+            memory.stored,
+            memory.question,
             len(history),
         )
         system = system_blocks(
-            memories,
+            memory,
             now=self.clock(),
-            context=f"This is {message.where}.",
+            where=f"This is {message.where}.",
             user_name=message.author,
         )
         async with self.files.slot() if message.files else contextlib.nullcontext():
@@ -344,6 +410,7 @@ class TurnLoop:
     ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
+        stopped = False
         stream = self.model.stream(system=system, messages=messages)
         try:
             if prefix:
@@ -353,19 +420,23 @@ class TurnLoop:
                 parts.append(delta)
                 yield delta
             self.metrics.answered(started)
-        except StreamCutError as exc:
+        except ModelError as exc:  # failed or refused (StreamCutError: cut midway)
             failed = exc
-            if exc.partial and not parts:
-                parts.append(exc.partial)
             raise
-        except ModelError as exc:
-            failed = exc
+        except (GeneratorExit, asyncio.CancelledError):  # stopped (Ctrl-C, shutdown)
+            stopped = True
             raise
         finally:
             await stream.aclose()
-            usage = self._usage(stream, message, turn_id)
-            text = "".join(parts)
-            reflect = mode == "on"
+            usage = self._usage(stream, message, turn_id)  # what the API reported, always
+            # Not delivered (failed, refused, stopped): never reflected on. What was shown is
+            # stored marked as cut; with nothing shown no answer is stored, and later history
+            # leaves the message out (prompt.answered): it is never glued to the next one.
+            delivered = failed is None and not stopped
+            text = "".join(parts) if any(parts[bool(prefix) :]) else ""
+            if text and not delivered:
+                text += CUT_MARK if failed is not None else STOPPED_MARK
+            reflect = mode == "on" and delivered
             if delivery is None:
                 await self._finish(turn_id, message.user_key, text, failed, reflect, usage)
             else:

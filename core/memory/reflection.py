@@ -6,14 +6,16 @@ load the exchange -> skip when the user's memory is paused or off (the turn's re
 ``off``: set when the turn was answered, or by the mode change since) -> recall the stored
 memories most related to it -> ``ChatModel.extract`` with :class:`ReflectionOutput` ->
 check every candidate against the memory rules in code (the API refuses length
-constraints in schemas) -> write through the store, superseding what the model marked
-before deduping (so "light mode" replacing "dark mode" is stored, not dropped as its
-near-twin) -> mark the turn ``done``.
+constraints in schemas; a candidate carrying a secret is dropped and counted) -> write
+through the store, superseding what the model marked before deduping (so "light mode"
+replacing "dark mode" is stored, not dropped as its near-twin) -> mark the turn ``done``.
 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
 sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
-times in all, then logged as one line and marked ``skipped``; the chat is never affected.
+times in all, then logged as one line and marked ``skipped``; an error no retry can fix
+(``ModelError.retryable`` False: a refused key, 400, 403) is not retried. A turn whose answer
+was not delivered is never queued (:mod:`core.chat.loop`). The chat is never affected.
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import ModelError
+from core.errors import MemoryInputError, ModelError, SecretInMemory
 from core.memory.recall import BM25Recaller, Recaller
+from core.memory.service import clean_memory_text
 from core.metrics import Metrics
 from core.model.claude import ChatModel, Usage
 from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
-from core.rules.text import as_data, clean_text
+from core.rules.secrets import REDACTED_MARK
+from core.rules.text import as_data
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
-from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory, NewMemory, ScoredMemory, Turn
+from core.types import Category, Kind, Memory, NewMemory, ScoredMemory, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +54,15 @@ class MemoryCandidate(BaseModel):
         description="One standalone third-person sentence under 200 characters, "
         "e.g. 'The user prefers answers in bullet points.'"
     )
-    kind: Kind = Field(description="fact, preference, correction or context")
-    category: Category = Field(description="communication, code, tools, workflow or general")
+    kind: Kind = Field(
+        description="preference (how they like answers, tools, style), context (a standing "
+        "fact about who they are: name, role, team, where they live or work, time zone, "
+        "languages, family, pets, constraints such as allergies), correction (something "
+        "changed), or fact (anything else)"
+    )
+    category: Category = Field(
+        description="communication (how to answer), code, tools, workflow, or general"
+    )
     supersedes: list[int] = Field(
         description="ids of stored memories this one replaces (a correction); else []"
     )
@@ -107,24 +118,35 @@ def reflection_prompt(user_turn: Turn, answer: Turn | None, related: Sequence[Sc
     return "\n".join(lines)
 
 
-def check_candidate(candidate: MemoryCandidate) -> str | None:
-    """The cleaned text if the candidate follows the memory rules, else None."""
-    return check_text(candidate.text)
+def screen_text(raw: str) -> str:
+    """``raw`` cleaned if it is one third-person sentence under 200 characters with no secret
+    (:func:`core.memory.service.clean_memory_text`, the gate every memory text passes).
+
+    Raises ``SecretInMemory`` when it carries a secret, ``MemoryInputError`` for the other
+    rules (empty, too long, first person, a question, a redaction marker: the answered
+    message it comes from had a secret redacted, :func:`core.store.writes.redacted`).
+    """
+    text = clean_memory_text(raw)
+    if _FIRST_PERSON.match(text) or text.endswith("?"):
+        raise MemoryInputError("a memory is a third-person statement")
+    if REDACTED_MARK in text:  # about a secret redacted from the message: says nothing
+        raise MemoryInputError("a memory cannot name a redacted secret")
+    return text
 
 
 def check_text(raw: str) -> str | None:
-    """``raw`` cleaned if it is one third-person sentence under 200 characters, else None."""
-    text = clean_text(raw, keep_newlines=False)
-    if not text or len(text) >= MAX_MEMORY_CHARS:
+    """:func:`screen_text`, or None for a text it refuses (a secret among them)."""
+    try:
+        return screen_text(raw)
+    except MemoryInputError:
         return None
-    if _FIRST_PERSON.match(text) or text.endswith("?"):
-        return None
-    return text
 
 
 @dataclass(frozen=True)
 class ReflectionResult:
-    """What one reflection stored."""
+    """What one reflection stored: memories added; candidates that were duplicates, broke
+    the memory rules (``rejected``) or carried a secret (``secrets``, dropped and never
+    logged); memories superseded."""
 
     turn: Turn
     added: list[Memory]
@@ -132,6 +154,7 @@ class ReflectionResult:
     rejected: int
     superseded: int
     usage: Usage | None
+    secrets: int = 0
 
 
 LearnedCallback = Callable[[ReflectionResult], Awaitable[None]]
@@ -288,7 +311,7 @@ class Reflector:
                 result = await self._reflect_once(turn, answer)
             except ModelError as exc:
                 self.metrics.reflection_failed()
-                if attempts >= self.max_attempts:
+                if attempts >= self.max_attempts or not exc.retryable:
                     logger.warning(
                         "reflection skipped: turn=%s user=%s attempts=%s error=%s",
                         turn_id,
@@ -325,12 +348,14 @@ class Reflector:
             break
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
-            "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d superseded=%d",
+            "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d secrets=%d"
+            " superseded=%d",
             turn_id,
             turn.user_key,
             len(result.added),
             result.duplicates,
             result.rejected,
+            result.secrets,
             result.superseded,
         )
         if result.added and self._on_learned is not None:
@@ -369,13 +394,17 @@ class Reflector:
         )
         allowed = {s.memory.id for s in related}
         added: list[Memory] = []
-        duplicates = rejected = superseded = 0
+        duplicates = rejected = superseded = secrets = 0
         candidates = extraction.value.memories
         if candidates and not await self._still_wanted(turn):
             candidates = []  # nothing is written; the call's usage is still recorded
         for candidate in candidates:
-            text = check_candidate(candidate)
-            if text is None:
+            try:
+                text = screen_text(candidate.text)
+            except SecretInMemory:
+                secrets += 1  # dropped; its text is never logged
+                continue
+            except MemoryInputError:
                 rejected += 1
                 continue
             supersedes = [i for i in dict.fromkeys(candidate.supersedes) if i in allowed]
@@ -402,8 +431,14 @@ class Reflector:
             stored = await self.store.get(user_key=turn.user_key, memory_id=result.id)
             if stored is not None:
                 added.append(stored)
-        if rejected:
-            logger.info("reflection turn=%s rejected %d candidates", turn.id, rejected)
+        if rejected or secrets:
+            logger.info(
+                "reflection turn=%s rejected %d candidates, %d with a secret",
+                turn.id,
+                rejected,
+                secrets,
+            )
+        self.metrics.secrets_refused("reflection", secrets)
         return ReflectionResult(
             turn=turn,
             added=added,
@@ -411,4 +446,5 @@ class Reflector:
             rejected=rejected,
             superseded=superseded,
             usage=extraction.usage,
+            secrets=secrets,
         )

@@ -35,9 +35,12 @@ def _memories(count: int) -> str:
 
 
 def remembered(result: AddResult, *, code: Code = markdown_code) -> str:
-    """``Remembered (`#12`).`` or, for a duplicate, ``I already knew that (`#12`).``"""
+    """``Remembered (`#12`): The user prefers tabs over spaces.`` (the text as stored, when
+    the result carries it) or, for a duplicate, ``I already knew that (`#12`).``"""
     ref = code(f"#{result.id}")
-    return f"Remembered ({ref})." if result.status == "added" else f"I already knew that ({ref})."
+    if result.status != "added":
+        return f"I already knew that ({ref})."
+    return f"Remembered ({ref}): {result.text}" if result.text else f"Remembered ({ref})."
 
 
 def forgot(memory_id: int, *, code: Code = markdown_code) -> str:

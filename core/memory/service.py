@@ -10,15 +10,26 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, cast
 
-from core.errors import ImportFormatError, MemoryInputError, MemoryNotFound, PlanNotPending
+from core.errors import (
+    ImportFormatError,
+    MemoryInputError,
+    MemoryNotFound,
+    PlanNotPending,
+    SecretInMemory,
+    StaleButton,
+)
 from core.memory.recall import BM25Recaller, Recaller
+from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
+from core.rules.classify import classify, third_person
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.secrets import KINDS as KIND_NAMES
+from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.store.seams import MemoryStore, PlanStore
 from core.types import (
@@ -58,10 +69,22 @@ its worst command took 2,041 ms with no pause, 84 and 232 ms in two runs with 5 
 1,582 against 1,584 lines/s) and 37 ms with 20 ms (1,309 lines/s)."""
 
 
+def in_third_person(text: str) -> str:
+    """``text`` rewritten in the third person (:func:`core.rules.classify.third_person`) when
+    that is safe and still fits the memory rule's length, else ``text``."""
+    rewritten = third_person(text)
+    return rewritten if len(rewritten) < MAX_MEMORY_CHARS else text
+
+
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
-    ``MemoryInputError`` if empty or too long. A memory is one sentence under
-    ``MAX_MEMORY_CHARS`` (200) characters. Every ``/remember`` and import line passes here.
+    ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
+    (:func:`core.rules.secrets.find_secrets`). A memory is one sentence under
+    ``MAX_MEMORY_CHARS`` (200) characters.
+
+    The one gate of every memory text: ``/remember`` on each platform and the terminal, the
+    CLI's ``memories remember``, each import line, each reflection candidate and cleanup
+    merge (:func:`core.memory.reflection.screen_text`).
     """
     cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
@@ -70,6 +93,9 @@ def clean_memory_text(text: str) -> str:
         raise MemoryInputError(
             f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
         )
+    findings = find_secrets(cleaned)
+    if findings:
+        raise SecretInMemory(refusal(findings), kind=findings[0].kind)
     return cleaned
 
 
@@ -162,12 +188,17 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         raise ImportFormatError(line, 'expected an object with a "text" string')
     try:
         text = clean_memory_text(obj["text"])
+    except SecretInMemory as exc:
+        reason = f"it holds {KIND_NAMES[exc.kind]}; secrets are never stored as memories"
+        raise ImportFormatError(line, reason, secret=True) from None
     except MemoryInputError as exc:
         raise ImportFormatError(line, str(exc)) from None
+    text = in_third_person(text)
+    kind, category = classify(text)
     return NewMemory(
         text=text,
-        kind=cast(Kind, _choice(obj, "kind", KINDS, "fact", line)),
-        category=cast(Category, _choice(obj, "category", CATEGORIES, "general", line)),
+        kind=cast(Kind, _choice(obj, "kind", KINDS, kind, line)),
+        category=cast(Category, _choice(obj, "category", CATEGORIES, category, line)),
         origin=cast(Origin, _choice(obj, "origin", ORIGINS, "private", line)),
         source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
         created_at=_time(obj, "created_at", line),
@@ -299,37 +330,84 @@ class MemoryService:
         *,
         user_key: str,
         text: str,
-        kind: Kind = "fact",
-        category: Category = "general",
+        kind: Kind | None = None,
+        category: Category | None = None,
         source: Source = "remember",
         origin: Origin = "private",
         conversation_key: str | None = None,
     ) -> AddResult:
-        """Store ``text`` unless an equivalent memory exists.
+        """Store ``text`` unless an equivalent memory exists; ``result.text`` is what was
+        stored (or, for a duplicate, what was given).
 
-        Raises ``MemoryInputError`` for empty or over-long text.
+        The text is written in the third person where that is safe ("I prefer tabs" ->
+        "The user prefers tabs."), and ``kind``/``category`` left None are given by the
+        offline rule :func:`core.rules.classify.classify`. Raises ``MemoryInputError`` for
+        empty or over-long text, ``SecretInMemory`` (nothing stored) for a text carrying a
+        secret.
         """
+        try:
+            cleaned = in_third_person(clean_memory_text(text))
+        except SecretInMemory as exc:
+            logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
+            self.metrics.secrets_refused(source)
+            raise
+        guessed_kind, guessed_category = classify(cleaned)
         memory = NewMemory(
-            text=clean_memory_text(text),
-            kind=kind,
-            category=category,
+            text=cleaned,
+            kind=kind or guessed_kind,
+            category=category or guessed_category,
             source=source,
             origin=origin,
             conversation_key=conversation_key,
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
-        logger.info("remember user=%s id=%s status=%s", user_key, result.id, result.status)
+        logger.info(
+            "remember user=%s id=%s status=%s kind=%s category=%s",
+            user_key,
+            result.id,
+            result.status,
+            memory.kind,
+            memory.category,
+        )
         self.metrics.memories_stored(source, int(result.status == "added"))
-        return result
+        return replace(result, text=cleaned)
 
-    async def forget(self, *, user_key: str, memory_id: int) -> None:
-        """Forget one of the user's memories. Raises ``MemoryNotFound`` if it is not theirs."""
+    async def forget(self, *, user_key: str, memory_id: int) -> Memory:
+        """Forget one of the user's memories (an id the user typed); returns it as it was.
+        Raises ``MemoryNotFound`` if it is not theirs."""
         if not 0 < memory_id <= MAX_MEMORY_ID:
             raise MemoryNotFound(memory_id)
-        if not await self.store.forget(user_key=user_key, memory_id=memory_id):
+        memory = await self.store.get(user_key=user_key, memory_id=memory_id)
+        if memory is None:
             raise MemoryNotFound(memory_id)
-        logger.info("forget user=%s id=%s", user_key, memory_id)
+        return await self._forget(memory)
+
+    async def forget_ref(self, *, user_key: str, ref: str) -> Memory:
+        """Forget the memory a button's ``ref`` names (:func:`core.memory.refs.memory_ref`),
+        only if the user's memory with its id is still the one it was made for; returns it.
+
+        Raises ``StaleButton`` (:data:`core.memory.refs.STALE_BUTTON`, nothing forgotten) for
+        an old-format or malformed value, or when the id now names another memory;
+        ``MemoryNotFound`` when the user has no memory with that id (forgotten already, or
+        someone else's)."""
+        parsed = parse_memory_ref(ref)
+        if parsed is None:
+            logger.info("forget refused: user=%s button value is not a memory ref", user_key)
+            raise StaleButton(-1, STALE_BUTTON)
+        memory = await self.store.get(user_key=user_key, memory_id=parsed.memory_id)
+        if memory is None:
+            raise MemoryNotFound(parsed.memory_id)
+        if not parsed.names(memory):
+            logger.info("forget refused: user=%s id=%s names another memory", user_key, memory.id)
+            raise StaleButton(memory.id, STALE_BUTTON)
+        return await self._forget(memory)
+
+    async def _forget(self, memory: Memory) -> Memory:
+        if not await self.store.forget(user_key=memory.user_key, memory_id=memory.id):
+            raise MemoryNotFound(memory.id)  # forgotten meanwhile
+        logger.info("forget user=%s id=%s", memory.user_key, memory.id)
         self.metrics.memories_forgotten()
+        return memory
 
     async def forget_all(self, *, user_key: str) -> int:
         """Forget all of the user's memories and conversation history; returns the count."""
@@ -394,7 +472,13 @@ class MemoryService:
         for number, raw in enumerate(lines, start=1):
             if number > MAX_IMPORT_LINES:
                 raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
-            parsed = parse_import_line(raw, number)
+            try:
+                parsed = parse_import_line(raw, number)
+            except ImportFormatError as exc:
+                if exc.secret:
+                    logger.info("import refused: user=%s line=%s secret", user_key, number)
+                    self.metrics.secrets_refused("import")
+                raise
             if parsed is not None:
                 memories.append(parsed)
         if not memories:

@@ -244,6 +244,19 @@ class ClaudeChatModel:
         """Close the HTTP client and its connections."""
         await self._client.close()
 
+    async def probe(self, *, model: str, timeout_s: float) -> int:
+        """Ask the API to count a one-word prompt's tokens for ``model`` (free; once, no
+        retry): proves the key, the base URL and the model name. Returns the count;
+        ``ModelError`` as in the module docstring."""
+        client = self._client.with_options(max_retries=0, timeout=timeout_s)
+        try:
+            counted = await client.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": "ping"}]
+            )
+        except anthropic.APIError as exc:
+            raise _model_error(exc, call="probe") from exc
+        return int(counted.input_tokens)
+
     async def __aenter__(self) -> ClaudeChatModel:
         return self
 
@@ -378,10 +391,11 @@ class _ClaudeAnswerStream:
                             yield text
                     elif kind == "message_start":
                         message = _json_object(event.get("message"))
-                        usage = Usage.from_json(_json_object(message.get("usage")))
+                        # Kept as reported: a stream stopped or cut later still counts it.
+                        usage = self.usage = Usage.from_json(_json_object(message.get("usage")))
                     elif kind == "message_delta":
                         self.stop_reason = _json_object(event.get("delta")).get("stop_reason")
-                        usage = _delta_usage(usage, _json_object(event.get("usage")))
+                        usage = self.usage = _delta_usage(usage, _json_object(event.get("usage")))
                     elif kind == "message_stop":
                         stopped = True
                 if not stopped:
@@ -542,7 +556,14 @@ def _model_error(exc: anthropic.APIError, *, call: str) -> ModelError:
         request_id,
     )
     detail = f"{call}: {type(exc).__name__} status={status} request_id={request_id}"
-    return ModelError(detail, user_message=user_message)
+    return ModelError(detail, user_message=user_message, retryable=_retryable(status))
+
+
+def _retryable(status: int | None) -> bool:
+    """Whether the same request may succeed later: a timeout, a dropped connection, 408,
+    409, 429 and 5xx may; any other 4xx (400 invalid request, 401 key refused, 403, 404,
+    413) answers the same every time (Anthropic's errors page)."""
+    return status is None or status in (408, 409, 429) or status >= 500
 
 
 def _status_message(status: int, error_type: str | None) -> str:

@@ -53,8 +53,10 @@ Cost per call: ``bench/secrets.py``.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -80,6 +82,10 @@ KINDS: dict[str, str] = {
 """Every finding's ``kind`` and how a refusal names it ("That looks like {name}...")."""
 
 
+REDACTED_MARK = "[redacted: "
+"""How every redaction marker begins (:attr:`SecretFinding.marker`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SecretFinding:
     """A secret found in a text: its ``kind`` (a key of :data:`KINDS`) and where it is,
@@ -92,7 +98,7 @@ class SecretFinding:
     @property
     def marker(self) -> str:
         """What replaces the secret in stored text: ``[redacted: aws key]``."""
-        return f"[redacted: {self.kind}]"
+        return f"{REDACTED_MARK}{self.kind}]"
 
     @property
     def name(self) -> str:
@@ -106,8 +112,21 @@ Finder = Callable[[str], Iterator[Span]]
 
 @dataclass(frozen=True, slots=True)
 class _Detector:
+    """One rule: its ``kind`` and its finder, run only when ``text`` holds one of ``needles``
+    (or its lower-case form one of ``lower_needles``): substrings every match contains, so
+    the common text with no secret costs a few substring searches, not a regex scan."""
+
     kind: str
     find: Finder
+    needles: tuple[str, ...] = ()
+    lower_needles: tuple[str, ...] = ()
+
+    def applies(self, text: str, lower: Callable[[], str]) -> bool:
+        if not self.needles and not self.lower_needles:
+            return True
+        if any(n in text for n in self.needles):
+            return True
+        return bool(self.lower_needles) and any(n in lower() for n in self.lower_needles)
 
 
 _TOKEN_TAIL = re.compile(r"[A-Za-z0-9_-]*")
@@ -142,7 +161,25 @@ _SLACK_APP = re.compile(r"xapp-\d-[A-Za-z0-9]+-\d+-[A-Za-z0-9]+")
 _STRIPE = re.compile(r"(?:(?:sk|rk)_test_[0-9a-zA-Z]{24,}|whsec_[0-9a-zA-Z]{24,})")
 _GOOGLE = re.compile(r"AIza[0-9A-Za-z_-]{35}")
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+|data:[\w/+.-]*;base64,\S*")
+_URL_REST = re.compile(r"://\S+")
+_DATA_URI = re.compile(r"data:[\w/+.-]*;base64,\S*")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+
+
+def _urls(text: str) -> list[Span]:
+    """Spans of the URLs (``scheme://...`` to the next space) and ``data:`` URIs in ``text``."""
+    spans = []
+    if "://" in text:
+        for match in _URL_REST.finditer(text):
+            start = match.start()
+            while start > 0 and text[start - 1] in _SCHEME_CHARS:
+                start -= 1
+            spans.append((start, match.end()))
+    if "data:" in text:
+        spans += [m.span() for m in _DATA_URI.finditer(text)]
+    return spans
+
+
 _URL_SECRET = re.compile(
     r"[?&](?:[\w.-]*[_-])?(?:token|key|secret|password|passwd|pwd|signature|sig|auth|apikey"
     r"|api_key|access_token|client_secret)=([^&#\s]{8,})",
@@ -159,6 +196,23 @@ _PASSWORD_WORDS = (
     r"pass(?:word|phrase|code)s?|passwd|pwd|pw|pass-?wort|kennwort|mot de passe|mdp"
     r"|contrase(?:ñ|n)a|senha|wachtwoord|l(?:ö|o)senord|has(?:ł|l)o|пароль|parola d'ordine"
 )
+_PASSWORD_NEEDLES = (
+    "pass",
+    "pw",
+    "kennwort",
+    "mdp",
+    "contrase",
+    "senha",
+    "wachtwoord",
+    "lösenord",
+    "losenord",
+    "hasło",
+    "haslo",
+    "пароль",
+    "parola",
+)
+"""A substring of each keyword of ``_PASSWORD_WORDS``, in lower case ("passwd", "pwd" and
+"mot de passe" hold "pass" or "pw")."""
 _PIN_WORDS = r"pin(?:[- ]?(?:code|nummer|number|nr\.?))?|code pin|puk|cvv|cvc"
 _QUALIFIER = (
     r"(?:\s+(?:for|to|of|on|at|in|für|zum|zur|vom|von|bei|pour|de|du|des|para|del|per|voor"
@@ -174,12 +228,13 @@ _VALUE = r"\s*(?:[\"'“”‘’«»`]([^\"'“”‘’«»`\n]{1,100})[\"'“
 _PASSWORD = re.compile(
     rf"\b(?:{_PASSWORD_WORDS})(?:'s)?{_QUALIFIER}{_COPULA}{_VALUE}", re.IGNORECASE
 )
-_KEY_WORDS = (
-    r"(?:api|access|secret|client|auth|private|app|bearer|session|refresh)?[ _-]?"
-    r"(?:key|token|secret)(?:[ _-]?id)?|bearer"
-)
+# "api key", "apikey", "API_TOKEN", "client secret", "Bearer": the keyword is where a match
+# starts (a word start, or right after api/access/auth/secret/client/app/bearer), so the
+# scan only stops at k, t, s and b.
 _KEYED = re.compile(
-    rf"\b(?:{_KEY_WORDS}){_QUALIFIER}(?:{_COPULA}|\s)\s*[\"'“‘«`]?([A-Za-z0-9+/=_.-]{{16,}})",
+    r"(?:(?<![^\W_])|(?<=api)|(?<=access)|(?<=auth)|(?<=secret)|(?<=client)|(?<=app))"
+    rf"(?:key|token|secret|bearer)(?:[ _-]?id)?s?{_QUALIFIER}(?:{_COPULA}|\s)\s*"
+    r"[\"'“‘«`]?([A-Za-z0-9+/=_.-]{16,})",
     re.IGNORECASE,
 )
 _PIN = re.compile(rf"\b(?:{_PIN_WORDS}){_QUALIFIER}{_COPULA}\s*[\"'“‘«]?(\d{{3,12}})\b", re.I)
@@ -252,7 +307,7 @@ MAX_WORDLIKE = 0.7
 """... and under this share of its characters stand in word-like pieces of three or more
 (``get``, ``User``, ``Profile``, ``2024`` in ``getUserProfileById2024``: 0.82; camelCase names
 and product names measure 0.78 to 0.97, random base64 0.38 on average). With both rules a
-random 20-character base64 string is caught 92 % of the time, a 40-character one 99 %
+random 20-character base64 string is caught 90.5 % of the time, a 40-character one 98.9 %
 (3,000 each, ``bench/secrets.py --randomness``); the rest are let through."""
 _PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+|[^A-Za-z\d]+")
 
@@ -284,6 +339,22 @@ def looks_random(token: str, entropy: Callable[[str], float]) -> bool:
 
 
 # ---------------------------------------------------------------- assembly
+
+
+_DISCORD_GATE = re.compile(r"\.[a-zA-Z\d_-]{6}\.")
+_TELEGRAM_GATE = re.compile(r":[0-9A-Za-z_-]{35}")
+
+
+def _gated(gate: re.Pattern[str], find: Finder) -> Finder:
+    """``find``, run only when ``gate`` (a part of every match that starts with a literal,
+    so the scan is fast) is found: a pattern that starts with a character class is slow to
+    scan a long text with."""
+
+    def gated(text: str) -> Iterator[Span]:
+        if gate.search(text) is not None:
+            yield from find(text)
+
+    return gated
 
 
 def _private_key_finder(markers: Sequence[re.Pattern[str]]) -> Finder:
@@ -319,7 +390,7 @@ def _jwt_finder(patterns: Sequence[re.Pattern[str]], valid: Callable[[str], bool
 
 def _entropy_finder(entropy: Callable[[str], float]) -> Finder:
     def find(text: str) -> Iterator[Span]:
-        urls = [m.span() for m in _URL.finditer(text)] if "://" in text or "data:" in text else []
+        urls = _urls(text)
         for match in _B64_RUN.finditer(text):
             start, end = match.span()
             if any(a <= start < b for a, b in urls):
@@ -335,17 +406,28 @@ def _entropy_finder(entropy: Callable[[str], float]) -> Finder:
 
 
 def _url_secret_finder(text: str) -> Iterator[Span]:
-    if "://" not in text:
-        return
-    for url in _URL.finditer(text):
-        for match in _URL_SECRET.finditer(url.group()):
-            yield url.start() + match.start(1), url.start() + match.end(1)
+    for start, end in _urls(text):
+        for match in _URL_SECRET.finditer(text, start, end):
+            yield match.span(1)
+
+
+def _import_detect_secrets() -> None:
+    """Import detect-secrets and undo what its import does to the process: it turns on
+    ``logging.captureWarnings`` and gives its ``detect-secrets`` logger a stderr handler of
+    its own (``detect_secrets.core.log``), which would bypass our logging setup."""
+    captured = getattr(warnings.showwarning, "__module__", None) == "logging"
+    import detect_secrets  # noqa: F401
+
+    if not captured:
+        logging.captureWarnings(False)
+    logging.getLogger("detect-secrets").handlers.clear()
 
 
 @cache
 def _detectors() -> tuple[_Detector, ...]:
     """Built on first use: importing detect-secrets costs about 0.2 s (it brings requests),
     which a command that writes no memory should not pay."""
+    _import_detect_secrets()
     from detect_secrets.plugins.aws import AWSKeyDetector
     from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
     from detect_secrets.plugins.basic_auth import BasicAuthDetector
@@ -367,36 +449,91 @@ def _detectors() -> tuple[_Detector, ...]:
     from detect_secrets.plugins.twilio import TwilioKeyDetector
 
     entropy = Base64HighEntropyString().calculate_shannon_entropy
-    other_keys = [
-        *SendGridDetector.denylist,
-        *PypiTokenDetector.denylist,
-        *NpmDetector.denylist,
-        *TwilioKeyDetector.denylist,
-        *TelegramBotTokenDetector.denylist,
-        *MailchimpDetector.denylist,
-        *SquareOAuthDetector.denylist,
-        *AzureStorageKeyDetector.denylist,
-        _GOOGLE,
-    ]
+    regex = _regex_finder
+    gitlab = ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-")
     return (
-        _Detector("private key", _private_key_finder(list(PrivateKeyDetector.denylist))),
-        _Detector("anthropic key", _regex_finder([_ANTHROPIC])),
-        _Detector("openai key", _regex_finder([*OpenAIDetector.denylist, _OPENAI])),
-        _Detector("aws key", _regex_finder(AWSKeyDetector.denylist, secret_group=True)),
-        _Detector("github token", _regex_finder([*GitHubTokenDetector.denylist, _GITHUB_PAT])),
-        _Detector("gitlab token", _regex_finder(GitLabTokenDetector.denylist)),
-        _Detector("slack token", _regex_finder([*SlackDetector.denylist, _SLACK_APP])),
-        _Detector("stripe key", _regex_finder([*StripeDetector.denylist, _STRIPE])),
-        _Detector("discord token", _regex_finder(DiscordBotTokenDetector.denylist)),
-        _Detector("api key", _regex_finder(other_keys)),
         _Detector(
-            "jwt", _jwt_finder(JwtTokenDetector.denylist, JwtTokenDetector.is_formally_valid)
+            "private key",
+            _private_key_finder(list(PrivateKeyDetector.denylist)),
+            needles=("PRIVATE KEY", "PuTTY-User-Key"),
         ),
-        _Detector("basic-auth url", _regex_finder(BasicAuthDetector.denylist, secret_group=True)),
-        _Detector("url secret", _url_secret_finder),
-        _Detector("api key", _keyed_finder),
-        _Detector("pin", _natural(_PIN, digits_only=True)),
-        _Detector("password", _natural(_PASSWORD, digits_only=False)),
+        _Detector("anthropic key", regex([_ANTHROPIC]), needles=("sk-ant-",)),
+        _Detector(
+            "openai key",
+            regex([*OpenAIDetector.denylist, _OPENAI]),
+            needles=("T3BlbkFJ", "sk-proj-", "sk-svcacct-", "sk-admin-"),
+        ),
+        _Detector(
+            "aws key",
+            regex(AWSKeyDetector.denylist, secret_group=True),
+            needles=("A3T", "ABIA", "ACCA", "AKIA", "ASIA"),
+            lower_needles=("aws",),
+        ),
+        _Detector(
+            "github token",
+            regex([*GitHubTokenDetector.denylist, _GITHUB_PAT]),
+            needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        ),
+        _Detector(
+            "gitlab token",
+            regex(GitLabTokenDetector.denylist),
+            needles=(*gitlab, "glptt-", "glagent-", "gloas-"),
+        ),
+        _Detector(
+            "slack token",
+            regex([*SlackDetector.denylist, _SLACK_APP]),
+            needles=("xapp-",),
+            lower_needles=("xox", "hooks.slack.com"),
+        ),
+        _Detector(
+            "stripe key",
+            regex([*StripeDetector.denylist, _STRIPE]),
+            needles=("k_live_", "k_test_", "whsec_"),
+        ),
+        _Detector(
+            "discord token",
+            _gated(_DISCORD_GATE, regex(DiscordBotTokenDetector.denylist)),
+            needles=(".",),
+        ),
+        _Detector(
+            "api key",
+            regex(
+                [
+                    *SendGridDetector.denylist,
+                    *PypiTokenDetector.denylist,
+                    *NpmDetector.denylist,
+                    *SquareOAuthDetector.denylist,
+                    *AzureStorageKeyDetector.denylist,
+                    _GOOGLE,
+                ]
+            ),
+            needles=("SG.", "pypi-", "_authToken", "sq0csp-", "AccountKey=", "AIza"),
+        ),
+        _Detector("api key", regex(TwilioKeyDetector.denylist), needles=("AC", "SK")),
+        _Detector(
+            "api key",
+            _gated(_TELEGRAM_GATE, regex(TelegramBotTokenDetector.denylist)),
+            needles=(":",),
+        ),
+        _Detector("api key", regex(MailchimpDetector.denylist), needles=("-us",)),
+        _Detector(
+            "jwt",
+            _jwt_finder(JwtTokenDetector.denylist, JwtTokenDetector.is_formally_valid),
+            needles=("eyJ",),
+        ),
+        _Detector(
+            "basic-auth url",
+            regex(BasicAuthDetector.denylist, secret_group=True),
+            needles=("://",),
+        ),
+        _Detector("url secret", _url_secret_finder, needles=("://",)),
+        _Detector("api key", _keyed_finder, lower_needles=("key", "token", "secret", "bearer")),
+        _Detector(
+            "pin", _natural(_PIN, digits_only=True), lower_needles=("pin", "puk", "cvv", "cvc")
+        ),
+        _Detector(
+            "password", _natural(_PASSWORD, digits_only=False), lower_needles=_PASSWORD_NEEDLES
+        ),
         _Detector("high-entropy string", _entropy_finder(entropy)),
     )
 
@@ -409,7 +546,16 @@ def find_secrets(text: str) -> list[SecretFinding]:
     ``str``. A finding holds a kind and a span, never the secret.
     """
     taken: list[SecretFinding] = []
+    lowered: list[str] = []
+
+    def lower() -> str:
+        if not lowered:
+            lowered.append(text.lower())
+        return lowered[0]
+
     for detector in _detectors():
+        if not detector.applies(text, lower):
+            continue
         for start, end in detector.find(text):
             if not any(start < f.end and f.start < end for f in taken):
                 taken.append(SecretFinding(detector.kind, start, end))

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.types import Turn, UsageRow
+from core.types import ORIGINS, Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace, reply_ref"
+    " attempts, platform_ref, workspace, reply_ref, thread_ref"
 )
 """The columns :func:`turn_from_row` reads, in its order (``SELECT {TURN_COLUMNS} FROM turns``)."""
 
@@ -40,6 +40,7 @@ def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_i
         platform_ref=row[11],
         workspace=row[12],
         reply_ref=row[13],
+        thread_ref=row[14],
     )
 
 
@@ -65,3 +66,32 @@ def stop_reflections_sql(user_param: str) -> str:
         f"UPDATE turns SET reflection = 'off' WHERE user_key = {user_param}"
         " AND reflection IN ('answering', 'pending')"
     )
+
+
+STANDING = "(m.kind <> 'fact' OR m.category <> 'general')"
+"""The SQL condition of a memory that may enter the standing profile (every kind but a plain
+``fact`` of category ``general``; :mod:`core.memory.profile`). Written exactly as in the
+partial index ``memories_standing`` (m011), so both backends answer from that index."""
+
+
+def memory_filter(
+    *, include_superseded: bool, standing: bool, origins: Sequence[str] | None
+) -> str | None:
+    """The ``AND ...`` conditions that ``list_memories`` adds for memories aliased ``m``
+    (both backends); None when ``origins`` is empty (nothing can match). ``origins`` holds
+    :data:`core.types.ORIGINS` values only (anything else raises ``ValueError``), so they
+    are written into the SQL as literals."""
+    parts = []
+    if not include_superseded:
+        parts.append(" AND m.superseded_by IS NULL")
+    if standing:
+        parts.append(f" AND {STANDING}")
+    if origins is not None:
+        chosen = set(origins)
+        if not chosen:
+            return None
+        if not chosen <= set(ORIGINS):
+            raise ValueError(f"unknown origin in {sorted(chosen)}")
+        if chosen != set(ORIGINS):
+            parts.append(" AND m.origin IN (" + ", ".join(f"'{o}'" for o in sorted(chosen)) + ")")
+    return "".join(parts)

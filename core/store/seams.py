@@ -78,9 +78,22 @@ class MemoryStore(Protocol):
         ...
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        include_superseded: bool = False,
+        origins: Sequence[Origin] | None = None,
+        standing: bool = False,
     ) -> list[Memory]:
-        """The user's memories, newest first."""
+        """The user's memories, newest first, at most ``limit`` after ``offset``.
+
+        ``origins`` keeps those learned there (an empty sequence finds nothing);
+        ``standing`` keeps only those that may enter the standing profile (every kind but a
+        plain ``fact`` of category ``general``: :data:`core.store.rows.STANDING`), read from
+        a partial index so a user with 10,000 memories costs no scan.
+        """
         ...
 
     async def count(self, *, user_key: str) -> int:
@@ -172,10 +185,11 @@ class TurnStore(Protocol):
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
         """The end of a turn in one transaction: record ``usage`` (the calls the turn made),
-        store the answer to ``turn_id`` and queue its reflection (``pending``, or ``off``
-        when ``reflect`` is False; a turn already ``off``, its user's mode changed meanwhile,
-        stays so). Returns the answer's turn id (None for an empty answer or a turn that was
-        forgotten meanwhile; the usage is recorded all the same)."""
+        store the answer to ``turn_id``, redact the secrets of both (the user turn's text is
+        rewritten, :func:`core.store.writes.redacted`) and queue its reflection
+        (``pending``, or ``off`` when ``reflect`` is False; a turn already ``off``, its user's
+        mode changed meanwhile, stays so). Returns the answer's turn id (None for an empty
+        answer or a turn that was forgotten meanwhile; the usage is recorded all the same)."""
         ...
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
@@ -332,6 +346,14 @@ class FeedbackStore(Protocol):
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         """Counts of ratings given since ``since``, by day and workspace (sorted)."""
+        ...
+
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        """Whether ``user_key`` wrote the message ``platform_ref`` (a stored user turn) in a
+        conversation whose key is ``conversation_prefix`` or starts with it and ``:``, and it
+        has an answer: what a rating may rate (a rater's own answered message)."""
         ...
 
 

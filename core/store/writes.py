@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
+from core.rules.secrets import redact_secrets
 from core.types import AddResult
+
+
+def redacted(text: str) -> str | None:
+    """An answered chat message as it stays stored: ``text`` with each secret replaced by its
+    marker (``[redacted: aws key]``, :func:`core.rules.secrets.redact_secrets`), or None when
+    it holds none (nothing to rewrite). The message went to Claude for its answer; the secret
+    need not stay in the database for ``history_retention_days``."""
+    clean = redact_secrets(text)
+    return None if clean == text else clean
 
 
 def bulk_results(

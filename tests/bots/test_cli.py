@@ -33,7 +33,12 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "--json",
     )
     assert code == 0
-    assert json.loads(out) == {"id": 1, "status": "added", "duplicate_of": None}
+    assert json.loads(out) == {
+        "id": 1,
+        "status": "added",
+        "duplicate_of": None,
+        "text": "The user prefers tabs over spaces.",
+    }
     code, out, _ = cli(
         db_path,
         "memories",
@@ -43,7 +48,12 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "the user prefers tabs over spaces",
         "--json",
     )
-    assert json.loads(out) == {"id": 1, "status": "duplicate", "duplicate_of": 1}
+    assert json.loads(out) == {
+        "id": 1,
+        "status": "duplicate",
+        "duplicate_of": 1,
+        "text": "the user prefers tabs over spaces",
+    }
     cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
 
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
@@ -60,7 +70,11 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "stats", "--json")
     assert json.loads(out)["total"] == 2
     code, out, _ = cli(db_path, "memories", "stats", "--user", "alice", "--json")
-    assert json.loads(out) == {"total": 1, "by_kind": {"fact": 1}, "by_category": {"general": 1}}
+    assert json.loads(out) == {
+        "total": 1,
+        "by_kind": {"preference": 1},
+        "by_category": {"code": 1},
+    }
 
     code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1", "--json")
     assert code == 0 and json.loads(out) == {"forgotten": 1}
@@ -120,6 +134,10 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
         ('{"text": "' + "y" * 300 + '"}\n', "line 1: a memory must be under 200"),
         ('{"text": "ok."}\n{"text": "t", "created_at": "yesterday"}\n', "line 2: created_at"),
         ("[1, 2]\n", "line 1: expected an object"),
+        (
+            '{"text": "ok."}\n{"text": "The user\'s AWS key is AKIAZ7Q2XK4M9TBW3HJD."}\n',
+            "line 2: it holds an AWS key; secrets are never stored as memories",
+        ),
     ],
 )
 def test_import_malformed_line_imports_nothing(
@@ -139,6 +157,10 @@ def test_import_malformed_line_imports_nothing(
     [
         (["memories", "remember", "--user", "alice", "   "], "a memory needs some text"),
         (["memories", "remember", "--user", "alice", "x" * 20_000], "under 200 characters"),
+        (
+            ["memories", "remember", "--user", "alice", "The PIN is 4711"],
+            "That looks like a PIN, and secrets are never stored as memories",
+        ),
         (["memories", "remember", "--user", ":", "hi"], "malformed user key"),
         (["memories", "list", "--user", " "], "a user is required"),
         (["memories", "forget", "--user", "alice"], "give a memory ID or --all"),

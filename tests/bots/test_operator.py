@@ -193,6 +193,43 @@ def test_backup_refuses_bad_targets_in_one_line(db_path: Path, tmp_path: Path) -
                                 " with pg_dump\n")  # fmt: skip
 
 
+def test_backup_refuses_symlinks_and_side_file_names(db_path: Path, tmp_path: Path) -> None:
+    cli(db_path, "memories", "remember", "--user", "a", "The user likes tea.")
+    nowhere = tmp_path / "nowhere" / "made.db"  # a dangling link's target: never created
+    (tmp_path / "nowhere").mkdir()
+    dangling = tmp_path / "dangling.db"
+    dangling.symlink_to(nowhere)
+    kept = tmp_path / "kept.db"
+    kept.write_bytes(b"keep me")
+    linked = tmp_path / "linked.db"
+    linked.symlink_to(kept)
+    (tmp_path / "taken.db-wal").write_bytes(b"another database's WAL")
+    link_line = "is a symbolic link: give the path of a new file\n"
+    cases = [
+        (dangling, f"error: {dangling} {link_line}"),
+        (linked, f"error: {linked} {link_line}"),
+        (tmp_path / "copy.db-wal", f"error: {tmp_path}/copy.db-wal ends in -wal, a name SQLite"),
+        (tmp_path / "copy.db-shm", f"error: {tmp_path}/copy.db-shm ends in -shm, a name SQLite"),
+        (tmp_path / "copy-journal", f"error: {tmp_path}/copy-journal ends in -journal"),
+        (tmp_path / "taken.db", f"error: {tmp_path}/taken.db-wal exists: give the path of a"),
+    ]
+    for target, message in cases:
+        code, out, err = cli(db_path, "db", "backup", str(target))
+        assert (code, out) == (1, "") and err.startswith(message), (target, err)
+        assert err.count("\n") == 1
+    assert not nowhere.exists() and not (tmp_path / "nowhere" / "made.db-wal").exists()
+    assert kept.read_bytes() == b"keep me"
+    for name in ("copy.db-wal", "copy.db-shm", "copy-journal", "taken.db"):
+        assert not (tmp_path / name).exists()
+    assert (tmp_path / "taken.db-wal").read_bytes() == b"another database's WAL"
+    # A link in the folder part is fine: the folder is resolved, only the file must be new.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    code, _, err = cli(db_path, "db", "backup", str(tmp_path / "via" / "copy.db"))
+    assert code == 0, err
+    assert (tmp_path / "real" / "copy.db").is_file()
+
+
 # --------------------------------------------------------------------- logging
 
 

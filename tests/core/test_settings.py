@@ -186,3 +186,78 @@ def test_env_example_copied_as_is_runs_every_command(tmp_path: Path) -> None:
     assert db.exists()
     listed = json.loads(selfmind("--db", str(tmp_path / "backup.db"), "users", "--json").stdout)
     assert [u["user"] for u in listed] == ["cli:alice", "cli:bob"]
+
+
+# ---------------------------------------------------------------- where settings come from
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run from a folder of its own, with a config directory of the test's."""
+    for name in ("SELFMIND_TOP_K", "SELFMIND_DB", "SELFMIND_ENV_FILE", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return tmp_path
+
+
+def test_settings_from_selfmind_env_file_run_from_another_directory(
+    elsewhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.settings import settings_files, user_env_file
+
+    team = elsewhere / "srv" / "selfmind.env"
+    team.parent.mkdir()
+    team.write_text(f"SELFMIND_TOP_K=9\nSELFMIND_DB={elsewhere / 'team.db'}\n")
+    monkeypatch.setenv("SELFMIND_ENV_FILE", str(team))
+    s = load_settings()
+    assert (s.top_k, s.db) == (9, str(elsewhere / "team.db"))
+    # First found wins: the environment, SELFMIND_ENV_FILE, ./.env, the config directory.
+    user_env_file().parent.mkdir(parents=True)
+    user_env_file().write_text("SELFMIND_TOP_K=2\nSELFMIND_HISTORY_TURNS=3\n")
+    Path(".env").write_text("SELFMIND_TOP_K=4\nSELFMIND_MEMORY_MAX_TOKENS=5\n")
+    assert settings_files() == (team, (elsewhere / "elsewhere" / ".env"), user_env_file())
+    s = load_settings()
+    assert (s.top_k, s.memory_max_tokens, s.history_turns) == (9, 5, 3)
+    monkeypatch.setenv("SELFMIND_TOP_K", "7")
+    assert load_settings().top_k == 7
+
+
+def test_selfmind_env_file_naming_no_file_is_one_error(
+    elsewhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SELFMIND_ENV_FILE", str(elsewhere / "missing.env"))
+    with pytest.raises(ConfigError, match=r"^SELFMIND_ENV_FILE: no settings file at .*missing"):
+        load_settings()
+
+
+def test_the_config_directory_is_read_from_any_directory(elsewhere: Path) -> None:
+    """The bug: run from elsewhere (systemd, cron), ``.env`` was ignored, SELFMIND_DB with it,
+    and a second, empty store opened. Two real processes in two folders share one store."""
+    import os
+    import subprocess
+    import sys
+
+    config = elsewhere / "config" / "selfmind"
+    config.mkdir(parents=True)
+    db = elsewhere / "data" / "memory.db"
+    (config / ".env").write_text(f"SELFMIND_DB={db}\n")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SELFMIND_", "ANTHROPIC_", "SLACK_", "DISCORD_"))
+    }
+    env.update(PYTHONPATH=str(REPO_ROOT), HOME=str(elsewhere / "home"))
+    env["XDG_CONFIG_HOME"] = str(elsewhere / "config")
+
+    def selfmind(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        cwd.mkdir(exist_ok=True)
+        return subprocess.run(
+            [sys.executable, "-m", "bots.cli", *args],
+            capture_output=True, text=True, cwd=cwd, env=env, timeout=120,
+        )  # fmt: skip
+
+    added = selfmind(elsewhere / "a", "memories", "remember", "--user", "al", "The user likes tea.")
+    assert added.returncode == 0, added.stderr
+    listed = selfmind(elsewhere / "b", "memories", "list", "--user", "al")
+    assert listed.returncode == 0 and "The user likes tea." in listed.stdout, listed.stderr
+    assert db.exists() and not (elsewhere / "home" / ".selfmind").exists()

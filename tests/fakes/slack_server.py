@@ -64,8 +64,9 @@ import signal
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode
 
@@ -101,6 +102,79 @@ STREAM_TIERS = {"chat.startStream": 20, "chat.appendStream": 100, "chat.stopStre
 docs.slack.dev/apis/web-api/rate-limits: tier 2 about 20, tier 4 about 100 a minute)."""
 
 _MENTION = re.compile(r"<([@!#][^<>\s]*)>")
+
+MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
+"""The app's manifest: the fake delivers only the events its ``bot_events`` subscribe to."""
+
+EVENT_SCOPES = {
+    "app_mention": "app_mentions:read",
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+    "message.mpim": "mpim:history",
+    "assistant_thread_started": "assistant:write",
+}
+"""The bot scope each event subscription needs (docs.slack.dev/reference/events/<event>,
+"Required Scopes"; ``app_home_opened``, ``tokens_revoked`` and ``app_uninstalled`` need
+none). Slack refuses a manifest that subscribes to an event without its scope."""
+_CHANNEL_TYPES = {"C": "channel", "G": "group", "D": "im"}
+_MESSAGE_EVENTS = {
+    "channel": "message.channels",
+    "group": "message.groups",
+    "im": "message.im",
+    "mpim": "message.mpim",
+}
+
+
+def manifest_list(name: str, manifest: Path = MANIFEST) -> list[str]:
+    """The items of the YAML list under ``name:`` in ``manifest`` (``- item`` lines, comments
+    dropped): the manifest is plain enough that no YAML parser is needed."""
+    text = manifest.read_text(encoding="utf-8")
+    block = text.split(f"{name}:\n", 1)[1]
+    items = []
+    for line in block.splitlines():
+        stripped = line.split("#", 1)[0].strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("- "):
+            break
+        items.append(stripped[2:].strip())
+    return items
+
+
+def manifest_bot_events(manifest: Path = MANIFEST) -> frozenset[str]:
+    """The manifest's ``settings.event_subscriptions.bot_events``; ``ValueError`` when one
+    lacks its scope (:data:`EVENT_SCOPES`), as Slack refuses such a manifest."""
+    events = frozenset(manifest_list("bot_events", manifest))
+    scopes = set(manifest_list("bot", manifest))
+    missing = sorted(
+        f"{e} needs {EVENT_SCOPES[e]}"
+        for e in events
+        if e in EVENT_SCOPES and EVENT_SCOPES[e] not in scopes
+    )
+    if missing:
+        raise ValueError(f"{manifest.name}: " + "; ".join(missing))
+    return events
+
+
+def subscription_of(event: Mapping[str, Any]) -> str:
+    """The ``bot_events`` entry that makes Slack send ``event``: for a message, by its
+    ``channel_type`` (``channel`` -> ``message.channels``, ``group`` -> ``message.groups``,
+    ``im`` -> ``message.im``, ``mpim`` -> ``message.mpim``; docs.slack.dev, message.* events:
+    "look for the event's channel_type"), else its ``type``."""
+    kind = str(event.get("type") or "")
+    if kind != "message":
+        return kind
+    channel_type = event.get("channel_type") or _CHANNEL_TYPES.get(
+        str(event.get("channel") or "")[:1], "channel"
+    )
+    return _MESSAGE_EVENTS.get(str(channel_type), f"message.{channel_type}")
+
+
+class Unsubscribed(Exception):
+    """A test asked the fake to deliver an event the app does not subscribe to: Slack would
+    never send it ("sent via the Events API to your app if it is subscribed",
+    docs.slack.dev/reference/events/tokens_revoked)."""
 
 
 def render_markdown_text(text: str) -> tuple[str, list[str]]:
@@ -145,6 +219,30 @@ def _feedback_button(button: Any) -> bool:
     )
 
 
+MAX_BUTTON_TEXT_CHARS = 75
+MAX_BUTTON_VALUE_CHARS = 2000
+MAX_ACTION_ID_CHARS = 255
+"""A ``button`` element: ``plain_text`` text of at most 75 characters, ``value`` at most 2,000,
+``action_id`` at most 255 (docs.slack.dev/reference/block-kit/block-elements/button-element)."""
+MAX_HEADER_CHARS = 150
+"""A ``header`` block's ``plain_text``: at most 150 characters
+(docs.slack.dev/reference/block-kit/blocks/header-block)."""
+
+
+def _button(element: Any) -> bool:
+    """Whether ``element`` is no button, or a button within its limits."""
+    if not isinstance(element, dict) or element.get("type") != "button":
+        return True
+    text = element.get("text")
+    return (
+        isinstance(text, dict)
+        and text.get("type") == "plain_text"
+        and 0 < len(str(text.get("text") or "")) <= MAX_BUTTON_TEXT_CHARS
+        and len(str(element.get("value") or "")) <= MAX_BUTTON_VALUE_CHARS
+        and len(str(element.get("action_id") or "")) <= MAX_ACTION_ID_CHARS
+    )
+
+
 def _context_action(element: Any) -> bool:
     if not isinstance(element, dict):
         return False
@@ -158,15 +256,17 @@ def _context_action(element: Any) -> bool:
     )
 
 
-def check_message_blocks(blocks: Any) -> None:
+def check_message_blocks(blocks: Any, *, max_blocks: int = MAX_MESSAGE_BLOCKS) -> None:
     """Refuse message ``blocks`` as Slack does (``invalid_blocks``; ``msg_blocks_too_long``
-    past the markdown blocks' 12,000 characters): at most 50 blocks; a ``markdown`` block
-    has non-empty ``text``; a ``section``'s text at most 3,000 characters; a
+    past the markdown blocks' 12,000 characters): at most ``max_blocks`` (50 in a message,
+    100 in a Home view); a ``markdown`` block has non-empty ``text``; a ``section``'s text at
+    most 3,000 characters; a ``header``'s at most 150; a button (in an ``actions`` block or a
+    section's ``accessory``) within :func:`_button`'s limits; a
     ``context_actions`` block holds 1-5 ``feedback_buttons`` / ``icon_button`` elements, a
     feedback button a ``plain_text`` text of at most 75 characters and a value of at most
     2,000 (docs.slack.dev block and element references; slack_sdk 3.48 ``MarkdownBlock``,
     ``ContextActionsBlock``, ``FeedbackButtonObject``). Other block types are not checked."""
-    if not isinstance(blocks, list) or not 0 < len(blocks) <= MAX_MESSAGE_BLOCKS:
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= max_blocks:
         raise _ApiError("invalid_blocks")
     markdown_chars = 0
     for block in blocks:
@@ -180,7 +280,15 @@ def check_message_blocks(blocks: Any) -> None:
             markdown_chars += len(text)
         elif kind == "section":
             text = (block.get("text") or {}).get("text", "")
-            if len(str(text)) > 3000:
+            if len(str(text)) > 3000 or not _button(block.get("accessory")):
+                raise _ApiError("invalid_blocks")
+        elif kind == "header":
+            text = (block.get("text") or {}).get("text", "")
+            if not 0 < len(str(text)) <= MAX_HEADER_CHARS:
+                raise _ApiError("invalid_blocks")
+        elif kind == "actions":
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not all(_button(e) for e in elements):
                 raise _ApiError("invalid_blocks")
         elif kind == "context_actions":
             elements = block.get("elements")
@@ -209,6 +317,12 @@ MAX_VIEW_BLOCKS = 100
 """A Home tab view holds at most 100 blocks (docs.slack.dev, "Home tab views")."""
 MAX_PRIVATE_METADATA_CHARS = 3000
 MAX_CALLBACK_ID_CHARS = 255
+MAX_LOADING_MESSAGES = 10
+"""``assistant.threads.setStatus`` ``loading_messages``: "Maximum of 10 messages"
+(docs.slack.dev/reference/methods/assistant.threads.setStatus)."""
+MAX_LOADING_MESSAGE_CHARS = 50
+"""Each loading message: 1-50 characters (the limit PLATFORMS.md records from the method's
+argument schema; the docs page states only the count)."""
 MAX_SUGGESTED_PROMPTS = 4
 """assistant.threads.setSuggestedPrompts takes at most four prompts (docs.slack.dev)."""
 _APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
@@ -371,6 +485,21 @@ class SlackEvents:
     def channel_message(self, text: str, *, channel: str = "C0GENERAL", **kw: Any) -> JsonDict:
         """A ``message.channels`` event."""
         return self.message(text, channel=channel, channel_type="channel", **kw)
+
+    def group_dm_message(self, text: str, *, channel: str = "G0GROUPDM", **kw: Any) -> JsonDict:
+        """A ``message.mpim`` event: a group DM (a multi-person DM, ``G...`` id, channel_type
+        ``mpim``; docs.slack.dev/reference/events/message.mpim)."""
+        return self.message(text, channel=channel, channel_type="mpim", **kw)
+
+    def thread_broadcast(
+        self, text: str, *, thread_ts: str, channel: str = "C0GENERAL", **kw: Any
+    ) -> JsonDict:
+        """A thread reply also sent to the channel ("Also send to #channel"): ``message``
+        subtype ``thread_broadcast``, with ``thread_ts`` and the thread's ``root``
+        (docs.slack.dev/reference/events/message/thread_broadcast)."""
+        event = self.channel_message(text, channel=channel, thread_ts=thread_ts, **kw)
+        root = {"type": "message", "ts": thread_ts, "thread_ts": thread_ts}
+        return event | {"subtype": "thread_broadcast", "root": root}
 
     def app_mention(
         self,
@@ -633,8 +762,13 @@ class FakeSlack:
         streaming_refusal: str | None = None,
         agent_app: bool = True,
         stream_lifetime_s: float = 300.0,
+        bot_events: Iterable[str] | None = None,
     ) -> None:
         self.host, self._port = host, port
+        self.bot_events: set[str] = set(manifest_bot_events() if bot_events is None else bot_events)
+        """The events Slack sends the app (default: manifest.yml's ``bot_events``); a test of
+        a legacy or hypothetical app may add to it. Delivering any other raises
+        :class:`Unsubscribed`."""
         self.bot_token, self.app_token, self.signing_secret = bot_token, app_token, signing_secret
         self.identity = identity or BotIdentity()
         self.update_max_chars = update_max_chars
@@ -889,6 +1023,8 @@ class FakeSlack:
         channel, subtype = event.get("channel"), event.get("subtype")
         if not channel or event.get("type") not in ("message", "app_mention"):
             return
+        if not re.fullmatch(r"\d+\.\d+", str(event.get("ts", "0.0"))):
+            return  # a hostile test's ts ("nan"): not a message Slack would keep
         if subtype == "message_changed":
             stored = self._find(channel, event["message"]["ts"])
             if stored is not None:
@@ -1100,10 +1236,11 @@ class FakeSlack:
         self._refuse_streaming()
         channel = self._required(params, "channel", "channel_not_found")
         thread_ts = self._required(params, "thread_ts", "invalid_arguments")
-        if not channel.startswith("D") and not (
-            params.get("recipient_user_id") and params.get("recipient_team_id")
-        ):
-            raise _ApiError("invalid_arguments")  # required outside DMs
+        if not channel.startswith("D"):  # "Required when streaming to channels"
+            if not params.get("recipient_user_id"):
+                raise _ApiError("missing_recipient_user_id")
+            if not params.get("recipient_team_id"):
+                raise _ApiError("missing_recipient_team_id")
         text = self._stream_text(params, required=False)
         msg = self._bot_message({"text": text, "markdown_text": text})
         msg |= {"thread_ts": thread_ts, "streaming": True}
@@ -1242,6 +1379,13 @@ class FakeSlack:
     def _assistant_set_status(self, params: JsonDict) -> JsonDict:
         self._required(params, "channel_id", "channel_not_found")
         self._required(params, "thread_ts")
+        loading = params.get("loading_messages")
+        if loading is not None and not (
+            isinstance(loading, list)
+            and len(loading) <= MAX_LOADING_MESSAGES
+            and all(isinstance(m, str) and 0 < len(m) <= MAX_LOADING_MESSAGE_CHARS for m in loading)
+        ):
+            raise _ApiError("invalid_arguments")
         self.statuses.append(dict(params))
         where = (str(params["channel_id"]), str(params["thread_ts"]))
         if params.get("status"):
@@ -1276,9 +1420,7 @@ class FakeSlack:
             raise _ApiError("invalid_arguments")
         if len(str(view.get("callback_id") or "")) > MAX_CALLBACK_ID_CHARS:
             raise _ApiError("invalid_arguments")
-        for block in blocks:
-            if not isinstance(block, dict) or not block.get("type"):
-                raise _ApiError("invalid_blocks")
+        check_message_blocks(blocks, max_blocks=MAX_VIEW_BLOCKS)
         stored = dict(view) | {"id": f"V{next(self._ids):06d}", "hash": uuid.uuid4().hex}
         self.home_views[user] = stored
         return {"view": stored}
@@ -1407,6 +1549,18 @@ class FakeSlack:
             await ws.send_json(again)
         await self._notify()
 
+    def check_subscribed(self, event: Any) -> None:
+        """Raise :class:`Unsubscribed` unless the app subscribes to ``event`` (anything but an
+        event object is passed through: hostile-body tests send such things on purpose)."""
+        if not isinstance(event, dict):
+            return
+        wanted = subscription_of(event)
+        if wanted not in self.bot_events:
+            raise Unsubscribed(
+                f"fake Slack: the app does not subscribe to {wanted} (manifest.yml bot_events:"
+                f" {sorted(self.bot_events)}), so Slack never sends it"
+            )
+
     def revoke_bot_token(self, error: str = "token_revoked") -> str:
         """Revoke the bot token (reinstalling the app issues a new one): every call with the
         old one fails with ``error`` (``invalid_auth``, ``token_revoked``, ``account_inactive``
@@ -1415,6 +1569,17 @@ class FakeSlack:
         self.revoked_tokens[self.bot_token] = error
         self.bot_token = f"xoxb-fake-bot-token-{len(self.revoked_tokens) + 1}"
         return self.bot_token
+
+    def revoke_app_token(self, error: str = "token_revoked") -> str:
+        """Revoke the app-level token (``xapp-``, Basic Information -> App-Level Tokens ->
+        Revoke): ``apps.connections.open`` with it fails with ``error`` (``token_revoked``,
+        ``invalid_auth``...) from now on. Connections already open stay open (Slack documents
+        nothing else); they end at the next refresh ("Connections refresh regularly",
+        docs.slack.dev, Socket Mode): :meth:`disconnect_sockets`. Returns the new token, now
+        ``app_token``."""
+        self.revoked_tokens[self.app_token] = error
+        self.app_token = f"xapp-fake-app-token-{len(self.revoked_tokens) + 1}"
+        return self.app_token
 
     def refuse_connections(self, times: int) -> None:
         """Fail the next ``times`` ``apps.connections.open`` calls with HTTP 500."""
@@ -1452,7 +1617,7 @@ class FakeSlack:
     async def push_envelope(
         self,
         type: str,
-        payload: JsonDict,
+        payload: Any,
         *,
         retry_attempt: int = 0,
         retry_reason: str = "",
@@ -1465,6 +1630,9 @@ class FakeSlack:
         ``type`` is ``events_api``, ``slash_commands`` or ``interactive``; the envelope is
         ``{envelope_id, type, payload, accepts_response_payload, retry_attempt, retry_reason}``.
         """
+        events_api = type == "events_api" and isinstance(payload, dict)
+        if events_api:
+            self.check_subscribed(payload.get("event"))
         await self.wait_for_socket(timeout_s=connect_timeout_s)
         envelope: JsonDict = {
             "envelope_id": envelope_id or str(uuid.uuid4()),
@@ -1478,8 +1646,8 @@ class FakeSlack:
             "retry_attempt": retry_attempt,
             "retry_reason": retry_reason,
         }
-        if type == "events_api":
-            self._observe_event(payload.get("event", {}))
+        if events_api and isinstance(payload.get("event"), dict):
+            self._observe_event(payload["event"])
         self.envelopes.append(envelope)
         if not self._sockets:  # it closed meanwhile: the next connection gets it (Slack queues)
             self._unacked[str(envelope["envelope_id"])] = (envelope, 0)
@@ -1568,6 +1736,7 @@ class FakeSlack:
             if event.get("type") == "event_callback"
             else self.events.event_callback(event, event_id=event_id)
         )
+        self.check_subscribed(envelope["event"])
         self._observe_event(envelope["event"])
         body = json.dumps(envelope).encode()
         return await self.post_signed(
@@ -1693,12 +1862,15 @@ class FakeSlack:
 
     async def _control_envelope(self, request: web.Request) -> web.Response:
         spec = await request.json()
-        envelope_id = await self.push_envelope(
-            spec["type"],
-            spec["payload"],
-            retry_attempt=int(spec.get("retry_attempt", 0)),
-            retry_reason=str(spec.get("retry_reason", "")),
-        )
+        try:
+            envelope_id = await self.push_envelope(
+                spec["type"],
+                spec["payload"],
+                retry_attempt=int(spec.get("retry_attempt", 0)),
+                retry_reason=str(spec.get("retry_reason", "")),
+            )
+        except Unsubscribed as exc:
+            return web.json_response({"error": str(exc)}, status=400)
         ack = None
         if spec.get("wait_ack"):
             with contextlib.suppress(TimeoutError):

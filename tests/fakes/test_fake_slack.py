@@ -343,6 +343,7 @@ async def test_bolt_socket_mode_acks_envelopes_and_reconnects(fake: FakeSlack) -
         ack = await fake.wait_for_ack(envelope_id)
         assert ack["payload"] == {"text": "saving"}
 
+        fake.bot_events.add("reaction_added")  # subscribed, but this app has no listener
         unhandled = await fake.push_event({"type": "reaction_added", "user": "U0USER"})
         with pytest.raises(TimeoutError):
             await fake.wait_for_ack(unhandled, timeout_s=0.3)
@@ -421,3 +422,128 @@ async def test_an_expired_stream_is_a_broken_pill_until_chat_update() -> None:
         assert message["broken_pill"] is True
         await client.chat_update(channel="D1", ts=ts, markdown_text="Half an answer, whole.")
         assert "broken_pill" not in message and message["markdown_text"].endswith("whole.")
+
+
+# ---- limits the documentation sets (one case at the limit, taken; one past it, refused) ----
+# Sources are cited where each limit is defined in tests/fakes/slack_server.py; the table in
+# docs/slack.md lists them all.
+
+
+def btn(text: str = "Go", value: str = "v", action_id: str = "a") -> dict[str, Any]:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "value": value,
+        "action_id": action_id,
+    }
+
+
+def actions(*elements: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "actions", "elements": list(elements)}]
+
+
+def section_with(accessory: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}, "accessory": accessory}]
+
+
+def header(text: str) -> list[dict[str, Any]]:
+    return [{"type": "header", "text": {"type": "plain_text", "text": text}}]
+
+
+BLOCK_RULES = [
+    pytest.param(actions(btn("x" * 75)), actions(btn("x" * 76)), id="button-text-75"),
+    pytest.param(
+        actions(btn(value="v" * 2000)),
+        actions(btn(value="v" * 2001)),
+        id="button-value-2000",
+    ),
+    pytest.param(
+        actions(btn(action_id="a" * 255)),
+        actions(btn(action_id="a" * 256)),
+        id="button-action-id-255",
+    ),
+    pytest.param(
+        section_with(btn("x" * 75)),
+        section_with(btn("x" * 76)),
+        id="accessory-button",
+    ),
+    pytest.param(header("h" * 150), header("h" * 151), id="header-150"),
+]
+
+
+@pytest.mark.parametrize(("taken", "refused"), BLOCK_RULES)
+async def test_message_and_home_view_blocks_are_checked(
+    fake: FakeSlack, client: AsyncWebClient, taken: list[Any], refused: list[Any]
+) -> None:
+    await client.chat_postMessage(channel="C1", text="t", blocks=taken)
+    await client.views_publish(user_id="U1", view={"type": "home", "blocks": taken})
+    with pytest.raises(SlackApiError) as posted:
+        await client.chat_postMessage(channel="C1", text="t", blocks=refused)
+    assert posted.value.response["error"] == "invalid_blocks"
+    with pytest.raises(SlackApiError) as published:
+        await client.views_publish(user_id="U1", view={"type": "home", "blocks": refused})
+    assert published.value.response["error"] == "invalid_blocks"
+    assert len(fake.messages("C1")) == 1
+
+
+async def test_block_counts_message_50_home_view_100(client: AsyncWebClient) -> None:
+    divider = {"type": "divider"}
+    await client.chat_postMessage(channel="C1", text="t", blocks=[divider] * 50)
+    await client.views_publish(user_id="U1", view={"type": "home", "blocks": [divider] * 100})
+    for call in (
+        client.chat_postMessage(channel="C1", text="t", blocks=[divider] * 51),
+        client.views_publish(user_id="U1", view={"type": "home", "blocks": [divider] * 101}),
+    ):
+        with pytest.raises(SlackApiError) as refused:
+            await call
+        assert refused.value.response["error"] == "invalid_blocks"
+
+
+@pytest.mark.parametrize(
+    ("loading", "ok"),
+    [
+        (["x" * 50] * 10, True),
+        (["x"] * 11, False),  # "Maximum of 10 messages"
+        (["x" * 51], False),
+        ([""], False),
+        ("not a list", False),
+    ],
+    ids=["10-of-50", "11", "51-chars", "empty", "not-a-list"],
+)
+async def test_set_status_loading_messages_limits(
+    fake: FakeSlack, client: AsyncWebClient, loading: Any, ok: bool
+) -> None:
+    call = client.assistant_threads_setStatus(
+        channel_id="D1", thread_ts="1.000001", status="is thinking…", loading_messages=loading
+    )
+    if ok:
+        await call
+        assert fake.shown_status[("D1", "1.000001")] == "is thinking…"
+        return
+    with pytest.raises(SlackApiError) as refused:
+        await call
+    assert refused.value.response["error"] == "invalid_arguments"
+    assert fake.shown_status == {}
+
+
+@pytest.mark.parametrize(
+    ("recipients", "error"),
+    [
+        ({}, "missing_recipient_user_id"),
+        ({"recipient_user_id": "U1"}, "missing_recipient_team_id"),
+        ({"recipient_team_id": "T1"}, "missing_recipient_user_id"),
+    ],
+    ids=["none", "no-team", "no-user"],
+)
+async def test_a_channel_stream_needs_its_recipient(
+    fake: FakeSlack, client: AsyncWebClient, recipients: dict[str, str], error: str
+) -> None:
+    root = await client.chat_postMessage(channel="C1", text="question")
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_startStream(channel="C1", thread_ts=root["ts"], **recipients)
+    assert refused.value.response["error"] == error
+    # In a DM none is needed; in a channel both are.
+    await client.chat_startStream(channel="D1", thread_ts=root["ts"])
+    await client.chat_startStream(
+        channel="C1", thread_ts=root["ts"], recipient_user_id="U1", recipient_team_id="T1"
+    )

@@ -33,7 +33,8 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, mask_url
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
+from core.store.postgres.base import mask_url as mask_url  # re-exported for the CLI
 from core.store.postgres.migrations import MIGRATIONS
 from core.store.schema import SchemaState, check_schema
 from core.store.sqlite.base import dt
@@ -222,7 +223,7 @@ async def migrate_database(
         if state is not None:
             check_schema(state, where=f"database {path}", apply=True)
             if backup and state.pending and not state.fresh:
-                taken = (backup_path or before_migrate_path(path)).expanduser().resolve()
+                taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
                 await backup_file(path, taken)
         store = await SQLiteStore.open(str(path), migrate=True)
         try:
@@ -247,6 +248,18 @@ async def backup_database(url: str, target: Path) -> int:
     from core.store.sqlite.backup import backup_file
 
     return await backup_file(await asyncio.to_thread(_sqlite_file, url), target)
+
+
+async def postgres_version(url: str) -> str:
+    """What the server at ``url`` answers to ``SELECT version()``, up to its first comma
+    (``PostgreSQL 15.14 (Debian ...) on x86_64...`` -> ``PostgreSQL 15.14 (Debian ...)``)."""
+    conn = await _connect(postgres_url(url))
+    try:
+        return str(await conn.fetchval("SELECT version()")).split(",", 1)[0]
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
 
 
 async def read_schema_state(url: str) -> SchemaState | None:

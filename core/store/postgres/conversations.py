@@ -27,6 +27,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
+from core.store.writes import redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -71,10 +72,10 @@ class PostgresConversations(PostgresBase):
                 turn_id = await conn.fetchval(
                     "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
                     " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
-                    " claimed_by) SELECT k, $9, $16 FROM unnest($1::text[]) WITH ORDINALITY"
+                    " claimed_by) SELECT k, $9, $17 FROM unnest($1::text[]) WITH ORDINALITY"
                     " AS e(k, n) WHERE NOT EXISTS (SELECT 1 FROM seen) ORDER BY n"
                     f" ON CONFLICT DO NOTHING RETURNING 1) INSERT INTO turns({_TURN_INSERT})"
-                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15"
+                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"
                     " WHERE (SELECT count(*) FROM claimed) = cardinality($1::text[])"
                     " RETURNING id",
                     sorted(set(claim_keys)),
@@ -87,7 +88,7 @@ class PostgresConversations(PostgresBase):
         return int(
             await conn.fetchval(
                 f"INSERT INTO turns({_TURN_INSERT})"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
                 " RETURNING id",
                 *self._turn_row(turn),
             )
@@ -111,6 +112,7 @@ class PostgresConversations(PostgresBase):
             turn.reflection,
             turn.platform_ref,
             turn.workspace,
+            turn.thread_ref,
             self.replica_id if waiting else None,
             now if waiting else None,
         )
@@ -124,6 +126,7 @@ class PostgresConversations(PostgresBase):
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
+        answer = redacted(answer) or answer
         async with self._tx() as conn:
             await _insert_usage(conn, usage)
             row = await conn.fetchrow(
@@ -132,6 +135,9 @@ class PostgresConversations(PostgresBase):
             if row is None:  # forgotten meanwhile
                 return None
             turn = turn_from_row(row)
+            text = redacted(turn.text)
+            if text is not None:  # answered: its secrets need not stay
+                await conn.execute("UPDATE turns SET text = $1 WHERE id = $2", text, turn_id)
             answer_id = None
             if answer:
                 now = utcnow()
@@ -359,6 +365,22 @@ class PostgresConversations(PostgresBase):
             at or utcnow(),
         )
 
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        prefix = conversation_prefix + ":"
+        found = await self._fetchval(
+            "SELECT 1 FROM turns u WHERE u.user_key = $1 AND u.platform_ref = $2"
+            " AND u.role = 'user' AND (u.conversation_key = $3 OR left(u.conversation_key,"
+            " $4) = $5) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
+            user_key,
+            platform_ref,
+            conversation_prefix,
+            len(prefix),
+            prefix,
+        )
+        return found is not None
+
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         rows = await self._fetch(
             "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), workspace,"
@@ -397,7 +419,7 @@ class PostgresConversations(PostgresBase):
 _TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]
 _TURN_INSERT = (
     "conversation_key, user_key, role, author, text, origin, sent_at, created_at, reply_to,"
-    " reflection, platform_ref, workspace, claimed_by, claimed_at"
+    " reflection, platform_ref, workspace, thread_ref, claimed_by, claimed_at"
 )
 
 

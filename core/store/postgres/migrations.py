@@ -14,6 +14,7 @@ the migration's transaction.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -21,6 +22,8 @@ from typing import Any
 
 import asyncpg
 
+from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_MEMORIES = """
@@ -203,6 +206,8 @@ CREATE INDEX memory_events_by_related ON memory_events(uid, related_id)
     WHERE related_id IS NOT NULL;
 """
 
+logger = logging.getLogger(__name__)
+
 _PLACEHOLDER = re.compile(r"\?")
 
 
@@ -262,6 +267,49 @@ ALTER TABLE turns ADD COLUMN reply_ref text;
 """
 
 
+M010_STANDING_INDEX = """
+-- The standing profile (core.memory.profile) reads a user's active memories of every kind but
+-- plain general facts, newest first: this partial index answers it without a scan.
+CREATE INDEX memories_standing ON memories(uid, id)
+    WHERE superseded_by IS NULL AND (kind <> 'fact' OR category <> 'general');
+"""
+
+
+async def m010_label_remembered(conn: asyncpg.Connection) -> None:
+    """The standing profile's index, and kind and category for memories that ``/remember``
+    and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    await conn.execute(M010_STANDING_INDEX)
+    changed = await relabel_remembered(fetch=fetch, execute=execute)
+    logger.info("m010: labelled %d remembered memories", changed)
+
+
+M011_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref text;
+"""
+
+
+async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -275,4 +323,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (7, "m007_pending_actions", M007_PENDING_ACTIONS),
     (8, "m008_feedback", M008_FEEDBACK),
     (9, "m009_reply_ref", M009_REPLY_REF),
+    (10, "m010_label_remembered", m010_label_remembered),
+    (11, "m011_thread_ref", M011_THREAD_REF),
+    (12, "m012_redact_secrets", m012_redact_secrets),
 ]

@@ -56,6 +56,7 @@ from core.store.postgres.cleanup import PostgresHygiene
 from core.store.postgres.conversations import PostgresConversations
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
 from core.store.postgres.vectors import PostgresVectors
+from core.store.rows import memory_filter
 from core.store.writes import bulk_results
 from core.types import (
     AddResult,
@@ -306,15 +307,26 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         return memory_from_row(row, user_key) if row else None
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        include_superseded: bool = False,
+        origins: Sequence[Origin] | None = None,
+        standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        active = "" if include_superseded else " AND m.superseded_by IS NULL"
+        where = memory_filter(
+            include_superseded=include_superseded, standing=standing, origins=origins
+        )
+        if where is None:
+            return []
         rows = await self._fetch(
             f"SELECT {MEMORY_COLUMNS} FROM memories m"
-            f" WHERE m.uid = $1{active} ORDER BY m.id DESC LIMIT $2 OFFSET $3",
+            f" WHERE m.uid = $1{where} ORDER BY m.id DESC LIMIT $2 OFFSET $3",
             uid,
             max(0, limit),
             max(0, offset),

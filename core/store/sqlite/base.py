@@ -35,6 +35,11 @@ holds them until that segment is rewritten. After a forget the user's FTS5 index
 ``FTS_SHARDS``, :mod:`core.store.sqlite.migrations` m006) is rewritten by ``optimize``, which drops
 the deleted rows' postings; the freed pages are zeroed (``secure_delete``). Then the WAL, which
 still holds the old page images, is checkpointed into the main file and truncated to 0 bytes.
+A connection reading an older snapshot (another process: the CLI, a backup, a ``sqlite3``
+shell left in a transaction) blocks that truncation, and may still read the text itself.
+So a truncation that finds one is tried again every :data:`WAL_RETRY_S` (5 s) until it
+succeeds: a forgotten text leaves ``-wal`` (and the main file) at most about 5 s after the
+last snapshot older than the forget ends, whatever else is written meanwhile.
 """
 
 from __future__ import annotations
@@ -67,6 +72,12 @@ BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another process's write lock before ``database is locked``."""
 TRUNCATE_WAIT_MS = 500
 """How long the WAL truncation after an erase waits for other processes' readers."""
+WAL_RETRY_S = 5.0
+"""After an erase whose WAL truncation was blocked by a reader, how often it is tried again
+(until it succeeds or the store closes): the bound on how long a forgotten text outlives the
+last older snapshot in ``-wal``."""
+WAL_RETRY_WAIT_MS = 100
+"""How long each retry waits for readers (short: it holds this process's write lock)."""
 GROUP_MAX_OPS = 64
 """Most write operations one grouped commit holds (about 0.1 ms each on the database thread):
 bounds how long the first one waits."""
@@ -96,6 +107,8 @@ class SQLiteBase:
         self._writer: asyncio.Task[None] | None = None
         self._uids: dict[str, int] = {}
         self._closed = False
+        self._wal_retry: asyncio.Task[None] | None = None  # a blocked truncation, tried again
+        self.wal_retry_s = WAL_RETRY_S
         self.migrated: tuple[str, ...] = ()
         """Names of the migrations this open applied, in order."""
 
@@ -209,8 +222,13 @@ class SQLiteBase:
                     )
                 assert self._writer is not None
                 await asyncio.shield(self._writer)
-            async with self._write_lock:
-                await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+            if self._wal_retry is not None and not self._wal_retry.done():
+                self._wal_retry.cancel()  # one last try below, waiting as long as an erase does
+                await asyncio.wait({self._wal_retry})
+                await self._checkpoint_truncate(TRUNCATE_WAIT_MS)
+            else:
+                async with self._write_lock:
+                    await self._conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
             # Nothing is lost: the WAL is checkpointed at the next open.
             logger.info("WAL checkpoint at close skipped: %s", exc)
@@ -330,10 +348,37 @@ class SQLiteBase:
     async def _truncate_wal(self) -> bool:
         """Copy the WAL into the main file and truncate it to 0 bytes, so erased text leaves
         ``-wal`` too (the ``-shm`` index holds page numbers only). Waits at most
-        ``TRUNCATE_WAIT_MS`` for readers in other processes; returns False (and the next
-        erase or purge retries) when one still reads an older snapshot."""
+        ``TRUNCATE_WAIT_MS`` for readers in other processes; when one still reads an older
+        snapshot, returns False and tries again every :data:`WAL_RETRY_S` in the background
+        until it succeeds (module docstring)."""
+        done = await self._checkpoint_truncate(TRUNCATE_WAIT_MS)
+        if not done:
+            logger.info(
+                "WAL truncate incomplete: another connection reads the database; retrying"
+                " every %s s",
+                self.wal_retry_s,
+            )
+            if not self._closed and (self._wal_retry is None or self._wal_retry.done()):
+                self._wal_retry = asyncio.get_running_loop().create_task(
+                    self._truncate_until_done(), name="sqlite-wal-truncate"
+                )
+        return done
+
+    async def _truncate_until_done(self) -> None:
+        """The background retry of a blocked truncation (:meth:`_truncate_wal`)."""
+        tries = 0
+        while not self._closed:
+            await asyncio.sleep(self.wal_retry_s)
+            tries += 1
+            if not self._closed and await self._checkpoint_truncate(WAL_RETRY_WAIT_MS):
+                logger.info("WAL truncated after an erase, at retry %d", tries)
+                return
+
+    async def _checkpoint_truncate(self, wait_ms: int) -> bool:
+        """One ``wal_checkpoint(TRUNCATE)``, waiting at most ``wait_ms`` for readers; True
+        when the WAL was copied and truncated to 0 bytes."""
         async with self._write_lock:
-            await self._conn.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
+            await self._conn.execute(f"PRAGMA busy_timeout={wait_ms}")
             try:
                 rows = list(await self._conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
             except sqlite3.Error as exc:
@@ -341,10 +386,7 @@ class SQLiteBase:
                 return False
             finally:
                 await self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        done = bool(rows) and rows[0][0] == 0
-        if not done:
-            logger.info("WAL truncate incomplete: another process reads the database")
-        return done
+        return bool(rows) and rows[0][0] == 0
 
     def _read_conn(self) -> aiosqlite.Connection:
         """The writer's connection inside a write (to see its own rows), else the reader's."""

@@ -19,6 +19,7 @@ from core.store.rows import (
 )
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.store.writes import redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -68,6 +69,8 @@ class SQLiteConversations(SQLiteBase):
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
     ) -> int | None:
+        answer = redacted(answer) or answer
+
         def finish(conn: sqlite3.Connection) -> int | None:
             for record in usage:
                 _insert_usage(conn, record)
@@ -76,6 +79,9 @@ class SQLiteConversations(SQLiteBase):
             if found is None:  # forgotten meanwhile
                 return None
             turn = turn_from_row(found, time=dt)
+            text = redacted(turn.text)
+            if text is not None:  # answered: its secrets need not stay
+                conn.execute("UPDATE turns SET text = ? WHERE id = ?", (text, turn_id))
             answer_id = None
             if answer:
                 now = ts(utcnow())
@@ -277,6 +283,18 @@ class SQLiteConversations(SQLiteBase):
             )
         )
 
+    async def answered_message(
+        self, *, user_key: str, platform_ref: str, conversation_prefix: str
+    ) -> bool:
+        prefix = conversation_prefix + ":"
+        row = await self._fetchone(
+            "SELECT 1 FROM turns u WHERE u.user_key = ? AND u.platform_ref = ?"
+            " AND u.role = 'user' AND (u.conversation_key = ? OR substr(u.conversation_key,"
+            " 1, ?) = ?) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
+            (user_key, platform_ref, conversation_prefix, len(prefix), prefix),
+        )
+        return row is not None
+
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         rows = await self._fetchall(
             "SELECT substr(at, 1, 10), workspace, SUM(positive), SUM(1 - positive)"
@@ -302,8 +320,8 @@ def _usage_filter(
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
     cur = conn.execute(
         "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-        " sent_at, created_at, reply_to, reflection, platform_ref, workspace)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " sent_at, created_at, reply_to, reflection, platform_ref, workspace, thread_ref)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             turn.conversation_key,
             turn.user_key,
@@ -317,6 +335,7 @@ def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
             turn.reflection,
             turn.platform_ref,
             turn.workspace,
+            turn.thread_ref,
         ),
     )
     return cast(int, cur.lastrowid)

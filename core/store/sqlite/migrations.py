@@ -7,6 +7,7 @@ the migration's transaction.
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -15,6 +16,8 @@ from typing import Any
 
 import aiosqlite
 
+from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
@@ -410,6 +413,57 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+logger = logging.getLogger(__name__)
+
+M012_STANDING_INDEX = """
+-- The standing profile (core.memory.profile) reads a user's active memories of every kind but
+-- plain general facts, newest first: this partial index answers it without a scan.
+CREATE INDEX memories_standing ON memories(uid, id)
+    WHERE superseded_by IS NULL AND (kind <> 'fact' OR category <> 'general');
+"""
+
+
+async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
+    """The standing profile's index, and kind and category for memories that ``/remember``
+    and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    await conn.execute(M012_STANDING_INDEX)
+    changed = await relabel_remembered(fetch=fetch, execute=execute)
+    logger.info("m012: labelled %d remembered memories", changed)
+
+
+M013_THREAD_REF = """
+-- The thread a message was said in when its conversation key does not name it (a Slack DM
+-- thread's thread_ts), so that an answer a crash cut is recovered into that thread.
+ALTER TABLE turns ADD COLUMN thread_ref TEXT;
+"""
+
+
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
+    """Erase memories and redact turns stored with a secret before the secret check
+    (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
+    secret's index terms leave the file as a forget's do."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    async def erased(uids: set[int]) -> None:
+        for fts in sorted({fts_table(uid) for uid in uids}):
+            await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -425,4 +479,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (9, "m009_feedback", M009_FEEDBACK),
     (10, "m010_reply_ref", M010_REPLY_REF),
     (11, "m011_ids_never_reused", m011_ids_never_reused),
+    (12, "m012_label_remembered", m012_label_remembered),
+    (13, "m013_thread_ref", M013_THREAD_REF),
+    (14, "m014_redact_secrets", m014_redact_secrets),
 ]

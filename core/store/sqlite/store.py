@@ -31,6 +31,7 @@ from typing import Any, cast
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
+from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations
@@ -347,15 +348,26 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         return _memory(row) if row else None
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0, include_superseded: bool = False
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        include_superseded: bool = False,
+        origins: Sequence[Origin] | None = None,
+        standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        active = "" if include_superseded else " AND m.superseded_by IS NULL"
+        where = memory_filter(
+            include_superseded=include_superseded, standing=standing, origins=origins
+        )
+        if where is None:
+            return []
         rows = await self._fetchall(
             f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
-            f" WHERE m.uid = ?{active} ORDER BY m.id DESC LIMIT ? OFFSET ?",
+            f" WHERE m.uid = ?{where} ORDER BY m.id DESC LIMIT ? OFFSET ?",
             (uid, max(0, limit), max(0, offset)),
         )
         return [_memory(r) for r in rows]

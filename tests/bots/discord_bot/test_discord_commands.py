@@ -11,6 +11,7 @@ import pytest
 from bots.discord_bot.client import SelfMindBot
 from bots.discord_bot.commands import PAGE_SIZE
 from core.chat.controls import NOT_ENABLED
+from core.memory.refs import STALE_BUTTON, created_stamp, memory_ref
 from core.memory.replies import exported
 from tests.discord_helpers import World, buttons, command, final_text, key, running_bot
 from tests.fakes.discord_server import FLAG_EPHEMERAL
@@ -39,30 +40,47 @@ async def test_remember_is_ephemeral_and_origin_follows_the_place(
     fake = w.discord
     _, response = await command(fake, "remember", w.alice, text="I prefer tabs over spaces.")
     assert (response.type, response.ephemeral) == (4, True)
-    assert response.content == "Remembered (`#1`)."
+    assert response.content == "Remembered (`#1`): The user prefers tabs over spaces."
     _, again = await command(fake, "remember", w.alice, text="i prefer tabs over spaces")
     assert again.content == "I already knew that (`#1`)."
     _, in_dm = await command(
         fake, "remember", w.alice, text="My dog is Pixel.", channel_id=fake.dm_channel_id(w.alice)
     )
-    assert in_dm.ephemeral and in_dm.content == "Remembered (`#2`)."
+    assert in_dm.ephemeral and in_dm.content == "Remembered (`#2`): The user's dog is Pixel."
 
     memories = await bot.rt.service.list_memories(user_key=key(w.alice))
     assert [(m.text, m.origin, m.source) for m in memories] == [
-        ("My dog is Pixel.", "private", "remember"),
-        ("I prefer tabs over spaces.", "shared", "remember"),
+        ("The user's dog is Pixel.", "private", "remember"),
+        ("The user prefers tabs over spaces.", "shared", "remember"),
     ]
     assert await bot.rt.service.count(user_key=key(w.bob)) == 0
     assert fake.messages_in(fake.channel_id) == []  # nothing visible in the channel
+
+
+async def test_remember_refuses_a_secret_and_stores_nothing(w: World, bot: SelfMindBot) -> None:
+    fake = w.discord
+    token = "ghp_" + "Zx8Qp2Lm9Rt4Vb7Nc1Kd6Hs3Jf0Wg5YaBcDe"
+    _, response = await command(fake, "remember", w.alice, text=f"My GitHub token is {token}")
+    assert (response.type, response.ephemeral) == (4, True)
+    assert response.content == (
+        "That looks like a GitHub token, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    _, pin = await command(fake, "remember", w.alice, text="Meine PIN ist 4711")
+    assert pin.content.startswith("That looks like a PIN,") and "4711" not in pin.content
+    assert await bot.rt.service.count(user_key=key(w.alice)) == 0
+    assert fake.messages_in(fake.channel_id) == []
 
 
 async def test_forget_autocomplete_offers_only_the_callers_memories(
     w: World, bot: SelfMindBot
 ) -> None:
     fake, service = w.discord, bot.rt.service
-    tea = await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+    await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
     await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
-    bobs = await service.remember(user_key=key(w.bob), text="The user drinks black tea.")
+    await service.remember(user_key=key(w.bob), text="The user drinks black tea.")
+    _, tea = await service.list_memories(user_key=key(w.alice))  # newest first
+    (bobs,) = await service.list_memories(user_key=key(w.bob))
 
     interaction = await fake.dispatch_autocomplete(
         "forget", user=w.alice, focused="memory", options={"memory": "tea"}
@@ -70,7 +88,7 @@ async def test_forget_autocomplete_offers_only_the_callers_memories(
     response = await fake.wait_for_interaction_response(interaction)
     assert response.type == 8
     assert response.choices == [
-        {"name": f"#{tea.id} The user drinks green tea.", "value": str(tea.id)},
+        {"name": f"#{tea.id} The user drinks green tea.", "value": memory_ref(tea)},
         {"name": "All my memories", "value": "all"},
     ]
 
@@ -78,13 +96,13 @@ async def test_forget_autocomplete_offers_only_the_callers_memories(
         "forget", user=w.alice, focused="memory", options={"memory": ""}
     )
     values = [c["value"] for c in (await fake.wait_for_interaction_response(interaction)).choices]
-    assert str(bobs.id) not in values and values[-1] == "all" and len(values) == 3
+    assert memory_ref(bobs) not in values and values[-1] == "all" and len(values) == 3
 
     interaction = await fake.dispatch_autocomplete(
         "forget", user=w.bob, focused="memory", options={"memory": "tea"}
     )
     values = [c["value"] for c in (await fake.wait_for_interaction_response(interaction)).choices]
-    assert values == [str(bobs.id), "all"]
+    assert values == [memory_ref(bobs), "all"]
 
 
 async def test_forget_one_never_reaches_another_users_memory(w: World, bot: SelfMindBot) -> None:
@@ -102,6 +120,33 @@ async def test_forget_one_never_reaches_another_users_memory(w: World, bot: Self
     assert response.ephemeral and response.content == f"Forgot `#{bobs.id}`."
     assert await service.count(user_key=key(w.bob)) == 0
     assert await service.count(user_key=key(w.alice)) == 1
+
+
+async def test_a_stale_forget_choice_forgets_nothing_and_says_so(
+    w: World, bot: SelfMindBot
+) -> None:
+    # The autocomplete offered A; A was forgotten (elsewhere) and B stored before the choice
+    # was sent. The choice proves it meant A: it never reaches B, nor does a choice whose id
+    # now names another memory. An id typed by hand is taken as it is.
+    fake, service = w.discord, bot.rt.service
+    await service.remember(user_key=key(w.alice), text="The user lives in Lisbon.")
+    interaction = await fake.dispatch_autocomplete(
+        "forget", user=w.alice, focused="memory", options={"memory": "Lisbon"}
+    )
+    [choice, _] = (await fake.wait_for_interaction_response(interaction)).choices
+    await command(fake, "forget", w.alice, memory="1")
+    b = await service.remember(user_key=key(w.alice), text="The user drinks green tea.")
+    assert b.id == 2
+
+    _, response = await command(fake, "forget", w.alice, memory=choice["value"])
+    assert response.content == "No such memory of yours; pick one from the list."
+    (tea,) = await service.list_memories(user_key=key(w.alice))
+    other = f"{tea.id}.{created_stamp(tea.created_at) + 1}"
+    _, response = await command(fake, "forget", w.alice, memory=other)
+    assert response.ephemeral and response.content == STALE_BUTTON
+    assert await service.count(user_key=key(w.alice)) == 1
+    _, response = await command(fake, "forget", w.alice, memory=memory_ref(tea))
+    assert response.content == "Forgot `#2`."
 
 
 async def test_forget_all_asks_and_only_the_caller_can_confirm(w: World, bot: SelfMindBot) -> None:

@@ -2,7 +2,9 @@
 the fix (reinstall, new SLACK_BOT_TOKEN) and exit 1, in Socket Mode and over HTTP: the
 ``tokens_revoked`` and ``app_uninstalled`` events, and the Web API errors ``invalid_auth``,
 ``token_revoked``, ``account_inactive``, ``not_authed`` on the bot token. A message stored
-before the failure is answered, once, after a restart with the new token."""
+before the failure is answered, once, after a restart with the new token. A revoked app-level
+token (Socket Mode's) ends it too, at the link's next refresh. The events arrive only because
+manifest.yml subscribes to them (the fake delivers nothing else, as Slack)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,25 @@ async def test_a_revoking_event_ends_the_socket_mode_process(tmp_path: Path, eve
         finally:
             bot.kill()
         assert event in fix_line(bot)
+        assert "Traceback" not in "".join(bot.lines)
+
+
+async def test_a_revoked_app_token_ends_the_socket_mode_process(tmp_path: Path) -> None:
+    """The app-level token is the Socket Mode link's (HTTP mode has none): revoked, the next
+    refresh's apps.connections.open is refused and the process ends with one line naming the
+    fix, instead of retrying forever (``invalid_auth`` at start-up: test_slack_bot.py)."""
+    error = "token_revoked"
+    async with running_fake_slack() as slack, running_fake_anthropic() as claude:
+        bot = await BotProcess.start(tmp_path / "m.db", socket_mode_env(slack, claude), tmp_path)
+        try:
+            slack.revoke_app_token(error)
+            await slack.disconnect_sockets("refresh_requested")  # Slack refreshes regularly
+            assert await bot.wait() == 1
+        finally:
+            bot.kill()
+        (line,) = [line for line in bot.lines if "SLACK_APP_TOKEN" in line]
+        assert line.startswith("error: ") and f"({error})" in line, line
+        assert "create a new app-level token" in line
         assert "Traceback" not in "".join(bot.lines)
 
 

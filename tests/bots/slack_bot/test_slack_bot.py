@@ -13,6 +13,7 @@ import pytest
 from aiohttp import ClientSession
 
 from core.errors import ConfigError
+from core.memory.refs import parse_memory_ref
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
@@ -74,7 +75,10 @@ async def test_dm_streams_by_edits_notice_once_and_a_memory_note(
         note = slack.ephemerals[0]
         assert (note["channel"], note["to_user"]) == ("D1", "U1")
         buttons = [b["accessory"] for b in note["blocks"] if "accessory" in b]
-        assert [(b["action_id"], b["value"]) for b in buttons] == [("selfmind_forget", "1")]
+        assert [
+            (b["action_id"], getattr(parse_memory_ref(b["value"]), "memory_id", None))
+            for b in buttons
+        ] == [("selfmind_forget", 1)]
         assert PREFERENCE in note["text"]
 
         memories = await running.runtime.service.list_memories(user_key=key("U1"))
@@ -276,6 +280,7 @@ async def test_ignored_events_make_no_call(
     settings = slack_settings(slack, claude, tmp_path / "m.db")
     events = slack.events
     original = events.message("hello", user="U1")
+    slack.bot_events.add("reaction_added")  # an event no listener of the bot handles
     async with running_bot(settings) as running:
         url = running.events_url
         for event in (

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from bots.slack_bot.app import RunningSlackBot
+from core.memory.refs import STALE_BUTTON, created_stamp, memory_ref, parse_memory_ref
 from core.memory.service import CONFIRM_GONE
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
-from tests.fakes.slack_server import FakeSlack
+from tests.fakes.slack_server import FakeSlack, JsonDict
 from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
     PREFERENCE,
@@ -37,11 +38,11 @@ async def claude() -> AsyncIterator[FakeAnthropic]:
 
 async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSlackBot) -> None:
     reply = await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
-    assert reply["text"] == "Remembered (`#1`)."
+    assert reply["text"] == "Remembered (`#1`): The user drinks green tea."
     again = await command(slack, bot, "/remember", "the user drinks green tea", user="U1")
     assert again["text"] == "I already knew that (`#1`)."
     in_dm = await command(slack, bot, "/remember", "The user runs Arch.", user="U1", channel="D1")
-    assert in_dm["text"] == "Remembered (`#2`)."
+    assert in_dm["text"] == "Remembered (`#2`): The user runs Arch."
     empty = await command(slack, bot, "/remember", "   ", user="U1")
     assert empty["text"] == "A memory needs some text."
     memories = await bot.runtime.service.list_memories(user_key=key("U1"))
@@ -50,6 +51,22 @@ async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSl
         ("The user drinks green tea.", "shared"),
     ]
     assert slack.calls("chat.postMessage") == []  # nothing said in the channel
+
+
+async def test_remember_refuses_a_secret_and_stores_nothing(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    token = "xoxb-123456789012-1234567890123-" + "q8w7e6r5t4y3u2i1o0p9a8s7"
+    reply = await command(slack, bot, "/remember", f"The deploy token is {token}", user="U1")
+    assert reply["text"] == (
+        "That looks like a Slack token, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    assert token not in json.dumps(reply)
+    again = await command(slack, bot, "/remember", "my password is hunter2", user="U1")
+    assert again["text"].startswith("That looks like a password,")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
+    assert slack.calls("chat.postMessage") == []
 
 
 async def test_forget_only_the_callers_own(slack: FakeSlack, bot: RunningSlackBot) -> None:
@@ -202,25 +219,35 @@ async def test_memory_pause_and_off_skip_the_reflection_call(
     assert bogus["text"] == "Usage: `/memory pause | resume | off | on`."
 
 
-async def test_the_forget_button_of_a_note_works_only_for_its_owner(
+async def learn_with_a_note(
     slack: FakeSlack, claude: FakeAnthropic, bot: RunningSlackBot
-) -> None:
+) -> tuple[JsonDict, JsonDict]:
+    """U1 mentions the bot and a reflection learns :data:`PREFERENCE`: the mention and the
+    "I'll remember" note it posts."""
     claude.enqueue(memories_reply((PREFERENCE, "preference", "communication")), kind="extract")
     mention = slack.events.app_mention(f"{slack.identity.mention} I like bullet points", user="U1")
     await slack.send_event(bot.events_url, mention)
     await slack.wait_until(lambda: bool(slack.ephemerals), what="memory note")
-    note = slack.ephemerals[0]
+    return mention, slack.ephemerals[0]
+
+
+async def test_the_forget_button_of_a_note_works_only_for_its_owner(
+    slack: FakeSlack, claude: FakeAnthropic, bot: RunningSlackBot
+) -> None:
+    mention, note = await learn_with_a_note(slack, claude, bot)
     assert (note["channel"], note["to_user"], note["thread_ts"]) == (
         "C0GENERAL",
         "U1",
         mention["ts"],
     )
-    assert buttons(note) == [("selfmind_forget", "1")]
+    [(action, value)] = buttons(note)
+    ref = parse_memory_ref(value)
+    assert action == "selfmind_forget" and ref is not None and ref.memory_id == 1
 
-    stranger = await click(slack, bot, "selfmind_forget", "1", user="U2")
+    stranger = await click(slack, bot, "selfmind_forget", value, user="U2")
     assert stranger["text"] == "No such memory."
     assert await bot.runtime.service.count(user_key=key("U1")) == 1
-    owner = await click(slack, bot, "selfmind_forget", "1", user="U1")
+    owner = await click(slack, bot, "selfmind_forget", value, user="U1")
     assert owner["text"] == "Forgot `#1`."
     assert await bot.runtime.service.count(user_key=key("U1")) == 0
 
@@ -238,3 +265,31 @@ async def test_notes_can_be_turned_off(
         assert await running.runtime.reflector.drain(5)
         assert await running.runtime.service.count(user_key=key("U1")) == 1
     assert slack.ephemerals == []
+
+
+async def test_a_stale_forget_button_forgets_nothing_and_says_so(
+    slack: FakeSlack, claude: FakeAnthropic, bot: RunningSlackBot
+) -> None:
+    # Issue 26: /remember A (#1), /forget 1, /remember B; the old note's Forget of A must not
+    # reach B, nor may a button posted before refs (a bare id) or one whose id now names
+    # another memory (a store restored from a backup).
+    _, note = await learn_with_a_note(slack, claude, bot)
+    [(_, old_value)] = buttons(note)
+    assert (await command(slack, bot, "/forget", "1", user="U1"))["text"] == "Forgot `#1`."
+    b = await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
+    assert b["text"] == "Remembered (`#2`): The user drinks green tea."  # never #1 again
+
+    gone = await click(slack, bot, "selfmind_forget", old_value, user="U1")
+    assert gone["text"] == "No such memory."
+    (tea,) = await bot.runtime.service.list_memories(user_key=key("U1"))
+    other_memory = f"{tea.id}.{created_stamp(tea.created_at) + 1}"
+    for value in (str(tea.id), f"#{tea.id}", other_memory):
+        stale = await click(slack, bot, "selfmind_forget", value, user="U1")
+        assert stale["text"] == STALE_BUTTON
+    for forged in ("", "x" * 5000, "\x00", f"{tea.id}.", f"{tea.id}.1.2"):
+        refused = await click(slack, bot, "selfmind_forget", forged, user="U1")
+        assert refused["text"] == STALE_BUTTON
+    assert await bot.runtime.service.count(user_key=key("U1")) == 1
+    ok = await click(slack, bot, "selfmind_forget", memory_ref(tea), user="U1")
+    assert ok["text"] == "Forgot `#2`."
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0

@@ -17,6 +17,7 @@ from bots.slack_bot.app import RunningSlackBot
 from bots.slack_bot.assistant import RECALL_PROMPT, suggested_prompts
 from bots.slack_bot.events import DM_NOTICE
 from core.memory import replies
+from core.memory.refs import STALE_BUTTON, created_stamp, parse_memory_ref
 from core.types import Memory
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import BotIdentity, FakeSlack, JsonDict, running_fake_slack
@@ -74,6 +75,23 @@ def view_buttons(view: JsonDict) -> list[tuple[str, str, str]]:
     return found
 
 
+def forget_ids(view: JsonDict) -> list[int]:
+    """The memory ids the *Forget* buttons of a view name, in order."""
+    refs = [parse_memory_ref(v) for _, a, v in view_buttons(view) if a == home.FORGET]
+    assert all(r is not None for r in refs), refs
+    return [r.memory_id for r in refs if r is not None]
+
+
+def forget_value(view: JsonDict, memory_id: int) -> str:
+    """The value of the *Forget* button of memory ``memory_id`` in a view."""
+    [value] = [
+        v
+        for _, a, v in view_buttons(view)
+        if a == home.FORGET and (ref := parse_memory_ref(v)) and ref.memory_id == memory_id
+    ]
+    return value
+
+
 async def open_home(slack: FakeSlack, running: RunningSlackBot, user: str) -> JsonDict:
     published = len(slack.calls("views.publish"))
     event = slack.events.app_home_opened(user=user, tab="home")
@@ -119,8 +137,7 @@ async def test_home_tab_shows_the_owners_memory_only_and_refreshes_after_learnin
     shown = texts(view)
     assert "*12 memories*: 12 facts" in shown
     assert "secret" not in shown  # nobody else's
-    forgets = [b for b in view_buttons(view) if b[1] == home.FORGET]
-    assert [v for _, _, v in forgets] == [str(n) for n in range(12, 2, -1)]  # newest ten
+    assert forget_ids(view) == list(range(12, 2, -1))  # newest ten
     assert ("Older ▶", home.PAGE, "10") in view_buttons(view)
     assert ("Pause learning", home.MODE, "paused") in view_buttons(view)
     assert len(view["blocks"]) <= 100
@@ -144,23 +161,24 @@ async def test_forget_click_works_for_the_owner_only_and_pages(
     await seed(bot, "U1", 12)
     view = await open_home(slack, bot, "U1")
     published = len(slack.calls("views.publish"))
+    twelve = forget_value(view, 12)
 
     # Someone else's forged click on U1's view: refused, nothing forgotten, nothing shown.
-    await click_view(slack, bot, view, home.FORGET, "12", user="U2")
+    await click_view(slack, bot, view, home.FORGET, twelve, user="U2")
     assert await bot.runtime.service.count(user_key=key("U1")) == 12
     assert len(slack.calls("views.publish")) == published
     # A forged view naming the clicker as owner still reaches only the clicker's memories.
     forged = dict(view) | {"private_metadata": home.HomeState(owner="U2").metadata()}
-    await click_view(slack, bot, forged, home.FORGET, "12", user="U2")
+    await click_view(slack, bot, forged, home.FORGET, twelve, user="U2")
     assert await bot.runtime.service.count(user_key=key("U1")) == 12
     assert "already gone" in texts(slack.home_views["U2"])
     # Malformed metadata: refused.
     await click_view(
-        slack, bot, dict(view) | {"private_metadata": "{nope"}, home.FORGET, "12", user="U1"
+        slack, bot, dict(view) | {"private_metadata": "{nope"}, home.FORGET, twelve, user="U1"
     )
     assert await bot.runtime.service.count(user_key=key("U1")) == 12
 
-    await click_view(slack, bot, view, home.FORGET, "12", user="U1")
+    await click_view(slack, bot, view, home.FORGET, twelve, user="U1")
     assert await bot.runtime.service.count(user_key=key("U1")) == 11
     after = slack.home_views["U1"]
     assert "Forgot `#12`." in texts(after) and "11 memories" in texts(after)
@@ -168,11 +186,35 @@ async def test_forget_click_works_for_the_owner_only_and_pages(
 
     await click_view(slack, bot, after, home.PAGE, "10", user="U1")
     page2 = slack.home_views["U1"]
-    assert [v for _, a, v in view_buttons(page2) if a == home.FORGET] == ["1"]
+    assert forget_ids(page2) == [1]
     assert ("◀ Newer", home.PAGE, "0") in view_buttons(page2)
     assert not [b for b in view_buttons(page2) if b[0] == "Older ▶"]
     await click_view(slack, bot, page2, home.PAGE, "99999999999999", user="U1")  # bad offset
     assert json.loads(slack.home_views["U1"]["private_metadata"])["offset"] == 10
+
+
+async def test_a_stale_home_forget_button_forgets_nothing_and_says_so(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    # A page open on another device: its Forget of #1 was made for a memory forgotten since.
+    await seed(bot, "U1", 1)
+    old_page = await open_home(slack, bot, "U1")
+    old_value = forget_value(old_page, 1)
+    await command(slack, bot, "/forget", "1", user="U1")
+    await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
+    await click_view(slack, bot, old_page, home.FORGET, old_value, user="U1")
+    assert "That memory was already gone." in texts(slack.home_views["U1"])
+    # A page published before refs carried bare ids: refused, whatever #2 is now.
+    await click_view(slack, bot, old_page, home.FORGET, "2", user="U1")
+    assert STALE_BUTTON in texts(slack.home_views["U1"])
+    (tea,) = await bot.runtime.service.list_memories(user_key=key("U1"))
+    restored = f"{tea.id}.{created_stamp(tea.created_at) - 1}"  # same id, another memory
+    await click_view(slack, bot, old_page, home.FORGET, restored, user="U1")
+    assert STALE_BUTTON in texts(slack.home_views["U1"])
+    assert await bot.runtime.service.count(user_key=key("U1")) == 1
+    page = slack.home_views["U1"]
+    await click_view(slack, bot, page, home.FORGET, forget_value(page, tea.id), user="U1")
+    assert await bot.runtime.service.count(user_key=key("U1")) == 0
 
 
 async def test_search_mode_export_and_single_use_forget_everything(
@@ -190,7 +232,7 @@ async def test_search_mode_export_and_single_use_forget_everything(
         action_type="plain_text_input",
     )
     found = slack.home_views["U1"]
-    assert [v for _, a, v in view_buttons(found) if a == home.FORGET] == ["2"]
+    assert forget_ids(found) == [2]
     assert len(json.loads(found["private_metadata"])["query"]) <= home.MAX_QUERY_CHARS
     await click_view(slack, bot, found, home.SEARCH, 'AND "(* -x', user="U1")  # query syntax
     assert "Nothing matches." in texts(slack.home_views["U1"])
@@ -323,7 +365,9 @@ async def test_messages_tab_greets_once_and_suggests_prompts_over_socket_mode(
         shown = [s for s in slack.statuses if s.get("status")]
         assert shown and shown[0]["loading_messages"][0] == "Recalling what you told me…"
 
-        # The split-pane assistant view: a new thread gets prompts in that thread.
+        # The split-pane assistant view (legacy ``assistant_view``, whose manifest
+        # subscribes to assistant_thread_started): a new thread gets prompts in that thread.
+        slack.bot_events.add("assistant_thread_started")
         started = slack.events.assistant_thread_started(user="U1")
         await slack.deliver_socket_event(started)
         await settle(running)
@@ -411,7 +455,9 @@ async def test_slack_connect_user_has_one_key_on_every_entry_point(
     assert len(claude.requests_of("extract")) == 1  # off stopped the learning
 
     view = await open_home(slack, bot, ext)
-    await click_view(slack, bot, view, home.FORGET, "1", user=ext, user_team="T0EXTERNAL")
+    await click_view(
+        slack, bot, view, home.FORGET, forget_value(view, 1), user=ext, user_team="T0EXTERNAL"
+    )
     assert await bot.runtime.service.count(user_key=key(ext)) == 0  # the button reached it
 
 
@@ -435,11 +481,13 @@ async def test_enterprise_grid_org_install_keys_by_enterprise(
             grid = "slack:E0ORG:W1"
             assert await running.runtime.service.count(user_key=grid) == 1
             turns = await running.runtime.store.recent_turns(
-                conversation_key="slack:T0WS2:D1", limit=5
+                conversation_key="slack:E0ORG:D1",
+                limit=5,  # the install's id, as the user key
             )
             assert {t.user_key for t in turns if t.role == "user"} == {grid}
             view = await open_home(fake, running, "W1")
-            await click_view(fake, running, view, home.FORGET, "1", user="W1", user_team="T0WS2")
+            one = forget_value(view, 1)
+            await click_view(fake, running, view, home.FORGET, one, user="W1", user_team="T0WS2")
             assert await running.runtime.service.count(user_key=grid) == 0
 
 
@@ -453,11 +501,11 @@ async def test_home_tab_and_a_forget_click_over_socket_mode(
         await slack.deliver_socket_event(slack.events.app_home_opened(user="U1", tab="home"))
         await slack.wait_until(lambda: "U1" in slack.home_views, what="views.publish")
         view = slack.home_views["U1"]
-        stranger = slack.events.view_action(view, home.FORGET, "2", user="U2")
+        stranger = slack.events.view_action(view, home.FORGET, forget_value(view, 2), user="U2")
         await slack.wait_for_ack(await slack.push_envelope("interactive", stranger))
         await settle(running)
         assert await running.runtime.service.count(user_key=key("U1")) == 2
-        owner = slack.events.view_action(view, home.FORGET, "2", user="U1")
+        owner = slack.events.view_action(view, home.FORGET, forget_value(view, 2), user="U1")
         await slack.wait_for_ack(await slack.push_envelope("interactive", owner))
         await settle(running)
         assert await running.runtime.service.count(user_key=key("U1")) == 1

@@ -24,7 +24,7 @@ from tests.fakes.anthropic_server import (
     running_fake_anthropic,
 )
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
-from tests.loop_helpers import memories_reply, memory_lines
+from tests.loop_helpers import memories_reply, memory_lines, memory_text
 from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, key, slack_process_env, system_text
 
 READY = re.compile(r"slack bot listening on http port (\d+)")
@@ -140,10 +140,10 @@ async def test_must_show_dm_memory_survives_restart_for_its_user_only(tmp_path: 
                 timeout_s=20,
             )
         u1_request, u2_request = claude.requests_of("chat")[-2:]
-        u1_memories = memory_lines(u1_request.body["system"][1]["text"])
+        u1_memories = memory_lines(memory_text(u1_request.body))
         assert len(u1_memories) == 1 and PREFERENCE in u1_memories[0]
         assert "I prefer answers in bullet points" in str(u1_request.body["messages"][0])
-        assert memory_lines(u2_request.body["system"][1]["text"]) == []
+        assert memory_lines(memory_text(u2_request.body)) == []
         assert "bullet" not in str(u2_request.body["messages"]) + system_text(claude, -1)
 
         mention = slack.events.app_mention(f"{slack.identity.mention} {question}", user="U1")

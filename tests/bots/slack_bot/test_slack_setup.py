@@ -14,24 +14,10 @@ from bots.slack_bot.app import retry_num
 from bots.slack_bot.commands import COMMANDS, escape_mrkdwn
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import running_fake_anthropic
-from tests.fakes.slack_server import running_fake_slack
+from tests.fakes.slack_server import manifest_bot_events, manifest_list, running_fake_slack
 from tests.slack_helpers import running_bot, slack_settings
 
 MANIFEST = (REPO_ROOT / "manifest.yml").read_text(encoding="utf-8")
-
-
-def manifest_list(name: str) -> list[str]:
-    """The items of the YAML list under ``name:`` (``- item`` lines, comments dropped)."""
-    block = MANIFEST.split(f"{name}:\n", 1)[1]
-    items = []
-    for line in block.splitlines():
-        stripped = line.split("#", 1)[0].strip()
-        if not stripped:
-            continue
-        if not stripped.startswith("- "):
-            break
-        items.append(stripped[2:].strip())
-    return items
 
 
 def test_manifest_has_the_commands_events_scopes_and_socket_mode() -> None:
@@ -43,9 +29,14 @@ def test_manifest_has_the_commands_events_scopes_and_socket_mode() -> None:
         "message.channels",
         "message.groups",
         "message.im",
+        "message.mpim",
+        "tokens_revoked",
+        "app_uninstalled",
     ]
     scopes = set(manifest_list("bot"))
     assert {"app_mentions:read", "channels:history", "groups:history", "im:history"} <= scopes
+    assert "mpim:history" in scopes  # group DMs
+    assert manifest_bot_events()  # every subscribed event has its scope
     assert {"chat:write", "commands", "im:write", "files:write"} <= scopes
     assert "assistant:write" in scopes  # setStatus, setSuggestedPrompts
     assert re.search(r"home_tab_enabled: true", MANIFEST)  # the memory page

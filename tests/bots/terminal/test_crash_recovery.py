@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import running_fake_anthropic, slow
-from tests.loop_helpers import API_KEY, memories_reply
+from tests.loop_helpers import API_KEY, memories_reply, memory_text
 
 PREFERENCE = "The user prefers answers in bullet points."
 
@@ -77,7 +77,7 @@ async def test_sigkill_after_answer_then_resume_and_recall(tmp_path: Path) -> No
         )
         assert third.returncode == 0, err.decode()
         assert b"- like this" in out
-        system = fake.requests_of("chat")[-1].body["system"][1]["text"]
+        system = memory_text(fake.requests_of("chat")[-1].body)
         assert PREFERENCE in system
         # The earlier exchange is still in the history too.
         first_message = fake.requests_of("chat")[-1].body["messages"][0]

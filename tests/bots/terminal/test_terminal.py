@@ -41,22 +41,27 @@ def test_commands_without_api_key(tmp_path: Path) -> None:
         "/remember    \n"
         "/bogus\n"
         "/memories\n"
+        "/remember my password for staging is hunter2\n"
         "hello there\n",
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "Remembered (#1)."
+    assert lines[0] == "Remembered (#1): The user prefers tabs over spaces."
     assert lines[1] == "I already knew that (#1)."
-    assert lines[2] == "Remembered (#2)."
+    assert lines[2] == "Remembered (#2): The user lives in Oslo."
     assert lines[3] == "#1 The user prefers tabs over spaces."
-    assert lines[4] == "2 memories (fact 2)"
+    assert lines[4] == "2 memories (context 1, preference 1)"
     assert lines[5] == "Forgot #2."
     assert lines[6] == "No such memory."
     assert lines[7].startswith("Usage: /forget ID")
     assert lines[8] == "A memory needs some text."
     assert lines[9].startswith("Unknown command /bogus.")
     assert lines[10] == "#1 The user prefers tabs over spaces."
-    assert "ANTHROPIC_API_KEY" in lines[11]
+    assert lines[11] == (
+        "That looks like a password, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    assert "ANTHROPIC_API_KEY" in lines[12]
     assert "Traceback" not in proc.stderr
 
 
@@ -103,8 +108,8 @@ async def test_piped_chat_stays_plain_text(tmp_path: Path) -> None:
     assert proc.returncode == 0, err.decode()
     assert out.decode() == (
         "# Plan\n\nUse **bold** words.\n"
-        "Remembered (#1).\n"
-        "1 memory (fact 1)\n"
+        "Remembered (#1): The user likes tea.\n"
+        "1 memory (preference 1)\n"
         "Forgot all 1 memory and our conversation history.\n"
         "0 memories\n"
     )

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from core.chat.loop import CUT_MARK
 from core.chat.prompt import PERSONA
 from core.errors import ModelError, StreamCutError
 from core.rules.dedupe import Deduper
@@ -28,7 +29,7 @@ from tests.fakes.anthropic_server import (
     slow,
     stream_error,
 )
-from tests.loop_helpers import dm, harness, memories_reply, memory_lines
+from tests.loop_helpers import dm, harness, memories_reply, memory_lines, memory_text
 
 ALICE, BOB = "slack:T1:UALICE", "slack:T1:UBOB"
 
@@ -58,12 +59,21 @@ async def test_prompt_blocks_thinking_and_recall_order(fake: FakeAnthropic, db_u
     assert chat["thinking"] == {"type": "adaptive"}
     assert chat["max_tokens"] == 16000 and chat["stream"] is True
     assert chat["model"] == "claude-opus-4-8"
-    persona, volatile = chat["system"]
+    persona, profile, volatile = chat["system"]
     assert persona["text"] == PERSONA and persona["cache_control"] == {"type": "ephemeral"}
+    assert profile["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" not in volatile
-    lines = [json.loads(x)["text"] for x in memory_lines(volatile["text"])]
-    assert lines[0] == "The user prefers bullet points over prose in every answer about Rust."
-    assert "The user has a dog named Pixel." not in lines[:2]
+    # Preferences, a code fact and a pet are standing memories: all in the profile, ranked
+    # (who the user is, how they want answers, other preferences, their stack), and recall
+    # adds none of them a second time.
+    assert memory_lines(profile["text"]) == [
+        "The user has a dog named Pixel.",
+        "The user prefers answers in bullet points.",
+        "The user prefers bullet points over prose in every answer about Rust.",
+        "The user writes Rust at work.",
+    ]
+    assert memory_lines(volatile["text"]) == []
+    assert "4 notes are stored about this user" in volatile["text"]
     assert chat["messages"] == [
         {
             "role": "user",
@@ -125,11 +135,11 @@ async def test_memory_cannot_break_out_of_its_block(fake: FakeAnthropic, db_url:
         await h.store.add(user_key=ALICE, memory=NewMemory(text=evil), dedupe=Deduper())
         await h.say(dm(ALICE, "What are my notes about the rules and the system?"))
         await h.reflector.drain(10)
-    volatile = fake.requests_of("chat")[0].body["system"][1]["text"]
+    volatile = memory_text(fake.requests_of("chat")[0].body)
     assert volatile.count("</memories>") == 1 and volatile.rstrip().endswith("</memories>")
     assert not any(line.lower().startswith("system:") for line in volatile.splitlines())
     (line,) = memory_lines(volatile)
-    assert json.loads(line)["text"] == evil
+    assert line == evil
 
 
 async def test_history_survives_restart(fake: FakeAnthropic, db_url: str) -> None:
@@ -165,9 +175,7 @@ async def test_private_memories_stay_out_of_channels(fake: FakeAnthropic, db_url
     async with harness(fake, db_url, recall_private_in_channels=True) as h:
         await h.say(dm(ALICE, "any job news?", origin="shared", conversation_key="C1:124"))
         await h.reflector.drain(10)
-    channel, private, channel_opted_in = (
-        r.body["system"][1]["text"] for r in fake.requests_of("chat")
-    )
+    channel, private, channel_opted_in = (memory_text(r.body) for r in fake.requests_of("chat"))
     assert "secretly" not in channel and "job board" in channel
     assert "secretly" in private and "job board" in private
     assert "secretly" in channel_opted_in
@@ -261,10 +269,10 @@ async def test_overload_gives_one_true_sentence(fake: FakeAnthropic, db_url: str
             await h.say(dm(ALICE, "I use Neovim"))
         assert err.value.user_message == "Claude is overloaded, try again in a minute."
         await h.reflector.drain(10)
-        # The user's words are still stored and reflected on.
+        # The user's words are still stored, never reflected on (no answer was delivered).
         turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
         assert [t.text for t in turns] == ["I use Neovim"]
-        assert len(fake.requests_of("extract")) == 1
+        assert len(fake.requests_of("extract")) == 0
 
 
 async def test_cut_stream_keeps_partial_text(fake: FakeAnthropic, db_url: str) -> None:
@@ -281,7 +289,8 @@ async def test_cut_stream_keeps_partial_text(fake: FakeAnthropic, db_url: str) -
         assert "".join(seen) == "Part one, "
         await h.reflector.drain(10)
         turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
-        assert [t.text for t in turns] == ["tell me", "Part one, "]
+        assert [t.text for t in turns] == ["tell me", "Part one, " + CUT_MARK]
+        assert not fake.requests_of("extract")
 
 
 async def test_error_event_mid_stream(fake: FakeAnthropic, db_url: str) -> None:
@@ -332,7 +341,7 @@ async def test_pause_and_off(fake: FakeAnthropic, db_url: str) -> None:
         await h.store.set_mode(user_key=ALICE, mode="on")
         assert await h.store.get_mode(user_key=ALICE) == "on"
     assert fake.requests_of("extract") == []
-    paused, off = (r.body["system"][1]["text"] for r in fake.requests_of("chat"))
+    paused, off = (memory_text(r.body) for r in fake.requests_of("chat"))
     assert "The user likes tea." in paused
     assert "The user likes tea." not in off
 

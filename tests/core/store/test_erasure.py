@@ -6,7 +6,11 @@ bot) and after close (the CLI). PostgreSQL: no row holds the text.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sqlite3
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -88,6 +92,62 @@ async def test_import_then_forget_all_leaves_no_byte(sqlite_store: SQLiteStore) 
     assert await service.count(user_key=OTHER) == 40
     hits = await service.search(user_key=OTHER, query="ferrets", k=6)
     assert len(hits) == 6
+
+
+async def test_a_reader_holding_an_older_snapshot_delays_the_erasure_by_one_retry_only(
+    sqlite_store: SQLiteStore,
+) -> None:
+    # Another connection (another process: the CLI, a backup, a sqlite3 shell) reads in a
+    # transaction that began before the forget. Its snapshot blocks the WAL truncation, and
+    # it may still read the text; once it ends, the text leaves -wal and the file within
+    # one retry (WAL_RETRY_S in production; shortened here), with no further forget.
+    sqlite_store.wal_retry_s = 0.05
+    service = MemoryService(sqlite_store)
+    await _fill(service)
+    added = await service.remember(user_key=USER, text=f"The user breeds {MARKER} on Mars.")
+    needles = _needles(await _uid(sqlite_store, USER))
+    path = Path(sqlite_store.path)
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM memories").fetchone() == (81,)
+        await service.forget(user_key=USER, memory_id=added.id)
+        await asyncio.sleep(0.2)  # several retries, all blocked
+        assert _traces(path, needles)  # still there: the reader's snapshot holds it
+        assert reader.execute("SELECT count(*) FROM memories").fetchone() == (81,)
+        reader.execute("COMMIT")
+        released = time.monotonic()
+        for _ in range(300):  # at most 3 s (a retry every 0.05 s)
+            if not _traces(path, needles):
+                break
+            await asyncio.sleep(0.01)
+        assert _traces(path, needles) == {}
+        assert time.monotonic() - released < 1
+        assert os.path.getsize(str(path) + "-wal") == 0
+    finally:
+        reader.close()
+    # The bot goes on as usual: a later write, a later forget.
+    await service.remember(user_key=USER, text="The user sails on Sundays.")
+    assert await service.count(user_key=USER) == 41
+
+
+async def test_closing_tries_a_blocked_truncation_once_more(sqlite_store: SQLiteStore) -> None:
+    sqlite_store.wal_retry_s = 3600.0  # no retry before the close
+    service = MemoryService(sqlite_store)
+    added = await service.remember(user_key=USER, text=f"The user breeds {MARKER} on Mars.")
+    needles = _needles(await _uid(sqlite_store, USER))
+    reader = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM memories").fetchone()
+    await service.forget(user_key=USER, memory_id=added.id)
+    assert _traces(Path(sqlite_store.path), needles)
+    reader.execute("COMMIT")
+    try:
+        await sqlite_store.close()  # the retry task is not left pending; the close truncates
+        # (checked before the reader, now the last connection, closes and removes the WAL)
+        assert _traces(Path(sqlite_store.path), needles) == {}
+    finally:
+        reader.close()
 
 
 async def test_forgotten_embedding_and_events_go(store: Store) -> None:

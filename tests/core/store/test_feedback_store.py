@@ -42,3 +42,40 @@ async def test_one_rating_per_user_and_answer_and_a_report_by_day_and_workspace(
         FeedbackRow("2026-12-01", "T2", 1, 0),
     ]
     assert await store.feedback_report(since=DAY2.replace(hour=12)) == []
+
+
+async def test_only_a_raters_own_answered_message_can_be_rated(store: Store) -> None:
+    from core.types import NewTurn, utcnow
+
+    async def asked(conversation: str, user: str, ref: str) -> int:
+        return await store.add_turn(
+            turn=NewTurn(
+                conversation_key=conversation,
+                user_key=user,
+                role="user",
+                text="question",
+                origin="shared",
+                sent_at=utcnow(),
+                reflection="answering",
+                platform_ref=ref,
+            )
+        )
+
+    thread = "slack:T1:C1:1700000000.000100"
+    answered = await asked(thread, "slack:T1:U1", "1700000000.000100")
+    await store.finish_turn(turn_id=answered, answer="an answer", reflect=False)
+    await asked("slack:T1:D1", "slack:T1:U1", "1700000001.000100")  # never answered
+    dm_answered = await asked("slack:T1:D2", "slack:T1:U2", "1700000002.000100")
+    await store.finish_turn(turn_id=dm_answered, answer="hi", reflect=False)
+
+    async def may_rate(user: str, ref: str, prefix: str) -> bool:
+        return await store.answered_message(
+            user_key=user, platform_ref=ref, conversation_prefix=prefix
+        )
+
+    assert await may_rate("slack:T1:U1", "1700000000.000100", "slack:T1:C1")  # a thread in C1
+    assert await may_rate("slack:T1:U2", "1700000002.000100", "slack:T1:D2")  # the DM itself
+    assert not await may_rate("slack:T1:U2", "1700000000.000100", "slack:T1:C1")  # not theirs
+    assert not await may_rate("slack:T1:U1", "1700000001.000100", "slack:T1:D1")  # no answer
+    assert not await may_rate("slack:T1:U1", "1700000009.000100", "slack:T1:C1")  # no message
+    assert not await may_rate("slack:T1:U1", "1700000000.000100", "slack:T1:C")  # C1 is not C

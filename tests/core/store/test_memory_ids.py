@@ -76,6 +76,7 @@ async def test_ids_stay_used_across_a_restart(db_url: str) -> None:
 
 
 IDS_MIGRATION = "m011_ids_never_reused"
+SHAPE = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'memories' ORDER BY name"
 
 
 def _before_ids_migration() -> list[tuple[int, str, Migration]]:
@@ -116,10 +117,6 @@ async def test_the_ids_migration_rebuilds_an_existing_store_keeping_everything(
             "count": await service.count(user_key=ALICE),
         }
         await old.close()
-    with sqlite3.connect(path) as conn:
-        fresh_shape = conn.execute(
-            "SELECT type, name FROM sqlite_master WHERE tbl_name = 'memories' ORDER BY name"
-        ).fetchall()
     store = await SQLiteStore.open(path)
     try:
         service = MemoryService(store)
@@ -145,11 +142,12 @@ async def test_the_ids_migration_rebuilds_an_existing_store_keeping_everything(
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         table = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memories'").fetchone()
         assert "AUTOINCREMENT" in table[0]
-        # The same indexes and triggers as before, by name.
-        shape = conn.execute(
-            "SELECT type, name FROM sqlite_master WHERE tbl_name = 'memories' ORDER BY name"
-        ).fetchall()
-        assert shape == fresh_shape
+        shape = conn.execute(SHAPE).fetchall()
+    # The same table, indexes and triggers as a store created new.
+    fresh = await SQLiteStore.open(str(tmp_path / "fresh.db"))
+    await fresh.close()
+    with sqlite3.connect(tmp_path / "fresh.db") as conn:
+        assert shape == conn.execute(SHAPE).fetchall()
 
 
 async def test_a_new_store_has_autoincrement_ids(sqlite_store: SQLiteStore) -> None:

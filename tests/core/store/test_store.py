@@ -221,7 +221,9 @@ async def test_list_is_newest_first_and_paginated(service: MemoryService) -> Non
 
 
 async def test_stats(service: MemoryService) -> None:
-    await service.remember(user_key=ALICE, text="The user prefers vim.", kind="preference")
+    await service.remember(
+        user_key=ALICE, text="The user prefers vim.", kind="preference", category="general"
+    )
     await service.remember(user_key=ALICE, text="The user uses Linux.", category="tools")
     await service.remember(user_key=BOB, text="The user uses macOS.")
     stats = await service.stats(user_key=ALICE)

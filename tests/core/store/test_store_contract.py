@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,6 +48,24 @@ async def test_find_turn_by_platform_ref_in_its_conversation_only(store: Store) 
     assert await store.find_turn(conversation_key=DM, platform_ref="1700000000.000200") is None
     assert await store.get_turn(turn_id=10**9) is None
     assert await store.answer_to(turn_id=10**9) is None
+
+
+async def test_a_thread_ref_is_kept_with_the_turn_both_ways_in(store: Store) -> None:
+    """A DM thread's ``thread_ts`` (the conversation key names no thread) comes back with
+    the turn, by add_turn and receive_turn alike, and from the recovery's query."""
+    threaded = dataclasses.replace(_user_turn("In a thread", ref="1.2"), thread_ref="1.1")
+    added = await store.add_turn(turn=threaded)
+    received = await store.receive_turn(claim_keys=["event:Ev1"], turn=threaded)
+    assert received is not None
+    for turn_id in (added, received):
+        turn = await store.get_turn(turn_id=turn_id)
+        assert turn is not None and turn.thread_ref == "1.1"
+    since = utcnow() - timedelta(minutes=5)
+    found = await store.unanswered_turns(since=since, conversation_prefix="slack:")
+    assert {t.thread_ref for t in found} == {"1.1"}
+    top = await store.add_turn(turn=_user_turn("At the top", ref="1.3"))
+    turn = await store.get_turn(turn_id=top)
+    assert turn is not None and turn.thread_ref is None
 
 
 async def test_a_reply_ref_is_recorded_on_the_user_turn_and_replaced(store: Store) -> None:

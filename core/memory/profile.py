@@ -1,0 +1,224 @@
+"""The standing profile: the memories that go into every prompt, whatever the message says.
+
+Recall finds memories that share words (or, with embeddings, meaning) with the message, so a
+standing preference ("The user prefers concise answers in bullet points.") would apply only to
+messages that happen to mention it. The profile fixes that: each turn's prompt carries the
+user's standing memories as a system block of their own, before the volatile block.
+
+**The rule** (:func:`select_profile`): a user whose whole store fits ``budget_tokens`` gets all
+of it. Otherwise candidates are the user's active memories of every kind but a plain ``fact``
+of category ``general`` (the store's ``standing`` filter, a partial index), newest
+:data:`PROFILE_CANDIDATES` first. Never superseded or retired ones, and in a shared channel
+only memories learned in shared places (as recall). They are taken by rank, then newest
+first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of their lines):
+
+1. ``context``: who the user is (name, role, team, where they live and work, time zone,
+   languages, constraints such as allergies);
+2. ``preference`` of category ``communication``: how they want answers;
+3. every other ``preference`` (code style, tools, workflow);
+4. ``correction``: what they corrected (the old memory is superseded already);
+5. ``fact`` of category ``code``, ``tools``, ``workflow`` or ``communication``: their stack
+   and ways of working;
+6. plain general facts, only when the whole store fits.
+
+The chosen memories are written in that order (rank, then id), so the block's bytes depend
+only on which memories are active: it changes only when they change, and Anthropic's prompt
+cache reads it on every other turn. The store keeps no count of how often a memory was
+confirmed or recalled, so the rule does not use one; newer wins within a rank. A user whose
+standing memories all fit the budget gets all of them.
+
+**Memory questions** ("what do you remember about me?", :mod:`core.rules.memory_questions`)
+get the profile and then the user's most recent other memories, newest first, up to the same
+budget again, in place of recall (such a message shares no words with what it asks about).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.memory.recall import Recaller
+from core.rules.memory_questions import is_memory_question
+from core.rules.text import as_data
+from core.types import Memory, MemoryMode, Origin, ScoredMemory
+
+PROFILE_CANDIDATES = 200
+"""The newest standing memories read per turn (one indexed query); the budget keeps far
+fewer. A ``context`` memory older than the 200 newest standing ones is left to recall."""
+
+RECENT_CANDIDATES = 100
+"""The newest memories a memory question reads to fill its budget."""
+
+WHOLE_STORE_MAX = PROFILE_CANDIDATES
+"""A user with at most this many memories has them all read in one query: when they all
+fit the budget, the profile is the whole store (nothing is left for recall to miss)."""
+
+_RANKS = {"context": 0, "correction": 3}
+
+
+def is_standing(memory: Memory) -> bool:
+    """True for every kind but a plain ``fact`` of category ``general`` (the store's
+    ``standing`` filter, :data:`core.store.rows.STANDING`)."""
+    return memory.kind != "fact" or memory.category != "general"
+
+
+def profile_rank(memory: Memory) -> int:
+    """0 (first) .. 5: the memory's rank in the profile (the module's rule; 5, plain general
+    facts, only when the whole store fits)."""
+    if memory.kind == "preference":
+        return 1 if memory.category == "communication" else 2
+    if memory.kind == "fact":
+        return 4 if memory.category != "general" else 5
+    return _RANKS.get(memory.kind, 4)
+
+
+def profile_cost(memories: Sequence[Memory]) -> int:
+    """Tokens the profile lines of ``memories`` cost (:func:`estimate_tokens`)."""
+    return sum(estimate_tokens(memory_line(m, dated=False)) + 1 for m in memories)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens ``text`` costs, estimated offline: a token per 4 ASCII characters (English
+    text averages about 4 characters a token; Anthropic's tokenizer is not public) and one
+    per other character (CJK text is close to a token a character). Over-counts rather than
+    under-counts, so a budget holds."""
+    ascii_chars = sum(1 for ch in text if ch < "\x80")
+    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
+
+
+def memory_line(memory: Memory, *, dated: bool) -> str:
+    """One memory in a prompt block: ``#12 2026-11-30 "The user ..."`` (the date only when
+    ``dated``). The text is a JSON string (:func:`core.rules.text.as_data`): a memory can
+    neither end its line nor close a block."""
+    date = f" {memory.created_at.date().isoformat()}" if dated else ""
+    return f"#{memory.id}{date} {as_data(memory.text)}"
+
+
+def select_profile(candidates: Sequence[Memory], *, budget_tokens: int) -> list[Memory]:
+    """The profile out of ``candidates`` (standing memories, any order): by rank, newest
+    first within a rank, while their lines fit ``budget_tokens``; returned in rank, then id
+    order (stable bytes). A memory too long for what is left is skipped, not the rest."""
+    chosen: list[Memory] = []
+    left = budget_tokens
+    for memory in sorted(candidates, key=lambda m: (profile_rank(m), -m.id)):
+        cost = estimate_tokens(memory_line(memory, dated=False)) + 1
+        if cost <= left:
+            chosen.append(memory)
+            left -= cost
+    return sorted(chosen, key=lambda m: (profile_rank(m), m.id))
+
+
+def fill_budget(memories: Sequence[Memory], *, budget_tokens: int) -> list[Memory]:
+    """The first of ``memories`` whose dated lines fit ``budget_tokens``, in their order."""
+    kept: list[Memory] = []
+    left = budget_tokens
+    for memory in memories:
+        cost = estimate_tokens(memory_line(memory, dated=True)) + 1
+        if cost > left:
+            break
+        kept.append(memory)
+        left -= cost
+    return kept
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What one turn's prompt carries of the user's memory.
+
+    ``profile``: the standing profile (every turn); ``recalled``: recall for this message,
+    none of them in the profile, best first (for a memory question: the most recent other
+    memories, newest first, score 0); ``stored``: how many active memories the user has;
+    ``question``: the message asks what the bot remembers; ``mode``: the user's memory mode
+    (``off``: nothing is used); ``shared``: a shared place (only shared memories used).
+    """
+
+    profile: list[Memory] = field(default_factory=list)
+    recalled: list[ScoredMemory] = field(default_factory=list)
+    stored: int = 0
+    question: bool = False
+    mode: MemoryMode = "on"
+    shared: bool = False
+
+
+class ProfileStore(Protocol):
+    """What the profile reads of the store (:class:`core.store.seams.MemoryStore`)."""
+
+    async def list_memories(
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        include_superseded: bool = False,
+        origins: Sequence[Origin] | None = None,
+        standing: bool = False,
+    ) -> list[Memory]: ...
+
+    async def count(self, *, user_key: str) -> int: ...
+
+
+async def build_context(
+    *,
+    store: ProfileStore,
+    recaller: Recaller,
+    user_key: str,
+    message: str,
+    query: str | None = None,
+    k: int,
+    origins: Sequence[Origin] | None,
+    budget_tokens: int,
+    mode: MemoryMode = "on",
+) -> MemoryContext:
+    """The profile and recall for one message of ``user_key``.
+
+    ``message`` decides whether this is a memory question; ``query`` (default ``message``)
+    is what recall searches; ``k`` is recall's ``top_k``, filled with memories the profile
+    does not already hold; ``origins`` as for recall (``["shared"]`` in a channel). A user
+    whose memory is ``off`` gets an empty context. Errors are the store's.
+    """
+    shared = origins is not None and "private" not in origins
+    if mode == "off":
+        return MemoryContext(mode=mode, shared=shared)
+    stored = await store.count(user_key=user_key)
+    if stored == 0:
+        return MemoryContext(mode=mode, shared=shared)
+    question = is_memory_question(message)
+    if stored <= WHOLE_STORE_MAX:
+        everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
+        if profile_cost(everything) <= budget_tokens:
+            candidates = everything
+        else:
+            candidates = [m for m in everything if is_standing(m)]
+    else:
+        candidates = await store.list_memories(
+            user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
+        )
+    profile = select_profile(candidates, budget_tokens=budget_tokens)
+    held = {m.id for m in profile}
+    if question:
+        recent = await store.list_memories(
+            user_key=user_key, limit=RECENT_CANDIDATES, origins=origins
+        )
+        others = [m for m in recent if m.id not in held]
+        recalled = [
+            ScoredMemory(memory=m, score=0.0)
+            for m in fill_budget(others, budget_tokens=budget_tokens)
+        ]
+    else:
+        found = await recaller.recall(
+            user_key=user_key,
+            query=message if query is None else query,
+            k=k + len(held),
+            origins=origins,
+        )
+        recalled = [s for s in found if s.memory.id not in held][:k]
+    return MemoryContext(
+        profile=profile,
+        recalled=recalled,
+        stored=stored,
+        question=question,
+        mode=mode,
+        shared=shared,
+    )

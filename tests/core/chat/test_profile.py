@@ -1,0 +1,261 @@
+"""The standing profile and memory questions, through the real turn loop and the fake
+Anthropic API, on both backends (``db_url``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from core.chat.loop import IncomingMessage
+from core.rules.dedupe import Deduper
+from core.runtime import open_store
+from core.types import Category, Kind, NewMemory, Origin, UsageRow
+from tests.core.rules.test_text_hygiene import write_raw
+from tests.fakes.anthropic_server import (
+    FakeAnthropic,
+    Reply,
+    count_tokens,
+    running_fake_anthropic,
+)
+from tests.loop_helpers import Harness, dm, harness, memories_reply, memory_lines
+
+ALICE, BOB = "slack:T1:UALICE", "slack:T1:UBOB"
+
+CONCISE = "The user prefers concise answers in bullet points."
+GO = "The user writes Go and deploys with Kubernetes."
+LISBON = "The user lives in Lisbon."
+PEANUTS = "The user is allergic to peanuts."
+OFFSITE = "The user booked the team offsite venue on 2026-10-02."
+MUSEUMS = [f"The user visited museum number {n} in 2025." for n in range(80)]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic(chunk_size=50) as f:
+        yield f
+
+
+async def add(
+    h: Harness,
+    text: str,
+    kind: Kind,
+    category: Category = "general",
+    *,
+    user: str = ALICE,
+    origin: Origin = "private",
+) -> int:
+    memory = NewMemory(text=text, kind=kind, category=category, origin=origin)
+    return (await h.store.add(user_key=user, memory=memory, dedupe=Deduper())).id
+
+
+async def ask(h: Harness, fake: FakeAnthropic, message: IncomingMessage) -> list[dict[str, str]]:
+    """The system blocks of the chat request that answered ``message``."""
+    fake.enqueue(Reply(text="Sure."), kind="chat")
+    fake.enqueue(memories_reply(), kind="extract")
+    await h.say(message)
+    await h.reflector.drain(10)
+    return list(fake.requests_of("chat")[-1].body["system"])
+
+
+def channel(user: str, text: str) -> IncomingMessage:
+    return dm(user, text, origin="shared", conversation_key="slack:T1:C1:1.0", where="a channel")
+
+
+async def test_standing_preference_reaches_an_unrelated_question(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        await add(h, CONCISE, "preference", "communication")
+        await add(h, GO, "fact", "code")
+        await add(h, LISBON, "context")
+        await add(h, OFFSITE, "fact")  # a one-off fact: recall's, never the profile's
+        for text in MUSEUMS:  # more than the budget holds: the profile is the standing ones
+            await add(h, text, "fact")
+        _, profile, volatile = await ask(
+            h, fake, dm(ALICE, "How do I set up an nginx reverse proxy?")
+        )
+    assert profile["cache_control"] == {"type": "ephemeral"}
+    assert memory_lines(profile["text"]) == [LISBON, CONCISE, GO]
+    assert OFFSITE not in profile["text"]
+    assert "no notes" not in volatile["text"].lower()
+    assert "84 notes are stored about this user; /memories lists them all." in volatile["text"]
+
+
+async def test_a_store_that_fits_the_budget_is_the_profile(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        await add(h, OFFSITE, "fact")
+        await add(h, CONCISE, "preference", "communication")
+        _, profile, volatile = await ask(h, fake, dm(ALICE, "How do I set up nginx?"))
+    assert memory_lines(profile["text"]) == [CONCISE, OFFSITE]
+    assert memory_lines(volatile["text"]) == []
+
+
+QUESTIONS = [
+    "What do you remember about me?",
+    "Was weißt du über mich?",
+    "Que sais-tu de moi ?",
+    "¿Qué sabes de mí?",
+    "O que você sabe sobre mim?",
+    "私について何を覚えていますか？",
+    "what have you learned about me so far",
+    "Can you summarise my memories?",
+]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+async def test_memory_questions_get_the_profile_and_recent_memories(
+    fake: FakeAnthropic, db_url: str, question: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        await add(h, CONCISE, "preference", "communication")
+        await add(h, PEANUTS, "context")
+        for text in MUSEUMS:
+            await add(h, text, "fact")
+        _, profile, volatile = await ask(h, fake, dm(ALICE, question))
+    assert memory_lines(profile["text"]) == [PEANUTS, CONCISE]
+    # Recall would find nothing (no shared words); the newest other memories follow instead,
+    # as many as the budget holds.
+    recent = memory_lines(volatile["text"])
+    assert 20 < len(recent) < 80 and recent == MUSEUMS[::-1][: len(recent)]
+    assert "asking what you remember about them" in volatile["text"]
+    assert "82 notes are stored" in volatile["text"]
+
+
+async def test_no_notes_is_said_only_to_a_user_without_memories(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        _, empty = await ask(h, fake, dm(ALICE, "What do you remember about me?"))
+        await add(h, OFFSITE, "fact", user=BOB)
+        *_, unrelated = await ask(h, fake, dm(BOB, "Explain TCP slow start."))
+    assert "No notes are stored about this user yet." in empty["text"]
+    assert "No notes" not in unrelated["text"]
+    assert "1 note is stored about this user" in unrelated["text"]
+    assert "0 recalled for this message" in unrelated["text"]
+
+
+async def chat_usage(h: Harness) -> UsageRow:
+    (row,) = [
+        r
+        for r in await h.store.usage_report(since=datetime(2000, 1, 1, tzinfo=UTC))
+        if r.key == "chat"
+    ]
+    return row
+
+
+async def test_profile_bytes_are_stable_and_read_from_the_cache(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        for n in range(30):  # a profile long enough to be cached on its own
+            await add(h, f"The user prefers tool number {n} for task number {n}.", "preference")
+        await add(h, LISBON, "context")
+        first = await ask(h, fake, dm(ALICE, "Hello there"))
+        after_first = await chat_usage(h)
+        second = await ask(h, fake, dm(ALICE, "Explain TCP slow start."))
+        after_second = await chat_usage(h)
+        await add(h, PEANUTS, "context")
+        third = await ask(h, fake, dm(ALICE, "Explain TCP slow start."))
+    assert first[1] == second[1]  # same bytes, same cache_control
+    assert first[1]["cache_control"] == {"type": "ephemeral"}
+    assert third[1] != second[1] and PEANUTS in third[1]["text"]
+    # The billed usage the fake reports, counted as the real API does: the first turn wrote
+    # the persona and the profile to the cache, the second read both from it.
+    written = after_first.cache_creation_input_tokens
+    profile_tokens = count_tokens(first[1]["text"])
+    assert after_first.cache_read_input_tokens == 0 and written > profile_tokens
+    read = after_second.cache_read_input_tokens - after_first.cache_read_input_tokens
+    assert read == written
+    assert after_second.cache_creation_input_tokens == written
+
+
+async def test_channel_profile_holds_no_dm_memory(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
+        await add(h, PEANUTS, "context", origin="private")
+        await add(h, CONCISE, "preference", "communication", origin="shared")
+        blocks = await ask(h, fake, channel(ALICE, "Can you suggest a snack for the offsite?"))
+        question = await ask(h, fake, channel(ALICE, "What do you remember about me?"))
+    text = "\n".join(b["text"] for b in blocks[1:] + question[1:])
+    assert PEANUTS not in text
+    assert memory_lines(blocks[1]["text"]) == [CONCISE]
+    assert "only notes learned in shared places are used" in blocks[-1]["text"]
+
+
+async def test_superseded_and_other_users_memories_never_in_the_profile(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        old = await add(h, "The user lives in Paris.", "context")
+        new = NewMemory(text=LISBON, kind="correction", category="general")
+        await h.store.add(user_key=ALICE, memory=new, dedupe=Deduper(), supersedes=[old])
+        await add(h, "The user prefers answers in French.", "preference", user=BOB)
+        _, profile, _ = await ask(h, fake, dm(ALICE, "What do you remember about me?"))
+    assert memory_lines(profile["text"]) == [LISBON]
+
+
+async def test_profile_respects_its_budget(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url, profile_tokens=60) as h:
+        await add(h, CONCISE, "preference", "communication")
+        for n in range(20):
+            await add(h, f"The user prefers library number {n} for parsing.", "preference")
+        await add(h, LISBON, "context")
+        _, profile, _ = await ask(h, fake, dm(ALICE, "Hi"))
+    lines = memory_lines(profile["text"])
+    # Who they are first, then how they want answers, then the newest other preferences.
+    assert lines[:2] == [LISBON, CONCISE]
+    assert 2 < len(lines) < 8 and "The user prefers library number 19 for parsing." in lines
+
+
+async def test_profile_off_and_memory_off(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url, profile_tokens=0) as h:
+        await add(h, CONCISE, "preference", "communication")
+        no_profile = await ask(h, fake, dm(ALICE, "Hi"))
+        await h.store.set_mode(user_key=ALICE, mode="off")
+        off = await ask(h, fake, dm(ALICE, "What do you remember about me?"))
+    assert len(no_profile) == 2 and "1 note is stored" in no_profile[1]["text"]
+    assert len(off) == 2 and CONCISE not in off[1]["text"]
+    assert "Memory is off for this user" in off[1]["text"]
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored", "kind", "category"),
+    [
+        ("I prefer tabs over spaces", "The user prefers tabs over spaces.", "preference", "code"),
+        ("I'm allergic to peanuts", PEANUTS, "context", "general"),
+        ("I live in Lisbon", LISBON, "context", "general"),
+        ("My dog is called Rex", "The user's dog is called Rex.", "context", "general"),
+        ("I told you so", "I told you so", "fact", "general"),
+    ],
+)
+async def test_remember_in_the_first_person_is_stored_in_the_third_with_its_kind(
+    fake: FakeAnthropic, db_url: str, typed: str, stored: str, kind: str, category: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        result = await h.service.remember(user_key=ALICE, text=typed)
+        (memory,) = await h.service.list_memories(user_key=ALICE)
+    assert (memory.text, memory.kind, memory.category) == (stored, kind, category)
+    assert result.text == stored
+
+
+async def test_migration_labels_remembered_memories(fake: FakeAnthropic, db_url: str) -> None:
+    async with harness(fake, db_url) as h:
+        tabs = await add(h, "The user prefers tabs over spaces.", "fact")
+        snack = await add(h, "The user bought a blue umbrella.", "fact")
+        learned = NewMemory(
+            text="The user likes green tea.", kind="fact", category="general", source="reflection"
+        )
+        tea = (await h.store.add(user_key=ALICE, memory=learned, dedupe=Deduper())).id
+    number = 12 if db_url.startswith("sqlite:///") else 10
+    await write_raw(db_url, [("DELETE FROM schema_migrations WHERE number = ?", (number,))])
+    await write_raw(db_url, [("DROP INDEX memories_standing", ())])
+    store = await open_store(db_url, migrate=True)  # selfmind db migrate
+    await store.close()
+    async with harness(fake, db_url) as h:
+        by_id = {m.id: (m.kind, m.category) for m in await h.service.list_memories(user_key=ALICE)}
+    assert by_id[tabs] == ("preference", "code")
+    assert by_id[snack] == ("fact", "general")  # no cue: left as it was
+    assert by_id[tea] == ("fact", "general")  # a reflection's own labels are kept

@@ -1,0 +1,175 @@
+"""Secrets never become memories, on both backends: ``/remember`` (the service every adapter
+calls) refuses and stores nothing, an import refuses the whole file naming the line, a
+reflection drops the candidate (counted, never logged), a cleanup merge cannot write one,
+and an answered chat message is redacted in the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from core.errors import ImportFormatError, SecretInMemory
+from core.memory.cleanup import PlanOperation, PlanOutput, check_plan
+from core.memory.service import MemoryService
+from core.metrics import Metrics
+from core.types import Memory, utcnow
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.loop_helpers import dm, harness, memories_reply
+
+ALICE = "cli:alice"
+AWS_ID = "AKIA" + "Z7Q2XK4M9TBW3HJD"
+GITHUB = "ghp_" + "a1B2c3D4e5" * 3 + "F6g7H8"
+ANTHROPIC = "sk-ant-api03-" + "Qw3rTy7uIo9pAs2dFg5hJk8l" * 2
+
+
+def refused(metrics: Metrics, source: str) -> float | None:
+    assert metrics.registry is not None
+    return metrics.registry.get_sample_value("selfmind_memories_refused_total", {"source": source})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic() as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "named"),
+    [
+        (f"The user's AWS key is {AWS_ID}.", AWS_ID, "an AWS key"),
+        (f"Deploy with {GITHUB}", GITHUB, "a GitHub token"),
+        (f"The bot uses {ANTHROPIC}", ANTHROPIC, "an Anthropic API key"),
+        ("my password for staging is hunter2", "hunter2", "a password"),
+        ("The user's PIN is 4711.", "4711", "a PIN"),
+    ],
+)
+async def test_remember_refuses_a_secret_in_one_sentence_and_stores_nothing(
+    service: MemoryService, text: str, secret: str, named: str
+) -> None:
+    service.metrics = metrics = Metrics.create()
+    with pytest.raises(SecretInMemory) as caught:
+        await service.remember(user_key=ALICE, text=text)
+    message = str(caught.value)
+    assert message == (
+        f"That looks like {named}, and secrets are never stored as memories, "
+        "so nothing was remembered."
+    )
+    assert secret not in message
+    assert await service.count(user_key=ALICE) == 0
+    assert await service.history(user_key=ALICE) == []
+    assert refused(metrics, "remember") == 1
+    # the same fact without the secret is fine
+    ok = await service.remember(user_key=ALICE, text="The user keeps keys in a vault.")
+    assert ok.status == "added"
+
+
+async def test_import_refuses_the_whole_file_naming_the_line(service: MemoryService) -> None:
+    service.metrics = metrics = Metrics.create()
+    lines = [
+        json.dumps({"text": "The user drinks green tea."}),
+        "",
+        json.dumps({"text": f"The user's token is {GITHUB}."}),
+        json.dumps({"text": "The user lives in Oslo."}),
+    ]
+    with pytest.raises(ImportFormatError) as caught:
+        await service.import_lines(user_key=ALICE, lines=lines)
+    assert caught.value.line == 3 and caught.value.secret
+    assert str(caught.value) == (
+        "line 3: it holds a GitHub token; secrets are never stored as memories"
+    )
+    assert await service.count(user_key=ALICE) == 0  # not even line 1
+    assert await service.store.users(user_key=ALICE) == []
+    assert refused(metrics, "import") == 1
+
+
+async def test_a_reflection_drops_a_secret_and_the_answered_message_is_redacted(
+    fake: FakeAnthropic, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with harness(fake, db_url) as h:
+        h.reflector.metrics = metrics = Metrics.create()
+        fake.enqueue(f"Got it: {AWS_ID} is the staging key.", kind="chat")
+        fake.enqueue(
+            memories_reply(
+                (f"The user's staging AWS key is {AWS_ID}.", "fact", "tools"),
+                ("The user's staging AWS key is [redacted: aws key].", "fact", "tools"),
+                ("The user deploys staging to AWS.", "fact", "tools"),
+            ),
+            kind="extract",
+        )
+        answer = await h.say(dm(ALICE, f"my staging key is {AWS_ID}, we deploy to AWS"))
+        assert AWS_ID in answer  # the answer was shown as Claude wrote it
+        assert await h.reflector.drain(10)
+        memories = await h.service.list_memories(user_key=ALICE)
+        assert [m.text for m in memories] == ["The user deploys staging to AWS."]
+        # Claude had the message for its answer; the stored turns no longer hold the key,
+        # so the reflection (which reads them) never saw it either.
+        (chat,) = fake.requests_of("chat")
+        assert AWS_ID in json.dumps(chat.body)
+        (extract,) = fake.requests_of("extract")
+        assert AWS_ID not in json.dumps(extract.body)
+        turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
+        assert [t.text for t in turns] == [
+            "my staging key is [redacted: aws key], we deploy to AWS",
+            "Got it: [redacted: aws key] is the staging key.",
+        ]
+    assert refused(metrics, "reflection") == 1
+    # never logged: not by the memory code at any level, by nothing at INFO or above
+    # (aiosqlite's DEBUG lines show every statement's parameters, message text included)
+    ours = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("core.memory") or r.levelno >= logging.INFO
+    ]
+    assert not [line for line in ours if AWS_ID in line]
+    assert any("secrets=1" in line for line in ours)
+
+
+async def test_a_message_without_a_secret_is_stored_as_it_was(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    text = "The fix is commit 3f786850e387550fdab836ed7e6dc881de23001b, call +49 170 1234567"
+    async with harness(fake, db_url) as h:
+        fake.enqueue("Thanks!", kind="chat")
+        fake.enqueue(memories_reply(), kind="extract")
+        await h.say(dm(ALICE, text))
+        assert await h.reflector.drain(10)
+        turns = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
+        assert [t.text for t in turns] == [text, "Thanks!"]
+
+
+def test_a_cleanup_merge_cannot_write_a_secret() -> None:
+    now = utcnow()
+    batch = [
+        Memory(
+            id=i,
+            user_key=ALICE,
+            text=text,
+            kind="fact",
+            category="tools",
+            origin="private",
+            source="reflection",
+            created_at=now,
+            updated_at=now,
+        )
+        for i, text in ((1, "The user deploys to AWS."), (2, "The user uses AWS for staging."))
+    ]
+
+    def merge(text: str) -> PlanOutput:
+        op = PlanOperation(
+            op="merge",
+            ids=[1, 2],
+            newer_id=0,
+            text=text,
+            kind="fact",
+            category="tools",
+            user_added=[],
+            reason="same fact",
+        )
+        return PlanOutput(operations=[op])
+
+    assert check_plan(merge("The user deploys staging to AWS."), batch) is not None
+    assert check_plan(merge(f"The user deploys to AWS with {AWS_ID}."), batch) is None
