@@ -341,12 +341,14 @@ def memories_remember(
                     "id": result.id,
                     "status": result.status,
                     "duplicate_of": result.duplicate_of,
+                    "superseded": list(result.superseded),
                     "text": result.text,
                 }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}: {result.text}")
+        replaced = "".join(f" (replacing #{i})" for i in result.superseded)
+        typer.echo(f"remembered #{result.id}{replaced}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -469,9 +471,20 @@ def memories_import(
 
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:
-        typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
+        typer.echo(
+            json.dumps(
+                {
+                    "added": result.added,
+                    "duplicates": result.duplicates,
+                    "superseded": result.superseded,
+                }
+            )
+        )
     else:
-        typer.echo(f"imported {result.added}, {result.duplicates} already known")
+        replaced = (
+            f" ({result.superseded} less specific ones superseded)" if result.superseded else ""
+        )
+        typer.echo(f"imported {result.added}, {result.duplicates} already known{replaced}")
 
 
 @memories_app.command("stats")
@@ -516,6 +529,49 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         return
     for r in rows:
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
+
+
+@memories_app.command("audit")
+def memories_audit(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    days: Annotated[
+        int, typer.Option("--days", min=1, help="Report memories not updated in N days.")
+    ] = 90,
+    fix: Annotated[
+        bool,
+        typer.Option("--fix", help="Apply the findings as one cleanup change (undoable)."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Memories that break the memory rules (near-duplicates, secrets, first-person or
+    over-long texts, contradicted, suggestions, old), per user and in total; nothing changes
+    unless --fix, which supersedes or retires them as one undoable change."""
+    from core.memory.audit import format_report, run_audit
+    from core.rules.dedupe import Deduper
+    from core.types import utcnow
+
+    key = _key(user) if user is not None else None
+    settings: Settings = ctx.obj.settings
+
+    async def work(store: Store) -> Any:
+        if key is not None:
+            await require_user(store, key)
+        return await run_audit(
+            store,
+            user_key=key,
+            deduper=Deduper(settings.dedupe_threshold),
+            now=utcnow(),
+            old_days=days,
+            fix=fix,
+        )
+
+    report = run(with_store(ctx.obj, work))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), ensure_ascii=False))
+        return
+    for line in format_report(report):
+        typer.echo(line)
 
 
 @memories_app.command("cleanup")
@@ -585,19 +641,28 @@ def memories_reindex(
     user: Annotated[str | None, user_option()] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compute missing embeddings for hybrid recall (all users, or one)."""
+    """Compute missing embeddings for the configured recall, static (the default) or
+    hybrid (all users, or one); recall also makes them when it first needs them."""
     key = _key(user) if user is not None else None
     settings: Settings = ctx.obj.settings
 
     async def work() -> int:
         import importlib.util
 
-        if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
-            raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
-        from core.memory.embeddings import load_embedder
+        from core.memory.embeddings import Embedder
         from core.memory.hybrid import HybridRecaller
 
-        embedder = load_embedder(settings.embedding_model_dir)
+        embedder: Embedder
+        if settings.recall == "hybrid":
+            if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers",)):
+                raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
+            from core.memory.embeddings import load_embedder
+
+            embedder = load_embedder(settings.embedding_model_dir)
+        else:
+            from core.memory.static import StaticEmbedder
+
+            embedder = StaticEmbedder()
         return await with_store(
             ctx.obj, lambda store: HybridRecaller(store, embedder).reindex(user_key=key)
         )
