@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol, TextIO
 
 from core.chat.loop import IncomingMessage, TurnLoop
-from core.errors import MemoryInputError, MemoryNotFound, ModelError
+from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
 from core.memory import replies
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
@@ -122,6 +122,11 @@ class TerminalChat:
         self.screen = screen
         self.loop = loop
         self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
+        self.messages = 0
+        self.unanswered = 0
+        """Chat messages sent, and those that got no whole answer (no key, a failure, a
+        daily cap): a piped ``selfmind chat`` exits 1 when any did."""
+        self.last_failure: str | None = None
 
     @property
     def help(self) -> str:
@@ -140,8 +145,10 @@ class TerminalChat:
 
     async def message(self, text: str) -> None:
         """A chat message: run the turn loop and show the answer as it streams."""
+        self.messages += 1
         if self.loop is None:
             self.screen.say(NO_KEY)
+            self._unanswered(NO_KEY)
             return
         message = IncomingMessage(
             user_key=self.user_key,
@@ -151,7 +158,20 @@ class TerminalChat:
             sent_at=utcnow(),
             where="a private terminal chat",
         )
-        await self.screen.answer(self.loop.answer(message))
+        await self.screen.answer(self._watched(self.loop.answer(message)))
+
+    async def _watched(self, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+        """``deltas``, noting a failure (the screen shows it) as an unanswered message."""
+        try:
+            async for delta in deltas:
+                yield delta
+        except SelfMindError as exc:
+            self._unanswered(exc.user_message)
+            raise
+
+    def _unanswered(self, why: str) -> None:
+        self.unanswered += 1
+        self.last_failure = why
 
     async def learned(self, result: ReflectionResult) -> None:
         """Reflection callback: a short note of what was remembered."""
