@@ -316,12 +316,14 @@ def memories_remember(
                     "id": result.id,
                     "status": result.status,
                     "duplicate_of": result.duplicate_of,
+                    "superseded": list(result.superseded),
                     "text": result.text,
                 }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}: {result.text}")
+        replaced = "".join(f" (replacing #{i})" for i in result.superseded)
+        typer.echo(f"remembered #{result.id}{replaced}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -377,20 +379,29 @@ def memories_forget(
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Forget one memory (ID) or all of them (--all): the text is erased."""
+    """Forget one memory (ID) or all of them (--all): the text is erased, and so is what of
+    it the user's terminal input history holds (--all: that whole file)."""
+    from bots.terminal.history import forget_in_history
+
     key = _key(user)
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
+        texts: list[str] | None = None
     else:
         assert memory_id is not None
 
-        async def one(s: MemoryService) -> int:
-            await s.forget(user_key=key, memory_id=memory_id)
-            return 1
+        async def one(s: MemoryService) -> Memory:
+            return await s.forget(user_key=key, memory_id=memory_id)
 
-        count = run(with_service(ctx.obj, one))
+        count, texts = 1, [run(with_service(ctx.obj, one)).text]
+    try:
+        forget_in_history(ctx.obj.db_url, key, texts)
+    except OSError as exc:
+        raise fail(
+            f"forgot {count}, but the terminal input history was not changed: {exc}"
+        ) from None
     typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
 
 
@@ -437,9 +448,20 @@ def memories_import(
         raise fail(f"memories import: {file} holds no memories (nothing imported)")
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:
-        typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
+        typer.echo(
+            json.dumps(
+                {
+                    "added": result.added,
+                    "duplicates": result.duplicates,
+                    "superseded": result.superseded,
+                }
+            )
+        )
     else:
-        typer.echo(f"imported {result.added}, {result.duplicates} already known")
+        replaced = (
+            f" ({result.superseded} less specific ones superseded)" if result.superseded else ""
+        )
+        typer.echo(f"imported {result.added}, {result.duplicates} already known{replaced}")
 
 
 @memories_app.command("stats")
@@ -484,6 +506,49 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         return
     for r in rows:
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
+
+
+@memories_app.command("audit")
+def memories_audit(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    days: Annotated[
+        int, typer.Option("--days", min=1, help="Report memories not updated in N days.")
+    ] = 90,
+    fix: Annotated[
+        bool,
+        typer.Option("--fix", help="Apply the findings as one cleanup change (undoable)."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Memories that break the memory rules (near-duplicates, secrets, first-person or
+    over-long texts, contradicted, suggestions, old), per user and in total; nothing changes
+    unless --fix, which supersedes or retires them as one undoable change."""
+    from core.memory.audit import format_report, run_audit
+    from core.rules.dedupe import Deduper
+    from core.types import utcnow
+
+    key = _key(user) if user is not None else None
+    settings: Settings = ctx.obj.settings
+
+    async def work(store: Store) -> Any:
+        if key is not None:
+            await require_user(store, key)
+        return await run_audit(
+            store,
+            user_key=key,
+            deduper=Deduper(settings.dedupe_threshold),
+            now=utcnow(),
+            old_days=days,
+            fix=fix,
+        )
+
+    report = run(with_store(ctx.obj, work))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), ensure_ascii=False))
+        return
+    for line in format_report(report):
+        typer.echo(line)
 
 
 @memories_app.command("cleanup")
@@ -568,19 +633,28 @@ def memories_reindex(
     user: Annotated[str | None, user_option()] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Compute missing embeddings for hybrid recall (all users, or one)."""
+    """Compute missing embeddings for the configured recall, static (the default) or
+    hybrid (all users, or one); recall also makes them when it first needs them."""
     key = _key(user) if user is not None else None
     settings: Settings = ctx.obj.settings
 
     async def work() -> int:
         import importlib.util
 
-        if any(importlib.util.find_spec(m) is None for m in ("numpy", "sentence_transformers")):
-            raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
-        from core.memory.embeddings import load_embedder
+        from core.memory.embeddings import Embedder
         from core.memory.hybrid import HybridRecaller
 
-        embedder = load_embedder(settings.embedding_model_dir)
+        embedder: Embedder
+        if settings.recall == "hybrid":
+            if any(importlib.util.find_spec(m) is None for m in ("sentence_transformers",)):
+                raise ConfigError(f"memories reindex: {SEMANTIC_HINT}")
+            from core.memory.embeddings import load_embedder
+
+            embedder = load_embedder(settings.embedding_model_dir)
+        else:
+            from core.memory.static import StaticEmbedder
+
+            embedder = StaticEmbedder()
         return await with_store(
             ctx.obj, lambda store: HybridRecaller(store, embedder).reindex(user_key=key)
         )

@@ -21,6 +21,7 @@ from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
 from core.memory.cleanup import Cleaner
 from core.memory.cleanup_review import CleanupReviews
+from core.memory.hybrid import HybridRecaller
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
 from core.memory.service import MemoryService
@@ -57,8 +58,8 @@ class MemoryRuntime:
 class ChatRuntime(MemoryRuntime):
     """A runtime with Claude: the model, the reflector, the turn loop, the cleaner and the
     cleanup reviews, none of them optional. :meth:`start` starts the turn loop's start-up
-    work and the cleanup scheduler (``cleanup_interval_hours > 0``), once; the runtime
-    stops both on exit."""
+    work, the embeddings backfill (:func:`backfill`) and the cleanup scheduler
+    (``cleanup_interval_hours > 0``), once; the runtime stops them on exit."""
 
     model: ChatModel
     reflector: Reflector
@@ -67,6 +68,7 @@ class ChatRuntime(MemoryRuntime):
     reviews: CleanupReviews
     _started: bool = field(default=False, init=False, repr=False)
     _scheduler: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _backfill: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
         """Resume pending reflections (:meth:`TurnLoop.start`), reporting what each learns
@@ -77,6 +79,10 @@ class ChatRuntime(MemoryRuntime):
             return
         self._started = True
         await self.loop.start(on_learned=on_learned)
+        if isinstance(self.service.recaller, HybridRecaller):
+            self._backfill = asyncio.create_task(
+                backfill(self.service.recaller), name="embeddings-backfill"
+            )
         if self.settings.cleanup_interval_hours > 0:
             self._scheduler = asyncio.create_task(
                 scheduled_cleanups(self), name="cleanup-scheduler"
@@ -84,14 +90,32 @@ class ChatRuntime(MemoryRuntime):
 
     async def stop(self) -> None:
         """Stop the scheduler and drain the turn loop (bounded by ``shutdown_timeout_s``)."""
-        if self._scheduler is not None:
-            self._scheduler.cancel()
-            await asyncio.gather(self._scheduler, return_exceptions=True)
+        for task in (self._scheduler, self._backfill):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.loop.shutdown()
 
 
 Runtime = ChatRuntime
 """The runtime of a chat adapter (Slack, Discord)."""
+
+
+BACKFILL_LIMIT = 200_000
+"""At start, at most this many memories stored before (or by another process) are embedded
+in the background; recall embeds any other it needs when it first needs them."""
+
+
+async def backfill(recaller: HybridRecaller) -> None:
+    """Embed memories that have no vector from the recaller's model yet, up to
+    :data:`BACKFILL_LIMIT` (a failure is logged: recall still embeds what it needs)."""
+    try:
+        done = await recaller.reindex(limit=BACKFILL_LIMIT)
+    except SelfMindError as exc:
+        logger.warning("embedding backfill failed: %s", exc)
+        return
+    if done:
+        logger.info("embedded %d memories stored before (%s)", done, recaller.embedder.name)
 
 
 async def scheduled_cleanups(rt: ChatRuntime) -> None:
@@ -286,6 +310,10 @@ async def open_store(url: str, settings: Settings | None = None, *, migrate: boo
         from core.memory.embeddings import load_embedder
 
         load_embedder(settings.embedding_model_dir)  # cheap: checks, loads no model
+    elif settings is not None and settings.recall == "static":
+        from core.memory.static import package_dir
+
+        package_dir()  # cheap: finds the files, loads nothing
     store: Store
     if url.startswith("sqlite:///"):
         from core.store.sqlite.store import SQLiteStore
@@ -308,12 +336,17 @@ async def open_store(url: str, settings: Settings | None = None, *, migrate: boo
 
 
 def open_recaller(store: Store, settings: Settings | None = None) -> Recaller:
-    """The recall the settings ask for over ``store``: BM25 (the default), or with
-    ``settings.recall == "hybrid"`` BM25 fused with embeddings (:mod:`core.memory.hybrid`;
-    ``ConfigError`` when the semantic extra is missing)."""
-    if settings is None or settings.recall != "hybrid":
+    """The recall the settings ask for over ``store``: ``static`` (the default, also when
+    ``settings`` is None) BM25 fused with static word embeddings and query expansion
+    (:mod:`core.memory.static`, numpy only); ``bm25`` BM25 alone; ``hybrid`` BM25 fused with
+    MiniLM embeddings (:mod:`core.memory.hybrid`; ``ConfigError`` when the semantic extra
+    is missing)."""
+    if settings is not None and settings.recall == "bm25":
         return BM25Recaller(store)
-    from core.memory.embeddings import load_embedder
-    from core.memory.hybrid import HybridRecaller
+    if settings is not None and settings.recall == "hybrid":
+        from core.memory.embeddings import load_embedder
 
-    return HybridRecaller(store, load_embedder(settings.embedding_model_dir))
+        return HybridRecaller(store, load_embedder(settings.embedding_model_dir))
+    from core.memory.static import StaticEmbedder
+
+    return HybridRecaller(store, StaticEmbedder(), fusion="score", expand=True)

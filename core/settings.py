@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     # --- storage and recall
     db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
     sqlite_synchronous: Literal["normal", "full"] = "full"
-    recall: Literal["bm25", "hybrid"] = "bm25"
+    recall: Literal["static", "bm25", "hybrid"] = "static"  # core/runtime.py open_recaller
     embedding_model_dir: str | None = None
     db_pool_size: int = Field(default=10, ge=1, le=100)
     top_k: int = Field(default=6, ge=1, le=50)
@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     # about 50 standing memories of typical length (16 tokens a line) and keep the whole
     # memory block under 1,200 tokens with top_k = 6; 0 turns the profile off.
     profile_tokens: int = Field(default=800, ge=0, le=8000)
-    dedupe_threshold: float = Field(default=0.55, gt=0.0, le=1.0)  # bench/dedupe.py
+    dedupe_threshold: float = Field(default=0.5, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
 
     # --- conversation

@@ -78,8 +78,9 @@ class ScoredMemory:
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
-    ``superseded``: the ids of the memories ``id`` replaced in the same write; ``text``: the
-    text as stored, when the writer reports it (``MemoryService.remember``), else ""."""
+    ``superseded``: the ids of the memories ``id`` replaced in the same write (named by the
+    writer, or less specific versions of it that dedupe found); ``text``: the text as stored,
+    when the writer reports it (``MemoryService.remember``), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]

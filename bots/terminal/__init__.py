@@ -6,9 +6,10 @@ Inputs starting with ``/`` are memory commands and need no API key::
 
 Anything else is a chat message for Claude.
 
-- In a terminal (standard input and output both ttys): line editing and a history file,
-  the answer rendered as Markdown while it streams, Ctrl-C to stop an answer, ``/forget
-  all`` asks first; logs go to a file named in ``/help`` (see :mod:`bots.terminal.tty`).
+- In a terminal (standard input and output both ttys): line editing and an input history
+  file per user, which forgetting reaches (:mod:`bots.terminal.history`), the answer
+  rendered as Markdown while it streams, Ctrl-C to stop an answer, ``/forget all`` asks
+  first; logs go to a file named in ``/help`` (see :mod:`bots.terminal.tty`).
 - Otherwise (a pipe, a script): one message per line, plain text, no ANSI, logs on
   standard error as configured; at end of input pending work is finished and the program
   exits 0.
@@ -21,6 +22,7 @@ import sys
 from typing import TextIO
 
 from bots.terminal.chat import PlainScreen, TerminalChat, read_line
+from bots.terminal.history import history_file, terminal_folder
 from core.errors import SelfMindError
 from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
@@ -50,8 +52,12 @@ async def run_terminal(
         )
     async with open_runtime(settings, db_url=db_url, start=False) as rt:
         chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
+        history = history_file(terminal_folder(db_url), user_key)
         chat = TerminalChat(
-            rt.service, user_key=user_key, screen=PlainScreen(stdout), loop=chat_loop
+            rt.service,
+            user_key=user_key,
+            screen=PlainScreen(stdout, history=history),
+            loop=chat_loop,
         )
         if isinstance(rt, ChatRuntime):
             await rt.start(on_learned=chat.learned)

@@ -9,9 +9,11 @@ arrive, no ANSI; :mod:`bots.terminal.tty` is the interactive one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Protocol, TextIO
 
+from bots.terminal.history import forget_in_file
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
 from core.memory import replies
@@ -56,8 +58,9 @@ class Screen(Protocol):
         """Ask a yes/no question; True only for an explicit yes."""
         ...
 
-    async def forget_history(self) -> None:
-        """Clear the saved input history (``/forget all``)."""
+    async def forget_history(self, *, texts: Sequence[str] | None = None) -> None:
+        """Remove from the saved input history the entries carrying ``texts`` (``/forget
+        ID``), or all of it (None: ``/forget all``)."""
         ...
 
 
@@ -66,11 +69,13 @@ class PlainScreen:
 
     Answers are written delta by delta; a ``ModelError`` ends the answer with
     ``[its user_message]`` on a line of its own. ``confirm`` answers yes without asking (a
-    script that says ``/forget all`` means it); there is no input history to clear.
+    script that says ``/forget all`` means it). Nothing is added to the input history, but
+    a forget reaches the user's history file ``history`` (the interactive chat's).
     """
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, history: Path | None = None) -> None:
         self.out = out
+        self.history = history
 
     @property
     def help_extra(self) -> str:
@@ -101,8 +106,9 @@ class PlainScreen:
     async def confirm(self, question: str) -> bool:
         return True
 
-    async def forget_history(self) -> None:
-        return None
+    async def forget_history(self, *, texts: Sequence[str] | None = None) -> None:
+        if self.history is not None:
+            await asyncio.to_thread(forget_in_file, self.history, texts)
 
 
 class TerminalChat:
@@ -220,9 +226,9 @@ class TerminalChat:
         if not arg.strip().removeprefix("#").isdigit():
             self.screen.say("Usage: /forget ID (a number from /memories) or /forget all")
             return
-        memory_id = parse_memory_id(arg)
-        await self.service.forget(user_key=self.user_key, memory_id=memory_id)
-        self.screen.say(replies.forgot(memory_id, code=str))
+        memory = await self.service.forget(user_key=self.user_key, memory_id=parse_memory_id(arg))
+        await self.screen.forget_history(texts=[memory.text])
+        self.screen.say(replies.forgot(memory.id, code=str))
 
     async def memories(self, query: str) -> None:
         if query:

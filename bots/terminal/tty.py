@@ -10,8 +10,9 @@
 - Ctrl-C during an answer stops it: the pending step of the turn loop is cancelled, so the
   loop stores what was shown and reflects on it (as for any cut answer), and the screen
   ends the answer with a visible note (:data:`STOPPED`).
-- Files (:class:`ChatFiles`), both created 0600 in a 0700 folder: the input history and the
-  log. While the chat runs every log record goes to the log file, never to the screen.
+- Files (:class:`ChatFiles`), both created 0600 in a 0700 folder: the input history (one
+  file per user, which forgetting reaches: :mod:`bots.terminal.history`) and the log.
+  While the chat runs every log record goes to the log file, never to the screen.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import io
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
@@ -43,6 +44,14 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from bots.terminal.chat import TerminalChat
+from bots.terminal.history import (
+    carries,
+    forget_in_file,
+    history_file,
+    prepare_history,
+    private_file,
+    terminal_folder,
+)
 from core.errors import SelfMindError
 from core.rules.secrets import redact_secrets
 from core.runtime import ChatRuntime, open_runtime
@@ -63,7 +72,6 @@ TERMINAL_STREAM = StreamConfig(
     status_text="thinking…",
 )
 STOPPED = "Stopped (Ctrl-C)."
-HISTORY_FILE = "chat_history"
 LOG_FILE = "chat.log"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The log file rolls over at this size, keeping one older file (``chat.log.1``).
@@ -79,53 +87,45 @@ class AnswerStopped(SelfMindError):
 
 @dataclass(frozen=True)
 class ChatFiles:
-    """The terminal's own files: ``history`` (input lines, prompt_toolkit's format) and
-    ``log``, in ``folder``: the SQLite database's folder (``~/.selfmind`` by default), or
-    ``~/.selfmind`` for PostgreSQL."""
+    """The terminal's own files: ``history``, the user's input lines
+    (:mod:`bots.terminal.history`: one file per user), and ``log``, in ``folder``: the SQLite
+    database's folder (``~/.selfmind`` by default), or ``~/.selfmind`` for PostgreSQL."""
 
     folder: Path
     history: Path
     log: Path
 
     @classmethod
-    def for_db(cls, db_url: str) -> ChatFiles:
-        if db_url.startswith("sqlite:///"):
-            folder = Path(db_url.removeprefix("sqlite:///")).parent
-        else:
-            folder = Path.home() / ".selfmind"
-        return cls(folder, folder / HISTORY_FILE, folder / LOG_FILE)
+    def for_db(cls, db_url: str, user_key: str) -> ChatFiles:
+        folder = terminal_folder(db_url)
+        return cls(folder, history_file(folder, user_key), folder / LOG_FILE)
 
     def prepare(self) -> None:
-        """Create the folder (0700 when new) and both files, 0600 (made 0600 if they were
-        not). Raises ``OSError`` (read-only or full disk, no permission)."""
+        """Create the folders (0700 when new; the history's always) and both files, 0600
+        (made 0600 if they were not); remove the history file earlier versions shared
+        between users. Raises ``OSError`` (read-only or full disk, no permission)."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for path in (self.history, self.log):
-            private_file(path)
-
-
-def private_file(path: Path) -> None:
-    """Create ``path`` if missing and make it readable by its owner only (0600)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+        prepare_history(self.history)
+        private_file(self.log)
 
 
 class PrivateHistory(FileHistory):
-    """prompt_toolkit's file history, kept 0600, that ``clear()`` empties (file and memory).
-    A line is written to the file with its secrets redacted
+    """prompt_toolkit's file history, kept 0600, that ``forget()`` reaches (file and the
+    entries loaded for Up/Down). A line is written to the file with its secrets redacted
     (:func:`core.rules.secrets.redact_secrets`); this session's Up still finds it whole."""
 
     def store_string(self, string: str) -> None:
         private_file(Path(os.fsdecode(self.filename)))
         super().store_string(redact_secrets(string))
 
-    def clear(self) -> None:
-        """Truncate the file and forget the loaded entries (Up finds nothing after)."""
-        fd = os.open(self.filename, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
-        self._loaded_strings.clear()
+    def forget(self, texts: Sequence[str] | None = None) -> None:
+        """Remove the entries carrying ``texts`` (:func:`bots.terminal.history.carries`), or
+        with None the whole file; Up finds none of them after."""
+        forget_in_file(Path(os.fsdecode(self.filename)), texts)
+        if texts is None:
+            self._loaded_strings.clear()
+        else:
+            self._loaded_strings = [s for s in self._loaded_strings if not carries(s, texts)]
 
 
 class PrivateLogHandler(RotatingFileHandler):
@@ -336,7 +336,7 @@ class TtyScreen:
             "Up/Down: earlier inputs. Ctrl-C stops an answer or clears the line; Ctrl-D leaves.",
         ]
         if self.files is not None:
-            lines.append(f"Input history: {self.files.history} (/forget all clears it)")
+            lines.append(f"Input history: {self.files.history} (/forget reaches it)")
             lines.append(f"Log: {self.files.log}")
         return "\n".join(lines)
 
@@ -376,9 +376,9 @@ class TtyScreen:
             return False
         return reply.strip().lower() in ("y", "yes")
 
-    async def forget_history(self) -> None:
+    async def forget_history(self, *, texts: Sequence[str] | None = None) -> None:
         if isinstance(self.history, PrivateHistory):
-            await asyncio.to_thread(self.history.clear)
+            await asyncio.to_thread(self.history.forget, texts)
 
     def interrupt(self) -> None:
         """SIGINT (Ctrl-C outside the prompt): stop the answer streaming, if any."""
@@ -411,10 +411,10 @@ async def run_interactive(
     settings: Settings, *, db_url: str, user_key: str, stdin: TextIO, stdout: TextIO
 ) -> int:
     """The chat in a terminal until /quit or Ctrl-D; returns the exit code (0)."""
-    files: ChatFiles | None = ChatFiles.for_db(db_url)
+    files: ChatFiles | None = ChatFiles.for_db(db_url, user_key)
     problem = None
     try:
-        await asyncio.to_thread(ChatFiles.for_db(db_url).prepare)
+        await asyncio.to_thread(ChatFiles.for_db(db_url, user_key).prepare)
     except OSError as exc:
         problem, files = f"(no input history or log file: {exc})", None
     screen = TtyScreen(stdin=stdin, stdout=stdout, files=files)

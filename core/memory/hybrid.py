@@ -1,11 +1,16 @@
-"""Hybrid recall: BM25 and embedding cosine candidates fused by reciprocal rank fusion.
+"""Recall that fuses BM25 with embedding similarity: the default and the semantic extra.
 
-:class:`HybridRecaller` is a :class:`core.memory.recall.Recaller`: it fuses two ranked lists,
+:class:`HybridRecaller` is a :class:`core.memory.recall.Recaller` over two rankings,
 
-- BM25 candidates from the store's own per-user BM25 search;
-- cosine-similarity candidates over the user's active memories' embeddings;
+- BM25 candidates from the store's own per-user BM25 search (the first stage);
+- cosine similarity over the user's active memories' embeddings.
 
-with reciprocal rank fusion, ``score(d) = sum over lists of 1 / (RRF_K + rank(d))``,
+The default recall (``SELFMIND_RECALL=static``) embeds with static word vectors
+(:mod:`core.memory.static`), adds the fact words of :mod:`core.rules.expand` to the query it
+embeds (each memory keeps its best cosine over the query and its expansions), and fuses by
+score: ``bm25 / best bm25 + COSINE_WEIGHT * cosine`` over BM25's top ``SCORE_WINDOW * k``
+and every memory's cosine. The semantic extra (``hybrid``) embeds with
+MiniLM and fuses by reciprocal rank fusion, ``score(d) = sum over lists of 1 / (RRF_K + rank(d))``,
 ``RRF_K = 60`` (Cormack, Clarke and Buettcher, "Reciprocal rank fusion outperforms Condorcet
 and individual rank learning methods", SIGIR 2009). Each list contributes its top ``k`` (the
 rank window; Elasticsearch's RRF retriever also defaults its window to the requested size):
@@ -26,18 +31,40 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from core.memory.embeddings import Embedder
+from core.rules.expand import expansions
 from core.types import Memory, Origin, ScoredMemory
 
 logger = logging.getLogger(__name__)
 
 RRF_K = 60
 """Reciprocal rank fusion constant (Cormack, Clarke and Buettcher, SIGIR 2009)."""
+COSINE_WEIGHT = 2.0
+"""Score fusion: ``bm25 / best bm25 + COSINE_WEIGHT * cosine`` (bench/use.py chose it)."""
+SCORE_WINDOW = 2
+"""Score fusion reads BM25's top ``SCORE_WINDOW * k``."""
+
+Fusion = Literal["rrf", "score"]
+
+
+def score_fusion(
+    bm25: Sequence[ScoredMemory], ids: npt.NDArray[np.int64], sims: npt.NDArray[np.float32]
+) -> dict[int, float]:
+    """Fused scores: each memory's cosine ``sims`` (aligned with ``ids``; ``-inf`` = not
+    allowed here) times :data:`COSINE_WEIGHT`, plus its BM25 score over the best one's (0
+    outside the BM25 list). Memories only in the BM25 list (no vector yet) get their BM25
+    part alone."""
+    best = max((s.score for s in bm25), default=0.0)
+    fused = {s.memory.id: s.score / best if best > 0 else 0.0 for s in bm25}
+    for memory_id, sim in zip(ids.tolist(), sims.tolist(), strict=True):
+        if sim != -np.inf:
+            fused[memory_id] = fused.get(memory_id, 0.0) + COSINE_WEIGHT * sim
+    return fused
 
 
 def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
@@ -89,10 +116,20 @@ class HybridSource(Protocol):
 class HybridRecaller:
     """A :class:`core.memory.recall.Recaller` fusing BM25 with embedding similarity."""
 
-    def __init__(self, store: HybridSource, embedder: Embedder, *, cache_users: int = 64) -> None:
+    def __init__(
+        self,
+        store: HybridSource,
+        embedder: Embedder,
+        *,
+        cache_users: int = 64,
+        fusion: Fusion = "rrf",
+        expand: bool = False,
+    ) -> None:
         self.store = store
         self.embedder = embedder
         self.cache_users = cache_users
+        self.fusion: Fusion = fusion
+        self.expand = expand
         self._cache: OrderedDict[str, tuple[tuple[int, int, int], _UserMatrix]] = OrderedDict()
 
     async def _index(self, user_key: str, pairs: Sequence[tuple[int, str]]) -> None:
@@ -105,11 +142,14 @@ class HybridRecaller:
             items=[(i, v.tobytes()) for (i, _), v in zip(pairs, vectors, strict=True)],
         )
 
-    async def reindex(self, *, user_key: str | None = None, batch: int = 256) -> int:
+    async def reindex(
+        self, *, user_key: str | None = None, batch: int = 256, limit: int | None = None
+    ) -> int:
         """Embed every active memory (of one user, or all) that has no embedding from this
-        model, ``batch`` texts at a time; returns how many were embedded."""
+        model, ``batch`` texts at a time, at most about ``limit`` (None: all); returns how
+        many were embedded."""
         done = 0
-        while True:
+        while limit is None or done < limit:
             missing = await self.store.memories_without_embedding(
                 model=self.embedder.name, user_key=user_key, limit=batch
             )
@@ -121,6 +161,7 @@ class HybridRecaller:
             for key, pairs in by_user.items():
                 await self._index(key, pairs)
                 done += len(pairs)
+        return done
 
     # --- recall
     async def _matrix(self, user_key: str) -> _UserMatrix:
@@ -143,22 +184,29 @@ class HybridRecaller:
     async def recall(
         self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
     ) -> list[ScoredMemory]:
-        """Hybrid recall, best first, at most ``k`` (scores: fused RRF, higher is better);
-        the contract of :meth:`core.memory.recall.Recaller.recall`."""
+        """Hybrid recall, best first, at most ``k`` (scores: the fused score, higher is
+        better); the contract of :meth:`core.memory.recall.Recaller.recall`."""
         if k <= 0 or (origins is not None and not origins):
             return []
-        window = k
+        window = k if self.fusion == "rrf" else SCORE_WINDOW * k
         bm25 = await self.store.search(user_key=user_key, query=query, k=window, origins=origins)
-        cosine: list[int] = []
+        ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        sims: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         data = await self._matrix(user_key)
         if query.strip() and len(data.ids):
-            vector = (await self.embedder.embed([query[:2000]]))[0]
-            sims = data.matrix @ vector
+            text = query[:2000]
+            texts = [text] + ([f"{text} {e}" for e in expansions(text)] if self.expand else [])
+            vectors = await self.embedder.embed(texts)
+            sims = (data.matrix @ vectors.T).max(axis=1)
             if origins is not None:
                 sims = np.where(np.isin(data.origins, list(origins)), sims, -np.inf)
+            ids = data.ids
+        if self.fusion == "rrf":
             top = np.argsort(-sims)[:window]
-            cosine = [int(data.ids[i]) for i in top if np.isfinite(sims[i])]
-        fused = rrf([[s.memory.id for s in bm25], cosine])
+            cosine = [int(ids[i]) for i in top if np.isfinite(sims[i])]
+            fused = rrf([[s.memory.id for s in bm25], cosine])
+        else:
+            fused = score_fusion(bm25, ids, sims)
         best = sorted(fused, key=lambda i: (-fused[i], -i))[:k]
         known = {s.memory.id: s.memory for s in bm25}
         out = []

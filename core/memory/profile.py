@@ -5,11 +5,12 @@ standing preference ("The user prefers concise answers in bullet points.") would
 messages that happen to mention it. The profile fixes that: each turn's prompt carries the
 user's standing memories as a system block of their own, before the volatile block.
 
-**The rule** (:func:`select_profile`): candidates are the user's active memories of every kind
-but a plain ``fact`` of category ``general`` (the store's ``standing`` filter, a partial
-index), newest :data:`PROFILE_CANDIDATES` first; never superseded or retired ones, and in a
-shared channel only memories learned in shared places (as recall). They are taken by rank,
-then newest first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of their lines):
+**The rule** (:func:`select_profile`): a user whose whole store fits ``budget_tokens`` gets all
+of it. Otherwise candidates are the user's active memories of every kind but a plain ``fact``
+of category ``general`` (the store's ``standing`` filter, a partial index), newest
+:data:`PROFILE_CANDIDATES` first. Never superseded or retired ones, and in a shared channel
+only memories learned in shared places (as recall). They are taken by rank, then newest
+first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of their lines):
 
 1. ``context``: who the user is (name, role, team, where they live and work, time zone,
    languages, constraints such as allergies);
@@ -17,7 +18,8 @@ then newest first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of 
 3. every other ``preference`` (code style, tools, workflow);
 4. ``correction``: what they corrected (the old memory is superseded already);
 5. ``fact`` of category ``code``, ``tools``, ``workflow`` or ``communication``: their stack
-   and ways of working.
+   and ways of working;
+6. plain general facts, only when the whole store fits.
 
 The chosen memories are written in that order (rank, then id), so the block's bytes depend
 only on which memories are active: it changes only when they change, and Anthropic's prompt
@@ -49,14 +51,32 @@ fewer. A ``context`` memory older than the 200 newest standing ones is left to r
 RECENT_CANDIDATES = 100
 """The newest memories a memory question reads to fill its budget."""
 
+WHOLE_STORE_MAX = PROFILE_CANDIDATES
+"""A user with at most this many memories has them all read in one query: when they all
+fit the budget, the profile is the whole store (nothing is left for recall to miss)."""
+
 _RANKS = {"context": 0, "correction": 3}
 
 
+def is_standing(memory: Memory) -> bool:
+    """True for every kind but a plain ``fact`` of category ``general`` (the store's
+    ``standing`` filter, :data:`core.store.rows.STANDING`)."""
+    return memory.kind != "fact" or memory.category != "general"
+
+
 def profile_rank(memory: Memory) -> int:
-    """0 (first) .. 4: the memory's rank in the profile (the module's rule)."""
+    """0 (first) .. 5: the memory's rank in the profile (the module's rule; 5, plain general
+    facts, only when the whole store fits)."""
     if memory.kind == "preference":
         return 1 if memory.category == "communication" else 2
+    if memory.kind == "fact":
+        return 4 if memory.category != "general" else 5
     return _RANKS.get(memory.kind, 4)
+
+
+def profile_cost(memories: Sequence[Memory]) -> int:
+    """Tokens the profile lines of ``memories`` cost (:func:`estimate_tokens`)."""
+    return sum(estimate_tokens(memory_line(m, dated=False)) + 1 for m in memories)
 
 
 def estimate_tokens(text: str) -> int:
@@ -165,9 +185,16 @@ async def build_context(
     if stored == 0:
         return MemoryContext(mode=mode, shared=shared)
     question = is_memory_question(message)
-    candidates = await store.list_memories(
-        user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
-    )
+    if stored <= WHOLE_STORE_MAX:
+        everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
+        if profile_cost(everything) <= budget_tokens:
+            candidates = everything
+        else:
+            candidates = [m for m in everything if is_standing(m)]
+    else:
+        candidates = await store.list_memories(
+            user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
+        )
     profile = select_profile(candidates, budget_tokens=budget_tokens)
     held = {m.id for m in profile}
     if question:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import re
 
-_LEANING = re.compile(
+_OPENER = re.compile(
     r"^\s*(?:and|or|but|also|what about|how about|and what about|same for|what of|the other"
-    r"|und|et|y|e)\b|\b(?:it|that|this|those|these|them|they|her|him|she|he|the other one"
-    r"|the same)\b[^\w]*$",
+    r"|und|et|y|e)\b",
+    re.IGNORECASE,
+)
+_POINTING = re.compile(
+    r"\b(?:it|its|that|this|those|these|them|they|their|her|him|his|she|he|there|one|ones"
+    r"|the other|the same)\b",
     re.IGNORECASE,
 )
 SHORT_WORDS = 6
@@ -18,7 +22,11 @@ SHORT_WORDS = 6
 
 def recall_query(text: str, previous: str | None) -> str:
     """``text``, with ``previous`` (the conversation's previous user message) prepended when
-    ``text`` is short and leans on what came before; else ``text`` alone."""
-    if not previous or len(text.split()) > SHORT_WORDS or not _LEANING.search(text):
+    ``text`` is short (at most :data:`SHORT_WORDS` words) and leans on what came before (it
+    opens with "and", "what about", ... or holds a pointing word: "it", "her", "that one",
+    "there", ...); else ``text`` alone."""
+    if not previous or not previous.strip() or len(text.split()) > SHORT_WORDS:
+        return text
+    if not (_OPENER.search(text) or _POINTING.search(text)):
         return text
     return f"{previous}\n{text}"

@@ -54,8 +54,15 @@ class MemoryCandidate(BaseModel):
         description="One standalone third-person sentence under 200 characters, "
         "e.g. 'The user prefers answers in bullet points.'"
     )
-    kind: Kind = Field(description="fact, preference, correction or context")
-    category: Category = Field(description="communication, code, tools, workflow or general")
+    kind: Kind = Field(
+        description="preference (how they like answers, tools, style), context (a standing "
+        "fact about who they are: name, role, team, where they live or work, time zone, "
+        "languages, family, pets, constraints such as allergies), correction (something "
+        "changed), or fact (anything else)"
+    )
+    category: Category = Field(
+        description="communication (how to answer), code, tools, workflow, or general"
+    )
     supersedes: list[int] = Field(
         description="ids of stored memories this one replaces (a correction); else []"
     )
@@ -111,6 +118,12 @@ def reflection_prompt(user_turn: Turn, answer: Turn | None, related: Sequence[Sc
     return "\n".join(lines)
 
 
+def addressed_or_asked(text: str) -> bool:
+    """True when ``text`` is not a third-person statement: it starts with I / my / we / you
+    (a restated system prompt: "You are a helpful assistant.") or is a question."""
+    return bool(_FIRST_PERSON.match(text)) or text.endswith("?")
+
+
 def screen_text(raw: str) -> str:
     """``raw`` cleaned if it is one third-person sentence under 200 characters with no secret
     (:func:`core.memory.service.clean_memory_text`, the gate every memory text passes).
@@ -120,7 +133,7 @@ def screen_text(raw: str) -> str:
     message it comes from had a secret redacted, :func:`core.store.writes.redacted`).
     """
     text = clean_memory_text(raw)
-    if _FIRST_PERSON.match(text) or text.endswith("?"):
+    if addressed_or_asked(text):
         raise MemoryInputError("a memory is a third-person statement")
     if REDACTED_MARK in text:  # about a secret redacted from the message: says nothing
         raise MemoryInputError("a memory cannot name a redacted secret")

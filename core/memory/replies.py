@@ -36,11 +36,15 @@ def _memories(count: int) -> str:
 
 def remembered(result: AddResult, *, code: Code = markdown_code) -> str:
     """``Remembered (`#12`): The user prefers tabs over spaces.`` (the text as stored, when
-    the result carries it) or, for a duplicate, ``I already knew that (`#12`).``"""
+    the result carries it), followed by ``It replaces `#7`.`` when it superseded a less
+    specific memory; for a duplicate, ``I already knew that (`#12`).``"""
     ref = code(f"#{result.id}")
     if result.status != "added":
         return f"I already knew that ({ref})."
-    return f"Remembered ({ref}): {result.text}" if result.text else f"Remembered ({ref})."
+    said = f"Remembered ({ref}): {result.text}" if result.text else f"Remembered ({ref})."
+    if result.superseded:
+        said += f" It replaces {', '.join(code(f'#{i}') for i in result.superseded)}."
+    return said
 
 
 def forgot(memory_id: int, *, code: Code = markdown_code) -> str:

@@ -37,6 +37,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "id": 1,
         "status": "added",
         "duplicate_of": None,
+        "superseded": [],
         "text": "The user prefers tabs over spaces.",
     }
     code, out, _ = cli(
@@ -52,6 +53,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "id": 1,
         "status": "duplicate",
         "duplicate_of": 1,
+        "superseded": [],
         "text": "the user prefers tabs over spaces",
     }
     cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
@@ -120,9 +122,9 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
     dump = tmp_path / "dump.jsonl"
     dump.write_text(out, encoding="utf-8")
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0}
+    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0, "superseded": 0}
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert json.loads(out) == {"added": 0, "duplicates": 2}
+    assert json.loads(out) == {"added": 0, "duplicates": 2, "superseded": 0}
 
 
 @pytest.mark.parametrize(

@@ -420,7 +420,7 @@ def test_reindex_without_numpy_names_the_extra(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     cli(db, "memories", "remember", "--user", "a", "The user likes tea.")
     hide = (
-        "import sys; sys.modules['numpy'] = sys.modules['sentence_transformers'] = None; "
+        "import sys; sys.modules['sentence_transformers'] = None; "
         "sys.argv = ['selfmind', '--db', sys.argv[1], 'memories', 'reindex']; "
         "from bots.cli import main; main()"
     )
@@ -428,7 +428,7 @@ def test_reindex_without_numpy_names_the_extra(tmp_path: Path) -> None:
         [sys.executable, "-c", hide, str(db)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "SELFMIND_RECALL": "hybrid"},
         timeout=60,
     )
     assert proc.returncode == 1

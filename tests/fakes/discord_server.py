@@ -17,6 +17,19 @@ serves:
 Point the client at it with :func:`point_discord_at` (sets ``discord.http.Route.BASE`` and
 ``DiscordWebSocket.DEFAULT_GATEWAY``) or use :func:`running_fake_discord`.
 
+As a process (``selfmind discord`` in another process, benchmarks):
+``python -m tests.fakes.discord_server --port 0`` prints one JSON line ``{"base_url",
+"api_base", "gateway_url", "token", "guild_id", "channel_id", "pid"}`` and serves until
+SIGTERM; ``/_fake/...`` routes stand in for the Python helpers there:
+
+    POST /_fake/user      ``{name}`` -> ``{id, dm_channel_id}`` (a new member of the guild)
+    POST /_fake/message   ``{channel_id, author_id, content}`` -> the stored message
+    POST /_fake/gateway   ``{fault: refuse, for_s?, times?}`` | ``{fault: drop}`` |
+                          ``{fault: disconnect, code?}`` | ``{fault: reconnect}`` |
+                          ``{fault: invalidate, resumable?}``
+    GET  /_fake/messages?channel_id=   stored messages, oldest first
+    GET  /_fake/state     gateway counts: identifies, resumes, connections, refused
+
 Behaviour that mirrors Discord and that adapter code must cope with:
 
 - Messages the bot posts (REST, interaction responses that are not ephemeral, followups) are
@@ -36,6 +49,7 @@ Behaviour that mirrors Discord and that adapter code must cope with:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import copy
@@ -43,8 +57,10 @@ import fnmatch
 import io
 import json
 import logging
+import os
 import re
 import secrets
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -407,6 +423,7 @@ class FakeDiscord:
         heartbeat_interval_ms: int = 41_250,
         interaction_response_timeout_s: float = 3.0,
         interaction_token_s: float = 15 * 60.0,
+        port: int = 0,
     ) -> None:
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -417,7 +434,7 @@ class FakeDiscord:
             | (INTENT_GUILD_MEMBERS if grant_members else 0)
             | (INTENT_GUILD_PRESENCES if grant_presences else 0)
         )
-        self.port = 0
+        self.port = port
         self._last_snowflake = 0
         self._runner: web.AppRunner | None = None
         self._changed = asyncio.Event()
@@ -468,9 +485,10 @@ class FakeDiscord:
         app.router.add_get("/gateway", self._handle_gateway)
         app.router.add_get("/resume", self._handle_gateway)
         app.router.add_get("/attachments/{channel}/{attachment}/{filename}", self._handle_cdn)
+        app.router.add_route("*", "/_fake/{what}", self._handle_control)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
 
@@ -1991,3 +2009,83 @@ class FakeDiscord:
         self._apply_edit(message, call.json or {}, call.files)
         await self._echo("MESSAGE_UPDATE", message)
         return 200, copy.deepcopy(message)
+
+    # -- control routes (the fake as a process) -------------------------------------------------
+
+    async def _handle_control(self, request: web.Request) -> web.Response:
+        """``/_fake/...``: the helpers above over HTTP (see the module docstring)."""
+        what = request.match_info["what"]
+        body: JSON = await request.json() if request.can_read_body else {}
+        try:
+            if what == "user":
+                user = self.add_user(str(body["name"]))
+                answer: Any = {"id": str(user.id), "dm_channel_id": str(self.dm_channel_id(user))}
+            elif what == "message":
+                author = self._users[int(body["author_id"])]
+                message = await self.dispatch_message(
+                    int(body["channel_id"]), author, str(body["content"])
+                )
+                answer = copy.deepcopy(message)
+            elif what == "gateway":
+                answer = await self._control_gateway(body)
+            elif what == "messages":
+                answer = {"messages": self.messages_in(int(request.query["channel_id"]))}
+            elif what == "state":
+                answer = {
+                    "identifies": len(self.identifies),
+                    "resumes": len(self.resumes),
+                    "connections": len(self.connections),
+                    "refused": self.refused_gateway,
+                }
+            else:
+                return web.json_response({"error": f"unknown control {what}"}, status=404)
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=400)
+        return web.json_response(answer)
+
+    async def _control_gateway(self, body: JSON) -> JSON:
+        fault = body.get("fault")
+        if fault == "refuse":
+            self.refuse_gateway(times=int(body.get("times", 0)), for_s=float(body.get("for_s", 0)))
+        elif fault == "drop":
+            await self.drop()
+        elif fault == "disconnect":
+            await self.disconnect(code=int(body.get("code", 4000)))
+        elif fault == "reconnect":
+            await self.request_reconnect()
+        elif fault == "invalidate":
+            await self.invalidate_session(resumable=bool(body.get("resumable", False)))
+        else:
+            raise ValueError(f"unknown gateway fault {fault!r}")
+        return {"fault": fault}
+
+
+async def _serve(port: int, token: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with FakeDiscord(port=port, token=token) as fake:
+        urls = {
+            "base_url": fake.url,
+            "api_base": fake.api_base,
+            "gateway_url": fake.gateway_url,
+            "token": fake.token,
+            "guild_id": str(fake.guild_id),
+            "channel_id": str(fake.channel_id),
+            "pid": os.getpid(),
+        }
+        print(json.dumps(urls), flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a fake Discord until SIGTERM.")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--token", default="fake-bot-token")
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.port, args.token))
+
+
+if __name__ == "__main__":
+    main()

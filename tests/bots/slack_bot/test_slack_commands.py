@@ -277,7 +277,7 @@ async def test_a_stale_forget_button_forgets_nothing_and_says_so(
     [(_, old_value)] = buttons(note)
     assert (await command(slack, bot, "/forget", "1", user="U1"))["text"] == "Forgot `#1`."
     b = await command(slack, bot, "/remember", "The user drinks green tea.", user="U1")
-    assert b["text"] == "Remembered (`#2`)."  # never #1 again
+    assert b["text"] == "Remembered (`#2`): The user drinks green tea."  # never #1 again
 
     gone = await click(slack, bot, "selfmind_forget", old_value, user="U1")
     assert gone["text"] == "No such memory."

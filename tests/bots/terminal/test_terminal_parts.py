@@ -135,28 +135,25 @@ async def test_live_sink_shows_the_tail_while_streaming_and_all_at_the_end() -> 
 
 
 def test_files_are_private_and_follow_the_database(tmp_path: Path) -> None:
-    files = ChatFiles.for_db(f"sqlite:///{tmp_path}/data/m.db")
+    files = ChatFiles.for_db(f"sqlite:///{tmp_path}/data/m.db", "cli:alice")
     assert files.folder == tmp_path / "data"
-    files.history.parent.mkdir()
-    files.history.write_text("old\n")
-    files.history.chmod(0o644)  # made private even if it was not
+    assert files.history.parent == tmp_path / "data" / "history"
     files.prepare()
     for path in (files.history, files.log):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert files.history.read_text() == "old\n"  # kept, not truncated
-    pg = ChatFiles.for_db("postgresql://postgres@127.0.0.1:5432/test")
+    pg = ChatFiles.for_db("postgresql://postgres@127.0.0.1:5432/test", "cli:alice")
     assert pg.folder == Path.home() / ".selfmind"
 
 
-def test_history_clear_empties_file_and_memory(tmp_path: Path) -> None:
+def test_history_forget_empties_file_and_memory(tmp_path: Path) -> None:
     path = tmp_path / "chat_history"
     history = PrivateHistory(path)
     history.append_string("secret line one")
     history.append_string("two\nlines")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert history.get_strings() == ["secret line one", "two\nlines"]
-    history.clear()
-    assert path.read_text() == "" and history.get_strings() == []
+    history.forget()
+    assert not path.exists() and history.get_strings() == []
     assert list(PrivateHistory(path).load_history_strings()) == []
 
 

