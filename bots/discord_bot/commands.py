@@ -98,6 +98,11 @@ async def in_time(interaction: Interaction, work: Awaitable[T]) -> T:
         logger.info("command %s deferred: still working", _command_name(interaction))
         try:
             await interaction.response.defer(ephemeral=True, thinking=True)
+        except discord.HTTPException:
+            # Too late (expired) or refused: the work still finishes (a memory is stored
+            # even when the user can no longer be told), then the error ends the command.
+            await asyncio.gather(task, return_exceptions=True)
+            raise
         except BaseException:
             task.cancel()
             raise

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bots.cli import app
+from bots.cli import app, large_buffers_by_mmap
 from tests.conftest import REPO_ROOT
 
 runner = CliRunner()
@@ -290,3 +290,12 @@ def test_commands_run_on_uvloop_where_it_is_installed() -> None:
         assert event_loop_factory() is None and module.startswith("asyncio")
     else:
         assert event_loop_factory() is not None and module.startswith("uvloop")
+
+
+def test_large_buffers_go_back_to_the_system_on_glibc() -> None:
+    """The bots ask glibc to serve large buffers (a file's bytes, its base64) by mmap, so
+    they are returned when freed (bench/files.py: the peak RSS of a burst of PDFs)."""
+    import platform
+
+    expected = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert large_buffers_by_mmap() is expected
