@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from core.memory.service import MemoryService
     from core.settings import Settings
     from core.store.seams import MemoryStore, Store
-    from core.types import Memory, ScoredMemory
+    from core.types import Memory, ScoredMemory, UsageRow
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -469,6 +469,8 @@ def memories_import(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
 
+    if not any(line.strip() for line in lines):
+        raise fail(f"memories import: {file} holds no memories (nothing imported)")
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:
         typer.echo(
@@ -609,6 +611,7 @@ def memories_cleanup(
                     "batches": result.batches,
                     "calls": result.calls,
                     "rejected_batches": result.rejected_batches,
+                    "failed_batches": result.failed_batches,
                     "tokens": {
                         "input": result.usage.input_tokens,
                         "output": result.usage.output_tokens,
@@ -621,7 +624,10 @@ def memories_cleanup(
                 ensure_ascii=False,
             )
         )
+        cleanup_failed(result)
         return
+    if result.failed_batches == len(result.batches) > 0:
+        cleanup_failed(result)
     for line in result.lines() or ["nothing to clean up"]:
         typer.echo(line)
     typer.echo(
@@ -632,6 +638,17 @@ def memories_cleanup(
         typer.echo(
             f"applied as change {result.applied.change_id}: {result.before} -> {result.after}"
             f" memories (undo: selfmind memories undo --user {key} {result.applied.change_id})"
+        )
+    cleanup_failed(result)
+
+
+def cleanup_failed(result: CleanupRun) -> None:
+    """Exit 1 with one line when any batch's Claude call failed (what was planned from the
+    other batches is shown, and applied, first)."""
+    if result.failed_batches:
+        raise fail(
+            f"memories cleanup: {result.failed_batches} of {len(result.batches)} batches"
+            f" failed ({result.failure}); their memories were not looked at"
         )
 
 
@@ -704,17 +721,26 @@ def usage(
     since: Annotated[
         str | None, typer.Option("--since", help="Start date (YYYY-MM-DD, UTC); default: all.")
     ] = None,
-    by: Annotated[str, typer.Option("--by", help="Group by user, workspace or kind.")] = "kind",
+    by: Annotated[
+        str, typer.Option("--by", help="Group by user, workspace, kind or model.")
+    ] = "kind",
     as_json: JsonFlag = False,
 ) -> None:
-    """Claude usage totals (tokens as the API reported them), with the cache-read share."""
-    if by not in ("user", "workspace", "kind"):
-        raise fail("--by must be user, workspace or kind", 2)
+    """Claude usage totals (tokens as the API reported them, stopped answers included), the
+    cache-read share, and an estimated cost per model at list prices."""
+    if by not in ("user", "workspace", "kind", "model"):
+        raise fail("--by must be user, workspace, kind or model", 2)
     start = since_date(since)
 
+    from core.model.prices import PRICES_AS_OF
     from core.types import UsageRow
 
-    rows = run(with_store(ctx.obj, lambda store: store.usage_report(since=start, by=by)))
+    async def report(store: Store) -> tuple[list[UsageRow], list[UsageRow]]:
+        rows = await store.usage_report(since=start, by=by)
+        models = rows if by == "model" else await store.usage_report(since=start, by="model")
+        return rows, models
+
+    rows, models = run(with_store(ctx.obj, report))
     total = UsageRow(
         "total",
         sum(r.calls for r in rows),
@@ -723,6 +749,7 @@ def usage(
         sum(r.cache_read_input_tokens for r in rows),
         sum(r.cache_creation_input_tokens for r in rows),
     )
+    costs = [model_cost(m) for m in models]
 
     def as_dict(r: UsageRow) -> dict[str, Any]:
         return {
@@ -744,6 +771,15 @@ def usage(
                     "by": by,
                     "rows": [as_dict(r) for r in rows],
                     "total": as_dict(total),
+                    "cost_by_model": [
+                        {
+                            "model": m.key,
+                            "estimated_usd": None if usd is None else round(usd, 4),
+                            "price_assumed": assumed,
+                        }
+                        for m, (usd, assumed) in zip(models, costs, strict=True)
+                    ],
+                    "prices_as_of": PRICES_AS_OF,
                 }
             )
         )
@@ -758,6 +794,37 @@ def usage(
             f"{r.cache_creation_input_tokens:>12}{r.output_tokens:>10}"
             f"{r.cache_read_share:>12.1%}"
         )
+    if not models:
+        return
+    typer.echo("")
+    typer.echo(f"{'model':<28}{'calls':>8}{'tokens':>14}{'est. cost':>13}")
+    for m, (usd, assumed) in zip(models, costs, strict=True):
+        shown = "no price" if usd is None else f"${usd:,.2f}{'*' if assumed else ''}"
+        typer.echo(f"{m.key[:27]:<28}{m.calls:>8}{m.total_tokens:>14,}{shown:>13}")
+    known = [usd for usd, _ in costs if usd is not None]
+    typer.echo(f"{'total':<50}{f'${sum(known):,.2f}':>13}")
+    note = f"estimated at Anthropic list prices as of {PRICES_AS_OF} (core/model/prices.py)"
+    if any(assumed for _, assumed in costs):
+        note += "; * price assumed: no list price known for that model"
+    typer.echo(note)
+
+
+def model_cost(row: UsageRow) -> tuple[float | None, bool]:
+    """The estimated cost of a ``--by model`` usage row in US dollars (None when the price
+    table does not know the model), and whether its price is assumed."""
+    from core.model.claude import Usage
+    from core.model.prices import price_of
+
+    price = price_of(row.key)
+    if price is None:
+        return None, False
+    tokens = Usage(
+        row.input_tokens,
+        row.output_tokens,
+        row.cache_read_input_tokens,
+        row.cache_creation_input_tokens,
+    )
+    return price.cost(tokens), price.assumed
 
 
 @app.command("feedback")

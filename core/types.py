@@ -187,11 +187,17 @@ class UsageRecord:
     at: datetime | None = None
 
 
-_USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
+_USAGE_GROUPS = {
+    "user": "user_key",
+    "workspace": "COALESCE(workspace, '')",
+    "kind": "kind",
+    "model": "model",
+}
 
 
 def usage_group_column(by: str) -> str:
-    """The SQL expression that groups usage ``by`` user, workspace or kind (both backends).
+    """The SQL expression that groups usage ``by`` user, workspace, kind or model (both
+    backends).
 
     Raises ``ValueError`` for anything else.
     """
@@ -202,7 +208,8 @@ def usage_group_column(by: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """Token counts of Claude calls, summed over a group (``key``: user, workspace or kind)."""
+    """Token counts of Claude calls, summed over a group (``key``: user, workspace, kind or
+    model)."""
 
     key: str
     calls: int

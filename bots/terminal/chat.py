@@ -15,7 +15,7 @@ from typing import Protocol, TextIO
 
 from bots.terminal.history import forget_in_file
 from core.chat.loop import IncomingMessage, TurnLoop
-from core.errors import MemoryInputError, MemoryNotFound, ModelError
+from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
 from core.files import FileRef, placeholder
 from core.memory import replies
 from core.memory.reflection import ReflectionResult
@@ -132,6 +132,11 @@ class TerminalChat:
         self.screen = screen
         self.loop = loop
         self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
+        self.messages = 0
+        self.unanswered = 0
+        """Chat messages sent, and those that got no whole answer (no key, a failure, a
+        daily cap): a piped ``selfmind chat`` exits 1 when any did."""
+        self.last_failure: str | None = None
         self.attached: list[FileRef] = []
         """Files ``/attach`` named for the next message (read then, by :mod:`core.files`)."""
 
@@ -152,8 +157,10 @@ class TerminalChat:
 
     async def message(self, text: str) -> None:
         """A chat message: run the turn loop and show the answer as it streams."""
+        self.messages += 1
         if self.loop is None:
             self.screen.say(NO_KEY)
+            self._unanswered(NO_KEY)
             return
         files, self.attached = tuple(self.attached), []
         message = IncomingMessage(
@@ -165,7 +172,20 @@ class TerminalChat:
             where="a private terminal chat",
             files=files,
         )
-        await self.screen.answer(self.loop.answer(message))
+        await self.screen.answer(self._watched(self.loop.answer(message)))
+
+    async def _watched(self, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+        """``deltas``, noting a failure (the screen shows it) as an unanswered message."""
+        try:
+            async for delta in deltas:
+                yield delta
+        except SelfMindError as exc:
+            self._unanswered(exc.user_message)
+            raise
+
+    def _unanswered(self, why: str) -> None:
+        self.unanswered += 1
+        self.last_failure = why
 
     def attach(self, arg: str) -> None:
         """``/attach PATH``: one more file for the next message (``/attach`` alone lists

@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import io
 import math
-import warnings
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -114,24 +113,28 @@ def prepare(
 
 
 def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int) -> FileBlock:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if width * height > MAX_DECODE_PIXELS:
-                raise FileProblem(f"it is {width}x{height} pixels, too large to open")
-            fits = max(width, height) <= max_side
-            if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
-                image.load()  # decoded once: a corrupt image is caught here, not by the API
-                return FileBlock("image", name, media_type, _base64(data))
-            return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
-        except FileProblem:
-            raise
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
-            raise FileProblem("it is not a readable image") from exc
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
-            raise FileProblem("it is too large in pixels to open") from exc
+    # No warnings.catch_warnings() here: it swaps the process's filters, and this runs in
+    # worker threads at once. Pillow warns of images over 89 megapixels (an error where
+    # warnings are errors, as in the tests) and refuses those over 179; the check below
+    # refuses anything over MAX_DECODE_PIXELS before decoding.
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > MAX_DECODE_PIXELS:
+            raise FileProblem(f"it is {width}x{height} pixels, too large to open")
+        fits = max(width, height) <= max_side
+        if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
+            image.load()  # decoded once: a corrupt image is caught here, not by the API
+            return FileBlock("image", name, media_type, _base64(data))
+        return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
+    except FileProblem:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise FileProblem("it is not a readable image") from exc
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise FileProblem("it is too large in pixels to open") from exc
+    except Warning as exc:  # any other warning raised as an error: not readable
+        raise FileProblem("it is not a readable image") from exc
 
 
 def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> FileBlock:
@@ -166,17 +169,24 @@ def _has_alpha(image: Image.Image) -> bool:
 
 
 def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            reader = PdfReader(io.BytesIO(data), strict=False)
-            if reader.is_encrypted:
-                raise FileProblem("it is password-protected")
-            pages = len(reader.pages)
-        except FileProblem:
-            raise
-        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise FileProblem("it is not a readable PDF") from exc
+    # pypdf reports what it repairs (strict=False) through logging, not warnings.
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            raise FileProblem("it is password-protected")
+        pages = len(reader.pages)
+    except FileProblem:
+        raise
+    except (
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        Warning,
+    ) as exc:
+        raise FileProblem("it is not a readable PDF") from exc
     if pages == 0:
         raise FileProblem("it is not a readable PDF (no pages)")
     if pages > MAX_PDF_PAGES:

@@ -127,6 +127,10 @@ class CleanupRun:
     batches: list[int] = field(default_factory=list)
     planned: list[PlannedOp] = field(default_factory=list)
     rejected_batches: int = 0
+    failed_batches: int = 0
+    """Batches whose Claude call failed (counted in ``rejected_batches`` too)."""
+    failure: str | None = None
+    """The last failed call's ``user_message``."""
     calls: int = 0
     usage: Usage = field(default_factory=Usage)
     texts: dict[int, str] = field(default_factory=dict)
@@ -226,6 +230,8 @@ class Cleaner:
             except ModelError as exc:
                 run.calls += 1
                 run.rejected_batches += 1
+                run.failed_batches += 1
+                run.failure = exc.user_message
                 logger.warning(
                     "cleanup batch rejected: user=%s error=%s", user_key, type(exc).__name__
                 )

@@ -226,7 +226,7 @@ def test_new_commands_refuse_bad_input_with_one_line(
 ) -> None:
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
     code, _, err = cli(db_path, "usage", "--by", "planet")
-    assert code == 2 and err == "error: --by must be user, workspace or kind\n"
+    assert code == 2 and err == "error: --by must be user, workspace, kind or model\n"
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(db_path.parent)  # no .env
     code, _, err = cli(db_path, "memories", "cleanup", "--user", "alice", "--dry-run")

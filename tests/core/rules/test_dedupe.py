@@ -543,3 +543,15 @@ async def test_reflection_supersedes_a_general_memory_by_the_rule(
         assert active == ["The user has a younger brother."]
         kept = await h.store.get(user_key=ALICE, memory_id=old.id)
         assert kept is not None and kept.superseded_by is not None
+
+
+def test_remember_reply_names_what_a_specific_fact_replaces() -> None:
+    from core.memory.replies import remembered
+    from core.types import AddResult
+
+    text = "The user has a younger brother."
+    assert remembered(AddResult(5, "added", (3,), text)) == (
+        f"Remembered (`#5`): {text} It replaces `#3`."
+    )
+    assert remembered(AddResult(5, "added", (), text), code=str) == f"Remembered (#5): {text}"
+    assert remembered(AddResult(3, "duplicate")) == "I already knew that (`#3`)."
