@@ -210,6 +210,15 @@ def query_terms(uid: int, text: str) -> list[str]:
     return list(seen)
 
 
+_DATA_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def as_data(value: object) -> str:
-    """``value`` as one line of JSON with ``<`` and ``>`` escaped: safe inside a tagged block."""
-    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    """``value`` as one line of JSON, safe inside a tagged block: ``<`` and ``>`` escaped,
+    and so are the line breaks JSON leaves raw (NEL U+0085, LINE SEPARATOR U+2028,
+    PARAGRAPH SEPARATOR U+2029: ``str.splitlines`` and readers break lines at them), so no
+    value (a display name, a memory stored before text hygiene) can start a line of its
+    own."""
+    return json.dumps(value, ensure_ascii=False).translate(_DATA_ESCAPES)
