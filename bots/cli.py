@@ -47,15 +47,26 @@ SEMANTIC_HINT = (
 )
 """What a missing numpy / sentence-transformers means (the README's first install has none)."""
 
+EXAMPLES = """Examples:
+  selfmind chat                             talk to it in the terminal
+  selfmind slack                            run the Slack bot (docs/slack.md)
+  selfmind discord                          run the Discord bot
+  selfmind doctor                           what is set, read and reachable
+  selfmind memories list --user alice       one user's memories
+  selfmind memories forget --user alice 3   forget memory #3
+  selfmind db migrate                       apply a new version's migrations
+  selfmind --db ~/backup.db users           any command, on another store"""
+
 app = typer.Typer(
     help="SelfMind: a Claude chat bot that remembers its users.",
+    epilog=EXAMPLES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 memories_app = typer.Typer(help="Manage one user's memories.", no_args_is_help=True)
-app.add_typer(memories_app, name="memories")
-app.add_typer(eval_app, name="eval")
+app.add_typer(memories_app, name="memories", rich_help_panel="Memories")
+app.add_typer(eval_app, name="eval", rich_help_panel="Set up and look after")
 
 
 @dataclass
@@ -427,7 +438,12 @@ def memories_forget(
         raise fail(
             f"forgot {count}, but the terminal input history was not changed: {exc}"
         ) from None
-    typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
+    if as_json:
+        typer.echo(json.dumps({"forgotten": count}))
+    elif all_:
+        typer.echo(f"forgot all {count} memories of {key}")
+    else:
+        typer.echo(f"forgot #{memory_id} of {key}")
 
 
 @memories_app.command("export")
@@ -715,7 +731,7 @@ def since_date(since: str | None) -> datetime:
         raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
 
 
-@app.command("usage")
+@app.command("usage", rich_help_panel="Reports")
 def usage(
     ctx: typer.Context,
     since: Annotated[
@@ -827,7 +843,7 @@ def model_cost(row: UsageRow) -> tuple[float | None, bool]:
     return price.cost(tokens), price.assumed
 
 
-@app.command("feedback")
+@app.command("feedback", rich_help_panel="Reports")
 def feedback(
     ctx: typer.Context,
     since: Annotated[
@@ -863,7 +879,7 @@ def feedback(
     typer.echo(f"{'total':<36}{up:>6}{down:>6}")
 
 
-@app.command("chat")
+@app.command("chat", rich_help_panel="Talk to it")
 def chat(
     ctx: typer.Context,
     user: Annotated[
@@ -895,7 +911,7 @@ def preflight(settings: Settings) -> None:
         raise fail(str(exc)) from None
 
 
-@app.command("discord")
+@app.command("discord", rich_help_panel="Talk to it")
 def discord_bot(ctx: typer.Context) -> None:
     """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
     # run_discord checks DISCORD_BOT_TOKEN and the Anthropic key before network or database.
@@ -907,7 +923,7 @@ def discord_bot(ctx: typer.Context) -> None:
     raise typer.Exit(code)
 
 
-@app.command("slack")
+@app.command("slack", rich_help_panel="Talk to it")
 def slack(
     ctx: typer.Context,
     http: Annotated[
@@ -935,7 +951,7 @@ def slack(
     raise typer.Exit(code)
 
 
-@app.command("doctor")
+@app.command("doctor", rich_help_panel="Set up and look after")
 def doctor(ctx: typer.Context) -> None:
     """Check this installation: the settings files read, every setting that is set and where
     it came from (secrets cut short), the database and its schema, and what Anthropic,
@@ -958,7 +974,7 @@ def doctor(ctx: typer.Context) -> None:
 
 
 db_app = typer.Typer(help="Create, update and move the database.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+app.add_typer(db_app, name="db", rich_help_panel="Set up and look after")
 
 
 @db_app.command("migrate")
@@ -1034,7 +1050,7 @@ async def backup_sqlite(ctx: Context, target: Path) -> int:
     return await backup_database(ctx.db_url, target)
 
 
-@app.command("users")
+@app.command("users", rich_help_panel="Memories")
 def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List every user key with its memories, messages and last activity (UTC).
 
@@ -1108,9 +1124,86 @@ def db_copy(
         raise fail("row counts differ between the SQLite file and PostgreSQL")
 
 
+PANEL_ORDER = ("Talk to it", "Memories", "Reports", "Set up and look after")
+"""The top-level help's groups, in this order."""
+
+METAVARS = {
+    "db": "DB",
+    "user": "KEY",
+    "since": "DATE",
+    "by": "GROUP",
+    "log_level": "LEVEL",
+    "models": "MODEL",
+    "judge_model": "MODEL",
+    "conversations": "CONV",
+    "sessions": "N",
+    "limit": "N",
+    "offset": "N",
+    "k": "N",
+    "port": "PORT",
+    "threshold": "X",
+    "source": "URL",
+    "target": "URL",
+    "data": "DIR",
+    "out": "FILE",
+    "backup": "PATH",
+}
+"""Value names of options whose parameter name says less (``--user KEY``)."""
+
+
+def tidy_help(command: Any) -> Any:
+    """The help as the CLIs people like print it, for ``command`` (typer's click command)
+    and every command below it: a flag shows no placeholder (typer's ``<bool>``), an
+    option's value and an argument are named in capitals (``--since DATE``, ``--model
+    MODEL``, ``ID``) rather than by a type (``<str>``, ``<list[str]>``), a docstring's
+    line breaks are not kept inside a paragraph, and a group lists its commands panel by
+    panel (:data:`PANEL_ORDER`)."""
+    command.help = _reflow(command.help)
+    for param in command.params:
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+        elif param.metavar is None and param.name:
+            param.metavar = METAVARS.get(param.name, param.name.upper())
+        if getattr(param, "param_type_name", "") == "argument":  # its name says it: ID
+            param.display_type_rich = lambda ctx: None
+        if getattr(param, "help", None):
+            param.help = _reflow(param.help)
+    make_help_option = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    commands: dict[str, Any] | None = getattr(command, "commands", None)
+    if commands is not None:
+        order = {panel: i for i, panel in enumerate(PANEL_ORDER)}
+        ranked = sorted(
+            commands.items(),
+            key=lambda item: order.get(getattr(item[1], "rich_help_panel", None) or "", -1),
+        )
+        command.commands = dict(ranked)
+        for sub in command.commands.values():
+            tidy_help(sub)
+    return command
+
+
+def _reflow(text: str | None) -> str | None:
+    """``text`` with the single line breaks of each paragraph made spaces (rich help keeps
+    them, which cuts lines in two at the terminal's width)."""
+    if not text:
+        return text
+    import inspect
+    import re
+
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", inspect.cleandoc(text))
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    tidy_help(typer.main.get_command(app))()
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def eval_dedupe(
 ) -> None:
     """Score the dedupe rule on the labelled pairs shipped with SelfMind (offline, no key).
 
-    The same table as ``python bench/dedupe.py``: false merges (distinct pairs called
+    The same table as 'python bench/dedupe.py': false merges (distinct pairs called
     duplicates) and duplicate recall, for the rule and for plain Jaccard at 0.6 / 0.7 / 0.8,
     on the tune and holdout splits and on all pairs.
     """

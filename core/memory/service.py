@@ -432,9 +432,15 @@ class MemoryService:
     async def search(
         self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
     ) -> list[ScoredMemory]:
-        """Recall through the :class:`core.memory.recall.Recaller` (BM25 by default), best
-        first, ``k`` clamped to 1..100; any text is a valid query."""
-        return await self.recaller.recall(
+        """The user's memories that share words with ``query`` (the store's BM25), best
+        first, ``k`` clamped to 1..100; any text is a valid query.
+
+        A search the person types (``/memories search``, the Home tab, ``memories search``,
+        Discord's autocomplete) lists word matches only: the chat's recall
+        (:attr:`recaller`) also ranks memories by meaning, and so always has a best few
+        to offer, which a search must not present as matches ("tea" finding "The user
+        lives in Lisbon.")."""
+        return await self.store.search(
             user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
         )
 

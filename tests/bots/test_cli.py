@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -299,3 +300,43 @@ def test_large_buffers_go_back_to_the_system_on_glibc() -> None:
 
     expected = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
     assert large_buffers_by_mmap() is expected
+
+
+def test_help_reads_like_the_clis_people_like() -> None:
+    """No type placeholders (``<bool>``, ``<list[str]>``), chat, slack and discord first,
+    examples, RST-free text (the help a user gets from ``selfmind``, in its own process)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    def help_of(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bots.cli", *args, "--help"],
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+            env={"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "100", "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    top = help_of()
+    panels = [line for line in top.splitlines() if line.startswith("╭─ ") and "Options" not in line]
+    assert "Talk to it" in panels[0]
+    assert top.index(" chat ") < top.index(" slack ") < top.index(" users ") < top.index(" usage ")
+    assert "Examples:" in top and "selfmind memories forget --user alice 3" in top
+    for args in [(), ("memories", "list"), ("eval", "reflection"), ("eval", "dedupe"),
+                 ("db", "migrate"), ("usage",), ("memories", "forget")]:  # fmt: skip
+        text = help_of(*args)
+        assert not re.search(r"<[a-z]", text) and "``" not in text, (args, text)
+    assert "--model  " in help_of("eval", "reflection").replace("MODEL", "  ")
+    assert "--user    -u      KEY" in help_of("memories", "list")
+
+
+def test_forget_says_which_id_it_forgot(db_path: Path) -> None:
+    code, out, _ = cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
+    assert code == 0
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1")
+    assert (code, out) == (0, "forgot #1 of cli:alice\n")
+    cli(db_path, "memories", "remember", "--user", "alice", "The user likes coffee.")
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all")
+    assert (code, out) == (0, "forgot all 1 memories of cli:alice\n")
