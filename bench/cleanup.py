@@ -28,7 +28,7 @@ from bench.locomo import DEFAULT_DATA, load_all
 from core.memory.cleanup import Cleaner
 from core.memory.service import MemoryService
 from core.model.claude import ClaudeChatModel
-from core.rules.dedupe import carries_new_information, jaccard
+from core.rules.dedupe import compare, jaccard
 from core.rules.text import words
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory
@@ -52,7 +52,7 @@ def heuristic_planner(body: dict[str, Any]) -> str:
             if (
                 b["id"] not in used
                 and similar
-                and not carries_new_information(a["text"], b["text"])
+                and compare(b["text"], a["text"]).outcome != "distinct"
             ):
                 group.append(b)
         if len(group) > 1:

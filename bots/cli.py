@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from core.memory.service import MemoryService
     from core.settings import Settings
     from core.store.seams import MemoryStore, Store
-    from core.types import Memory, ScoredMemory
+    from core.types import Memory, ScoredMemory, UsageRow
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,15 +47,26 @@ SEMANTIC_HINT = (
 )
 """What a missing numpy / sentence-transformers means (the README's first install has none)."""
 
+EXAMPLES = """Examples:
+  selfmind chat                             talk to it in the terminal
+  selfmind slack                            run the Slack bot (docs/slack.md)
+  selfmind discord                          run the Discord bot
+  selfmind doctor                           what is set, read and reachable
+  selfmind memories list --user alice       one user's memories
+  selfmind memories forget --user alice 3   forget memory #3
+  selfmind db migrate                       apply a new version's migrations
+  selfmind --db ~/backup.db users           any command, on another store"""
+
 app = typer.Typer(
     help="SelfMind: a Claude chat bot that remembers its users.",
+    epilog=EXAMPLES,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 memories_app = typer.Typer(help="Manage one user's memories.", no_args_is_help=True)
-app.add_typer(memories_app, name="memories")
-app.add_typer(eval_app, name="eval")
+app.add_typer(memories_app, name="memories", rich_help_panel="Memories")
+app.add_typer(eval_app, name="eval", rich_help_panel="Set up and look after")
 
 
 @dataclass
@@ -110,7 +121,7 @@ def settle_heap() -> None:
     set :data:`GC_THRESHOLDS`. Objects are still freed by reference counting as before; only
     the cycle collector runs less often and scans less. bench/load.py, 200 users at once:
     the collector took 15 % of the bot's CPU during the burst (timed with ``gc.callbacks``).
-    Once per process: a second call does nothing."""
+    Once per process: a second call does nothing. Also :func:`large_buffers_by_mmap`."""
     import gc
 
     if gc.get_freeze_count():
@@ -118,6 +129,31 @@ def settle_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    large_buffers_by_mmap()
+
+
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter number for the mmap threshold (``malloc.h``)."""
+
+
+def large_buffers_by_mmap(threshold_bytes: int = 1 << 20) -> bool:
+    """On glibc, serve every allocation of ``threshold_bytes`` or more by ``mmap``, always,
+    so a large buffer goes back to the system when it is freed. By default glibc raises the
+    threshold to the size of each large block freed (up to 32 MB), and from then on keeps
+    such blocks in its heaps, one per thread that used them: the files a turn reads (tens of
+    MB: bytes, base64, the request's JSON) then stay resident long after the turn.
+    bench/files.py, 20 users sending a 19 MB PDF at once: peak RSS 910 -> 633 MB (4 turns
+    reading files at once). Returns whether it was set (False off glibc)."""
+    import ctypes
+    import ctypes.util
+
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes))
+    except (OSError, AttributeError):
+        return False
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -316,12 +352,14 @@ def memories_remember(
                     "id": result.id,
                     "status": result.status,
                     "duplicate_of": result.duplicate_of,
+                    "superseded": list(result.superseded),
                     "text": result.text,
                 }
             )
         )
     elif result.status == "added":
-        typer.echo(f"remembered #{result.id}: {result.text}")
+        replaced = "".join(f" (replacing #{i})" for i in result.superseded)
+        typer.echo(f"remembered #{result.id}{replaced}: {result.text}")
     else:
         typer.echo(f"already known as #{result.id}")
 
@@ -400,7 +438,12 @@ def memories_forget(
         raise fail(
             f"forgot {count}, but the terminal input history was not changed: {exc}"
         ) from None
-    typer.echo(json.dumps({"forgotten": count}) if as_json else f"forgot {count}")
+    if as_json:
+        typer.echo(json.dumps({"forgotten": count}))
+    elif all_:
+        typer.echo(f"forgot all {count} memories of {key}")
+    else:
+        typer.echo(f"forgot #{memory_id} of {key}")
 
 
 @memories_app.command("export")
@@ -442,11 +485,24 @@ def memories_import(
                 progress=lambda done, total: bar.update(task, completed=done, total=total),
             )
 
+    if not any(line.strip() for line in lines):
+        raise fail(f"memories import: {file} holds no memories (nothing imported)")
     result = run(with_service(ctx.obj, work, create=True))
     if as_json:
-        typer.echo(json.dumps({"added": result.added, "duplicates": result.duplicates}))
+        typer.echo(
+            json.dumps(
+                {
+                    "added": result.added,
+                    "duplicates": result.duplicates,
+                    "superseded": result.superseded,
+                }
+            )
+        )
     else:
-        typer.echo(f"imported {result.added}, {result.duplicates} already known")
+        replaced = (
+            f" ({result.superseded} less specific ones superseded)" if result.superseded else ""
+        )
+        typer.echo(f"imported {result.added}, {result.duplicates} already known{replaced}")
 
 
 @memories_app.command("stats")
@@ -493,6 +549,49 @@ def memories_history(ctx: typer.Context, user: UserKey, as_json: JsonFlag = Fals
         typer.echo(f"{r['at']}  #{r['memory_id']}  {r['event']}  {r['conversation'] or ''}")
 
 
+@memories_app.command("audit")
+def memories_audit(
+    ctx: typer.Context,
+    user: Annotated[str | None, user_option()] = None,
+    days: Annotated[
+        int, typer.Option("--days", min=1, help="Report memories not updated in N days.")
+    ] = 90,
+    fix: Annotated[
+        bool,
+        typer.Option("--fix", help="Apply the findings as one cleanup change (undoable)."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Memories that break the memory rules (near-duplicates, secrets, first-person or
+    over-long texts, contradicted, suggestions, old), per user and in total; nothing changes
+    unless --fix, which supersedes or retires them as one undoable change."""
+    from core.memory.audit import format_report, run_audit
+    from core.rules.dedupe import Deduper
+    from core.types import utcnow
+
+    key = _key(user) if user is not None else None
+    settings: Settings = ctx.obj.settings
+
+    async def work(store: Store) -> Any:
+        if key is not None:
+            await require_user(store, key)
+        return await run_audit(
+            store,
+            user_key=key,
+            deduper=Deduper(settings.dedupe_threshold),
+            now=utcnow(),
+            old_days=days,
+            fix=fix,
+        )
+
+    report = run(with_store(ctx.obj, work))
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), ensure_ascii=False))
+        return
+    for line in format_report(report):
+        typer.echo(line)
+
+
 @memories_app.command("cleanup")
 def memories_cleanup(
     ctx: typer.Context,
@@ -528,6 +627,7 @@ def memories_cleanup(
                     "batches": result.batches,
                     "calls": result.calls,
                     "rejected_batches": result.rejected_batches,
+                    "failed_batches": result.failed_batches,
                     "tokens": {
                         "input": result.usage.input_tokens,
                         "output": result.usage.output_tokens,
@@ -540,7 +640,10 @@ def memories_cleanup(
                 ensure_ascii=False,
             )
         )
+        cleanup_failed(result)
         return
+    if result.failed_batches == len(result.batches) > 0:
+        cleanup_failed(result)
     for line in result.lines() or ["nothing to clean up"]:
         typer.echo(line)
     typer.echo(
@@ -551,6 +654,17 @@ def memories_cleanup(
         typer.echo(
             f"applied as change {result.applied.change_id}: {result.before} -> {result.after}"
             f" memories (undo: selfmind memories undo --user {key} {result.applied.change_id})"
+        )
+    cleanup_failed(result)
+
+
+def cleanup_failed(result: CleanupRun) -> None:
+    """Exit 1 with one line when any batch's Claude call failed (what was planned from the
+    other batches is shown, and applied, first)."""
+    if result.failed_batches:
+        raise fail(
+            f"memories cleanup: {result.failed_batches} of {len(result.batches)} batches"
+            f" failed ({result.failure}); their memories were not looked at"
         )
 
 
@@ -617,23 +731,32 @@ def since_date(since: str | None) -> datetime:
         raise fail(f"--since: {since!r} is not a date (YYYY-MM-DD)", 2) from None
 
 
-@app.command("usage")
+@app.command("usage", rich_help_panel="Reports")
 def usage(
     ctx: typer.Context,
     since: Annotated[
         str | None, typer.Option("--since", help="Start date (YYYY-MM-DD, UTC); default: all.")
     ] = None,
-    by: Annotated[str, typer.Option("--by", help="Group by user, workspace or kind.")] = "kind",
+    by: Annotated[
+        str, typer.Option("--by", help="Group by user, workspace, kind or model.")
+    ] = "kind",
     as_json: JsonFlag = False,
 ) -> None:
-    """Claude usage totals (tokens as the API reported them), with the cache-read share."""
-    if by not in ("user", "workspace", "kind"):
-        raise fail("--by must be user, workspace or kind", 2)
+    """Claude usage totals (tokens as the API reported them, stopped answers included), the
+    cache-read share, and an estimated cost per model at list prices."""
+    if by not in ("user", "workspace", "kind", "model"):
+        raise fail("--by must be user, workspace, kind or model", 2)
     start = since_date(since)
 
+    from core.model.prices import PRICES_AS_OF
     from core.types import UsageRow
 
-    rows = run(with_store(ctx.obj, lambda store: store.usage_report(since=start, by=by)))
+    async def report(store: Store) -> tuple[list[UsageRow], list[UsageRow]]:
+        rows = await store.usage_report(since=start, by=by)
+        models = rows if by == "model" else await store.usage_report(since=start, by="model")
+        return rows, models
+
+    rows, models = run(with_store(ctx.obj, report))
     total = UsageRow(
         "total",
         sum(r.calls for r in rows),
@@ -642,6 +765,7 @@ def usage(
         sum(r.cache_read_input_tokens for r in rows),
         sum(r.cache_creation_input_tokens for r in rows),
     )
+    costs = [model_cost(m) for m in models]
 
     def as_dict(r: UsageRow) -> dict[str, Any]:
         return {
@@ -663,6 +787,15 @@ def usage(
                     "by": by,
                     "rows": [as_dict(r) for r in rows],
                     "total": as_dict(total),
+                    "cost_by_model": [
+                        {
+                            "model": m.key,
+                            "estimated_usd": None if usd is None else round(usd, 4),
+                            "price_assumed": assumed,
+                        }
+                        for m, (usd, assumed) in zip(models, costs, strict=True)
+                    ],
+                    "prices_as_of": PRICES_AS_OF,
                 }
             )
         )
@@ -677,9 +810,40 @@ def usage(
             f"{r.cache_creation_input_tokens:>12}{r.output_tokens:>10}"
             f"{r.cache_read_share:>12.1%}"
         )
+    if not models:
+        return
+    typer.echo("")
+    typer.echo(f"{'model':<28}{'calls':>8}{'tokens':>14}{'est. cost':>13}")
+    for m, (usd, assumed) in zip(models, costs, strict=True):
+        shown = "no price" if usd is None else f"${usd:,.2f}{'*' if assumed else ''}"
+        typer.echo(f"{m.key[:27]:<28}{m.calls:>8}{m.total_tokens:>14,}{shown:>13}")
+    known = [usd for usd, _ in costs if usd is not None]
+    typer.echo(f"{'total':<50}{f'${sum(known):,.2f}':>13}")
+    note = f"estimated at Anthropic list prices as of {PRICES_AS_OF} (core/model/prices.py)"
+    if any(assumed for _, assumed in costs):
+        note += "; * price assumed: no list price known for that model"
+    typer.echo(note)
 
 
-@app.command("feedback")
+def model_cost(row: UsageRow) -> tuple[float | None, bool]:
+    """The estimated cost of a ``--by model`` usage row in US dollars (None when the price
+    table does not know the model), and whether its price is assumed."""
+    from core.model.claude import Usage
+    from core.model.prices import price_of
+
+    price = price_of(row.key)
+    if price is None:
+        return None, False
+    tokens = Usage(
+        row.input_tokens,
+        row.output_tokens,
+        row.cache_read_input_tokens,
+        row.cache_creation_input_tokens,
+    )
+    return price.cost(tokens), price.assumed
+
+
+@app.command("feedback", rich_help_panel="Reports")
 def feedback(
     ctx: typer.Context,
     since: Annotated[
@@ -715,7 +879,7 @@ def feedback(
     typer.echo(f"{'total':<36}{up:>6}{down:>6}")
 
 
-@app.command("chat")
+@app.command("chat", rich_help_panel="Talk to it")
 def chat(
     ctx: typer.Context,
     user: Annotated[
@@ -747,7 +911,7 @@ def preflight(settings: Settings) -> None:
         raise fail(str(exc)) from None
 
 
-@app.command("discord")
+@app.command("discord", rich_help_panel="Talk to it")
 def discord_bot(ctx: typer.Context) -> None:
     """Run the Discord bot (DISCORD_BOT_TOKEN, ANTHROPIC_API_KEY) until SIGTERM or Ctrl-C."""
     # run_discord checks DISCORD_BOT_TOKEN and the Anthropic key before network or database.
@@ -759,7 +923,7 @@ def discord_bot(ctx: typer.Context) -> None:
     raise typer.Exit(code)
 
 
-@app.command("slack")
+@app.command("slack", rich_help_panel="Talk to it")
 def slack(
     ctx: typer.Context,
     http: Annotated[
@@ -787,7 +951,7 @@ def slack(
     raise typer.Exit(code)
 
 
-@app.command("doctor")
+@app.command("doctor", rich_help_panel="Set up and look after")
 def doctor(ctx: typer.Context) -> None:
     """Check this installation: the settings files read, every setting that is set and where
     it came from (secrets cut short), the database and its schema, and what Anthropic,
@@ -810,7 +974,7 @@ def doctor(ctx: typer.Context) -> None:
 
 
 db_app = typer.Typer(help="Create, update and move the database.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+app.add_typer(db_app, name="db", rich_help_panel="Set up and look after")
 
 
 @db_app.command("migrate")
@@ -886,7 +1050,7 @@ async def backup_sqlite(ctx: Context, target: Path) -> int:
     return await backup_database(ctx.db_url, target)
 
 
-@app.command("users")
+@app.command("users", rich_help_panel="Memories")
 def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List every user key with its memories, messages and last activity (UTC).
 
@@ -960,9 +1124,86 @@ def db_copy(
         raise fail("row counts differ between the SQLite file and PostgreSQL")
 
 
+PANEL_ORDER = ("Talk to it", "Memories", "Reports", "Set up and look after")
+"""The top-level help's groups, in this order."""
+
+METAVARS = {
+    "db": "DB",
+    "user": "KEY",
+    "since": "DATE",
+    "by": "GROUP",
+    "log_level": "LEVEL",
+    "models": "MODEL",
+    "judge_model": "MODEL",
+    "conversations": "CONV",
+    "sessions": "N",
+    "limit": "N",
+    "offset": "N",
+    "k": "N",
+    "port": "PORT",
+    "threshold": "X",
+    "source": "URL",
+    "target": "URL",
+    "data": "DIR",
+    "out": "FILE",
+    "backup": "PATH",
+}
+"""Value names of options whose parameter name says less (``--user KEY``)."""
+
+
+def tidy_help(command: Any) -> Any:
+    """The help as the CLIs people like print it, for ``command`` (typer's click command)
+    and every command below it: a flag shows no placeholder (typer's ``<bool>``), an
+    option's value and an argument are named in capitals (``--since DATE``, ``--model
+    MODEL``, ``ID``) rather than by a type (``<str>``, ``<list[str]>``), a docstring's
+    line breaks are not kept inside a paragraph, and a group lists its commands panel by
+    panel (:data:`PANEL_ORDER`)."""
+    command.help = _reflow(command.help)
+    for param in command.params:
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+        elif param.metavar is None and param.name:
+            param.metavar = METAVARS.get(param.name, param.name.upper())
+        if getattr(param, "param_type_name", "") == "argument":  # its name says it: ID
+            param.display_type_rich = lambda ctx: None
+        if getattr(param, "help", None):
+            param.help = _reflow(param.help)
+    make_help_option = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    commands: dict[str, Any] | None = getattr(command, "commands", None)
+    if commands is not None:
+        order = {panel: i for i, panel in enumerate(PANEL_ORDER)}
+        ranked = sorted(
+            commands.items(),
+            key=lambda item: order.get(getattr(item[1], "rich_help_panel", None) or "", -1),
+        )
+        command.commands = dict(ranked)
+        for sub in command.commands.values():
+            tidy_help(sub)
+    return command
+
+
+def _reflow(text: str | None) -> str | None:
+    """``text`` with the single line breaks of each paragraph made spaces (rich help keeps
+    them, which cuts lines in two at the terminal's width)."""
+    if not text:
+        return text
+    import inspect
+    import re
+
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", inspect.cleandoc(text))
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    tidy_help(typer.main.get_command(app))()
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def eval_dedupe(
 ) -> None:
     """Score the dedupe rule on the labelled pairs shipped with SelfMind (offline, no key).
 
-    The same table as ``python bench/dedupe.py``: false merges (distinct pairs called
+    The same table as 'python bench/dedupe.py': false merges (distinct pairs called
     duplicates) and duplicate recall, for the rule and for plain Jaccard at 0.6 / 0.7 / 0.8,
     on the tune and holdout splits and on all pairs.
     """
@@ -268,7 +268,18 @@ async def _run(
                 ensure_ascii=False,
             )
         )
-    return 130 if stopped else 0
+    if stopped:
+        return 130
+    failed = [(r.model, r.total.failed, r.total.turns) for r in reports if r.total.failed]
+    if failed:
+        model, count, turns = failed[0]
+        typer.echo(
+            f"error: eval reflection: {count} of {turns} reflections with {model} failed after"
+            " their retries (the failed column): the scores leave them out",
+            err=True,
+        )
+        return 1
+    return 0
 
 
 async def _one_model(

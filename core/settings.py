@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     # about 50 standing memories of typical length (16 tokens a line) and keep the whole
     # memory block under 1,200 tokens with top_k = 6; 0 turns the profile off.
     profile_tokens: int = Field(default=800, ge=0, le=8000)
-    dedupe_threshold: float = Field(default=0.55, gt=0.0, le=1.0)  # bench/dedupe.py
+    dedupe_threshold: float = Field(default=0.5, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
 
     # --- conversation

@@ -78,8 +78,9 @@ class ScoredMemory:
 @dataclass(frozen=True, slots=True)
 class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
-    ``superseded``: the ids of the memories ``id`` replaced in the same write; ``text``: the
-    text as stored, when the writer reports it (``MemoryService.remember``), else ""."""
+    ``superseded``: the ids of the memories ``id`` replaced in the same write (named by the
+    writer, or less specific versions of it that dedupe found); ``text``: the text as stored,
+    when the writer reports it (``MemoryService.remember``), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]
@@ -186,11 +187,17 @@ class UsageRecord:
     at: datetime | None = None
 
 
-_USAGE_GROUPS = {"user": "user_key", "workspace": "COALESCE(workspace, '')", "kind": "kind"}
+_USAGE_GROUPS = {
+    "user": "user_key",
+    "workspace": "COALESCE(workspace, '')",
+    "kind": "kind",
+    "model": "model",
+}
 
 
 def usage_group_column(by: str) -> str:
-    """The SQL expression that groups usage ``by`` user, workspace or kind (both backends).
+    """The SQL expression that groups usage ``by`` user, workspace, kind or model (both
+    backends).
 
     Raises ``ValueError`` for anything else.
     """
@@ -201,7 +208,8 @@ def usage_group_column(by: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """Token counts of Claude calls, summed over a group (``key``: user, workspace or kind)."""
+    """Token counts of Claude calls, summed over a group (``key``: user, workspace, kind or
+    model)."""
 
     key: str
     calls: int

@@ -51,3 +51,25 @@ def test_every_docs_page_is_in_the_nav() -> None:
     nav = (REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for page in (REPO_ROOT / "docs").glob("*.md"):
         assert f" {page.name}\n" in nav, page.name
+
+
+def test_the_configuration_reference_is_the_settings_class() -> None:
+    """docs/configuration.md's table is what scripts/settings_reference.py makes from
+    core/settings.py and .env.example: a setting added, renamed or given a new default
+    without rerunning the script fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "settings_reference", REPO_ROOT / "scripts" / "settings_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    page = (REPO_ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert page == reference.page_with_table(page), (
+        "docs/configuration.md is out of date: run python scripts/settings_reference.py"
+    )
+    from core.settings import Settings, env_name
+
+    for field in Settings.model_fields:
+        assert f"| `{env_name(field)}` |" in page

@@ -308,8 +308,10 @@ class SlackBot:
 
     def web_app(self) -> web.Application:
         """The aiohttp app: ``POST /slack/events`` (events, commands, interactions; signed)
-        and ``GET /healthz``."""
-        app = web.Application()
+        and ``GET /healthz``. Bodies up to :data:`bots.slack_bot.inbound.MAX_PAYLOAD_BYTES`
+        are read, as Socket Mode frames are (aiohttp's 1 MiB default refused some real
+        events with 413, so Slack retried them three times and gave up); larger get 413."""
+        app = web.Application(client_max_size=inbound.MAX_PAYLOAD_BYTES)
         healthz = healthz_handler(self.runtime.readiness)
         app.add_routes([web.post(EVENTS_PATH, self._http_events), web.get(HEALTH_PATH, healthz)])
         return app

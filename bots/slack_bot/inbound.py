@@ -23,6 +23,12 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl
 
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest request body (HTTP) or Socket Mode frame handled, in both modes. Slack documents
+no maximum; the largest payloads it documents (a message of 40,000 characters with 50
+blocks, a view of 100 blocks of up to 3,000 characters) stay near 2 MB even with every
+character JSON-escaped, so this leaves eight times that. (aiohttp's defaults, 1 MiB for an
+HTTP body and 4 MiB for a websocket frame, are below some real events.)"""
 MAX_TIMESTAMP_DIGITS = 20
 """``X-Slack-Request-Timestamp`` is epoch seconds (10 digits today); a longer one is not
 Slack's, and Python refuses ``int()`` of more than 4,300 digits with a ValueError."""

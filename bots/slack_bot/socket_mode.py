@@ -114,8 +114,8 @@ PING_INTERVAL_S = 10.0
 ``AsyncSocketModeHandler`` default ``ping_interval``)."""
 ACK_DRAIN_S = 3.0
 """On close, envelopes being stored get this long to be acknowledged (Slack's ack limit)."""
-MAX_ENVELOPE_BYTES = 16 * 1024 * 1024
-"""Frames up to this size are handled (see the module docstring for why)."""
+MAX_ENVELOPE_BYTES = inbound.MAX_PAYLOAD_BYTES
+"""Frames up to this size are handled (:data:`bots.slack_bot.inbound.MAX_PAYLOAD_BYTES`)."""
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """aiohttp's ``max_msg_size``: frames up to this size are read at all (larger ones close the
 connection with 1009); those above :data:`MAX_ENVELOPE_BYTES` are only acknowledged."""

@@ -40,7 +40,8 @@ async def run_terminal(
     stdin: TextIO | None = None,
     stdout: TextIO | None = None,
 ) -> int:
-    """Run the chat until /quit, Ctrl-D or end of input; returns the exit code (0)."""
+    """Run the chat until /quit, Ctrl-D or end of input; returns the exit code: 0, or (piped)
+    1 when a message got no answer, with one line on stderr saying how many and why."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     if stdin.isatty() and stdout.isatty():
@@ -71,4 +72,10 @@ async def run_terminal(
                 chat.screen.say(f"Error: {exc}")
         if isinstance(rt, ChatRuntime) and rt.reflector.pending:
             await rt.reflector.drain(settings.shutdown_timeout_s)
+    if chat.unanswered:
+        sys.stderr.write(
+            f"error: {chat.unanswered} of {chat.messages} messages got no answer"
+            f" (last: {chat.last_failure})\n"
+        )
+        return 1
     return 0

@@ -15,16 +15,20 @@ from typing import Protocol, TextIO
 
 from bots.terminal.history import forget_in_file
 from core.chat.loop import IncomingMessage, TurnLoop
-from core.errors import MemoryInputError, MemoryNotFound, ModelError
+from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
+from core.files import FileRef, placeholder
 from core.memory import replies
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import utcnow
 
 HELP = (
-    "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, /help, "
-    "/quit. Anything else is a message for Claude."
+    "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
+    "/attach PATH (a file for your next message; repeat it for more: images, PDFs, text "
+    "files, read for that answer and never kept), /help, /quit. Anything else is a message "
+    "for Claude."
 )
+ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
 NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /commands work now."
 
 
@@ -128,6 +132,13 @@ class TerminalChat:
         self.screen = screen
         self.loop = loop
         self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
+        self.messages = 0
+        self.unanswered = 0
+        """Chat messages sent, and those that got no whole answer (no key, a failure, a
+        daily cap): a piped ``selfmind chat`` exits 1 when any did."""
+        self.last_failure: str | None = None
+        self.attached: list[FileRef] = []
+        """Files ``/attach`` named for the next message (read then, by :mod:`core.files`)."""
 
     @property
     def help(self) -> str:
@@ -146,9 +157,12 @@ class TerminalChat:
 
     async def message(self, text: str) -> None:
         """A chat message: run the turn loop and show the answer as it streams."""
+        self.messages += 1
         if self.loop is None:
             self.screen.say(NO_KEY)
+            self._unanswered(NO_KEY)
             return
+        files, self.attached = tuple(self.attached), []
         message = IncomingMessage(
             user_key=self.user_key,
             conversation_key=self.conversation_key,
@@ -156,8 +170,38 @@ class TerminalChat:
             origin="private",
             sent_at=utcnow(),
             where="a private terminal chat",
+            files=files,
         )
-        await self.screen.answer(self.loop.answer(message))
+        await self.screen.answer(self._watched(self.loop.answer(message)))
+
+    async def _watched(self, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
+        """``deltas``, noting a failure (the screen shows it) as an unanswered message."""
+        try:
+            async for delta in deltas:
+                yield delta
+        except SelfMindError as exc:
+            self._unanswered(exc.user_message)
+            raise
+
+    def _unanswered(self, why: str) -> None:
+        self.unanswered += 1
+        self.last_failure = why
+
+    def attach(self, arg: str) -> None:
+        """``/attach PATH``: one more file for the next message (``/attach`` alone lists
+        them). The file is read, checked and sent only with that message."""
+        path = arg.strip().strip("\"'")
+        if not path:
+            names = ", ".join(f.name for f in self.attached)
+            self.screen.say(f"Attached for your next message: {names}." if names else ATTACH_USAGE)
+            return
+        local = Path(path).expanduser()
+        if not local.is_file():
+            self.screen.say(f"No such file: {path}")
+            return
+        ref = FileRef(local.name, size=local.stat().st_size, path=str(local.resolve()))
+        self.attached.append(ref)
+        self.screen.say(f"Attached {placeholder(ref)}; it goes with your next message.")
 
     async def learned(self, result: ReflectionResult) -> None:
         """Reflection callback: a short note of what was remembered."""
@@ -181,6 +225,8 @@ class TerminalChat:
                     await self.forget(arg)
                 case "/memories":
                     await self.memories(arg)
+                case "/attach":
+                    self.attach(arg)
                 case "/stats":
                     stats = await self.service.stats(user_key=self.user_key)
                     kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_kind.items()))

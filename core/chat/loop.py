@@ -9,8 +9,12 @@ message edits). The loop:
    learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
 3. builds the system prompt (cached persona, then the memory block) and the message list
    from the conversation's stored history;
-4. streams Claude's answer and yields its text deltas;
-5. stores the answer and queues the reflection in the background (not while memory is paused
+4. reads the message's files, if any (:mod:`core.files`: at most
+   ``SELFMIND_FILE_CONCURRENCY`` turns at once hold files), sent as content blocks with the
+   current message only (the store and the history keep a placeholder line per file); a
+   file not read gets one sentence, which the answer starts with;
+5. streams Claude's answer and yields its text deltas;
+6. stores the answer and queues the reflection in the background (not while memory is paused
    or off), so the reply never waits for it.
 
 Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
@@ -108,10 +112,7 @@ class IncomingMessage:
         # Message text enters the core here, whatever the adapter: cleaned once
         # (core.rules.text.clean_text, newlines and tabs kept), so the store, recall and the
         # prompt all see the same text.
-        text = self.text if self.text or not self.files else ""
-        object.__setattr__(self, "text", _clean_message(text) if text else "")
-        if not self.text and not self.files:
-            object.__setattr__(self, "text", EMPTY_MESSAGE)
+        object.__setattr__(self, "text", _clean_message(self.text))
         object.__setattr__(self, "author", _clean_name(self.author))
 
     @property

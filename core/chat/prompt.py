@@ -141,15 +141,22 @@ def _notes(count: int) -> str:
 
 def stored_line(context: MemoryContext) -> str:
     """One sentence saying what the user has stored and what of it follows: never "no notes"
-    to a user who has some."""
+    to a user who has some. In a shared place (only shared notes used) without the count,
+    which holds the notes learned in DMs."""
     if context.mode == "off":
         return "Memory is off for this user: no notes are used or saved (/memory on resumes)."
     if context.stored == 0:
         return "No notes are stored about this user yet."
-    verb = "is" if context.stored == 1 else "are"
-    parts = [f"{_notes(context.stored)} {verb} stored about this user; /memories lists them all."]
-    if context.shared:
-        parts.append("This is a shared place: only notes learned in shared places are used.")
+    if context.shared:  # the count of every note would tell the channel that DM notes exist
+        parts = [
+            "Notes are stored about this user; /memories lists them all. This is a shared "
+            "place: only notes learned in shared places are used."
+        ]
+    else:
+        verb = "is" if context.stored == 1 else "are"
+        parts = [
+            f"{_notes(context.stored)} {verb} stored about this user; /memories lists them all."
+        ]
     shown = []
     if context.profile:
         shown.append(f"{len(context.profile)} in the standing notes above")

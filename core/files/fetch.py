@@ -56,7 +56,7 @@ def too_big(size: int, max_bytes: int) -> FileProblem:
 
 async def fetch(
     ref: FileRef, *, session: aiohttp.ClientSession, max_bytes: int, timeout_s: float
-) -> bytes:
+) -> bytes | bytearray:
     """The bytes of ``ref`` (at most ``max_bytes``); raises :class:`FileProblem`."""
     if ref.unavailable:
         raise FileProblem(ref.unavailable)
@@ -77,7 +77,7 @@ async def fetch(
 
 async def _download(
     ref: FileRef, url: str, *, session: aiohttp.ClientSession, max_bytes: int
-) -> bytes:
+) -> bytearray:
     headers = {"Authorization": f"Bearer {ref.bearer}"} if ref.bearer else {}
     for _ in range(MAX_REDIRECTS + 1):
         if origin(url) not in ref.allowed_origins:
@@ -102,12 +102,17 @@ async def _download(
             declared = response.content_length
             if declared is not None and declared > max_bytes:
                 raise too_big(declared, max_bytes)
-            body = bytearray()
+            # Sized once when the length is declared (no regrowth, no copy at the end).
+            body = bytearray(declared or 0)
+            got = 0
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):
-                body += chunk
-                if len(body) > max_bytes:
-                    raise too_big(len(body), max_bytes)
-            return bytes(body)
+                end = got + len(chunk)
+                if end > max_bytes:
+                    raise too_big(end, max_bytes)
+                body[got:end] = chunk
+                got = end
+            del body[got:]
+            return body
     raise FileProblem("its download was redirected too many times")
 
 

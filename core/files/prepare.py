@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import io
 import math
-import warnings
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -65,7 +64,7 @@ _SNIFF = (
 )
 
 
-def sniff(data: bytes) -> str | None:
+def sniff(data: bytes | bytearray) -> str | None:
     """The media type the bytes say they are (the four image types, ``application/pdf``),
     or None."""
     for magic, media_type in _SNIFF:
@@ -91,7 +90,9 @@ class Prepared:
     note: str | None = None
 
 
-def prepare(ref: FileRef, data: bytes, *, max_side: int, max_text_chars: int) -> Prepared:
+def prepare(
+    ref: FileRef, data: bytes | bytearray, *, max_side: int, max_text_chars: int
+) -> Prepared:
     """What Claude reads of ``data`` (the bytes of ``ref``); raises ``FileProblem``."""
     found = sniff(data)
     if found in IMAGE_TYPES:
@@ -111,67 +112,89 @@ def prepare(ref: FileRef, data: bytes, *, max_side: int, max_text_chars: int) ->
     raise FileProblem("I read images (PNG, JPEG, GIF, WebP), PDFs and text files, not this kind")
 
 
-def _image(name: str, data: bytes, media_type: str, *, max_side: int) -> FileBlock:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if width * height > MAX_DECODE_PIXELS:
-                raise FileProblem(f"it is {width}x{height} pixels, too large to open")
-            image.load()
-        except FileProblem:
-            raise
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
-            raise FileProblem("it is not a readable image") from exc
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
-            raise FileProblem("it is too large in pixels to open") from exc
-        if max(width, height) <= max_side and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
-            return FileBlock("image", name, media_type, base64.b64encode(data).decode("ascii"))
-        return _smaller(name, image, max_side=min(max_side, RESIZE_LONG_EDGE))
+def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int) -> FileBlock:
+    # No warnings.catch_warnings() here: it swaps the process's filters, and this runs in
+    # worker threads at once. Pillow warns of images over 89 megapixels (an error where
+    # warnings are errors, as in the tests) and refuses those over 179; the check below
+    # refuses anything over MAX_DECODE_PIXELS before decoding.
+    try:
+        image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > MAX_DECODE_PIXELS:
+            raise FileProblem(f"it is {width}x{height} pixels, too large to open")
+        fits = max(width, height) <= max_side
+        if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
+            image.load()  # decoded once: a corrupt image is caught here, not by the API
+            return FileBlock("image", name, media_type, _base64(data))
+        return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
+    except FileProblem:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise FileProblem("it is not a readable image") from exc
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise FileProblem("it is too large in pixels to open") from exc
+    except Warning as exc:  # any other warning raised as an error: not readable
+        raise FileProblem("it is not a readable image") from exc
 
 
-def _smaller(name: str, image: Image.Image, *, max_side: int) -> FileBlock:
-    """``image`` scaled to fit ``max_side`` px and re-encoded (PNG, else JPEG) under 5 MB."""
+def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> FileBlock:
+    """``image`` (opened, not yet decoded: a JPEG is then decoded at a reduced scale)
+    scaled to fit ``max_side`` px and re-encoded under 5 MB: as PNG when that can fit (a
+    PNG shrinks with its pixels), else as JPEG (quality 85)."""
     if getattr(image, "n_frames", 1) > 1:
         image.seek(0)  # an animation: its first frame
-    scaled = image.convert("RGBA" if _has_alpha(image) else "RGB")
-    scaled.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
-    out = io.BytesIO()
-    scaled.save(out, format="PNG")
-    if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
-        return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
+    pixels = image.width * image.height
+    image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    alpha = _has_alpha(image)
+    scaled = image.convert("RGBA" if alpha else "RGB")
+    estimate = size * scaled.width * scaled.height / pixels
+    if image.format == "PNG" and base64_size(int(estimate)) <= MAX_IMAGE_BASE64_BYTES * 0.9:
+        out = io.BytesIO()
+        scaled.save(out, format="PNG")
+        if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
+            return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
     flat = Image.new("RGB", scaled.size, "white")
-    flat.paste(scaled, mask=scaled.getchannel("A") if scaled.mode == "RGBA" else None)
+    flat.paste(scaled, mask=scaled.getchannel("A") if alpha else None)
     out = io.BytesIO()
     flat.save(out, format="JPEG", quality=85)
     return FileBlock("image", name, "image/jpeg", base64.b64encode(out.getvalue()).decode())
+
+
+def _base64(data: bytes | bytearray) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _has_alpha(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
-def _pdf(name: str, data: bytes) -> FileBlock:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            reader = PdfReader(io.BytesIO(data), strict=False)
-            if reader.is_encrypted:
-                raise FileProblem("it is password-protected")
-            pages = len(reader.pages)
-        except FileProblem:
-            raise
-        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise FileProblem("it is not a readable PDF") from exc
+def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
+    # pypdf reports what it repairs (strict=False) through logging, not warnings.
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            raise FileProblem("it is password-protected")
+        pages = len(reader.pages)
+    except FileProblem:
+        raise
+    except (
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        Warning,
+    ) as exc:
+        raise FileProblem("it is not a readable PDF") from exc
     if pages == 0:
         raise FileProblem("it is not a readable PDF (no pages)")
     if pages > MAX_PDF_PAGES:
         raise FileProblem(f"it has {pages} pages, over the {MAX_PDF_PAGES} Claude reads at once")
-    return FileBlock("pdf", name, "application/pdf", base64.b64encode(data).decode("ascii"))
+    return FileBlock("pdf", name, "application/pdf", _base64(data))
 
 
-def _looks_like_text(data: bytes) -> bool:
+def _looks_like_text(data: bytes | bytearray) -> bool:
     head = data[:8192]
     if b"\x00" in head:
         return False
@@ -182,7 +205,7 @@ def _looks_like_text(data: bytes) -> bool:
     return True
 
 
-def _text(name: str, data: bytes, *, max_chars: int) -> Prepared:
+def _text(name: str, data: bytes | bytearray, *, max_chars: int) -> Prepared:
     if b"\x00" in data:
         raise FileProblem("it is not a text file I can read (binary data)")
     try:

@@ -67,6 +67,9 @@ def gone_note(names: Sequence[str]) -> str:
     )
 
 
+_OVER_REQUEST = "it would pass the 32 MB Claude takes in one request (files and text together)"
+
+
 class FileReader:
     """Reads the files of messages (see the module docstring). One per process; no
     resource to close (each read opens its own HTTP session)."""
@@ -113,11 +116,13 @@ class FileReader:
         async with aiohttp.ClientSession() as session:
             for ref in refs:
                 try:
+                    max_bytes = self.max_file_bytes
+                    if ref.kind == "pdf":  # sent as is: its base64 must fit the request
+                        max_bytes = min(max_bytes, (budget - 200) * 3 // 4)
+                        if ref.size is not None and max_bytes < ref.size <= self.max_file_bytes:
+                            raise FileProblem(_OVER_REQUEST)
                     data = await fetch(
-                        ref,
-                        session=session,
-                        max_bytes=self.max_file_bytes,
-                        timeout_s=self.download_timeout_s,
+                        ref, session=session, max_bytes=max_bytes, timeout_s=self.download_timeout_s
                     )
                     prepared = await asyncio.to_thread(
                         prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
@@ -125,9 +130,7 @@ class FileReader:
                     del data
                     cost = request_bytes(prepared.block)
                     if cost > budget:
-                        raise FileProblem(
-                            "with the other files it would pass the 32 MB Claude takes at once"
-                        )
+                        raise FileProblem(_OVER_REQUEST)
                 except FileProblem as problem:
                     logger.info("file not read (%s): %s", ref.kind, problem.reason)
                     notes.append(not_read(ref.name, problem.reason))

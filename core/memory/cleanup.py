@@ -40,6 +40,7 @@ from core.rules.cleanup_ops import (
     SupersedeOp,
     op_ids,
 )
+from core.rules.dedupe import Deduper
 from core.rules.text import as_data
 from core.store.seams import CleanupStore, MemoryStore, UsageStore
 from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory
@@ -126,6 +127,10 @@ class CleanupRun:
     batches: list[int] = field(default_factory=list)
     planned: list[PlannedOp] = field(default_factory=list)
     rejected_batches: int = 0
+    failed_batches: int = 0
+    """Batches whose Claude call failed (counted in ``rejected_batches`` too)."""
+    failure: str | None = None
+    """The last failed call's ``user_message``."""
     calls: int = 0
     usage: Usage = field(default_factory=Usage)
     texts: dict[int, str] = field(default_factory=dict)
@@ -162,8 +167,10 @@ class Cleaner:
         model_name: str = "unknown",
         batch_size: int = 25,
         max_batches: int = 20,
+        deduper: Deduper | None = None,
     ) -> None:
         self.store = store
+        self.deduper = deduper or Deduper()
         self.model = model
         self.model_name = model_name
         self.batch_size = max(2, batch_size)
@@ -179,6 +186,7 @@ class Cleaner:
             model_name=settings.reflection_model,
             batch_size=settings.cleanup_batch_size,
             max_batches=settings.cleanup_max_batches,
+            deduper=Deduper(settings.dedupe_threshold),
         )
 
     async def batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
@@ -222,6 +230,8 @@ class Cleaner:
             except ModelError as exc:
                 run.calls += 1
                 run.rejected_batches += 1
+                run.failed_batches += 1
+                run.failure = exc.user_message
                 logger.warning(
                     "cleanup batch rejected: user=%s error=%s", user_key, type(exc).__name__
                 )
@@ -234,6 +244,7 @@ class Cleaner:
                 run.rejected_batches += 1
                 continue
             run.planned.extend(checked)
+        run.planned = dedupe_merges(run.planned, memories, self.deduper)
         logger.info(
             "cleanup plan user=%s memories=%d batches=%s operations=%d calls=%d",
             user_key,
@@ -246,14 +257,7 @@ class Cleaner:
 
     async def apply(self, run: CleanupRun) -> CleanupRun:
         """Apply a planned run as one change; sets ``applied`` and ``after``."""
-        if run.planned:
-            run.applied = await self.store.apply_change(
-                user_key=run.user_key,
-                change_id=uuid.uuid4().hex[:12],
-                ops=[p.op for p in run.planned],
-            )
-        run.after = await self.store.count(user_key=run.user_key)
-        return run
+        return await apply_run(self.store, run)
 
     async def _record(self, user_key: str, usage: Usage) -> None:
         await record_call(
@@ -264,6 +268,23 @@ class Cleaner:
             model=self.model_name,
             usage=usage,
         )
+
+
+class ApplyStore(MemoryStore, CleanupStore, Protocol):
+    """What applying a plan uses of the store: the change, then the count."""
+
+
+async def apply_run(store: ApplyStore, run: CleanupRun) -> CleanupRun:
+    """Apply a planned run (a model's cleanup plan, or the audit's, :mod:`core.memory.audit`)
+    as one undoable change; sets ``applied`` and ``after``."""
+    if run.planned:
+        run.applied = await store.apply_change(
+            user_key=run.user_key,
+            change_id=uuid.uuid4().hex[:12],
+            ops=[p.op for p in run.planned],
+        )
+    run.after = await store.count(user_key=run.user_key)
+    return run
 
 
 def _batch_prompt(batch: Sequence[Memory]) -> str:
@@ -318,4 +339,48 @@ def check_plan(plan: PlanOutput, batch: Sequence[Memory]) -> list[PlannedOp] | N
     keepers = {p.op.new_id for p in out if isinstance(p.op, SupersedeOp)}
     if keepers & {i for p in out if not isinstance(p.op, SupersedeOp) for i in op_ids(p.op)}:
         return None
+    return out
+
+
+def dedupe_merges(
+    planned: Sequence[PlannedOp], memories: Sequence[Memory], deduper: Deduper
+) -> list[PlannedOp]:
+    """The dedupe rule applied to each merge's new sentence against the user's memories that
+    no operation touches, as every other write gets it (:meth:`Deduper.decide`):
+
+    - a sentence that adds nothing to such a memory becomes supersedes of the merged ones by
+      it (the new sentence is not written);
+    - a sentence that is a more specific fact of such memories merges them in as well (they
+      are superseded by the new sentence, in the same undoable change).
+
+    A memory pulled in that the user added with /remember is flagged like the plan's own.
+    """
+    touched = {i for p in planned for i in op_ids(p.op)}
+    touched |= {p.op.new_id for p in planned if isinstance(p.op, SupersedeOp)}
+    outside = {m.id: m for m in memories if m.id not in touched}
+    out: list[PlannedOp] = []
+    for p in planned:
+        if not isinstance(p.op, MergeOp):
+            out.append(p)
+            continue
+        decision = deduper.decide(p.op.text, list(outside.values()))
+        twin = decision.duplicate_of
+        if twin is not None:
+            outside.pop(twin.id)  # it supersedes now: no other operation may take it
+            reason = f"{p.reason}; adds nothing to #{twin.id}"
+            out.extend(PlannedOp(SupersedeOp(i, twin.id), reason, p.user_added) for i in p.op.ids)
+            continue
+        pulled = [m for m in decision.supersedes if m.id in outside]
+        if pulled:
+            for m in pulled:
+                outside.pop(m.id)
+            flagged = {m.id for m in pulled if m.source == "remember"}
+            p = PlannedOp(
+                MergeOp(
+                    p.op.ids + tuple(m.id for m in pulled), p.op.text, p.op.kind, p.op.category
+                ),
+                f"{p.reason}; more specific than {', '.join(f'#{m.id}' for m in pulled)}",
+                tuple(sorted(set(p.user_added) | flagged)),
+            )
+        out.append(p)
     return out

@@ -118,6 +118,12 @@ def reflection_prompt(user_turn: Turn, answer: Turn | None, related: Sequence[Sc
     return "\n".join(lines)
 
 
+def addressed_or_asked(text: str) -> bool:
+    """True when ``text`` is not a third-person statement: it starts with I / my / we / you
+    (a restated system prompt: "You are a helpful assistant.") or is a question."""
+    return bool(_FIRST_PERSON.match(text)) or text.endswith("?")
+
+
 def screen_text(raw: str) -> str:
     """``raw`` cleaned if it is one third-person sentence under 200 characters with no secret
     (:func:`core.memory.service.clean_memory_text`, the gate every memory text passes).
@@ -127,7 +133,7 @@ def screen_text(raw: str) -> str:
     message it comes from had a secret redacted, :func:`core.store.writes.redacted`).
     """
     text = clean_memory_text(raw)
-    if _FIRST_PERSON.match(text) or text.endswith("?"):
+    if addressed_or_asked(text):
         raise MemoryInputError("a memory is a third-person statement")
     if REDACTED_MARK in text:  # about a secret redacted from the message: says nothing
         raise MemoryInputError("a memory cannot name a redacted secret")

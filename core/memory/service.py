@@ -26,7 +26,7 @@ from core.memory.recall import BM25Recaller, Recaller
 from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
 from core.rules.classify import classify, third_person
-from core.rules.dedupe import Deduper
+from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
@@ -138,6 +138,7 @@ class ImportResult:
 
     added: int
     duplicates: int
+    superseded: int = 0  # stored memories (or earlier lines) a more specific line replaced
 
 
 def memory_to_export(memory: Memory) -> dict[str, Any]:
@@ -271,7 +272,7 @@ class MemoryService:
         self,
         store: ServiceStore,
         *,
-        dedupe_threshold: float = 0.55,
+        dedupe_threshold: float = DEFAULT_THRESHOLD,
         metrics: Metrics | None = None,
         recaller: Recaller | None = None,
         clock: Callable[[], datetime] = utcnow,
@@ -431,9 +432,15 @@ class MemoryService:
     async def search(
         self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
     ) -> list[ScoredMemory]:
-        """Recall through the :class:`core.memory.recall.Recaller` (BM25 by default), best
-        first, ``k`` clamped to 1..100; any text is a valid query."""
-        return await self.recaller.recall(
+        """The user's memories that share words with ``query`` (the store's BM25), best
+        first, ``k`` clamped to 1..100; any text is a valid query.
+
+        A search the person types (``/memories search``, the Home tab, ``memories search``,
+        Discord's autocomplete) lists word matches only: the chat's recall
+        (:attr:`recaller`) also ranks memories by meaning, and so always has a best few
+        to offer, which a search must not present as matches ("tea" finding "The user
+        lives in Lisbon.")."""
+        return await self.store.search(
             user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
         )
 
@@ -489,20 +496,37 @@ class MemoryService:
         index = DedupeIndex(self.deduper, [m.text for m in stored] + [m.text for m in memories])
         for m in stored:
             index.add(Known(m.id, m.text))
-        fresh = []
+        fresh: list[NewMemory] = []
+        narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
-            if index.match(memory.text) is None:
+            decision = index.decide(memory.text)
+            if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))
-                fresh.append(memory)
-        added = 0
+                (narrowing if decision.supersedes else fresh).append(memory)
+        added = superseded = 0
+        total = len(fresh) + len(narrowing)
         for start in range(0, len(fresh), IMPORT_BATCH):
             batch = fresh[start : start + IMPORT_BATCH]
             results = await self.store.add_many(user_key=user_key, memories=batch, dedupe=None)
             added += sum(r.status == "added" for r in results)
             if progress is not None:
-                progress(start + len(batch), len(fresh))
+                progress(start + len(batch), total)
             await asyncio.sleep(IMPORT_PAUSE_S)  # another process's writes get their turn
+        # A line that narrows a known memory goes through the store's own dedupe, which
+        # supersedes the general memory (stored, or an earlier line written above).
+        for done, memory in enumerate(narrowing, start=len(fresh) + 1):
+            result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
+            added += result.status == "added"
+            superseded += len(result.superseded)
+            if progress is not None and (done == total or done % IMPORT_BATCH == 0):
+                progress(done, total)
         duplicates = len(memories) - added
         self.metrics.memories_stored("import", added)
-        logger.info("import user=%s added=%s duplicates=%s", user_key, added, duplicates)
-        return ImportResult(added=added, duplicates=duplicates)
+        logger.info(
+            "import user=%s added=%s duplicates=%s superseded=%s",
+            user_key,
+            added,
+            duplicates,
+            superseded,
+        )
+        return ImportResult(added=added, duplicates=duplicates, superseded=superseded)

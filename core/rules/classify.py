@@ -13,7 +13,10 @@ need labels without a model call (they work with no API key), and the standing p
 * **category**: ``communication`` (how answers should be: language, length, tone, format),
   ``code`` (languages, style, formatting, tests), ``tools`` (editors, OS, services,
   frameworks), ``workflow`` (releases, reviews, meetings, schedules), else ``general``;
-  the first family with a cue word in the text wins, in that order.
+  the first family with a cue word in the text wins, in that order;
+* a **one-off** (a question, or text tied to a moment: "today", "tomorrow", "this week",
+  "right now") is a plain ``fact``/``general`` whatever its cues, so the standing profile
+  never carries it into every prompt (recall still finds it).
 
 English cue words only; text in other languages keeps ``fact``/``general`` unless a cue
 matches. :func:`third_person` rewrites "I prefer tabs" as "The user prefers tabs." when the
@@ -92,9 +95,23 @@ _CATEGORIES: tuple[tuple[Category, re.Pattern[str]], ...] = (
 )
 
 
+# A one-off: text tied to a day or a moment ("tomorrow", "this week", "right now") or a
+# question. Labelled a plain general fact, so it is recall's and never enters every prompt
+# through the standing profile (which leaves plain general facts out).
+_ONE_OFF = re.compile(
+    r"\b(today|tonight|tomorrow|yesterday|right now|at the moment|this (?:morning|afternoon|"
+    r"evening|week|weekend|month)|next (?:week|weekend|month)|later today|"
+    r"in (?:an|one|a few|\d+) (?:hours?|minutes?|days?))\b|\?\s*$",
+    re.IGNORECASE,
+)
+
+
 def classify(text: str) -> tuple[Kind, Category]:
     """``(kind, category)`` of a memory's text by the module's rule; ``("fact", "general")``
-    when no cue matches. Pure and fast (a few regular expressions)."""
+    when no cue matches, and for a one-off (a question, or text tied to today, tomorrow,
+    this week...: ``_ONE_OFF``). Pure and fast (a few regular expressions)."""
+    if _ONE_OFF.search(text):
+        return "fact", "general"
     kind: Kind = "fact"
     if _CORRECTION.search(text):
         kind = "correction"
@@ -115,7 +132,7 @@ assert set(get_args(Category)) == {c for c, _ in _CATEGORIES} | {"general"}
 # First person -> third person. Only sentences that start with "I", "I'm", "I've", "I'd",
 # "My" (or "Me and" never) are rewritten, and only when nothing left in them would read wrong
 # afterwards: no second "I"/"we"/"you", no quotation marks (someone else's words).
-_START = re.compile(r"^(i'm|i am|i've|i have|i'd|i|my)(?![\w'])\s*", re.IGNORECASE)
+_START = re.compile(r"^(i'm|i am|i've|i have|i'd|i|my)(?=\s|$)\s*", re.IGNORECASE)
 _REST_BLOCKERS = re.compile(
     r"\b(i|we|us|our|ours|you|your|yours|i'm|i've|i'd|i'll)\b|[\"“”]", re.IGNORECASE
 )
@@ -212,7 +229,34 @@ _PAST = {
     "drove",
     "flew",
     "chose",
+    "told",
+    "said",
+    "sent",
+    "heard",
+    "saw",
+    "paid",
+    "held",
+    "brought",
+    "caught",
+    "forgot",
+    "spoke",
+    "understood",
+    "slept",
+    "wore",
+    "threw",
+    "fell",
+    "led",
+    "meant",
+    "woke",
+    "stood",
+    "sat",
+    "rode",
+    "swam",
+    "sang",
 }
+# First words after "I" that are not a present-tense verb of "I" (so no "The user ands"):
+# conjunctions, colloquial contractions, and third-person forms.
+_NOT_VERBS = {"and", "or", "but", "nor", "kinda", "sorta", "wanna", "gonna", "gotta", "are", "were"}
 
 
 def _third_person_verb(verb: str) -> str | None:
@@ -220,7 +264,9 @@ def _third_person_verb(verb: str) -> str | None:
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]
-    if not re.fullmatch(r"[a-z]+", low) or low.endswith("ing"):
+    if not re.fullmatch(r"[a-z]+", low) or low.endswith("ing") or low in _NOT_VERBS:
+        return None
+    if low.endswith("s") and not low.endswith(("ss", "us")):  # "I does", "I is": not "I"'s
         return None
     if low in _PAST or (low.endswith("ed") and low not in _PRESENT_ED):
         return low
@@ -238,16 +284,18 @@ def third_person(text: str) -> str:
     ``"I'm allergic to peanuts"`` -> ``"The user is allergic to peanuts."``;
     ``"My dog is called Rex"`` -> ``"The user's dog is called Rex."``;
     ``"I never use light mode"`` -> ``"The user never uses light mode."``.
-    Left as typed: text that does not start with I/I'm/I've/I'd/My, text with another
-    first- or second-person word later on ("I told my boss you ..."), quotations, and
-    text whose first word after "I" is not a plain present-tense verb. A full stop is added
-    when a rewritten sentence has no closing punctuation.
+    Left as typed: text that does not start with I/I'm/I've/I'd/My followed by a space,
+    questions (ending in "?"), text with another first- or second-person word later on
+    ("I told my boss you ..."), quotations, and text whose first word after "I" is not a
+    plain present-tense verb ("I and ...", "I kinda ...", "I does ..."). A typographic
+    apostrophe (I’m, as phones type it) counts as ``'``. A trailing ``,``/``;``/``:`` is
+    dropped and a full stop added when a rewritten sentence has no closing punctuation.
     """
-    stripped = text.strip()
+    stripped = text.strip().replace("\u2019", "'")  # a phone's apostrophe: I\u2019m
     match = _START.match(stripped)
-    if not match:
+    if not match or stripped.endswith("?"):  # a question is not a statement to rewrite
         return text
-    rest = stripped[match.end() :]
+    rest = stripped[match.end() :].rstrip(",;: ")
     if not rest or _REST_BLOCKERS.search(rest):
         return text
     lead = match.group(1).lower()

@@ -1,55 +1,64 @@
-"""Dedupe: is a candidate memory already known?
+"""Dedupe: what a candidate memory adds to the known ones.
 
-A candidate duplicates a known memory when
+A candidate is judged against each known memory (:func:`judge`) as
 
-1. both are equal after :func:`core.rules.text.normalize` (case, whitespace, final punctuation); or
-2. the **screen** passes: Jaccard similarity ``|A ∩ B| / |A ∪ B|`` of the two texts' sets of
-   Snowball stems (:func:`core.rules.text.stems`) is at or above ``threshold`` (setting
-   ``dedupe_threshold``, default :data:`DEFAULT_THRESHOLD` = 0.55), **and** what differs
-   between them carries no information (:func:`difference` returns None).
+- **duplicate**: it says nothing the known memory does not (equal after
+  :func:`core.rules.text.normalize`; or the same facts in other words, stop words, order or
+  inflections; or a *general* fact after its specific twin: "The user has a brother." after
+  "The user has a younger brother.");
+- **supersede**: a more specific fact about the same thing, or a new state of it ("The user
+  has a younger brother." after "The user has a brother.", "The user has a dead dog." after
+  "The user has a dog."): it is stored and the known memory is superseded by it (history
+  keeps both, :mod:`core.store`);
+- **distinct**: a different fact; both stay.
 
-Why the rule is shaped so. A memory is one short sentence, so two memories about different
-things share most of their words: "The user is allergic to peanuts." and "... to shellfish."
-score 0.71 on word tokens. A similarity threshold alone therefore merges different facts (a
-user's shellfish allergy silently dropped), and no threshold separates them from true
-rewordings, whose scores are just as high. What does separate them is *what* differs:
+Order decides: the same two sentences are a supersede one way and a duplicate the other.
 
-- a content word (a stem outside :data:`core.rules.text.STOP_WORDS`) found on each side but not
-  the other is a **substitution**: peanuts/shellfish, dark/light, Go/Rust, tea/coffee,
-  Fridays/Mondays, Berlin/Munich. A different fact, never merged;
-- words found on one side only are a **qualifier** added or dropped ("editor" vs "code
-  editor", "severely allergic"): the same fact, merged. So are stop words, word order and
-  inflections, which the stem sets do not see;
-- a few kinds of word change the fact even when only one side has them, and are guards:
-  negation ("not", "never"; "doesn't" counts as "does not"), numbers (digits and number
-  words; "7" counts as "seven"), dates (months, weekdays, parts of the day), proper names
-  (capitalised inside the sentence: "sister Anna"), relations (before/after, over/under,
-  near, more/less, "every other"), modality and change over time ("used to", "stopped",
-  "wants to", "might", "previously"), a preposition swapped for another ("works with
-  Alice" vs "works for Alice"), a new list item ("peanuts" vs "peanuts and shellfish") or
-  clause ("has a dog" vs "has a dog that fears thunder"), and the same words in the
-  opposite direction ("tabs over spaces" vs "spaces over tabs", "from Berlin to Munich" vs
-  "from Munich to Berlin").
+How. The two texts become dedupe tokens (:func:`core.rules.text.fact_tokens`: words plus
+symbols, currencies, signs, versions, URLs and addresses, so 🍕/🍣, €/$, UTC+1/UTC-1 and
+a@/b@example.com differ) and then stems. The **screen** first: the Jaccard similarity
+``|A ∩ B| / |A ∪ B|`` of the two stem sets must reach ``threshold`` (setting
+``dedupe_threshold``, default :data:`DEFAULT_THRESHOLD`), or the pair is distinct. Then what
+differs decides. A word present on one side only is **information** unless it is a function
+word (articles, pronouns, auxiliaries: :data:`FUNCTION_WORDS`) or a known filler
+(:data:`FILLERS`: "really", "currently", "also", ...). Scope and degree words ("only",
+"all", "very", "mildly") are information, not stop words, here.
+
+- a negation on one side only ("not", "never", "no", "without"; "doesn't" counts as "does
+  not"), a hedge or plan ("might", "wants to", :data:`HEDGES`), or an "or" ("tea or
+  coffee"): distinct;
+- a preposition or relation swapped for another ("works with" / "works for", "in" /
+  "near", "before" / "after"): distinct;
+- information on both sides (peanuts / shellfish, 7 / 8, 🍕 / 🍣, younger / older): a
+  substitution, distinct; so is the same words in the opposite direction ("tabs over
+  spaces" / "spaces over tabs");
+- information on the candidate's side only: **supersede** (more specific, or a change of
+  state: :data:`STATE_WORDS` "dead", "broken", "former", "no longer", "used to", a past
+  tense);
+- information on the known memory's side only: the candidate is the general fact and adds
+  nothing (**duplicate**), unless what the known memory has there changes the general fact
+  (a state word or a number: "The user has a dog." after "The user has a dead dog.", "every
+  week" after "every 2 weeks"), then distinct;
+- nothing but function words, fillers, order and inflections differ: duplicate.
 
 Erring on the side of "distinct" costs one near-twin row that a cleanup can merge later; a
-false merge loses what the user said and tells them "I already knew that". The guards are
-shaped for that asymmetry: synonyms ("likes"/"enjoys"), irregular verbs ("keeps"/"kept") and
-spelling variants stay apart. With the guards in place the screen only bounds how much a
-qualifier may add, so it sits lower than the 0.7 that plain Jaccard needed.
+false merge loses what the user said and tells them "I already knew that". Synonyms
+("likes" / "enjoys") and irregular verbs stay apart for that reason.
 
 Measured on the labelled pairs shipped in ``core/data/dedupe_pairs.jsonl`` by
-:mod:`core.evaluation.dedupe` (``python bench/dedupe.py``).
+:mod:`core.evaluation.dedupe` (``selfmind eval dedupe``, ``python bench/dedupe.py``).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
-from core.rules.text import STOP_WORDS, normalize, stem, words
+from core.rules.text import STOP_WORDS, fact_tokens, normalize, stem
 
 
 class HasText(Protocol):
@@ -60,10 +69,10 @@ class HasText(Protocol):
 
 
 class HasIdText(Protocol):
-    """A stored memory as dedupe sees it: its id and text."""
+    """A memory as dedupe sees it: its id (None for one not stored yet) and text."""
 
     @property
-    def id(self) -> int: ...
+    def id(self) -> int | None: ...
 
     @property
     def text(self) -> str: ...
@@ -72,9 +81,25 @@ class HasIdText(Protocol):
 M = TypeVar("M", bound=HasText)
 R = TypeVar("R", bound=HasIdText)
 
+Outcome = Literal["duplicate", "supersede", "distinct"]
+Reason = Literal[
+    "same",  # duplicate: nothing but form differs
+    "general",  # duplicate: the candidate is the general fact of a specific known one
+    "specific",  # supersede: the candidate narrows the known fact
+    "state",  # supersede: a new state of the same thing; distinct: the general after it
+    "screen",  # distinct: too little in common
+    "negation",
+    "modality",
+    "coordination",
+    "preposition",
+    "number",
+    "substitution",
+    "order",
+]
+
 NEGATIONS = frozenset(
     """not no never none nobody nothing neither nor cannot cant dont doesnt didnt isnt wasnt
-    arent werent wont wouldnt shouldnt couldnt hasnt havent hadnt without n t""".split()
+    arent werent wont wouldnt shouldnt couldnt hasnt havent hadnt without non n t""".split()
 )
 NUMBER_WORDS = frozenset(
     """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
@@ -82,36 +107,45 @@ NUMBER_WORDS = frozenset(
     ninety hundred thousand million billion first second third fourth fifth sixth seventh
     eighth ninth tenth once twice half dozen single double""".split()
 )
-DATE_WORDS = frozenset(
-    """january february march april may june july august september october november december
-    jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday
-    saturday sunday today tomorrow yesterday tonight weekend weekday morning afternoon evening
-    night noon midnight spring summer autumn fall winter""".split()
+STATE_WORDS = frozenset(
+    """dead died deceased late former formerly ex previous previously broken broke stolen
+    lost sold retired cancelled canceled ended expired cracked damaged quit quitting stop
+    stopped stops start started starts began anymore almost nearly fake other""".split()
 )
-# One-sided, these still change the fact: position, comparison, frequency.
-RELATION_WORDS = frozenset(
-    """before after above below over under up down off out against more less least fewer
-    than during until since near far inside outside behind beyond beneath instead rather
-    versus vs early earlier late later other except""".split()
+"""Words that change the state of the thing a fact is about (or, "other", its frequency:
+"every other Friday"). On the candidate's side only: a new state, it supersedes; on the
+known memory's side only: the general candidate is a different fact (the dog is dead)."""
+HEDGES = frozenset(
+    """might maybe perhaps possibly probably plan plans planning planned want wants wanted
+    wish wishes hope hopes hoping consider considers considering try tries tried trying
+    attempt attempts should could would someday eventually intend intends""".split()
 )
-# One-sided, these change a fact's truth or time: a plan, a wish, a habit given up.
-MODALITY_WORDS = frozenset(
-    """stop stopped quit quitting start started began begin former formerly previously ex
-    anymore longer might maybe perhaps possibly probably plan plans planning want wants wish
-    hope hopes considering consider try tries tried trying attempt should could would
-    someday eventually""".split()
-)
-# Swapped for one another, these change the relation ("works with" vs "works for").
+"""One-sided, these make a plan, a wish or a guess of a fact: never the same fact."""
 PREPOSITIONS = frozenset(
     """about at by for from in into of on onto to toward towards upon with within via per
-    among between through""".split()
+    among between through near inside outside behind beyond beneath above below over under
+    before after off out up down against during until since""".split()
 )
-# A one-sided addition holding one of these adds an item to a list, not a qualifier.
-COORDINATORS = frozenset("and or plus nor both along well".split())
-# ... and one holding one of these adds a clause: "has a dog" vs "has a dog that fears thunder".
-CLAUSE_WORDS = frozenset(
-    "that which who whom whose where when because but while although though unless if".split()
+"""Swapped for one another, these change the relation ("works with" / "works for")."""
+ALTERNATIVES = frozenset("or either".split())
+"""One-sided, an alternative weakens a fact: "tea or coffee" is not "tea"."""
+FILLERS = frozenset(
+    """actually really truly just also too indeed definitely certainly surely simply
+    basically essentially literally honestly currently presently now still got sadly
+    unfortunately luckily happily obviously clearly personally""".split()
 )
+"""Known fillers: words that add nothing to a fact ("The user really lives in Hamburg.")."""
+_INFO_STOP = frozenset(
+    """only all every each most more less few very so own same other such both once again
+    further no nor not off out up down over under above below before after against during
+    until than""".split()
+)
+FUNCTION_WORDS = (STOP_WORDS - _INFO_STOP) | frozenset("is am are be been being".split())
+"""Words that carry no fact on their own: the recall stop words less scope, degree,
+negation and relation words (which are information here)."""
+_PAST = frozenset("was were".split())
+# Before a participle these make it passive or perfect ("are kept"), not a past tense.
+_AUXILIARIES = frozenset("is are am be been being was were has have had get gets got".split())
 # Words whose neighbours have a direction: "tabs over spaces", "from Berlin to Munich".
 _DIRECTED_NEXT = frozenset("from to into over than instead rather versus vs".split())
 _DIRECTED_PREV = frozenset("over than instead rather versus vs".split())
@@ -119,31 +153,8 @@ _DIRECTED = _DIRECTED_NEXT | _DIRECTED_PREV
 
 # The screen's default: the highest threshold reaching the best duplicate recall with no
 # false merge on the tune split of the labelled pairs (bench/dedupe.py; 0.7 before issue 14).
-DEFAULT_THRESHOLD = 0.55
+DEFAULT_THRESHOLD = 0.5
 
-_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][\w'-]*)")
-_DIGITS = re.compile(r"\d")
-
-Reason = Literal[
-    "negation",
-    "number",
-    "date",
-    "name",
-    "relation",
-    "modality",
-    "preposition",
-    "substitution",
-    "coordination",
-    "clause",
-    "order",
-]
-
-
-def _stemmed(vocabulary: frozenset[str]) -> frozenset[str]:
-    return frozenset(stem(w) for w in vocabulary)
-
-
-_DATE_STEMS = _stemmed(DATE_WORDS)
 # Cardinal number words as digits, so "7 years" and "seven years" state the same number.
 _CARDINALS = (
     {
@@ -162,39 +173,144 @@ _NOT = frozenset("not t n nt cannot cant dont doesnt didnt isnt wasnt arent were
 _NOT |= frozenset("wouldnt shouldnt couldnt hasnt havent hadnt".split())
 
 
+def _is_number(token: str) -> bool:
+    return token in NUMBER_WORDS or any(ch.isdigit() for ch in token)
+
+
 @dataclass(frozen=True, slots=True)
 class _Parsed:
     words: tuple[str, ...]
-    stems: tuple[str, ...]
-    stem_set: frozenset[str]
-    content: frozenset[str]  # stems of non-stop words
-    names: frozenset[str]  # stems of capitalised words inside the sentence
-    markers: frozenset[str]  # multi-word markers: "used to"
+    stem_set: frozenset[str]  # the screen's tokens
+    info: frozenset[str]  # stems that carry information (numbers as digits, markers)
+    numbers: tuple[str, ...]  # number tokens in order (cardinals as digits), repeats kept
     negations: tuple[str, ...]  # negation words, sorted, contractions as "not"
-    numbers: frozenset[str]  # digit tokens and number words (cardinals as digits)
-    seq: tuple[str, ...]  # content stems and "@"-marked directed words, in order
+    relations: frozenset[str]  # prepositions present
+    seq: tuple[str, ...]  # info stems and "@"-marked directed words, in order
+
+
+# Irregular verb forms as their verb, so "kept" and "keeps", "written" and "writes" meet;
+# the simple past forms also mark a past tense (a change of state, like "was").
+_IRREGULAR = {
+    form: verb
+    for verb, forms in {
+        "go": "went gone",
+        "make": "made",
+        "take": "took taken",
+        "keep": "kept",
+        "write": "wrote written",
+        "run": "ran",
+        "give": "gave given",
+        "come": "came",
+        "see": "saw seen",
+        "know": "knew known",
+        "think": "thought",
+        "buy": "bought",
+        "bring": "brought",
+        "teach": "taught",
+        "build": "built",
+        "send": "sent",
+        "spend": "spent",
+        "feel": "felt",
+        "find": "found",
+        "tell": "told",
+        "speak": "spoke spoken",
+        "drive": "drove driven",
+        "ride": "rode ridden",
+        "eat": "ate eaten",
+        "drink": "drank drunk",
+        "grow": "grew grown",
+        "fly": "flew flown",
+        "sleep": "slept",
+        "meet": "met",
+        "pay": "paid",
+        "hold": "held",
+        "swim": "swam swum",
+        "sing": "sang sung",
+        "choose": "chose chosen",
+        "wear": "wore worn",
+    }.items()
+    for form in forms.split()
+}
+_SIMPLE_PAST = frozenset(
+    """went made took kept wrote ran gave came saw knew thought bought brought taught built
+    sent spent felt found told spoke drove rode ate drank grew flew slept met paid held swam
+    sang chose wore had did""".split()
+)
+# British spellings as American ones (favourite/favorite, organise/organize, analyse/analyze,
+# travelled/traveled): the same word.
+_SPELLING = (
+    (re.compile(r"(?<=\w{3})our(?=$|s$|ed$|ing$|ite|able|er)"), "or"),
+    (re.compile(r"(?<=\w{3})is(?=e$|es$|ed$|ing$|ation)"), "iz"),
+    (re.compile(r"(?<=\w{2})ys(?=e$|es$|ed$|ing$)"), "yz"),
+    (re.compile(r"(?<=[aeiou])ll(?=ed$|ing$|er$)"), "l"),
+)
+
+
+def _token_stem(token: str) -> str:
+    """Dedupe's stem of one token: irregular verb forms as their verb, British spellings as
+    American, then the Snowball stem; non-word tokens (symbols, addresses) as they are."""
+    if not token.isalnum():
+        return token
+    token = _IRREGULAR.get(token, token)
+    if token.isascii() and len(token) > 5:
+        for pattern, repl in _SPELLING:
+            token = pattern.sub(repl, token)
+    return stem(token)
+
+
+_STATE_STEMS = frozenset(_token_stem(w) for w in STATE_WORDS)
+_HEDGE_STEMS = frozenset(_token_stem(w) for w in HEDGES)
 
 
 @lru_cache(maxsize=8192)
 def _parse(text: str) -> _Parsed:
-    toks = tuple(words(text))
-    sts = tuple(stem(w) for w in toks)
-    numeric = {w for w in toks if w in NUMBER_WORDS or _DIGITS.search(w)}
-    content = frozenset(
-        s for w, s in zip(toks, sts, strict=True) if w not in STOP_WORDS and w not in numeric
+    toks = fact_tokens(text)
+    sts = tuple(_token_stem(w) for w in toks)
+    markers: set[str] = set()
+    dropped: set[int] = set()  # negation words that are part of a state marker
+    for i, w in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else ""
+        if w == "used" and nxt == "to":
+            markers.add("~used_to")
+        elif w == "no" and nxt == "longer":
+            markers.add("~no_longer")
+            dropped.add(i)
+        elif w == "any" and nxt == "more":
+            markers.add("anymor")
+    if "anymor" in sts or "anymor" in markers:  # "not ... anymore" is a state, not a negation
+        dropped |= {i for i, w in enumerate(toks) if w in _NOT}
+    past = any(
+        w in _SIMPLE_PAST and (i == 0 or toks[i - 1] not in _AUXILIARIES)
+        for i, w in enumerate(toks)
     )
-    negations = tuple(sorted("not" if w in _NOT else w for w in toks if w in NEGATIONS))
-    numbers = frozenset(_CARDINALS.get(w, w) for w in numeric)
-    names = frozenset(stem(w) for m in _CAPITALISED.finditer(text.strip()) for w in words(m[1]))
-    markers = frozenset(
-        "used to" for i in range(len(toks) - 1) if toks[i] == "used" and toks[i + 1] == "to"
+    if past or _PAST & set(toks):
+        markers.add("~past")
+    numbers = tuple(_CARDINALS.get(w, w) for w in toks if _is_number(w))
+    info = frozenset(
+        _CARDINALS.get(w, s)
+        for w, s in zip(toks, sts, strict=True)
+        if w not in FUNCTION_WORDS
+        and w not in FILLERS
+        and w not in NEGATIONS
+        and w not in PREPOSITIONS
+        and w not in ALTERNATIVES
+        and not (w == "longer" and "~no_longer" in markers)
+        and not (w == "used" and "~used_to" in markers)
+    ) | frozenset(markers)
+    negations = tuple(
+        sorted(
+            "not" if w in _NOT else w
+            for i, w in enumerate(toks)
+            if w in NEGATIONS and i not in dropped
+        )
     )
     seq = tuple(
         "@" + w if w in _DIRECTED else s
         for w, s in zip(toks, sts, strict=True)
-        if w in _DIRECTED or w not in STOP_WORDS
+        if w in _DIRECTED or s in info
     )
-    return _Parsed(toks, sts, frozenset(sts), content, names, markers, negations, numbers, seq)
+    relations = frozenset(w for w in toks if w in PREPOSITIONS)
+    return _Parsed(toks, frozenset(sts), info, numbers, negations, relations, seq)
 
 
 def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float:
@@ -205,57 +321,61 @@ def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float
 
 
 def screen_tokens(text: str) -> frozenset[str]:
-    """The token set the Jaccard screen compares: the Snowball stems of ``text``'s words."""
-    return frozenset(_parse(text).stem_set)
+    """The token set the Jaccard screen compares: the stems of ``text``'s dedupe tokens."""
+    return _parse(text).stem_set
 
 
 def similarity(a: str, b: str) -> float:
-    """The screen's score: Jaccard of the two texts' Snowball stem sets, in [0, 1]."""
+    """The screen's score: Jaccard of the two texts' stem sets, in [0, 1]."""
     return jaccard(_parse(a).stem_set, _parse(b).stem_set)
 
 
-def difference(candidate: str, known: str) -> Reason | None:
-    """Why ``candidate`` says something ``known`` does not, or None when what differs
-    carries no information (a qualifier, stop words, word order, inflections).
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What a candidate is to one known memory, and why."""
 
-    Symmetric: ``difference(a, b)`` and ``difference(b, a)`` agree on None-ness.
-    """
+    outcome: Outcome
+    reason: Reason
+
+
+def compare(candidate: str, known: str) -> Judgement:
+    """What ``candidate`` is to ``known`` by what differs, without the screen (see the
+    module docstring). Total: any two texts, empty ones included."""
+    if normalize(candidate) == normalize(known):
+        return Judgement("duplicate", "same")
     a, b = _parse(candidate), _parse(known)
-    diff_words = set(a.words) ^ set(b.words)
-    diff = a.stem_set ^ b.stem_set
-    # Words on one side whose stem is missing on the other (not mere inflections).
-    changed = {w for w in diff_words if stem(w) in diff}
     if a.negations != b.negations:
-        return "negation"
-    if a.numbers != b.numbers:
-        return "number"
-    if diff & _DATE_STEMS:
-        return "date"
-    if (a.names ^ b.names) & diff:
-        return "name"
-    if changed & RELATION_WORDS:
-        return "relation"
-    if changed & MODALITY_WORDS or a.markers != b.markers:
-        return "modality"
-    only_a, only_b = set(a.words) - set(b.words), set(b.words) - set(a.words)
-    if only_a & PREPOSITIONS and only_b & PREPOSITIONS:
-        return "preposition"
-    extra_a, extra_b = a.content - b.content, b.content - a.content
-    if extra_a and extra_b:
-        return "substitution"
-    if (extra_a and only_a & COORDINATORS) or (extra_b and only_b & COORDINATORS):
-        return "coordination"
-    if (extra_a and only_a & CLAUSE_WORDS) or (extra_b and only_b & CLAUSE_WORDS):
-        return "clause"
+        return Judgement("distinct", "negation")
+    only_a, only_b = a.info - b.info, b.info - a.info
+    # Numbers as a multiset on both sides: "number 8 on shelf 1" / "number 1 on shelf 1".
+    if Counter(a.numbers) - Counter(b.numbers) and Counter(b.numbers) - Counter(a.numbers):
+        return Judgement("distinct", "number")
+    if (only_a | only_b) & _HEDGE_STEMS:
+        return Judgement("distinct", "modality")
+    if ALTERNATIVES & (set(a.words) ^ set(b.words)):
+        return Judgement("distinct", "coordination")
+    if a.relations - b.relations and b.relations - a.relations:
+        return Judgement("distinct", "preposition")
+    if only_a and only_b:
+        return Judgement("distinct", "substitution")
     if _directions(a, b) != _directions(b, a):
-        return "order"
-    return None
+        return Judgement("distinct", "order")
+    if only_a:
+        state = only_a & (_STATE_STEMS | {"~used_to", "~no_longer", "~past"})
+        return Judgement("supersede", "state" if state else "specific")
+    if only_b:
+        if only_b & (_STATE_STEMS | {"~used_to", "~no_longer", "~past"}):
+            return Judgement("distinct", "state")
+        if Counter(b.numbers) - Counter(a.numbers):
+            return Judgement("distinct", "number")
+        return Judgement("duplicate", "general")
+    return Judgement("duplicate", "same")
 
 
 def _directions(a: _Parsed, b: _Parsed) -> set[tuple[str, str, str]]:
     """The neighbours of ``a``'s directed words that both texts have: ("over", "->",
     "space") for "tabs over spaces"; only words ``b`` has as well count."""
-    shared = a.content & b.content
+    shared = a.info & b.info
     both = {x for x in a.seq if x[0] == "@"} & {x for x in b.seq if x[0] == "@"}
     seq = [x for x in a.seq if x in shared or x in both]
     out = set()
@@ -272,31 +392,48 @@ def _directions(a: _Parsed, b: _Parsed) -> set[tuple[str, str, str]]:
     return out
 
 
-def carries_new_information(candidate: str, known: str) -> bool:
-    """True when what differs between the two texts is information (see :func:`difference`)."""
-    return difference(candidate, known) is not None
+def judge(candidate: str, known: str, threshold: float = DEFAULT_THRESHOLD) -> Judgement:
+    """The whole rule for one pair, ``candidate`` proposed with ``known`` stored: equal
+    after normalisation is a duplicate; below the screen at ``threshold``, distinct; else
+    :func:`compare`."""
+    if normalize(candidate) == normalize(known):
+        return Judgement("duplicate", "same")
+    if similarity(candidate, known) < threshold:
+        return Judgement("distinct", "screen")
+    return compare(candidate, known)
 
 
 def is_duplicate(candidate: str, known: str, threshold: float = DEFAULT_THRESHOLD) -> bool:
-    """The whole rule for one pair: equal after normalisation, or the screen at
-    ``threshold`` passes and nothing that differs carries information."""
-    if normalize(candidate) == normalize(known):
-        return True
-    return similarity(candidate, known) >= threshold and difference(candidate, known) is None
+    """True when ``candidate`` adds nothing to ``known`` (:func:`judge`)."""
+    return judge(candidate, known, threshold).outcome == "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[R]):
+    """What a write does: ``duplicate_of`` the known memory it adds nothing to (then it is
+    not written), else it is written and ``supersedes`` the known memories it is a more
+    specific fact (or a new state) of."""
+
+    duplicate_of: R | None
+    supersedes: tuple[R, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Deduper:
-    """Decides whether a candidate text duplicates one of the known memories.
+    """Judges a candidate text against the known memories.
 
     ``threshold`` is the screen's minimum stem-set Jaccard, in (0, 1].
     """
 
     threshold: float = DEFAULT_THRESHOLD
 
+    def judge(self, text: str, known: str) -> Judgement:
+        """:func:`judge` at this threshold."""
+        return judge(text, known, self.threshold)
+
     def match(self, text: str, known: Iterable[M]) -> M | None:
-        """The known memory ``text`` duplicates (the most similar one), or None when it is
-        new information.
+        """The known memory ``text`` adds nothing to (the exact twin, else the most similar
+        duplicate), or None.
 
         ``known`` holds anything with a ``text`` (stored memories, or id/text rows).
         """
@@ -309,23 +446,30 @@ class Deduper:
             if (
                 score >= self.threshold
                 and (best is None or score > best[0])
-                and difference(text, memory.text) is None
+                and compare(text, memory.text).outcome == "duplicate"
             ):
                 best = (score, memory)
         return best[1] if best else None
 
-    def resolve(
+    def decide(
         self, text: str, known: Iterable[R], *, replacing: Collection[int] = ()
-    ) -> R | None:
-        """:meth:`match` for a candidate that supersedes the memories whose ids are in
-        ``replacing``: supersede comes before dedupe, so those are not compared (a
+    ) -> Decision[R]:
+        """What writing ``text`` does to ``known`` (:class:`Decision`).
+
+        ``replacing`` names memories the candidate supersedes anyway (a correction the
+        model found): supersede comes before dedupe, so those are not compared (a
         correction is never discarded as a duplicate of what it corrects). The one
         exception is a replaced memory with the same text after normalisation, which is
-        returned: replacing a memory by its own words changes nothing.
+        the duplicate: replacing a memory by its own words changes nothing.
         """
         rows = list(known)
         norm = normalize(text)
         for row in rows:
             if row.id in replacing and normalize(row.text) == norm:
-                return row
-        return self.match(text, [row for row in rows if row.id not in replacing])
+                return Decision(row)
+        others = [row for row in rows if row.id not in replacing]
+        twin = self.match(text, others)
+        if twin is not None:
+            return Decision(twin)
+        narrower = tuple(row for row in others if self.judge(text, row.text).outcome == "supersede")
+        return Decision(None, narrower)

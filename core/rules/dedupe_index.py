@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.rules.dedupe import Deduper, screen_tokens
+from core.rules.dedupe import Decision, Deduper, screen_tokens
 from core.rules.text import normalize
 
 LONG_LIST = 256
@@ -53,9 +53,11 @@ class DedupeIndex:
             freq.update(screen_tokens(text))
         # Rarest first; ties by the token itself so the order is total.
         self._rank = {t: i for i, t in enumerate(sorted(freq, key=lambda t: (freq[t], t)))}
-        self._by_token: dict[str, list[tuple[Known, frozenset[str]]]] = {}
+        self._by_token: dict[str, list[tuple[int, tuple[Known, frozenset[str]]]]] = {}
         self._by_norm: dict[str, Known] = {}
-        self._empty: list[tuple[Known, frozenset[str]]] = []
+        self._by_norm_all: dict[str, list[tuple[int, Known]]] = {}
+        self._empty: list[tuple[int, tuple[Known, frozenset[str]]]] = []
+        self._added = 0
 
     def _prefix(self, tokens: frozenset[str]) -> list[str]:
         ordered = sorted(tokens, key=lambda t: self._rank.get(t, -1))
@@ -64,31 +66,49 @@ class DedupeIndex:
 
     def add(self, known: Known) -> None:
         """Index ``known`` (its norm and its prefix tokens)."""
-        self._by_norm.setdefault(normalize(known.text), known)
+        norm = normalize(known.text)
+        order = self._added
+        self._added += 1
+        self._by_norm.setdefault(norm, known)
+        self._by_norm_all.setdefault(norm, []).append((order, known))
         tokens = frozenset(screen_tokens(known.text))
+        entry = (order, (known, tokens))
         prefix = self._prefix(tokens)
         if not prefix:
-            self._empty.append((known, tokens))
+            self._empty.append(entry)
         for token in prefix:
-            self._by_token.setdefault(token, []).append((known, tokens))
+            self._by_token.setdefault(token, []).append(entry)
 
     def match(self, text: str) -> Known | None:
         """The indexed memory ``text`` duplicates (:meth:`Deduper.match`), or None."""
+        return self.decide(text).duplicate_of
+
+    def decide(self, text: str) -> Decision[Known]:
+        """What ``text`` is to the indexed memories (:meth:`Deduper.decide`): the one it
+        duplicates, or the ones it is a more specific fact of."""
         twin = self._by_norm.get(normalize(text))
         if twin is not None:
-            return twin
+            return Decision(twin)
+        passed = self.candidates(text)
+        return self._deduper.decide(text, passed) if passed else Decision(None)
+
+    def candidates(self, text: str) -> list[Known]:
+        """The indexed memories whose Jaccard screen with ``text`` passes (the exact twin
+        included), in the order they were added."""
         tokens = frozenset(screen_tokens(text))
         prefix = self._prefix(tokens)
         lists = [self._by_token.get(t, []) for t in prefix] if prefix else [self._empty]
         short = [entries for entries in lists if len(entries) <= LONG_LIST]
         lists = short or lists[:1]
-        # The Jaccard screen on cached token sets first (|A ∩ B| / (|A| + |B| - |A ∩ B|));
-        # the rule decides on the survivors.
+        # The Jaccard screen on cached token sets (|A ∩ B| / (|A| + |B| - |A ∩ B|)).
         threshold, size = self._deduper.threshold, len(tokens)
-        passed: dict[int, Known] = {}
+        passed: dict[int, tuple[int, Known]] = {}
         for entries in lists:
-            for known, other in entries:
+            for order, (known, other) in entries:
                 common = len(tokens & other)
                 if common >= threshold * (size + len(other) - common) - 1e-9:
-                    passed.setdefault(id(known), known)
-        return self._deduper.match(text, passed.values()) if passed else None
+                    passed.setdefault(id(known), (order, known))
+        norm = normalize(text)
+        for order, known in self._by_norm_all.get(norm, []):
+            passed.setdefault(id(known), (order, known))
+        return [known for _, known in sorted(passed.values(), key=lambda p: p[0])]

@@ -105,6 +105,66 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+# Dedupe's tokens (:func:`fact_tokens`): what a fact is made of beyond words. Order matters:
+# the first alternative that matches at a position wins.
+_FACT = re.compile(
+    r"""
+     (?P<url>https?://[^\s<>"']+)
+    |(?P<email>[^\W_][\w.+-]*@[^\W_][\w-]*(?:\.[\w-]+)+)
+    |(?P<handle>(?<![\w@])@[^\W_][\w.-]*)
+    |(?P<path>(?<![\w/])(?:~|\.\.?)?/[\w.-]+(?:/[\w.-]+)+/?|(?<![\w/])~/[\w.-]+)
+    |(?P<signed>(?:(?<![^\W_])|(?<=utc)|(?<=gmt))[+-]\d+(?:[.:]\d+)*)
+    |(?P<version>(?<![^\W_])v?\d+(?:[.:]\d+)+)
+    |(?P<special>(?<![^\W_])(?:c\+\+|c\#|f\#|\.net)(?![^\W_]))
+    |(?P<word>[^\W_]+)
+    |(?P<other>[^\w\s]+)
+    """,
+    re.VERBOSE,
+)
+_KEPT_ASCII = frozenset("$%+<=>")
+_JOINERS = frozenset("\u200d\ufe0f")  # ZWJ and emoji presentation: part of an emoji
+
+
+def _symbols(run: str) -> str:
+    """The symbols of a run of non-word characters (currency, emoji, math, ``%``), as one
+    token; punctuation dropped. ``"★★★."`` -> ``"★★★"``, ``"(!"`` -> ``""``."""
+    kept = [
+        ch
+        for ch in run
+        if ch in _KEPT_ASCII
+        or ch in _JOINERS
+        or (not ch.isascii() and unicodedata.category(ch)[0] == "S")
+    ]
+    return "".join(kept).strip("\u200d\ufe0f")
+
+
+@lru_cache(maxsize=8192)
+def fact_tokens(text: str) -> tuple[str, ...]:
+    """Dedupe's tokens of ``text``, in order: :func:`words`, plus what a plain word
+    tokenizer drops but a fact turns on: URLs, e-mail addresses, @handles and paths whole
+    (``a@example.com``), versions and dotted numbers (``3.11``, ``192.168.1.10``), signed
+    numbers (``UTC+1`` -> ``utc``, ``+1``) and runs of symbols (``€``, ``$``, ``%``, ``🍕``,
+    ``★★★``). Lower-cased (NFKC, casefold); URLs, addresses and paths lose trailing
+    punctuation. Recall keeps :func:`words` (the index terms are unchanged).
+    """
+    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2212", "-")
+    out: list[str] = []
+    for m in _FACT.finditer(text):
+        kind, token = m.lastgroup, m.group()
+        if kind == "word":
+            out.append(token)
+        elif kind == "special":
+            out.append(_SPECIAL_WORDS[token])
+        elif kind == "other":
+            if symbols := _symbols(token):
+                out.append(symbols)
+        elif kind in ("url", "email", "handle", "path"):
+            out.append(token.rstrip(".,;:!?)-"))
+        else:
+            out.append(token)
+    return tuple(out)
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """Snowball (Porter 2) English stem of one lower-cased word; other scripts pass through."""
@@ -150,6 +210,15 @@ def query_terms(uid: int, text: str) -> list[str]:
     return list(seen)
 
 
+_DATA_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
 def as_data(value: object) -> str:
-    """``value`` as one line of JSON with ``<`` and ``>`` escaped: safe inside a tagged block."""
-    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    """``value`` as one line of JSON, safe inside a tagged block: ``<`` and ``>`` escaped,
+    and so are the line breaks JSON leaves raw (NEL U+0085, LINE SEPARATOR U+2028,
+    PARAGRAPH SEPARATOR U+2029: ``str.splitlines`` and readers break lines at them), so no
+    value (a display name, a memory stored before text hygiene) can start a line of its
+    own."""
+    return json.dumps(value, ensure_ascii=False).translate(_DATA_ESCAPES)

@@ -58,9 +58,10 @@ class MemoryStore(Protocol):
 
         ``supersedes`` names the user's memories the new one replaces (ids of other users
         are ignored). Supersede comes before dedupe: those memories are not compared with
-        the new one (:meth:`core.rules.dedupe.Deduper.resolve`), and when the new one duplicates
-        another active memory, that one replaces them. ``AddResult.superseded`` lists the
-        ids actually superseded. Atomic.
+        the new one (:meth:`core.rules.dedupe.Deduper.decide`), and when the new one duplicates
+        another active memory, that one replaces them. A new memory also supersedes the
+        active ones the rule finds it a more specific fact (or a new state) of.
+        ``AddResult.superseded`` lists the ids actually superseded. Atomic.
         """
         ...
 

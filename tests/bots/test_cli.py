@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bots.cli import app
+from bots.cli import app, large_buffers_by_mmap
 from tests.conftest import REPO_ROOT
 
 runner = CliRunner()
@@ -37,6 +38,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "id": 1,
         "status": "added",
         "duplicate_of": None,
+        "superseded": [],
         "text": "The user prefers tabs over spaces.",
     }
     code, out, _ = cli(
@@ -52,6 +54,7 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
         "id": 1,
         "status": "duplicate",
         "duplicate_of": 1,
+        "superseded": [],
         "text": "the user prefers tabs over spaces",
     }
     cli(db_path, "memories", "remember", "--user", "slack:T1:U9", "The user likes tea.")
@@ -120,9 +123,9 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
     dump = tmp_path / "dump.jsonl"
     dump.write_text(out, encoding="utf-8")
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0}
+    assert code == 0 and json.loads(out) == {"added": 2, "duplicates": 0, "superseded": 0}
     code, out, _ = cli(db_path, "memories", "import", "--user", "carol", str(dump), "--json")
-    assert json.loads(out) == {"added": 0, "duplicates": 2}
+    assert json.loads(out) == {"added": 0, "duplicates": 2, "superseded": 0}
 
 
 @pytest.mark.parametrize(
@@ -224,7 +227,7 @@ def test_new_commands_refuse_bad_input_with_one_line(
 ) -> None:
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
     code, _, err = cli(db_path, "usage", "--by", "planet")
-    assert code == 2 and err == "error: --by must be user, workspace or kind\n"
+    assert code == 2 and err == "error: --by must be user, workspace, kind or model\n"
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(db_path.parent)  # no .env
     code, _, err = cli(db_path, "memories", "cleanup", "--user", "alice", "--dry-run")
@@ -288,3 +291,52 @@ def test_commands_run_on_uvloop_where_it_is_installed() -> None:
         assert event_loop_factory() is None and module.startswith("asyncio")
     else:
         assert event_loop_factory() is not None and module.startswith("uvloop")
+
+
+def test_large_buffers_go_back_to_the_system_on_glibc() -> None:
+    """The bots ask glibc to serve large buffers (a file's bytes, its base64) by mmap, so
+    they are returned when freed (bench/files.py: the peak RSS of a burst of PDFs)."""
+    import platform
+
+    expected = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert large_buffers_by_mmap() is expected
+
+
+def test_help_reads_like_the_clis_people_like() -> None:
+    """No type placeholders (``<bool>``, ``<list[str]>``), chat, slack and discord first,
+    examples, RST-free text (the help a user gets from ``selfmind``, in its own process)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    def help_of(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bots.cli", *args, "--help"],
+            capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+            env={"PYTHONPATH": str(REPO_ROOT), "COLUMNS": "100", "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    top = help_of()
+    panels = [line for line in top.splitlines() if line.startswith("╭─ ") and "Options" not in line]
+    assert "Talk to it" in panels[0]
+    assert top.index(" chat ") < top.index(" slack ") < top.index(" users ") < top.index(" usage ")
+    assert "Examples:" in top and "selfmind memories forget --user alice 3" in top
+    for args in [(), ("memories", "list"), ("eval", "reflection"), ("eval", "dedupe"),
+                 ("db", "migrate"), ("usage",), ("memories", "forget")]:  # fmt: skip
+        text = help_of(*args)
+        assert not re.search(r"<[a-z]", text) and "``" not in text, (args, text)
+    assert "--model  " in help_of("eval", "reflection").replace("MODEL", "  ")
+    assert "--user    -u      KEY" in help_of("memories", "list")
+
+
+def test_forget_says_which_id_it_forgot(db_path: Path) -> None:
+    code, out, _ = cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
+    assert code == 0
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1")
+    assert (code, out) == (0, "forgot #1 of cli:alice\n")
+    cli(db_path, "memories", "remember", "--user", "alice", "The user likes coffee.")
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all")
+    assert (code, out) == (0, "forgot all 1 memories of cli:alice\n")

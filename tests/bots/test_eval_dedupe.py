@@ -22,16 +22,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_eval_dedupe_prints_the_bench_report() -> None:
-    done = _run("--json", "--threshold", "0.55")
+    done = _run("--json", "--threshold", "0.5")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("method")
-    assert any(line.startswith("rule@0.55") for line in lines)
-    assert json.loads(lines[-1]) == evaluate(load_pairs(), threshold=0.55).as_dict()
+    assert any(line.startswith("rule@0.5") for line in lines)
+    assert json.loads(lines[-1]) == evaluate(load_pairs(), threshold=0.5).as_dict()
     rule_all = next(
         score
         for score in json.loads(lines[-1])["scores"]
-        if score["method"] == "rule@0.55" and score["split"] == "all"
+        if score["method"] == "rule@0.5" and score["split"] == "all"
     )
     assert rule_all["false_merges"] == 0
 

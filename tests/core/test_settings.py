@@ -33,7 +33,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(env_name(name), raising=False)
     s = load_settings()
     assert (s.top_k, s.history_turns, s.max_tokens, s.memory_max_tokens) == (6, 12, 16000, 1024)
-    assert s.dedupe_threshold == 0.55
+    assert s.dedupe_threshold == 0.5
     assert s.chat_model == s.reflection_model == "claude-opus-4-8"
     assert s.recall_private_in_channels is False
     assert s.history_retention_days == 30

@@ -55,6 +55,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import io
 import itertools
 import json
 import math
@@ -1724,7 +1725,9 @@ class FakeSlack:
         if retry_num is not None:
             headers["X-Slack-Retry-Num"] = str(retry_num)
             headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
-        async with self._session.post(app_url, data=body, headers=headers) as resp:
+        # aiohttp warns of raw bytes past 1 MiB (they are sent in one write): a stream instead
+        data: bytes | io.BytesIO = io.BytesIO(body) if len(body) > 1024 * 1024 else body
+        async with self._session.post(app_url, data=data, headers=headers) as resp:
             return InboundResponse(resp.status, await resp.text(), dict(resp.headers), sent)
 
     async def send_event(

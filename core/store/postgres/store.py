@@ -119,7 +119,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
                 for old_id in dict.fromkeys(supersedes)
                 if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
             ]
-            return replace(result, superseded=tuple(done))
+            return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
@@ -198,11 +198,11 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         if existing is not None:
             return AddResult(id=int(existing), status="duplicate")
         neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
-        twin = dedupe.resolve(
+        decision = dedupe.decide(
             memory.text, (s.memory for s in neighbours), replacing=frozenset(supersedes)
         )
-        if twin is not None:
-            return AddResult(id=twin.id, status="duplicate")
+        if decision.duplicate_of is not None:
+            return AddResult(id=decision.duplicate_of.id, status="duplicate")
         terms = index_terms(uid, memory.text)
         created = memory.created_at or utcnow()
         try:
@@ -230,7 +230,13 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
             logger.info("user=%s: identical memory stored concurrently as #%s", user_key, existing)
             return AddResult(id=int(existing), status="duplicate")
         await self._event(conn, uid, memory_id, "added", utcnow(), memory.conversation_key)
-        return AddResult(id=memory_id, status="added")
+        # A more specific fact (or a new state) supersedes the general one it narrows.
+        narrowed = [
+            old.id
+            for old in decision.supersedes
+            if await self._supersede(conn, uid, old.id, memory_id, memory.conversation_key)
+        ]
+        return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
 
     async def _supersede(
         self,

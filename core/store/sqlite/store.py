@@ -138,7 +138,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
                 for old_id in dict.fromkeys(supersedes)
                 if await self._supersede(uid, old_id, result.id, memory.conversation_key)
             ]
-            return replace(result, superseded=tuple(done))
+            return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
@@ -209,13 +209,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         supersedes: Sequence[int] = (),
     ) -> AddResult:
         norm = normalize(memory.text)
-        twin = dedupe.resolve(
+        decision = dedupe.decide(
             memory.text,
             await self._dedupe_candidates(uid, norm, memory.text),
             replacing=frozenset(supersedes),
         )
-        if twin is not None:
-            return AddResult(id=twin.id, status="duplicate")
+        if decision.duplicate_of is not None:
+            return AddResult(id=decision.duplicate_of.id, status="duplicate")
         terms = index_terms(uid, memory.text)
         created = memory.created_at or utcnow()
         updated = memory.updated_at or created
@@ -240,7 +240,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         )
         memory_id = cast(int, cur.lastrowid)
         await self._event(uid, memory_id, "added", utcnow(), memory.conversation_key)
-        return AddResult(id=memory_id, status="added")
+        # A more specific fact (or a new state) supersedes the general one it narrows.
+        narrowed = [
+            old.id
+            for old in decision.supersedes
+            if await self._supersede(uid, old.id, memory_id, memory.conversation_key)
+        ]
+        return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
 
     async def _dedupe_candidates(self, uid: int, norm: str, text: str) -> list[_Candidate]:
         """In one query: the active memory with the same normalised text, if any, then the

@@ -61,16 +61,26 @@ async def test_a_slow_store_defers_and_the_answer_follows(
         assert (await final_text(w.discord, interaction)).startswith(answer)
 
 
-async def test_an_interaction_that_expired_anyway_ends_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("deadline_s", "slow_s"),
+    [(0.5, 1.0), (1.0, 2.0)],  # the answer comes too late; the defer comes too late
+)
+async def test_an_interaction_that_expired_anyway_ends_with_one_line_and_stores_all(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    deadline_s: float,
+    slow_s: float,
 ) -> None:
-    async with world(tmp_path, interaction_response_timeout_s=0.5) as w, running_bot(w) as bot:
-        slow_down(bot.rt.service, "remember", 1.0, monkeypatch)  # quick enough not to defer
+    options: dict[str, Any] = {"interaction_response_timeout_s": deadline_s}
+    async with world(tmp_path, **options) as w, running_bot(w) as bot:
+        slow_down(bot.rt.service, "remember", slow_s, monkeypatch)
         interaction = await w.discord.dispatch_slash_command(
             "remember", user=w.alice, options={"text": "I like tea."}
         )
         await w.discord.wait_for_request("POST", f"/interactions/{interaction.id}/*")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(slow_s)
+        assert await bot.rt.service.count(user_key=key(w.alice)) == 1  # stored all the same
     lines = [r for r in caplog.records if "interaction expired" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING
     assert not [r for r in caplog.records if r.exc_info and r.name.startswith("bots")]

@@ -193,3 +193,62 @@ def _size(data: bytes) -> str:
     from core.files.refs import human_size
 
     return human_size(len(data))
+
+
+@pytest.mark.parametrize("redelivered", [False, True], ids=["start-up", "redelivery"])
+async def test_an_interrupted_answer_with_files_after_a_restart(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, redelivered: bool
+) -> None:
+    """The process died after storing a message with a file, before answering it. The
+    start-up recovery has only the stored text: it answers from the placeholder and says
+    so; a redelivery from Slack carries the file again, which is read."""
+    from datetime import UTC, datetime
+
+    from core.files import with_placeholders
+    from core.files.refs import FileRef
+    from core.store.sqlite.store import SQLiteStore
+    from core.types import NewTurn
+
+    db = tmp_path / "m.db"
+    data = pdf(1, marker=MARKER)
+    file = slack.file_host.add("plan.pdf", data, mimetype="application/pdf")
+    event = file_share(slack.events, "Check the plan", [file], user="U1")
+    store = await SQLiteStore.open(str(db))
+    try:
+        assert await store.claim_event(keys=["event:EvFILE", f"msg:D1:{event['ts']}"])
+        assert await store.mark_once(mark=f"slack-dm-notice:slack:{slack.identity.team_id}:U1")
+        await store.add_turn(
+            turn=NewTurn(
+                conversation_key=f"slack:{slack.identity.team_id}:D1",
+                user_key=f"slack:{slack.identity.team_id}:U1",
+                role="user",
+                text=with_placeholders("Check the plan", [FileRef("plan.pdf", size=len(data))]),
+                origin="private",
+                sent_at=datetime.now(UTC),
+                reflection="answering",
+                platform_ref=event["ts"],
+            )
+        )
+        if redelivered:  # another replica's start-up took the recovery: the redelivery answers
+            assert await store.claim_event(keys=["recover:1"])
+    finally:
+        await store.close()
+    if not redelivered:
+        async with running_bot(slack_settings(slack, claude, db)) as running:
+            await slack.wait_until(lambda: bool(bot_posts(slack, "D1")), what="the recovery")
+            await settle(running)
+        answer = shown_text(bot_posts(slack, "D1")[-1])
+        assert answer.startswith("_I no longer have plan.pdf (files are never kept)")
+        assert isinstance(claude.requests_of("chat")[-1].body["messages"][-1]["content"], str)
+        return
+    # Slack's redelivery carries the file again.
+    async with running_bot(slack_settings(slack, claude, db)) as running:
+        envelope = slack.events.event_callback(event, event_id="EvFILE")
+        await slack.send_event(running.events_url, envelope, retry_num=1)
+        await slack.wait_until(lambda: bool(bot_posts(slack, "D1")), what="the answer")
+        await settle(running)
+    [request] = claude.requests_of("chat")
+    [doc] = [b for b in request.body["messages"][-1]["content"] if b["type"] == "document"]
+    assert base64.b64decode(doc["source"]["data"]) == data
+    assert "no longer have" not in shown_text(bot_posts(slack, "D1")[-1])
+    assert grep_store(db, MARKER.encode()) == []

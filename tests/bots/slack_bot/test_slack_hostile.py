@@ -202,3 +202,17 @@ async def test_a_frame_past_the_limit_is_acknowledged_and_dropped(
     assert claude.requests == []
     assert any("frame (limit 100000) was dropped" in r.getMessage() for r in caplog.records)
     no_traceback(caplog)
+
+
+async def test_a_2_mb_event_over_http_is_read_and_answered(
+    slack: FakeSlack, claude: FakeAnthropic, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp's default ``client_max_size`` (1 MiB) answered 413 to such a request, so Slack
+    retried it three times and the message was never answered."""
+    padding = [{"type": "rich_text", "elements": [{"type": "text", "text": "x" * 2_000_000}]}]
+    async with running_bot(slack_settings(slack, claude, tmp_path / "m.db")) as running:
+        event = slack.events.message("a short question", user="U1", blocks=padding)
+        assert (await slack.send_event(running.events_url, event)).status == 200
+        await slack.wait_until(lambda: bool(bot_posts(slack, "D1")), what="the answer")
+        await settle(running)
+    no_traceback(caplog)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from core.store.sqlite.store import SQLiteStore
-from tests.bots.slack_bot.test_slack_process import bot_env, start_bot
-from tests.fakes.anthropic_server import Reply, running_fake_anthropic
+from tests.bots.slack_bot.test_slack_process import BotProcess, bot_env, start_bot
+from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import BotIdentity, FakeSlack, JsonDict, running_fake_slack
 from tests.slack_helpers import BOT_USER
 
@@ -36,40 +37,19 @@ async def test_sigkill_mid_answer_is_finished_in_place_once_after_the_restart(
         running_fake_anthropic(chunk_size=6, chunk_delay_s=0.02) as claude,
     ):
         env = bot_env(slack, claude, SELFMIND_SLACK_STREAMING="edits")  # "still writing…"
-        bot = await start_bot(db, env, tmp_path)
-        long_answer = " ".join(f"step{i}" for i in range(400))
-        claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
-        root = None if grid else slack.seed_message("D1", "start a thread", user="U1")
-        said = slack.events.message(
-            "Walk me through the migration",
-            user="U1",
-            thread_ts=root["ts"] if root else None,
-        )
-        envelope = slack.events.event_callback(said)
-        if grid:
-            envelope |= {"team_id": "T0WS2"}  # another workspace of the org
-            envelope["event"]["team"] = "T0WS2"
-        response = await slack.send_event(bot.url, envelope)
-        assert response.status == 200  # acknowledged: Slack will not send it again
-        await slack.wait_until(
-            lambda: len(slack.calls("chat.update")) >= 2, what="a partial answer", timeout_s=20
-        )
-        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
-        (cut,) = answers(slack)
-        assert "still writing" in cut["markdown_text"]
+        started: list[BotProcess] = []
 
-        claude.enqueue(WHOLE, kind="chat")
-        bot = await start_bot(db, env, tmp_path)
-        await slack.wait_until(
-            lambda: any(p.get("text", "").endswith(WHOLE) for p in answers(slack)),
-            what="the answer after the restart",
-            timeout_s=20,
-        )
-        await asyncio.sleep(0.3)
-        assert await bot.stop() == 0
-        bot = await start_bot(db, env, tmp_path)  # nothing is left to answer
-        await asyncio.sleep(0.5)
-        assert await bot.stop() == 0
+        async def launch() -> BotProcess:
+            started.append(await start_bot(db, env, tmp_path))
+            return started[-1]
+
+        try:
+            cut, root = await cut_and_recover(slack, claude, launch, grid=grid)
+        finally:
+            for process in started:  # a failed test leaves no bot running
+                if process.proc.returncode is None:
+                    process.proc.kill()
+                    await process.proc.wait()
 
     (answer,) = answers(slack)  # one answer, in the message the crash left
     assert answer["ts"] == cut["ts"] and answer["text"].endswith(WHOLE)
@@ -87,6 +67,51 @@ async def test_sigkill_mid_answer_is_finished_in_place_once_after_the_restart(
         ("assistant", WHOLE),
     ]
     assert turns[-2].workspace == ("T0WS2" if grid else "T0SELFMIND")
+
+
+async def cut_and_recover(
+    slack: FakeSlack,
+    claude: FakeAnthropic,
+    launch: Callable[[], Awaitable[BotProcess]],
+    *,
+    grid: bool,
+) -> tuple[JsonDict, JsonDict | None]:
+    """Kill the bot mid-answer, restart it twice; the cut message and the thread's root."""
+    bot = await launch()
+    long_answer = " ".join(f"step{i}" for i in range(400))
+    claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+    root = None if grid else slack.seed_message("D1", "start a thread", user="U1")
+    said = slack.events.message(
+        "Walk me through the migration",
+        user="U1",
+        thread_ts=root["ts"] if root else None,
+    )
+    envelope = slack.events.event_callback(said)
+    if grid:
+        envelope |= {"team_id": "T0WS2"}  # another workspace of the org
+        envelope["event"]["team"] = "T0WS2"
+    response = await slack.send_event(bot.url, envelope)
+    assert response.status == 200  # acknowledged: Slack will not send it again
+    await slack.wait_until(
+        lambda: len(slack.calls("chat.update")) >= 2, what="a partial answer", timeout_s=20
+    )
+    assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+    (cut,) = answers(slack)
+    assert "still writing" in cut["markdown_text"]
+
+    claude.enqueue(WHOLE, kind="chat")
+    bot = await launch()
+    await slack.wait_until(
+        lambda: any(p.get("text", "").endswith(WHOLE) for p in answers(slack)),
+        what="the answer after the restart",
+        timeout_s=20,
+    )
+    await asyncio.sleep(0.3)
+    assert await bot.stop() == 0
+    bot = await launch()  # nothing is left to answer
+    await asyncio.sleep(0.5)
+    assert await bot.stop() == 0
+    return cut, root
 
 
 def answers(slack: FakeSlack) -> list[JsonDict]:

@@ -21,6 +21,7 @@ import pyte
 import pytest
 
 from bots.terminal.history import history_file
+from core.chat.loop import STOPPED_MARK
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, slow
 from tests.loop_helpers import API_KEY, memories_reply
@@ -248,14 +249,16 @@ def test_ctrl_c_stops_an_answer_then_the_next_is_answered(
         assert term.exit_code() == 0
     finally:
         term.close()
-    # The cut answer is stored as far as it went, sent as history, and reflected on.
+    # The stopped answer is stored as far as it went, marked as stopped, sent as history
+    # apart from the next question, and never reflected on (it was not delivered).
     second = fake.requests_of("chat")[1].body["messages"]
     cut = second[-2]
-    assert cut["role"] == "assistant"
+    assert cut["role"] == "assistant" and second[-1]["content"] == "and now?"
     cut_text = cut["content"] if isinstance(cut["content"], str) else cut["content"][0]["text"]
     assert cut_text.startswith("word0 word1") and "word399" not in cut_text
+    assert cut_text.endswith(STOPPED_MARK)
     exchanges = [str(r.body["messages"]) for r in fake.requests_of("extract")]
-    assert any("tell me a long story" in e and "word0 word1" in e for e in exchanges)
+    assert not any("tell me a long story" in e for e in exchanges)
     with sqlite3.connect(tmp_path / "home" / ".selfmind" / "memory.db") as db:
         query = "SELECT text FROM turns WHERE role = 'assistant' ORDER BY id"
         stored = db.execute(query).fetchall()

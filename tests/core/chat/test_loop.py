@@ -46,7 +46,7 @@ async def test_prompt_blocks_thinking_and_recall_order(fake: FakeAnthropic, db_u
             "The user prefers answers in bullet points.",
             "The user writes Rust at work.",
             "The user has a dog named Pixel.",
-            "The user prefers bullet points over prose in every answer about Rust.",
+            "The user prefers numbered steps over prose in every answer about Rust.",
         ]:
             await h.service.remember(user_key=ALICE, text=text)
         fake.enqueue(Reply(text="Here you go.", thinking="secret reasoning"), kind="chat")
@@ -69,7 +69,7 @@ async def test_prompt_blocks_thinking_and_recall_order(fake: FakeAnthropic, db_u
     assert memory_lines(profile["text"]) == [
         "The user has a dog named Pixel.",
         "The user prefers answers in bullet points.",
-        "The user prefers bullet points over prose in every answer about Rust.",
+        "The user prefers numbered steps over prose in every answer about Rust.",
         "The user writes Rust at work.",
     ]
     assert memory_lines(volatile["text"]) == []

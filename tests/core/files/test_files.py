@@ -258,3 +258,23 @@ async def test_reader_reads_what_it_can_and_says_what_it_could_not(tmp_path: Pat
         "I couldn't read big.txt: it is 3 KB, over my 2 KB limit for a file.",
         "I couldn't read gone.png: Slack did not share it with me.",
     )
+
+
+async def test_a_pdf_whose_base64_cannot_fit_a_request_is_not_downloaded() -> None:
+    reader = FileReader(
+        max_file_bytes=30 << 20, max_text_chars=1000, download_timeout_s=5, concurrency=1
+    )
+    read = await reader.read(
+        [
+            FileRef(
+                "scan.pdf",
+                size=25 << 20,
+                url="https://files.slack.com/x",
+                allowed_origins=frozenset(),
+            )
+        ]
+    )
+    assert read.notes == (
+        "I couldn't read scan.pdf: it would pass the 32 MB Claude takes in one request"
+        " (files and text together).",
+    )

@@ -240,3 +240,63 @@ async def test_cli_dry_run_apply_history_undo(fake: FakeAnthropic, db_url: str) 
         cli, db_url, fake.base_url, "memories", "undo", "--user", "bob", change
     )
     assert again.exit_code == 1 and re.search(r"no change .* for this user", again.stderr)
+
+
+def merge_rephrasings_only(body: dict[str, Any]) -> Any:
+    """Plans a merge of the dark-mode rephrasings, and of nothing else."""
+    prompt = body["messages"][0]["content"]
+    text = prompt if isinstance(prompt, str) else prompt[0]["text"]
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    ids = [r["id"] for r in rows if r["text"] in REPHRASINGS]
+    op = {
+        "op": "merge",
+        "ids": ids,
+        "newer_id": 0,
+        "text": "The user prefers dark mode in every code editor.",
+        "kind": "preference",
+        "category": "tools",
+        "user_added": [],
+        "reason": "rephrasings of one preference",
+    }
+    return json.dumps({"operations": [op] if len(ids) >= 2 else []})
+
+
+@pytest.mark.parametrize(
+    ("outside", "merged_in"),
+    [
+        # the merged sentence narrows it: merged in too (superseded by the new sentence)
+        ("The user prefers dark mode.", True),
+        # the merged sentence adds nothing to it: the merged ones are superseded by it
+        ("The user prefers dark mode in every code editor and terminal.", False),
+    ],
+)
+async def test_a_merge_follows_the_dedupe_rule(db_url: str, outside: str, merged_in: bool) -> None:
+    """Issue 26: a cleanup merge is a write like any other; the rule judges its sentence
+    against the memories no operation touches."""
+    async with (
+        running_fake_anthropic(responder=merge_rephrasings_only) as fake,
+        harness(fake, db_url) as h,
+    ):
+        base = datetime(2026, 1, 1, tzinfo=UTC)
+        first = [NewMemory(text=t, source="reflection", created_at=base) for t in REPHRASINGS[:2]]
+        await h.store.add_many(user_key=ALICE, memories=first, dedupe=None)
+        extra = await h.store.add_many(
+            user_key=ALICE, memories=[NewMemory(text=outside, source="remember")], dedupe=None
+        )
+        cleaner = Cleaner(store=h.store, model=h.model, batch_size=25, max_batches=5)
+        run = await cleaner.plan(user_key=ALICE)
+        await cleaner.apply(run)
+        assert run.applied is not None
+        active = [m.text for m in await h.service.list_memories(user_key=ALICE)]
+        kept = await h.store.get(user_key=ALICE, memory_id=extra[0].id)
+        assert kept is not None
+        if merged_in:
+            assert active == ["The user prefers dark mode in every code editor."]
+            assert kept.superseded_by is not None
+            assert [p.user_added for p in run.planned] == [(extra[0].id,)]  # flagged
+        else:
+            assert active == [outside] and kept.superseded_by is None
+            assert run.applied.added == ()
+        # undone exactly, as any cleanup
+        await h.store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
+        assert len(await h.service.list_memories(user_key=ALICE)) == 3

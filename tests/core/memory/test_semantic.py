@@ -79,7 +79,7 @@ async def test_automobile_finds_car(hybrid: Hybrid) -> None:
         "The user is allergic to peanuts.",
     ]:
         await service.remember(user_key=ALICE, text=text)
-    found = await service.search(user_key=ALICE, query="what automobile do I have?", k=2)
+    found = await service.recaller.recall(user_key=ALICE, query="what automobile do I have?", k=2)
     assert found[0].memory.text == "The user drives a red car to work."
     # Plain BM25 cannot: no shared word.
     bm25 = await hybrid.store.search(user_key=ALICE, query="what automobile do I have?", k=2)
@@ -91,7 +91,9 @@ async def test_forgotten_and_superseded_leave_both_indexes(hybrid: Hybrid) -> No
     service = hybrid.service
     car = await service.remember(user_key=ALICE, text="The user drives a red car to work.")
     paris = await service.remember(user_key=ALICE, text="The user lives in Paris.")
-    assert {s.memory.id for s in await service.search(user_key=ALICE, query="vehicle", k=6)}
+    assert {
+        s.memory.id for s in await service.recaller.recall(user_key=ALICE, query="vehicle", k=6)
+    }
     await hybrid.store.add(
         user_key=ALICE,
         memory=NewMemory(text="The user lives in Berlin."),
@@ -99,15 +101,17 @@ async def test_forgotten_and_superseded_leave_both_indexes(hybrid: Hybrid) -> No
         supersedes=[paris.id],
     )
     await service.forget(user_key=ALICE, memory_id=car.id)
-    ids = {s.memory.id for s in await service.search(user_key=ALICE, query="vehicle", k=6)}
+    ids = {s.memory.id for s in await service.recaller.recall(user_key=ALICE, query="vehicle", k=6)}
     assert car.id not in ids
-    ids = {s.memory.id for s in await service.search(user_key=ALICE, query="home city", k=6)}
+    ids = {
+        s.memory.id for s in await service.recaller.recall(user_key=ALICE, query="home city", k=6)
+    }
     assert paris.id not in ids and ids
     # Other users never appear.
     await service.remember(user_key="cli:bob", text="The user owns a motorbike.")
     assert all(
         s.memory.user_key == ALICE
-        for s in await service.search(user_key=ALICE, query="motorbike vehicle", k=6)
+        for s in await service.recaller.recall(user_key=ALICE, query="motorbike vehicle", k=6)
     )
 
 
@@ -118,18 +122,20 @@ async def test_another_process_memory_is_recalled_by_meaning(hybrid: Hybrid, db_
     it forgets is gone here too."""
     service = hybrid.service
     await service.remember(user_key=ALICE, text="The user's daughter plays the violin.")
-    assert await service.search(user_key=ALICE, query="automobile", k=1)  # matrix cached
+    assert await service.recaller.recall(user_key=ALICE, query="automobile", k=1)  # matrix cached
     other = await open_store(db_url)
     try:
         car = await MemoryService(other).remember(
             user_key=ALICE, text="The user drives a red car to work."
         )
-        found = await service.search(user_key=ALICE, query="what automobile do I have?", k=1)
+        found = await service.recaller.recall(
+            user_key=ALICE, query="what automobile do I have?", k=1
+        )
         assert [f.memory.id for f in found] == [car.id]
         await MemoryService(other).forget(user_key=ALICE, memory_id=car.id)
     finally:
         await other.close()
-    found = await service.search(user_key=ALICE, query="what automobile do I have?", k=6)
+    found = await service.recaller.recall(user_key=ALICE, query="what automobile do I have?", k=6)
     assert car.id not in {f.memory.id for f in found}
 
 
@@ -155,5 +161,7 @@ async def test_reindex_fills_in_existing_memories(db_url: str) -> None:
 async def test_private_origin_filter_applies_to_embeddings(hybrid: Hybrid) -> None:
     service = hybrid.service
     await service.remember(user_key=ALICE, text="The user drives a red car.", origin="private")
-    found = await service.search(user_key=ALICE, query="automobile", k=6, origins=["shared"])
+    found = await service.recaller.recall(
+        user_key=ALICE, query="automobile", k=6, origins=["shared"]
+    )
     assert found == []

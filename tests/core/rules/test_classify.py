@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.memory.service import in_third_person
 from core.rules.classify import classify, third_person
 from core.rules.memory_questions import is_memory_question
 
@@ -24,6 +25,13 @@ from core.rules.memory_questions import is_memory_question
         ("The user bought a blue umbrella.", "fact", "general"),
         ("", "fact", "general"),
         ("Ich trinke gern Tee.", "fact", "general"),
+        # One-offs stay plain general facts: never carried into every prompt by the profile.
+        ("The user will be out on Friday this week.", "fact", "general"),
+        ("The user has a release review tomorrow.", "fact", "general"),
+        ("The user wants to finish the report today.", "fact", "general"),
+        ("The user is actually working from the Berlin office right now.", "fact", "general"),
+        ("Do I like Java?", "fact", "general"),
+        ("Should the team switch to tabs?", "fact", "general"),
     ],
 )
 def test_classify(text: str, kind: str, category: str) -> None:
@@ -55,6 +63,32 @@ def test_classify(text: str, kind: str, category: str) -> None:
         ("I going home", "I going home"),
         ("The user prefers tea.", "The user prefers tea."),
         ("Ich mag Tee", "Ich mag Tee"),
+        # Irregular past tenses are not given an -s, nor are words that are no verb of "I".
+        ("I told my boss", "The user told their boss."),
+        ("I never said that", "The user never said that."),
+        ("I sent the invoice", "The user sent the invoice."),
+        ("I and my wife live in Porto", "I and my wife live in Porto"),
+        ("I kinda like it", "I kinda like it"),
+        ("I wanna learn Rust", "I wanna learn Rust"),
+        ("I does not matter", "I does not matter"),
+        ("I is here", "I is here"),
+        ("I focus on backend work", "The user focuses on backend work."),
+        # "I"/"My" must be a word of its own, followed by a space.
+        ("My-SQL is fine", "My-SQL is fine"),
+        ("I/O is slow", "I/O is slow"),
+        ("I, for one, like tabs", "I, for one, like tabs"),
+        # A phone's apostrophe is an apostrophe.
+        ("I\u2019m allergic to nuts", "The user is allergic to nuts."),
+        ("I don\u2019t like emoji", "The user doesn't like emoji."),
+        # Trailing punctuation: no "tabs,." and no statement made of a question.
+        ("I like tabs,", "The user likes tabs."),
+        ("I like tabs;", "The user likes tabs."),
+        ("I like tabs!!!", "The user likes tabs!!!"),
+        ("I like tabs?", "I like tabs?"),
+        ("I LOVE TABS", "The user loves TABS."),
+        ("I am", "I am"),
+        ("My", "My"),
+        ("I\u00e9t\u00e9 here", "I\u00e9t\u00e9 here"),
     ],
 )
 def test_third_person(typed: str, stored: str) -> None:
@@ -83,6 +117,20 @@ def test_third_person(typed: str, stored: str) -> None:
         "私について何を覚えていますか？",
         "私のことを何か知っていますか",
         "私について知っていることを教えて",
+        # Common phrasings that were missed.
+        "What do you have on me?",
+        "What info do you have about me?",
+        "Which memories do you have about me?",
+        "Do you remember me?",
+        "Show me my memories",
+        "Who am I?",
+        "Was weißt du von mir?",
+        "Que sais-tu à mon sujet ?",
+        "Qu'est-ce que tu as appris sur moi ?",
+        "¿Qué información tienes sobre mí?",
+        "O que sabes sobre mim?",
+        "Do que te lembras sobre mim?",
+        "私のこと覚えてる？",
     ],
 )
 def test_memory_questions(text: str) -> None:
@@ -100,7 +148,31 @@ def test_memory_questions(text: str) -> None:
         "私はPythonが好きです",
         "",
         "what about me " * 1000,
+        # Ordinary questions that would have swapped recall out for recent memories.
+        "Who am I supposed to ask about the VPN?",
+        "who am i talking to?",
+        "How does the who am i command work",
+        "Tell me what you know about Kubernetes",
+        "Show me what you have for the nginx config",
+        "What's in your memory cache?",
+        "What is in my memory allocation?",
+        "Woran erinnerst du dich bei dem Film?",
+        "Was merkst du dir bei Passwörtern?",
+        "De quoi te souviens-tu du film ?",
+        "Qu'est-ce que tu as retenu de la réunion ?",
+        "¿Qué sabes de Python?",
+        "O que você sabe sobre Python?",
+        "私のことは気にしないで",
+        # A pasted log that happens to hold the question is about the log.
+        "Summarise this chat log:\n" + "Bob: fine. " * 60 + "Ann: what do you know about me?",
     ],
 )
 def test_not_memory_questions(text: str) -> None:
     assert not is_memory_question(text)
+
+
+def test_a_rewrite_that_would_pass_the_length_rule_keeps_the_text_as_typed() -> None:
+    typed = "I like " + "a" * 192  # 199 characters: the longest memory there is
+    assert in_third_person(typed) == typed
+    shorter = "I like " + "a" * 180
+    assert in_third_person(shorter) == "The user likes " + "a" * 180 + "."

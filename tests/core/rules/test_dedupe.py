@@ -20,11 +20,11 @@ from core.memory.service import MemoryService
 from core.rules.dedupe import (
     DEFAULT_THRESHOLD,
     Deduper,
-    carries_new_information,
-    difference,
+    compare,
     jaccard,
+    judge,
 )
-from core.rules.text import normalize, words
+from core.rules.text import fact_tokens, normalize, words
 from core.store.seams import Store
 from core.types import Memory, NewMemory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
@@ -48,15 +48,25 @@ def test_rule_holds_to_the_labelled_set() -> None:
     everything = report.score(rule, "all")
     assert everything.false_merges == 0, everything.false_merge_ids
     assert everything.recall >= 0.90, everything.missed_ids
+    holdout = report.score(rule, "holdout")
+    assert holdout.false_merges == 0 and holdout.recall >= 0.90, holdout.missed_ids
+    # A specific fact after the general one is mostly found; a distinct fact is (nearly)
+    # never taken for one.
+    assert everything.found_supersedes / everything.supersedes >= 0.9
+    assert everything.false_supersedes <= 1, everything.false_supersede_ids
     # The pairs discriminate: plain Jaccard at the old threshold merges many distinct ones.
     assert report.score("jaccard@0.7", "all").false_merges > 50
 
 
 def test_labelled_set_shape() -> None:
     pairs = load_pairs()
-    assert len(pairs) >= 300
+    assert len(pairs) >= 440
     labels = Counter(p.label for p in pairs)
-    assert labels["duplicate"] >= 100 and labels["distinct"] >= 100
+    assert labels["duplicate"] >= 100 and labels["distinct"] >= 200
+    assert labels["supersede"] >= 100
+    # Issue 26's pairs (362 on) are spread over both splits.
+    new = [p for p in pairs if p.id >= 362]
+    assert len(new) >= 80 and 0.30 <= sum(p.split == "holdout" for p in new) / len(new) <= 0.36
     holdout = sum(p.split == "holdout" for p in pairs) / len(pairs)
     assert 0.30 <= holdout <= 0.36
     cases = {(p.label, p.case) for p in pairs}
@@ -91,7 +101,8 @@ def test_report_per_split_and_json() -> None:
     data = json.loads(json.dumps(report.as_dict()))
     assert data["pairs"] == len(pairs) and len(data["scores"]) == 9
     table = format_table(report)
-    assert "holdout recall" in table and "jaccard@0.8" in table
+    assert "duplicate recall" in table and "jaccard@0.8" in table
+    assert any(line.startswith("rule@0.7") and " holdout " in line for line in table.splitlines())
     with pytest.raises(KeyError):
         report.score("jaccard@0.7")
 
@@ -118,6 +129,10 @@ def test_bench_prints_the_table_then_json(capsys: pytest.CaptureFixture[str]) ->
         ('{"id": 1}', "line 1"),
         ("[1, 2]", "line 1"),
         ('{"id": 1, "label": "same", "case": "x", "a": "A.", "b": "B.", "split": "tune"}', "label"),
+        (
+            '{"id": 1, "label": "distinct", "case": "x", "a": "A.", "b": "B.", "split": "x"}',
+            "split",
+        ),
         (
             '{"id": 1, "label": "distinct", "case": "x", "a": "", "b": "B.", "split": "tune"}',
             "empty",
@@ -151,63 +166,80 @@ def test_wheel_ships_the_labelled_set(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the rule on single pairs
 @pytest.mark.parametrize(
-    ("candidate", "known", "duplicate"),
+    ("known", "candidate", "outcome"),
     [
-        ("The user is allergic to peanuts.", "The user is not allergic to peanuts.", False),
-        ("The user's daughter is 7 years old.", "The user's daughter is 8 years old.", False),
-        ("The user prefers tabs over spaces.", "the user prefers tabs over spaces", True),
-        (
-            "The user prefers dark mode in every editor.",
-            "The user prefers dark mode in every code editor.",
-            True,
-        ),
-        ("The user lives in Paris.", "The user lives in Berlin.", False),
-        ("The user works with Alice on the API.", "The user works with Bob on the API.", False),
-        ("The user moved on March 3.", "The user moved on April 3.", False),
-        ("The user never drinks coffee at work.", "The user drinks coffee at work.", False),
-        ("  The   user prefers VIM!  ", "the user prefers vim", True),
-        # substitution of a content word: a different fact
-        ("The user is allergic to shellfish.", "The user is allergic to peanuts.", False),
-        ("The user prefers light mode in vim.", "The user prefers dark mode in vim.", False),
-        ("The user writes Rust at work.", "The user writes Go at work.", False),
-        ("The user drinks coffee every morning.", "The user drinks tea every morning.", False),
-        ("The user's team deploys on Mondays.", "The user's team deploys on Fridays.", False),
-        ("The user lives in Munich.", "The user lives in Berlin.", False),
-        # qualifier, stop words, word order, inflection: the same fact
-        (
-            "The user prefers dark mode in editors.",
-            "The user prefers dark mode in an editor.",
-            True,
-        ),
-        ("In vim, the user prefers dark mode.", "The user prefers dark mode in vim.", True),
-        ("The user is severely allergic to peanuts.", "The user is allergic to peanuts.", True),
-        # the guards
-        ("The user has a dog.", "The user has a dog that fears thunder.", False),
+        # issue 26: a specific fact after the general one supersedes it ...
+        ("The user has a dog.", "The user has a dead dog.", "supersede"),
+        ("The user uses vim.", "The user uses vim keybindings in VS Code.", "supersede"),
+        ("The user uses Python.", "The user uses Python only for scripting.", "supersede"),
+        ("The user has a car.", "The user has a broken car.", "supersede"),
+        ("The user has a brother.", "The user has a younger brother.", "supersede"),
+        ("The user drinks tea.", "The user drinks green tea.", "supersede"),
+        ("The user drinks coffee.", "The user no longer drinks coffee.", "supersede"),
+        ("The user lives in Berlin.", "The user used to live in Berlin.", "supersede"),
+        ("The user's boss is Karen.", "The user's former boss is Karen.", "supersede"),
         (
             "The user is allergic to peanuts.",
             "The user is allergic to peanuts and shellfish.",
-            False,
+            "supersede",
         ),
-        ("The user prefers tabs over spaces.", "The user prefers spaces over tabs.", False),
-        ("The user used to live in Berlin.", "The user lives in Berlin.", False),
-        ("The user's sister Anna lives in Hamburg.", "The user's sister lives in Hamburg.", False),
-        ("The user works with Alice.", "The user works for Alice.", False),
-        ("The user goes running before work.", "The user goes running after work.", False),
-        ("The user is quite afraid of flying.", "The user is afraid of flying.", True),
+        (
+            "The user prefers dark mode in every editor.",
+            "The user prefers dark mode in every code editor.",
+            "supersede",
+        ),
+        # ... the general one after the specific adds nothing ...
+        ("The user has a younger brother.", "The user has a brother.", "duplicate"),
+        ("The user drinks green tea.", "The user drinks tea.", "duplicate"),
+        ("The user uses Python only for scripting.", "The user uses Python.", "duplicate"),
+        # ... unless the specific one says its state changed
+        ("The user has a dead dog.", "The user has a dog.", "distinct"),
+        ("The user no longer drinks coffee.", "The user drinks coffee.", "distinct"),
+        ("The user's former boss is Karen.", "The user's boss is Karen.", "distinct"),
+        ("The user's team ships every 3 weeks.", "The user's team ships every week.", "distinct"),
+        # symbols, currencies, signs, versions and addresses are words
+        ("The user's favourite food is 🍕.", "The user's favourite food is 🍣.", "distinct"),
+        ("The user's rent is €900 a month.", "The user's rent is $900 a month.", "distinct"),
+        ("The user's timezone is UTC+1.", "The user's timezone is UTC-1.", "distinct"),
+        ("The user's email is a@example.com.", "The user's email is b@example.com.", "distinct"),
+        ("The user's salary is paid in £.", "The user's salary is paid in ¥.", "distinct"),
+        ("The user rates the film ★★★.", "The user rates the film ★★★★.", "distinct"),
+        ("The user runs Node 18.2.", "The user runs Node 18.20.", "distinct"),
+        ("The user's favourite food is 🍕.", "The user's favourite food is 🍕!", "duplicate"),
+        # fillers, stop words, order, inflections, spelling: the same fact
+        ("The user lives in Hamburg.", "The user really lives in Hamburg.", "duplicate"),
+        ("The user's favourite editor is vim.", "The user's favorite editor is vim.", "duplicate"),
+        ("The user keeps secrets in Vault.", "Secrets are kept in Vault by the user.", "duplicate"),
+        ("The user prefers dark mode in vim.", "In vim, the user prefers dark mode.", "duplicate"),
+        ("  The   user prefers VIM!  ", "the user prefers vim", "duplicate"),
+        # different facts
+        ("The user is allergic to peanuts.", "The user is not allergic to peanuts.", "distinct"),
+        ("The user is allergic to peanuts.", "The user is allergic to shellfish.", "distinct"),
+        ("The user's daughter is 7 years old.", "The user's daughter is 8 years old.", "distinct"),
+        ("The user prefers tabs over spaces.", "The user prefers spaces over tabs.", "distinct"),
+        ("The user works with Alice.", "The user works for Alice.", "distinct"),
+        ("The user uses Rust at work.", "The user wants to use Rust at work.", "distinct"),
+        ("The user drinks tea.", "The user drinks tea or coffee.", "distinct"),
+        ("The user has a younger brother.", "The user has an older brother.", "distinct"),
     ],
 )
-def test_dedupe_cases(candidate: str, known: str, duplicate: bool) -> None:
-    assert (Deduper().match(candidate, [mem(known)]) is not None) is duplicate
-    assert (Deduper().match(known, [mem(candidate)]) is not None) is duplicate  # symmetric
+def test_judge_cases(known: str, candidate: str, outcome: str) -> None:
+    assert judge(candidate, known).outcome == outcome
+
+
+def test_tokens_keep_symbols_signs_versions_and_addresses() -> None:
+    assert fact_tokens("UTC+1, €5, 🍕 and a@example.com at https://x.dev/a. v2.1") == (
+        "utc", "+1", "€", "5", "🍕", "and", "a@example.com", "at", "https://x.dev/a", "v2.1"
+    )  # fmt: skip
+    # recall's words are unchanged (the index terms stay as they are)
+    assert words("UTC+1 €5 🍕") == ["utc", "1", "5"]
 
 
 def test_peanut_pair_is_above_threshold_yet_new() -> None:
-    a, b = "The user is allergic to peanuts.", "The user is not allergic to peanuts."
-    assert jaccard(set(words(a)), set(words(b))) == pytest.approx(6 / 7)
-    assert carries_new_information(a, b)
-    assert difference("The user is allergic to peanuts.", "The user is allergic to shellfish.") == (
-        "substitution"
-    )
+    a, b = "The user is allergic to peanuts.", "The user is allergic to shellfish."
+    assert jaccard(set(words(a)), set(words(b))) == pytest.approx(5 / 7)
+    assert compare(b, a).reason == "substitution"
+    assert compare("The user is not allergic to peanuts.", a).reason == "negation"
 
 
 def test_best_match_is_returned() -> None:
@@ -222,25 +254,31 @@ def test_best_match_is_returned() -> None:
 
 def test_threshold_is_respected() -> None:
     a, b = "The user likes green tea.", "The user likes green tea in winter mornings."
-    assert Deduper(0.9).match(a, [mem(b)]) is None
-    assert jaccard(set(words(a)), set(words(b))) < 0.9
+    assert Deduper(0.9).judge(b, a).outcome == "distinct"
+    assert Deduper().judge(b, a).outcome == "supersede"
 
 
-def test_resolve_skips_the_memories_replaced() -> None:
-    known = [mem("The user uses vim.", 1), mem("The user uses emacs.", 2)]
-    assert Deduper().match("The user uses vim daily.", known) == known[0]
-    assert Deduper().resolve("The user uses vim daily.", known, replacing={1}) is None
+def test_decide_skips_the_memories_replaced() -> None:
+    known = [mem("The user uses vim daily.", 1), mem("The user uses emacs.", 2)]
+    assert Deduper().decide("The user uses vim.", known).duplicate_of == known[0]
+    assert Deduper().decide("The user uses vim.", known, replacing={1}).duplicate_of is None
     # the same words again change nothing: the replaced memory itself is the twin
-    assert Deduper().resolve("the user uses VIM", known, replacing={1}) == known[0]
+    assert (
+        Deduper().decide("the user uses VIM daily", known, replacing={1}).duplicate_of == known[0]
+    )
+    # a more specific one is not a duplicate: it names what it supersedes
+    more = Deduper().decide("The user uses vim daily at work.", known)
+    assert more.duplicate_of is None and more.supersedes == (known[0],)
 
 
 @pytest.mark.parametrize(
-    "text", ["", "   ", "\x00\x1b[2J", "🙂" * 300, "NOT NOT NOT", "user user", "a" * 5000]
+    "text",
+    ["", "   ", "\x00\x1b[2J", "🙂" * 300, "NOT NOT NOT", "user user", "a" * 5000, "@@ // ~/"],
 )
 def test_odd_texts_do_not_crash(text: str) -> None:
     known = [mem("The user is allergic to peanuts.", 1), mem(text or "x", 2)]
-    Deduper().match(text, known)  # any answer, no exception
-    assert difference(text, text) is None
+    Deduper().decide(text, known)  # any answer, no exception
+    assert compare(text, text).outcome == "duplicate"
 
 
 def test_normalize() -> None:
@@ -276,10 +314,11 @@ async def test_remember_keeps_both_distinct_facts(
     ("first", "second"),
     [
         (
-            "The user prefers dark mode in every editor.",
             "The user prefers dark mode in every code editor.",
+            "The user prefers dark mode in every editor.",
         ),
         ("The user runs in the evenings.", "In the evenings the user runs."),
+        ("The user's timezone is UTC+1.", "the user's timezone is utc+1"),
         ("The user writes tests in pytest.", "The user writes test in pytest."),
         ("The user plays the piano.", "The user plays piano."),
     ],
@@ -291,6 +330,88 @@ async def test_remember_knows_the_same_fact(
     two = await service.remember(user_key=ALICE, text=second)
     assert one.status == "added" and (two.status, two.id) == ("duplicate", one.id)
     assert [m.text for m in await service.store.list_memories(user_key=ALICE)] == [first]
+
+
+@pytest.fixture
+def product(store: Store) -> MemoryService:
+    """The service at the product's dedupe threshold (the shared fixture uses 0.7)."""
+    return MemoryService(store, dedupe_threshold=DEFAULT_THRESHOLD)
+
+
+ISSUE_26_PAIRS = [
+    ("The user has a dog.", "The user has a dead dog."),
+    ("The user uses vim.", "The user uses vim keybindings in VS Code."),
+    ("The user uses Python.", "The user uses Python only for scripting."),
+    ("The user has a car.", "The user has a broken car."),
+    ("The user has a brother.", "The user has a younger brother."),
+    ("The user drinks tea.", "The user drinks green tea."),
+]
+
+
+@pytest.mark.parametrize(("general", "specific"), ISSUE_26_PAIRS)
+async def test_remember_a_specific_fact_supersedes_the_general_one(
+    product: MemoryService, general: str, specific: str
+) -> None:
+    """Issue 26: these were answered "I already knew that" and dropped."""
+    one = await product.remember(user_key=ALICE, text=general)
+    two = await product.remember(user_key=ALICE, text=specific)
+    assert (two.status, two.superseded) == ("added", (one.id,))
+    assert [m.text for m in await product.store.list_memories(user_key=ALICE)] == [specific]
+    old = await product.store.get(user_key=ALICE, memory_id=one.id)
+    assert old is not None and (old.text, old.superseded_by) == (general, two.id)
+    events = [(e.memory_id, e.event, e.related_id) for e in await product.history(user_key=ALICE)]
+    assert events == [
+        (one.id, "added", None),
+        (two.id, "added", None),
+        (one.id, "superseded", two.id),
+    ]
+    # the general fact again adds nothing to the specific one, unless that one is a state
+    # the general one is no longer (a dog again after a dead dog is a new dog)
+    three = await product.remember(user_key=ALICE, text=general)
+    state = "dead" in specific or "broken" in specific
+    assert (three.status, three.id == two.id) == (
+        ("added", False) if state else ("duplicate", True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("The user's favourite food is 🍕.", "The user's favourite food is 🍣."),
+        ("The user's rent is €900 a month.", "The user's rent is $900 a month."),
+        ("The user's timezone is UTC+1.", "The user's timezone is UTC-1."),
+        ("The user's email is a@example.com.", "The user's email is b@example.com."),
+        ("The user has a dead dog.", "The user has a dog."),
+    ],
+)
+async def test_remember_keeps_facts_that_differ_in_a_symbol_or_a_state(
+    product: MemoryService, first: str, second: str
+) -> None:
+    one = await product.remember(user_key=ALICE, text=first)
+    two = await product.remember(user_key=ALICE, text=second)
+    assert (one.status, two.status, two.superseded) == ("added", "added", ())
+    stored = {m.text for m in await product.store.list_memories(user_key=ALICE)}
+    assert stored == {first, second}
+
+
+async def test_import_supersedes_the_general_memories(product: MemoryService) -> None:
+    stored = await product.remember(user_key=ALICE, text="The user has a brother.")
+    lines = [
+        json.dumps({"text": t})
+        for t in (
+            "The user drinks tea.",
+            "The user has a younger brother.",  # supersedes the stored memory
+            "The user drinks green tea.",  # supersedes the line before
+            "The user drinks tea.",  # adds nothing
+            "The user has a brother.",  # adds nothing
+        )
+    ]
+    result = await product.import_lines(user_key=ALICE, lines=lines)
+    assert (result.added, result.duplicates, result.superseded) == (3, 2, 2)
+    active = {m.text for m in await product.store.list_memories(user_key=ALICE)}
+    assert active == {"The user has a younger brother.", "The user drinks green tea."}
+    old = await product.store.get(user_key=ALICE, memory_id=stored.id)
+    assert old is not None and old.superseded_by is not None
 
 
 async def _add(
@@ -318,14 +439,14 @@ async def test_supersede_beats_dedupe(store: Store) -> None:
     assert await _state(store, dark) == ("The user prefers dark mode in vim.", light)
     assert (await _state(store, light))[1] is None
 
-    # A correction the rule alone would call a near-twin is still stored and replaces it.
-    vim, _, _ = await _add(store, "The user uses vim.")
-    assert (await _add(store, "The user uses vim daily."))[:2] == (vim, "duplicate")
-    daily, status, superseded = await _add(store, "The user uses vim daily.", (vim,))
-    assert (status, superseded) == ("added", (vim,)) and daily != vim
-    assert (await _state(store, vim))[1] == daily
+    # A correction the rule alone would call a duplicate is still stored and replaces it.
+    daily, _, _ = await _add(store, "The user uses vim daily.")
+    assert (await _add(store, "The user uses vim."))[:2] == (daily, "duplicate")
+    vim, status, superseded = await _add(store, "The user uses vim.", (daily,))
+    assert (status, superseded) == ("added", (daily,)) and daily != vim
+    assert (await _state(store, daily))[1] == vim
     active = {m.text for m in await store.list_memories(user_key=ALICE)}
-    assert active == {"The user prefers light mode in vim.", "The user uses vim daily."}
+    assert active == {"The user prefers light mode in vim.", "The user uses vim."}
 
 
 async def test_supersede_by_same_words_or_by_another_twin(store: Store) -> None:
@@ -362,8 +483,8 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
     ("old_text", "new_text"),
     [
         ("The user prefers dark mode in vim.", "The user prefers light mode in vim."),
-        # a near-twin that dedupe alone would drop: supersede must win
-        ("The user uses vim.", "The user uses vim daily."),
+        # a general one that dedupe alone would drop: supersede must win
+        ("The user uses vim daily.", "The user uses vim."),
     ],
 )
 async def test_reflection_supersede_beats_dedupe(
@@ -397,3 +518,40 @@ async def test_reflection_supersede_beats_dedupe(
         r.getMessage() for r in caplog.records if r.getMessage().startswith("reflection turn=")
     ]
     assert len(lines) == 1 and "added=1 duplicates=0" in lines[0] and "superseded=1" in lines[0]
+
+
+async def test_reflection_supersedes_a_general_memory_by_the_rule(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """The model names no supersede: the rule finds that the new memory narrows the old."""
+    async with harness(fake, db_url) as h:
+        old = await h.service.remember(user_key=ALICE, text="The user has a brother.")
+        fake.enqueue(
+            memories_reply(
+                {
+                    "text": "The user has a younger brother.",
+                    "kind": "fact",
+                    "category": "general",
+                    "supersedes": [],
+                }
+            ),
+            kind="extract",
+        )
+        await h.say(dm(ALICE, "My younger brother visits next week."))
+        assert await h.reflector.drain(10)
+        active = [m.text for m in await h.store.list_memories(user_key=ALICE)]
+        assert active == ["The user has a younger brother."]
+        kept = await h.store.get(user_key=ALICE, memory_id=old.id)
+        assert kept is not None and kept.superseded_by is not None
+
+
+def test_remember_reply_names_what_a_specific_fact_replaces() -> None:
+    from core.memory.replies import remembered
+    from core.types import AddResult
+
+    text = "The user has a younger brother."
+    assert remembered(AddResult(5, "added", (3,), text)) == (
+        f"Remembered (`#5`): {text} It replaces `#3`."
+    )
+    assert remembered(AddResult(5, "added", (), text), code=str) == f"Remembered (#5): {text}"
+    assert remembered(AddResult(3, "duplicate")) == "I already knew that (`#3`)."

@@ -62,8 +62,8 @@ async def test_import_malformed_last_line_writes_nothing(service: MemoryService)
 async def test_import_batches_report_progress_and_dedupe(service: MemoryService) -> None:
     await service.remember(user_key=USER, text="The user keeps pebble number 3 in box 3.")
     lines = _lines(IMPORT_BATCH * 2 + 5)
-    # A near-twin of an earlier line (a qualifier added: Jaccard 0.8), an exact repeat, and
-    # a near-twin that carries new information (a date word).
+    # Two more specific twins of earlier lines (a qualifier, a date word added: each
+    # supersedes its line) and an exact repeat.
     lines += [
         json.dumps({"text": "The user keeps pebble number 5 in box 5 at home."}),
         lines[7],
@@ -73,12 +73,14 @@ async def test_import_batches_report_progress_and_dedupe(service: MemoryService)
     result = await service.import_lines(
         user_key=USER, lines=lines, progress=lambda done, total: seen.append((done, total))
     )
-    # Every line but the stored twin (#3), the qualifier twin and the repeat is new.
-    assert (result.added, result.duplicates) == (IMPORT_BATCH * 2 + 5 - 1 + 1, 3)
-    assert await service.count(user_key=USER) == 1 + result.added
+    # Every line but the stored twin (#3) and the repeat is new; the two specific twins,
+    # written last, supersede their general lines.
+    assert (result.added, result.duplicates, result.superseded) == (IMPORT_BATCH * 2 + 6, 2, 2)
+    assert await service.count(user_key=USER) == 1 + result.added - 2
     assert seen == [
         (IMPORT_BATCH, result.added),
         (IMPORT_BATCH * 2, result.added),
+        (result.added - 2, result.added),
         (result.added, result.added),
     ]
     # Importing the same file again adds nothing.

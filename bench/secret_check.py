@@ -1,6 +1,6 @@
 """What the secret check costs per write, against its baselines in the same run.
 
-    python bench/secrets.py [--repeat 3000] [--json] [--randomness]
+    python bench/secret_check.py [--repeat 3000] [--json] [--randomness]
 
 The check (:func:`core.rules.secrets.find_secrets`) runs on every memory write (``/remember``,
 each import line, each reflection candidate) and on each stored chat message once its answer

@@ -1,0 +1,330 @@
+"""The memory audit: which stored memories break the memory rules, per user and in total.
+
+``selfmind memories audit [--user U] [--json] [--days N] [--fix]`` reads each user's active
+memories (nothing is changed unless ``--fix``) and reports, per memory, the rules it breaks:
+
+- ``duplicate``: adds nothing to an older active memory, by the dedupe rule
+  (:func:`core.rules.dedupe.judge`: the same fact, or a general one after its specific twin);
+- ``less_specific``: a newer active memory is a more specific fact about the same thing (the
+  rule's supersede: the one a write today would have superseded);
+- ``contradicted``: a newer active memory says the opposite or a new state of the same thing:
+  the rule judges the newer one against it as a negation ("The user does not drink coffee."
+  after "The user drinks coffee.") or as a new state ("no longer", "used to", "former",
+  "dead"). Contradictions in other words (Paris / Berlin) are not found here: that takes a
+  model (``memories cleanup``);
+- ``secret``: the secret check every write runs (:func:`core.rules.secrets.find_secrets`)
+  finds one (a memory stored before that check, or by an import of an old store); the
+  finding names its kinds, never the text;
+- ``first_person``: not a third-person sentence about the user: starts with I / my / we /
+  you (restated system prompts: "You are a helpful assistant."), or is a question;
+- ``too_long``: :data:`core.types.MAX_MEMORY_CHARS` characters or more (a memory is one
+  sentence under 200);
+- ``suggestion``: the assistant's advice stored as a fact ("Consider using Redis.", "The
+  assistant suggested ...", "The user should try ...");
+- ``old``: last updated more than ``days`` days ago. The store records no recall (neither
+  counts nor a last-recalled time), so "never recalled in N days" cannot be told; the age of
+  the memory is what exists, and it is reported, never fixed.
+
+``--fix`` hands the findings to the cleanup review as one change (the same plan, apply and
+undo as ``memories cleanup``, :func:`core.memory.cleanup.apply_run`): a duplicate is
+superseded by the memory it duplicates, a less specific or contradicted memory by the newer
+one, and a secret, first-person, over-long or suggestion memory is retired. Nothing is
+deleted: ``memories undo`` restores the change within the undo window.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol, get_args
+
+from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
+from core.memory.reflection import addressed_or_asked
+from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
+from core.rules.dedupe import Deduper
+from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.secrets import SecretFinding, find_secrets
+from core.types import MAX_MEMORY_CHARS, Memory
+
+logger = logging.getLogger(__name__)
+
+Rule = Literal[
+    "duplicate",
+    "less_specific",
+    "contradicted",
+    "secret",
+    "first_person",
+    "too_long",
+    "suggestion",
+    "old",
+]
+RULES: tuple[Rule, ...] = get_args(Rule)
+DEFAULT_OLD_DAYS = 90
+
+_SUGGESTION = re.compile(
+    r"^(consider|try|make sure|remember to|don't forget|it is recommended|recommended)\b"
+    r"|\b(assistant|bot|ai|claude|chatgpt|model)\s+(suggested|suggests|recommended|recommends|"
+    r"proposed|advised|said|thinks)\b"
+    r"|^the user (should|could|might want to|may want to)\b",
+    re.IGNORECASE,
+)
+SecretCheck = Callable[[str], Sequence[SecretFinding]]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One memory breaking one rule; ``related_id``: the memory it duplicates, or the newer
+    one that narrows or contradicts it."""
+
+    memory_id: int
+    rule: Rule
+    detail: str
+    related_id: int | None = None
+
+
+@dataclass
+class UserAudit:
+    """One user's findings."""
+
+    user_key: str
+    memories: int
+    findings: list[Finding] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """Memories per rule broken (a memory can break several)."""
+        c = Counter(f.rule for f in self.findings)
+        return {rule: c[rule] for rule in RULES}
+
+    @property
+    def flagged(self) -> int:
+        """Distinct memories breaking at least one rule."""
+        return len({f.memory_id for f in self.findings})
+
+
+def audit_memories(
+    user_key: str,
+    memories: Sequence[Memory],
+    *,
+    deduper: Deduper,
+    now: datetime,
+    old_days: int = DEFAULT_OLD_DAYS,
+    secrets: SecretCheck | None = find_secrets,
+) -> UserAudit:
+    """Audit one user's active ``memories`` (oldest first, as ``store.export`` gives them).
+
+    Pure: reads nothing, changes nothing. Near-duplicates are found through
+    :class:`core.rules.dedupe_index.DedupeIndex` (linear in the memories, not all pairs).
+    """
+    result = UserAudit(user_key, len(memories))
+    found = result.findings
+    for m in memories:
+        if secrets is not None and (hits := secrets(m.text)):
+            kinds = sorted({h.kind for h in hits})
+            found.append(Finding(m.id, "secret", ", ".join(kinds)))
+        if len(m.text) >= MAX_MEMORY_CHARS:
+            found.append(Finding(m.id, "too_long", f"{len(m.text)} characters"))
+        elif addressed_or_asked(m.text.strip()):
+            found.append(Finding(m.id, "first_person", "not a third-person sentence"))
+        if _SUGGESTION.search(m.text):
+            found.append(Finding(m.id, "suggestion", "the assistant's advice, not a fact"))
+        if now - m.updated_at > timedelta(days=old_days):
+            found.append(Finding(m.id, "old", f"not updated in {(now - m.updated_at).days} days"))
+    found.extend(_near_twins(memories, deduper))
+    found.sort(key=lambda f: (f.memory_id, RULES.index(f.rule)))
+    return result
+
+
+def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
+    """Duplicates, less specific and contradicted memories, each newer memory judged against
+    the older ones its screen passes (as a write of it today would be)."""
+    ordered = sorted(memories, key=lambda m: (m.created_at, m.id))
+    index = DedupeIndex(deduper, [m.text for m in ordered])
+    out: list[Finding] = []
+    for m in ordered:
+        twin: int | None = None
+        for known in index.candidates(m.text):
+            assert known.id is not None
+            judgement = deduper.judge(m.text, known.text)
+            if judgement.outcome == "duplicate":
+                twin = twin if twin is not None else known.id
+            elif judgement.outcome == "supersede":
+                rule: Rule = "contradicted" if judgement.reason == "state" else "less_specific"
+                out.append(Finding(known.id, rule, f"#{m.id} is newer", m.id))
+            elif judgement.reason == "negation":
+                out.append(Finding(known.id, "contradicted", f"#{m.id} negates it", m.id))
+        if twin is not None:
+            out.append(Finding(m.id, "duplicate", f"adds nothing to #{twin}", twin))
+        else:  # a duplicate adds nothing to judge later memories against
+            index.add(Known(m.id, m.text))
+    return out
+
+
+_RETIRED: tuple[Rule, ...] = ("secret", "first_person", "too_long", "suggestion")
+
+
+def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
+    """The audit's findings as a cleanup plan (:class:`core.memory.cleanup.CleanupRun`), for
+    :func:`core.memory.cleanup.apply_run`: retire what breaks a text rule, supersede
+    duplicates by their twin and less specific or contradicted memories by the newer one.
+
+    Each memory is in one operation at most and a memory another one is superseded by stays
+    active (the change's rules, :func:`core.store.cleanup.check_disjoint`); a finding that
+    would break that is left for the next audit. ``old`` is never fixed.
+    """
+    by_id = {m.id: m for m in memories}
+    run = CleanupRun(user_key=audit.user_key, before=len(memories))
+    run.texts = {m.id: m.text for m in memories}
+    taken: set[int] = set()  # out of recall by an operation
+    keepers: set[int] = set()  # another memory is superseded by these
+
+    def plan(op: ChangeOp, memory_id: int, reason: str) -> None:
+        user_added = tuple(
+            i
+            for i in {memory_id, getattr(op, "new_id", memory_id)}
+            if by_id[i].source == "remember"
+        )
+        run.planned.append(PlannedOp(op, reason, tuple(sorted(user_added))))
+
+    for f in audit.findings:
+        if f.rule in _RETIRED and f.memory_id not in taken:
+            taken.add(f.memory_id)
+            plan(RetireOp(f.memory_id), f.memory_id, f"audit: {f.rule}")
+    for f in audit.findings:
+        new = f.related_id
+        if f.rule in _RETIRED or f.rule == "old" or new is None:
+            continue
+        if f.memory_id in taken or f.memory_id in keepers or new in taken:
+            continue
+        taken.add(f.memory_id)
+        keepers.add(new)
+        plan(SupersedeOp(f.memory_id, new), f.memory_id, f"audit: {f.rule}, {f.detail}")
+    return run
+
+
+class AuditStore(ApplyStore, Protocol):
+    """What the audit reads (users, export) and, with ``fix``, applies (a cleanup change)."""
+
+
+@dataclass
+class AuditReport:
+    """Every user audited, in key order; ``fixed``: the change applied per user (``--fix``)."""
+
+    users: list[UserAudit]
+    secrets_checked: bool
+    old_days: int
+    fixed: dict[str, CleanupRun] = field(default_factory=dict)
+
+    def totals(self) -> dict[str, int]:
+        """Findings per rule over every user, with ``memories`` and ``flagged`` (distinct
+        memories breaking a rule)."""
+        out = {"memories": sum(u.memories for u in self.users)}
+        out["flagged"] = sum(u.flagged for u in self.users)
+        for rule in RULES:
+            out[rule] = sum(u.counts()[rule] for u in self.users)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{"secrets_checked", "old_days", "total": {...}, "users": [{"user",
+        "memories", "flagged", "counts", "findings": [{"id", "rule", "detail", "related"}],
+        "change_id"}]}``. Never a memory's text."""
+        return {
+            "secrets_checked": self.secrets_checked,
+            "old_days": self.old_days,
+            "total": self.totals(),
+            "users": [
+                {
+                    "user": u.user_key,
+                    "memories": u.memories,
+                    "flagged": u.flagged,
+                    "counts": u.counts(),
+                    "findings": [
+                        {
+                            "id": f.memory_id,
+                            "rule": f.rule,
+                            "detail": f.detail,
+                            "related": f.related_id,
+                        }
+                        for f in u.findings
+                    ],
+                    "change_id": _change_id(self.fixed.get(u.user_key)),
+                }
+                for u in self.users
+            ],
+        }
+
+
+def _change_id(run: CleanupRun | None) -> str | None:
+    return run.applied.change_id if run is not None and run.applied is not None else None
+
+
+async def run_audit(
+    store: AuditStore,
+    *,
+    user_key: str | None = None,
+    deduper: Deduper,
+    now: datetime,
+    old_days: int = DEFAULT_OLD_DAYS,
+    fix: bool = False,
+    secrets: SecretCheck | None = find_secrets,
+) -> AuditReport:
+    """Audit every user with memories (or just ``user_key``); with ``fix``, apply each user's
+    :func:`fix_plan` as one cleanup change (undoable with ``memories undo``)."""
+    keys = [u.user_key for u in await store.users(user_key=user_key) if u.memories]
+    report = AuditReport([], secrets_checked=secrets is not None, old_days=old_days)
+    for key in keys:
+        memories = await store.export(user_key=key)
+        audit = audit_memories(
+            key, memories, deduper=deduper, now=now, old_days=old_days, secrets=secrets
+        )
+        report.users.append(audit)
+        if fix:
+            plan = fix_plan(audit, memories)
+            if plan.planned:
+                report.fixed[key] = await apply_run(store, plan)
+        logger.info(
+            "audit user=%s memories=%d flagged=%d fixed=%s",
+            key,
+            audit.memories,
+            audit.flagged,
+            _change_id(report.fixed.get(key)),
+        )
+    return report
+
+
+def format_report(report: AuditReport) -> list[str]:
+    """The report as text lines: one table row per user and the total, then each user's
+    findings (ids, rules and details; no memory text)."""
+    head = f"{'user':<28} {'memories':>8} {'flagged':>7} " + " ".join(f"{r:>13}" for r in RULES)
+    rows = [head, "-" * len(head)]
+    for u in report.users:
+        counts = u.counts()
+        rows.append(
+            f"{u.user_key:<28} {u.memories:>8} {u.flagged:>7} "
+            + " ".join(f"{counts[r]:>13}" for r in RULES)
+        )
+    total = report.totals()
+    rows.append(
+        f"{'total':<28} {total['memories']:>8} {total['flagged']:>7} "
+        + " ".join(f"{total[r]:>13}" for r in RULES)
+    )
+    if not report.secrets_checked:
+        rows.append("secret: not checked")
+    rows.append(
+        f"old: not updated in {report.old_days} days (the store records no recalls, so"
+        " 'never recalled' cannot be told)"
+    )
+    for u in report.users:
+        for f in u.findings:
+            rows.append(f"{u.user_key}  #{f.memory_id}  {f.rule}: {f.detail}")
+        run = report.fixed.get(u.user_key)
+        if run is not None and run.applied is not None:
+            rows.append(
+                f"{u.user_key}: fixed as change {run.applied.change_id}, {run.before} ->"
+                f" {run.after} memories (undo: selfmind memories undo --user {u.user_key}"
+                f" {run.applied.change_id})"
+            )
+    return rows

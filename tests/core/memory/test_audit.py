@@ -1,0 +1,135 @@
+"""The memory audit: findings per rule on both backends, --fix as one undoable cleanup change,
+and the CLI command (bad input included)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from bench.audit import hallucination_copies
+from bots.cli import app
+from core.memory.audit import RULES, run_audit
+from core.rules.dedupe import Deduper
+from core.store.seams import Store
+from core.types import NewMemory
+
+ALICE, BOB = "cli:alice", "cli:bob"
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+SECRET = "The user's AWS key is AKIAIOSFODNN7EXAMPLE."
+
+
+async def seed(store: Store) -> dict[str, int]:
+    day = NOW - timedelta(days=10)
+    texts = [
+        ("general", "The user has a brother.", "reflection"),
+        ("specific", "The user has a younger brother.", "reflection"),
+        ("coffee", "The user drinks coffee.", "reflection"),
+        ("no_coffee", "The user does not drink coffee.", "reflection"),
+        ("tea", "The user drinks green tea every morning.", "reflection"),
+        ("tea_again", "The user really drinks green tea every morning.", "reflection"),
+        ("prompt", "You are a helpful assistant. Always answer in English.", "import"),
+        ("first", "I prefer tabs over spaces.", "import"),
+        ("long", "The user " + "likes long sentences, " * 10 + "and more.", "import"),
+        ("advice", "Consider using Redis for the session cache.", "import"),
+        ("secret", SECRET, "remember"),
+        ("fine", "The user lives in Lisbon.", "remember"),
+    ]
+    memories = [
+        NewMemory(text=t, source=src, created_at=day + timedelta(minutes=i))  # type: ignore[arg-type]
+        for i, (_, t, src) in enumerate(texts)
+    ]
+    memories.append(NewMemory(text="The user owns a kayak.", created_at=NOW - timedelta(days=400)))
+    results = await store.add_many(user_key=ALICE, memories=memories, dedupe=None)
+    await store.add_many(
+        user_key=BOB, memories=[NewMemory(text="The user likes jazz.", created_at=day)], dedupe=None
+    )
+    ids = {name: r.id for (name, _, _), r in zip(texts, results, strict=False)}
+    ids["old"] = results[-1].id
+    return ids
+
+
+async def test_audit_finds_each_rule(store: Store) -> None:
+    ids = await seed(store)
+    report = await run_audit(store, deduper=Deduper(), now=NOW)
+    alice, bob = report.users
+    assert (alice.user_key, bob.user_key) == (ALICE, BOB)
+    found = {(f.memory_id, f.rule, f.related_id) for f in alice.findings}
+    assert found == {
+        (ids["general"], "less_specific", ids["specific"]),
+        (ids["coffee"], "contradicted", ids["no_coffee"]),
+        (ids["tea_again"], "duplicate", ids["tea"]),
+        (ids["prompt"], "first_person", None),
+        (ids["first"], "first_person", None),
+        (ids["long"], "too_long", None),
+        (ids["advice"], "suggestion", None),
+        (ids["secret"], "secret", None),
+        (ids["old"], "old", None),
+    }
+    assert bob.findings == []
+    total = report.totals()
+    assert (total["memories"], total["flagged"]) == (14, 9)
+    assert [total[r] for r in RULES] == [1, 1, 1, 1, 2, 1, 1, 1]
+    # the report never carries a memory's text (a secret least of all)
+    assert "AKIA" not in json.dumps(report.as_dict())
+    # one user only; nothing changed by an audit without fix
+    assert [
+        u.user_key for u in (await run_audit(store, user_key=BOB, deduper=Deduper(), now=NOW)).users
+    ] == [BOB]
+    assert await store.count(user_key=ALICE) == 13
+
+
+async def test_fix_is_one_undoable_cleanup_change(store: Store) -> None:
+    ids = await seed(store)
+    report = await run_audit(store, deduper=Deduper(), now=NOW, fix=True)
+    run = report.fixed[ALICE]
+    assert run.applied is not None and BOB not in report.fixed
+    active = {m.id for m in await store.list_memories(user_key=ALICE, limit=100)}
+    kept = {"specific", "no_coffee", "tea", "fine", "old"}
+    assert active == {ids[k] for k in kept}
+    general = await store.get(user_key=ALICE, memory_id=ids["general"])
+    assert general is not None and general.superseded_by == ids["specific"]
+    # a /remember memory touched is flagged, as cleanup flags it
+    assert [p.user_added for p in run.planned if ids["secret"] in p.user_added] == [
+        (ids["secret"],)
+    ]
+    # a second audit finds only what --fix leaves (the old memory)
+    again = await run_audit(store, deduper=Deduper(), now=NOW)
+    assert {(f.memory_id, f.rule) for f in again.users[0].findings} == {(ids["old"], "old")}
+    restored = await store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
+    assert restored == 8 and await store.count(user_key=ALICE) == 13
+
+
+async def test_audit_of_600_near_copies_is_one_finding_each(store: Store) -> None:
+    """The junk other memory layers leave: one hallucination stored hundreds of times."""
+    copies = hallucination_copies(600)
+    await store.add_many(user_key=ALICE, memories=[NewMemory(text=t) for t in copies], dedupe=None)
+    assert await store.count(user_key=ALICE) == 600
+    report = await run_audit(store, deduper=Deduper(), now=NOW)
+    assert report.totals()["duplicate"] == 599 and report.totals()["flagged"] == 599
+
+
+def test_cli_audit_json_and_bad_input(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    runner = CliRunner()
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        result = runner.invoke(app, ["--db", str(db), *args])
+        return result.exit_code, result.stdout, result.stderr
+
+    assert cli("memories", "audit")[0] == 1  # no database there yet
+    for text in ("The user has a brother.", "The user has a younger brother."):
+        assert cli("memories", "remember", "--user", "alice", text)[0] == 0
+    code, out, _ = cli("memories", "audit", "--json")
+    assert code == 0
+    data = json.loads(out)
+    # a remember supersedes the general memory itself: nothing left to find
+    assert data["total"]["flagged"] == 0 and data["users"][0]["user"] == "cli:alice"
+    code, out, _ = cli("memories", "audit", "--user", "alice")
+    assert code == 0 and out.splitlines()[0].startswith("user")
+    code, _, err = cli("memories", "audit", "--user", "nobody")
+    assert code == 1 and "no user cli:nobody" in err
+    assert cli("memories", "audit", "--days", "0")[0] == 2
+    assert cli("memories", "audit", "--user", "")[0] != 0
