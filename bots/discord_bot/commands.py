@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import discord
 from discord import app_commands
 
+from bots.discord_bot.sink import NO_MENTIONS
 from core.chat.controls import NOT_ENABLED, Controls, Place
 from core.errors import (
     NOT_SAVED_COMMAND,
@@ -158,7 +159,10 @@ async def forget_choices(
 
 
 async def reply(interaction: Interaction, content: str, **kwargs: Any) -> None:
-    """An ephemeral answer, as a response or (once deferred or answered) a followup."""
+    """An ephemeral answer, as a response or (once deferred or answered) a followup; it
+    pings nobody (``allowed_mentions``, as the sink's: a memory's text may hold
+    ``@everyone`` or a mention)."""
+    kwargs.setdefault("allowed_mentions", NO_MENTIONS)
     if interaction.response.is_done():
         await interaction.followup.send(content, ephemeral=True, **kwargs)
     else:
@@ -314,7 +318,7 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
         except MemoryInputError as exc:
             await reply(interaction, replies.error_sentence(exc))
             return
-        await reply(interaction, replies.remembered(result))
+        await reply(interaction, replies.remembered(result, escape=discord.utils.escape_markdown))
 
     @tree.command(name="forget", description="Forget one of your memories, or all of them.")
     @app_commands.describe(memory="Start typing to find a memory, or pick 'All my memories'.")

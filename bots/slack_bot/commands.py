@@ -305,7 +305,7 @@ class SlackCommands:
         result = await self.service.remember(user_key=key, text=text, origin=origin)
         if self.after_change is not None:  # in the background: the ack waits for this
             self.spawn(self.after_change(key), "slack-after-remember")
-        return replies.remembered(result)
+        return replies.remembered(result, escape=escape_mrkdwn)
 
     async def forget(self, key: str, arg: str, respond: AsyncRespond) -> None:
         if arg.lower() == "all":

@@ -34,14 +34,17 @@ def _memories(count: int) -> str:
     return f"{count} {'memory' if count == 1 else 'memories'}"
 
 
-def remembered(result: AddResult, *, code: Code = markdown_code) -> str:
+def remembered(
+    result: AddResult, *, code: Code = markdown_code, escape: Callable[[str], str] = str
+) -> str:
     """``Remembered (`#12`): The user prefers tabs over spaces.`` (the text as stored, when
-    the result carries it), followed by ``It replaces `#7`.`` when it superseded a less
+    the result carries it, through the platform's ``escape``, so a stored ``<!channel>`` or
+    ``**bold**`` shows as typed), followed by ``It replaces `#7`.`` when it superseded a less
     specific memory; for a duplicate, ``I already knew that (`#12`).``"""
     ref = code(f"#{result.id}")
     if result.status != "added":
         return f"I already knew that ({ref})."
-    said = f"Remembered ({ref}): {result.text}" if result.text else f"Remembered ({ref})."
+    said = f"Remembered ({ref}): {escape(result.text)}" if result.text else f"Remembered ({ref})."
     if result.superseded:
         said += f" It replaces {', '.join(code(f'#{i}') for i in result.superseded)}."
     return said

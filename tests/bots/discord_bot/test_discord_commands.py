@@ -13,7 +13,15 @@ from bots.discord_bot.commands import PAGE_SIZE
 from core.chat.controls import NOT_ENABLED
 from core.memory.refs import STALE_BUTTON, created_stamp, memory_ref
 from core.memory.replies import exported
-from tests.discord_helpers import World, buttons, command, final_text, key, running_bot
+from tests.discord_helpers import (
+    NO_PINGS,
+    World,
+    buttons,
+    command,
+    final_text,
+    key,
+    running_bot,
+)
 from tests.fakes.discord_server import FLAG_EPHEMERAL
 
 pytestmark = pytest.mark.usefixtures("no_errors")
@@ -55,6 +63,21 @@ async def test_remember_is_ephemeral_and_origin_follows_the_place(
     ]
     assert await bot.rt.service.count(user_key=key(w.bob)) == 0
     assert fake.messages_in(fake.channel_id) == []  # nothing visible in the channel
+
+
+async def test_remember_shows_the_stored_text_inert_and_pings_nobody(
+    w: World, bot: SelfMindBot
+) -> None:
+    fake = w.discord
+    typed = f"Ping @everyone and {w.bob.mention} with **bold** `code` on deploys"
+    _, response = await command(fake, "remember", w.alice, text=typed)
+    assert response.content == (
+        f"Remembered (`#1`): Ping @everyone and {w.bob.mention} with \\*\\*bold\\*\\* \\`code\\`"
+        " on deploys"
+    )
+    assert response.data["allowed_mentions"] == NO_PINGS
+    _, listed = await command(fake, "memories list", w.alice)
+    assert listed.data["allowed_mentions"] == NO_PINGS
 
 
 async def test_remember_refuses_a_secret_and_stores_nothing(w: World, bot: SelfMindBot) -> None:

@@ -53,6 +53,19 @@ async def test_remember_says_so_or_that_it_knew(slack: FakeSlack, bot: RunningSl
     assert slack.calls("chat.postMessage") == []  # nothing said in the channel
 
 
+async def test_remember_shows_the_stored_text_with_mentions_inert(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    typed = "<!channel> and <@U2> read <https://evil.example|the docs> & deploy"
+    reply = await command(slack, bot, "/remember", typed, user="U1")
+    assert reply["text"] == (
+        "Remembered (`#1`): &lt;!channel&gt; and &lt;@U2&gt; read"
+        " &lt;https://evil.example|the docs&gt; &amp; deploy"
+    )
+    (memory,) = await bot.runtime.service.list_memories(user_key=key("U1"))
+    assert memory.text == typed  # stored as typed; only the reply escapes it
+
+
 async def test_remember_refuses_a_secret_and_stores_nothing(
     slack: FakeSlack, bot: RunningSlackBot
 ) -> None:
