@@ -95,13 +95,14 @@ _CATEGORIES: tuple[tuple[Category, re.Pattern[str]], ...] = (
 )
 
 
-# A one-off: text tied to a day or a moment ("tomorrow", "this week", "right now") or a
-# question. Labelled a plain general fact, so it is recall's and never enters every prompt
-# through the standing profile (which leaves plain general facts out).
+# A one-off: text tied to a day or a moment ("tomorrow", "this week", "right now"), a
+# reminder ("please remind me to call Bob") or a question. Labelled a plain general fact,
+# so it is recall's and never enters every prompt through the standing profile (which
+# leaves plain general facts out).
 _ONE_OFF = re.compile(
     r"\b(today|tonight|tomorrow|yesterday|right now|at the moment|this (?:morning|afternoon|"
     r"evening|week|weekend|month)|next (?:week|weekend|month)|later today|"
-    r"in (?:an|one|a few|\d+) (?:hours?|minutes?|days?))\b|\?\s*$",
+    r"in (?:an|one|a few|\d+) (?:hours?|minutes?|days?)|remind (?:me|the user))\b|\?\s*$",
     re.IGNORECASE,
 )
 

@@ -30,6 +30,7 @@ from core.rules.memory_questions import is_memory_question
         ("The user has a release review tomorrow.", "fact", "general"),
         ("The user wants to finish the report today.", "fact", "general"),
         ("The user is actually working from the Berlin office right now.", "fact", "general"),
+        ("Please remind me to call Bob about the deploy.", "fact", "general"),
         ("Do I like Java?", "fact", "general"),
         ("Should the team switch to tabs?", "fact", "general"),
     ],
