@@ -243,7 +243,7 @@ async def one_config(
             memory |= {"category": "general", "supersedes": []}
             return Reply(text=json.dumps({"memories": [memory]}))
         system = body.get("system") or []
-        volatile = system[1]["text"] if len(system) > 1 else ""
+        volatile = system[-1]["text"] if len(system) > 1 else ""  # after the profile
         speaker = _TALKING_WITH.search(volatile)
         return Reply(text=answer_for(current.get(speaker.group(1), "?") if speaker else "?"))
 
