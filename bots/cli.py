@@ -388,7 +388,7 @@ def memories_search(
     k: Annotated[int, typer.Option("--k", min=1, max=100, help="How many.")] = 6,
     as_json: JsonFlag = False,
 ) -> None:
-    """Recall a user's memories most relevant to QUERY (BM25, or hybrid), best first."""
+    """A user's memories that share words with QUERY (BM25), best first."""
     key = _key(user)
     found: list[ScoredMemory] = run(
         with_user(ctx.obj, key, lambda s: s.search(user_key=key, query=query, k=k))

@@ -27,6 +27,7 @@ from tests.conftest import REPO_ROOT
 from tests.discord_helpers import World, eventually, settled, world
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
+    Reply,
     cut_stream,
     not_json,
     overloaded,
@@ -155,7 +156,8 @@ async def test_slack_claude_errors_and_failed_reflections_are_counted_by_kind(
 ) -> None:
     claude.enqueue(overloaded(), kind="chat", times=3)  # the SDK retries twice
     claude.enqueue(cut_stream("Half an ans", after_chunks=2), kind="chat")
-    claude.enqueue(not_json(), kind="extract", times=6)  # 3 attempts for each of 2 turns
+    claude.enqueue(Reply(text="Fine."), kind="chat")
+    claude.enqueue(not_json(), kind="extract", times=3)  # 3 attempts for the answered turn
     settings = slack_settings(
         slack, claude, tmp_path / "m.db", metrics_port=0, anthropic_max_retries=2
     )
@@ -163,7 +165,7 @@ async def test_slack_claude_errors_and_failed_reflections_are_counted_by_kind(
         rt = running.runtime
         assert rt.health is not None and rt.reflector is not None
         rt.reflector.retry_delay_s = 0.0
-        for i, words in enumerate(("first question", "second question")):
+        for i, words in enumerate(("first question", "second question", "third question")):
             await slack.send_event(
                 running.events_url, slack.events.message(words, user="U1"), event_id=f"Ev{i}"
             )
@@ -172,15 +174,15 @@ async def test_slack_claude_errors_and_failed_reflections_are_counted_by_kind(
         assert await rt.reflector.drain(10)
         samples = await scrape(rt.health.port)
 
-    assert value(samples, "selfmind_messages_received_total", platform="slack") == 2
+    assert value(samples, "selfmind_messages_received_total", platform="slack") == 3
     assert value(samples, "selfmind_claude_errors_total", kind="overloaded") == 1
     assert value(samples, "selfmind_claude_errors_total", kind="stream_cut") == 1
-    # The failed answers are still reflected on (the user's message counts); each reflection
-    # is malformed three times and then skipped.
-    assert value(samples, "selfmind_claude_errors_total", kind="malformed_output") == 6
-    assert value(samples, "selfmind_reflections_failed_total") == 6
-    assert value(samples, "selfmind_reflections_skipped_total") == 2
-    assert value(samples, "selfmind_answer_latency_seconds_count") == 0  # none finished
+    # The failed answers are never reflected on; the answered one's reflection is malformed
+    # three times and then skipped.
+    assert value(samples, "selfmind_claude_errors_total", kind="malformed_output") == 3
+    assert value(samples, "selfmind_reflections_failed_total") == 3
+    assert value(samples, "selfmind_reflections_skipped_total") == 1
+    assert value(samples, "selfmind_answer_latency_seconds_count") == 1  # one finished
     assert value(samples, "selfmind_memories_stored_total") == 0
 
 

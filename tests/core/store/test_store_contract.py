@@ -190,7 +190,7 @@ async def test_usage_report_and_daily_count_filter_by_user_and_workspace(store: 
     assert await store.chat_messages_since(since=since, workspace="T2") == 1
     assert await store.chat_messages_since(since=old, user_key=ALICE, workspace="T1") == 2
     with pytest.raises(ValueError, match="by must be one of"):
-        await store.usage_report(since=since, by="model")
+        await store.usage_report(since=since, by="bogus")
 
 
 async def test_embeddings_stay_with_their_user_and_version_moves(store: Store) -> None:
