@@ -56,7 +56,7 @@ from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
-from core.types import MemoryMode, NewTurn, Origin, ScoredMemory, UsageRecord, utcnow
+from core.types import MemoryMode, NewTurn, Origin, UsageRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -245,22 +245,6 @@ class TurnLoop:
             origins=self._origins(message),
             budget_tokens=self.settings.profile_tokens,
             mode=mode,
-        )
-
-    async def recall(
-        self, message: IncomingMessage, *, mode: MemoryMode | None = None
-    ) -> list[ScoredMemory]:
-        """The user's most relevant memories for this message (respecting mode and origin),
-        recall alone (no profile); ``mode``: the user's memory mode when already read."""
-        if mode is None:
-            mode = await self.store.get_mode(user_key=message.user_key)
-        if mode == "off":
-            return []
-        return await self.recaller.recall(
-            user_key=message.user_key,
-            query=message.text,
-            k=self.settings.top_k,
-            origins=self._origins(message),
         )
 
     async def seed_context(

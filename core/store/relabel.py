@@ -9,15 +9,8 @@ labels new ones); text, ids and history are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
-
 from core.rules.classify import classify
-
-Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Sequence[Any]]]]
-Execute = Callable[[str, Sequence[Any]], Awaitable[None]]
-
-BATCH = 1000
+from core.store.text_repair import BATCH_ROWS, Execute, Fetch
 
 
 async def relabel_remembered(*, fetch: Fetch, execute: Execute) -> int:
@@ -30,7 +23,7 @@ async def relabel_remembered(*, fetch: Fetch, execute: Execute) -> int:
             "SELECT id, text FROM memories WHERE id > ? AND superseded_by IS NULL"
             " AND source IN ('remember', 'import') AND kind = 'fact' AND category = 'general'"
             " ORDER BY id LIMIT ?",
-            (after, BATCH),
+            (after, BATCH_ROWS),
         )
         if not rows:
             return changed
