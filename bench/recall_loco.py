@@ -1,0 +1,232 @@
+"""Score-fusion constants chosen leave-one-conversation-out on LoCoMo, not fitted to all six.
+
+    python bench/recall_loco.py [--data DIR] [--json] [--no-minilm]
+
+For each shared LoCoMo conversation (one user's memories, as ``bench/retrieval.py`` loads
+them) and each question, one pass records BM25's top 60 (the store's own search) and every
+memory's cosine with the query: WordLlama static vectors (:mod:`core.memory.static`, with and
+without the expansions of :mod:`core.rules.expand`, raw and after removing the user's mean
+vector, the common component of Mu and Viswanath, "All-but-the-Top", ICLR 2018) and MiniLM
+(:mod:`core.memory.embeddings`, unless ``--no-minilm``). Fusions are then scored offline:
+
+- ``score``: ``bm25 / best bm25`` over BM25's top ``window`` plus ``weight * cosine``, as
+  :func:`core.memory.hybrid.score_fusion` (``window`` absolute: the bench recalls ``k = 10``,
+  so today's ``SCORE_WINDOW = 2`` is a window of 20);
+- ``rrf``: BM25's and MiniLM's top 10 by reciprocal rank (today's ``hybrid``).
+
+Each variant's constants are chosen on five conversations and its Hit@6 measured on the sixth,
+for each sixth in turn; the table gives the held-out Hit@6 per conversation, their
+question-weighted mean, the in-sample best over all six, and the share of questions whose
+evidence is in any memory at all (the ceiling). Nothing here changes the product's recall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.locomo import DEFAULT_DATA, load_all
+from bench.retrieval import load_users
+from core.memory.static import StaticEmbedder
+from core.rules.expand import expansions
+from core.store.sqlite.store import SQLiteStore
+
+K = 6
+BM25_DEPTH = 60
+Vector = npt.NDArray[np.float64]
+
+
+@dataclass
+class Query:
+    bm25: Vector  # per memory: BM25 score, 0 outside the top BM25_DEPTH
+    bm25_rank: npt.NDArray[np.int64]  # per memory: BM25 rank from 0, BM25_DEPTH outside
+    cosines: dict[str, Vector]
+    relevant: npt.NDArray[np.bool_]
+
+
+def unit(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, 1.0)
+
+
+async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
+    convs = load_all(data)
+    static = StaticEmbedder()
+    semantic = None
+    if minilm:
+        from core.memory.embeddings import load_embedder
+
+        semantic = load_embedder(None)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await SQLiteStore.open(str(Path(tmp) / "loco.db"), synchronous="normal")
+        try:
+            for u in await load_users(store, convs):
+                memories = await store.export(user_key=u.user_key)
+                pos = {m.id: j for j, m in enumerate(memories)}
+                texts = [m.text for m in memories]
+                s = static.embed_now(texts)
+                mean = s.mean(axis=0)
+                centred = unit(s - mean)
+                mini = await semantic.embed(texts) if semantic is not None else None
+                queries = []
+                for q in u.conv.questions:
+                    found = await store.search(user_key=u.user_key, query=q.text, k=BM25_DEPTH)
+                    bm25 = np.zeros(len(memories))
+                    rank = np.full(len(memories), BM25_DEPTH, dtype=np.int64)
+                    for r, hit in enumerate(found):
+                        bm25[pos[hit.memory.id]] = hit.score
+                        rank[pos[hit.memory.id]] = r
+                    texts_q = [q.text] + [f"{q.text} {e}" for e in expansions(q.text)]
+                    v = static.embed_now(texts_q)
+                    vc = unit(v - mean)
+                    cos = {
+                        "static": (s @ v[0]).astype(np.float64),
+                        "static+expand": (s @ v.T).max(axis=1).astype(np.float64),
+                        "centred": (centred @ vc[0]).astype(np.float64),
+                        "centred+expand": (centred @ vc.T).max(axis=1).astype(np.float64),
+                    }
+                    if mini is not None and semantic is not None:
+                        cos["minilm"] = (mini @ (await semantic.embed([q.text]))[0]).astype(
+                            np.float64
+                        )
+                    relevant = np.array(
+                        [bool(u.evidence.get(m.id, set()) & q.evidence) for m in memories]
+                    )
+                    queries.append(Query(bm25, rank, cos, relevant))
+                out.append((u.conv.name, queries))
+        finally:
+            await store.close()
+    return out
+
+
+def zscore(x: Vector) -> Vector:
+    return (x - x.mean()) / (x.std() + 1e-9)
+
+
+def score_fused(q: Query, window: int, weights: dict[str, float], z: bool) -> Vector:
+    best = q.bm25.max()
+    fused = np.where(q.bm25_rank < window, q.bm25 / best if best > 0 else 0.0, 0.0)
+    for name, w in weights.items():
+        fused = fused + w * (zscore(q.cosines[name]) if z else q.cosines[name])
+    return fused
+
+
+def rrf_fused(q: Query, window: int = 10, rrf_k: int = 60) -> Vector:
+    fused = np.where(q.bm25_rank < window, 1.0 / (rrf_k + 1 + q.bm25_rank), 0.0)
+    order = np.argsort(-q.cosines["minilm"], kind="stable")[:window]
+    fused[order] += 1.0 / (rrf_k + 1 + np.arange(len(order)))
+    return fused
+
+
+def hit(q: Query, fused: Vector) -> bool:
+    return bool(q.relevant[np.argsort(-fused, kind="stable")[:K]].any())
+
+
+Params = tuple[float, ...]
+
+
+@dataclass
+class Variant:
+    name: str
+    grid: Sequence[Params]
+    fuse: Callable[[Query, Params], Vector]
+
+
+def variants(minilm: bool) -> list[Variant]:
+    windows = (12, 20, 40)
+    weights = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+    out = [
+        Variant("bm25", [()], lambda q, p: score_fused(q, BM25_DEPTH, {}, False)),
+        Variant(
+            "static (today: window 20, weight 2)",
+            [(20, 2.0)],
+            lambda q, p: score_fused(q, 20, {"static+expand": 2.0}, False),
+        ),
+    ]
+    for cos in ("static+expand", "static", "centred+expand", "centred"):
+        out.append(
+            Variant(
+                f"score: bm25 + w * {cos}",
+                list(itertools.product(windows, weights)),
+                lambda q, p, cos=cos: score_fused(q, int(p[0]), {cos: p[1]}, False),
+            )
+        )
+    if minilm:
+        out.append(Variant("hybrid (today: RRF of bm25, minilm)", [()], lambda q, p: rrf_fused(q)))
+        out.append(
+            Variant(
+                "score: bm25 + a * z(centred) + b * z(minilm)",
+                list(itertools.product(windows, (0.0, 0.25, 0.5), (0.2, 0.4, 0.6, 1.0))),
+                lambda q, p: score_fused(q, int(p[0]), {"centred": p[1], "minilm": p[2]}, True),
+            )
+        )
+    return out
+
+
+def rate(v: Variant, convs: Sequence[list[Query]], p: Params) -> float:
+    hits = [hit(q, v.fuse(q, p)) for qs in convs for q in qs]
+    return sum(hits) / len(hits)
+
+
+def leave_one_out(v: Variant, data: Sequence[tuple[str, list[Query]]]) -> dict[str, object]:
+    held: dict[str, float] = {}
+    chosen: dict[str, Params] = {}
+    for i, (name, qs) in enumerate(data):
+        train = [x for j, (_, x) in enumerate(data) if j != i]
+        best = max(v.grid, key=lambda p: rate(v, train, p))
+        chosen[name] = best
+        held[name] = round(rate(v, [qs], best), 3)
+    n = {name: len(qs) for name, qs in data}
+    mean = sum(held[c] * n[c] for c in held) / sum(n.values())
+    all_convs = [qs for _, qs in data]
+    in_sample = max(v.grid, key=lambda p: rate(v, all_convs, p))
+    return {
+        "held_out": round(mean, 3),
+        "per_conversation": held,
+        "chosen": chosen,
+        "in_sample": round(rate(v, all_convs, in_sample), 3),
+        "in_sample_params": in_sample,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--no-minilm", action="store_true", help="skip MiniLM (no torch)")
+    args = parser.parse_args()
+    data = asyncio.run(collect(Path(args.data), not args.no_minilm))
+    reachable = np.mean([q.relevant.any() for _, qs in data for q in qs])
+    result: dict[str, object] = {"reachable": round(float(reachable), 3)}
+    names = [name for name, _ in data]
+    print("LoCoMo Hit@6, constants chosen on 5 conversations, measured on the 6th")
+    print(f"{'variant':<46}{'in-sample':>10}{'held-out':>10}" + "".join(f"{n:>9}" for n in names))
+    for v in variants(not args.no_minilm):
+        r = leave_one_out(v, data)
+        result[v.name] = r
+        per = r["per_conversation"]
+        assert isinstance(per, dict)
+        print(
+            f"{v.name:<46}{r['in_sample']:>10.3f}{r['held_out']:>10.3f}"
+            + "".join(f"{per[n]:>9.3f}" for n in names)
+        )
+    print(f"questions whose evidence is in some memory (the ceiling): {reachable:.3f}")
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/recall_loco.py: constants are chosen without the conversation they are measured on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.recall_loco import BM25_DEPTH, Query, Variant, leave_one_out, rrf_fused
+
+
+def query(relevant_at: int, n: int = 8) -> Query:
+    """A question whose one relevant memory is ``relevant_at``; BM25 ranks memory 0..n-1 in
+    order, the cosine ranks them in reverse."""
+    rank = np.arange(n, dtype=np.int64)
+    bm25 = np.linspace(2.0, 1.0, n)
+    relevant = np.zeros(n, dtype=np.bool_)
+    relevant[relevant_at] = True
+    return Query(bm25, rank, {"minilm": np.linspace(0.0, 1.0, n)}, relevant)
+
+
+def test_each_conversation_is_measured_with_constants_chosen_on_the_others() -> None:
+    # p = (0,) ranks by BM25 (relevant memory 0 first), p = (1,) by the reversed cosine.
+    variant = Variant(
+        "pick", [(0.0,), (1.0,)], lambda q, p: q.cosines["minilm"] if p[0] else q.bm25
+    )
+    data = [("a", [query(0)]), ("b", [query(0)]), ("c", [query(7)])]
+    result = leave_one_out(variant, data)
+    # c alone prefers the cosine, but a and b choose for it: BM25, so c is missed held out.
+    assert result["per_conversation"] == {"a": 1.0, "b": 1.0, "c": 0.0}
+    assert result["chosen"]["c"] == (0.0,)
+    assert result["held_out"] == round(2 / 3, 3)
+
+
+def test_rrf_counts_only_each_list_s_window() -> None:
+    q = query(0, n=30)
+    q.bm25_rank[:] = BM25_DEPTH  # nothing from BM25
+    fused = rrf_fused(q, window=10)
+    assert np.count_nonzero(fused) == 10
+    assert int(np.argmax(fused)) == 29  # the cosine's best
