@@ -190,7 +190,11 @@ class HybridRecaller:
         model = self.embedder.name
         cached = self._cache.get(user_key)
         if cached is not None and cached[0] == await self.store.memory_head(user_key=user_key):
-            self._cache.move_to_end(user_key)  # nothing changed since it was built
+            # Nothing changed since it was built. Put back, not moved: while the head was
+            # read, other users' recalls may have pushed this one out of the cache.
+            self._cache[user_key] = cached
+            self._cache.move_to_end(user_key)
+            self._trim()
             return cached[1]
         version = await self.store.embedding_version(user_key=user_key, model=model)
         if version[2] < version[1]:  # active memories without an embedding: make them
@@ -198,9 +202,13 @@ class HybridRecaller:
         rows = await self.store.active_embeddings(user_key=user_key, model=model)
         matrix = _UserMatrix(rows)
         self._cache[user_key] = (version[0], matrix)
+        self._cache.move_to_end(user_key)
+        self._trim()
+        return matrix
+
+    def _trim(self) -> None:
         while len(self._cache) > self.cache_users:
             self._cache.popitem(last=False)
-        return matrix
 
     async def recall(
         self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
