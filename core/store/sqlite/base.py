@@ -78,6 +78,10 @@ WAL_RETRY_S = 5.0
 last older snapshot in ``-wal``."""
 WAL_RETRY_WAIT_MS = 100
 """How long each retry waits for readers (short: it holds this process's write lock)."""
+WAL_BLOCKED_WARN_S = 60.0
+"""After this long blocked, one WARNING says a reader is keeping forgotten text in the files
+(SQLite cannot remove it while an older snapshot is read; the operator can end that reader)."""
+"""How long each retry waits for readers (short: it holds this process's write lock)."""
 GROUP_MAX_OPS = 64
 """Most write operations one grouped commit holds (about 0.1 ms each on the database thread):
 bounds how long the first one waits."""
@@ -109,6 +113,7 @@ class SQLiteBase:
         self._closed = False
         self._wal_retry: asyncio.Task[None] | None = None  # a blocked truncation, tried again
         self.wal_retry_s = WAL_RETRY_S
+        self.wal_blocked_warn_s = WAL_BLOCKED_WARN_S
         self.migrated: tuple[str, ...] = ()
         """Names of the migrations this open applied, in order."""
 
@@ -367,12 +372,26 @@ class SQLiteBase:
     async def _truncate_until_done(self) -> None:
         """The background retry of a blocked truncation (:meth:`_truncate_wal`)."""
         tries = 0
+        started = asyncio.get_running_loop().time()
+        warned = False
         while not self._closed:
             await asyncio.sleep(self.wal_retry_s)
             tries += 1
             if not self._closed and await self._checkpoint_truncate(WAL_RETRY_WAIT_MS):
                 logger.info("WAL truncated after an erase, at retry %d", tries)
                 return
+            waited = asyncio.get_running_loop().time() - started
+            if not warned and waited >= self.wal_blocked_warn_s:
+                warned = True
+                logger.warning(
+                    "forgotten text is still in %s and its -wal after %.0f s: another"
+                    " connection (a sqlite3 shell, a CLI command or a backup) holds a read"
+                    " transaction that began before the forget; it is erased within %s s"
+                    " of that transaction ending",
+                    self.path,
+                    waited,
+                    self.wal_retry_s,
+                )
 
     async def _checkpoint_truncate(self, wait_ms: int) -> bool:
         """One ``wal_checkpoint(TRUNCATE)``, waiting at most ``wait_ms`` for readers; True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -129,6 +130,29 @@ async def test_a_reader_holding_an_older_snapshot_delays_the_erasure_by_one_retr
     # The bot goes on as usual: a later write, a later forget.
     await service.remember(user_key=USER, text="The user sails on Sundays.")
     assert await service.count(user_key=USER) == 41
+
+
+async def test_a_reader_blocking_the_erasure_for_long_gets_one_warning_without_the_text(
+    sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    sqlite_store.wal_retry_s = 0.02
+    sqlite_store.wal_blocked_warn_s = 0.1  # WAL_BLOCKED_WARN_S (60 s) in production
+    service = MemoryService(sqlite_store)
+    added = await service.remember(user_key=USER, text=f"The user breeds {MARKER} on Mars.")
+    reader = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memories").fetchone()
+        with caplog.at_level(logging.DEBUG, logger="core.store.sqlite.base"):
+            await service.forget(user_key=USER, memory_id=added.id)
+            await asyncio.sleep(0.4)  # about 20 blocked retries, past the warning's time
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        assert "read transaction" in warnings[0].getMessage()
+        assert MARKER not in caplog.text
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
 
 
 async def test_closing_tries_a_blocked_truncation_once_more(sqlite_store: SQLiteStore) -> None:
