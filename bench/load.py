@@ -31,7 +31,9 @@ Columns: ``ack`` the time from sending an event to the bot's HTTP 200 (Slack wan
 ``overhead`` the time from sending to the final answer edit less the fake's own answer time
 (0.5 s + streaming); ``first`` the time to the first answer text on Slack less the fake's
 0.5 s; ``cpu/turn`` the bot processes' user+system CPU (``/proc/PID/stat``) from just before
-the burst until the reflections are done, per turn; ``tx/turn`` committed transactions
+the burst until the reflections are done, per turn; ``rss MB`` the bot process's peak resident
+memory (``VmHWM`` of ``/proc/PID/status``, the largest of the processes) at the end of the
+burst; ``tx/turn`` committed transactions
 (PostgreSQL ``pg_stat_database.xact_commit`` of the run's database); ``fsync/turn``
 ``fdatasync`` calls (SQLite, counted with ``strace -f -c``; ``-`` when strace is absent or
 with ``--profile``) or WAL
@@ -76,6 +78,7 @@ from bench.replay_locomo import (
     EDIT_INTERVAL_S,
     BotProcess,
     count_log_errors,
+    peak_rss_mb,
 )
 from bots.slack_bot.events import DM_NOTICE
 from tests.fakes.anthropic_server import Reply, running_fake_anthropic
@@ -368,6 +371,7 @@ async def one_config(
                 finals = finals_of(slack, slack.events.dm_channel(f"ULOAD{u:04d}"), f"L{u}x{k}")
                 once += finals == 1
                 twice += finals > 1
+        peak_mb = max(peak_rss_mb(pid) for pid in pids)
         for pid in pids:
             os.kill(pid, signal.SIGTERM)
         for bot in bots:
@@ -408,6 +412,7 @@ async def one_config(
         "first_p50": pct(run.firsts, 0.5),
         "first_p95": pct(run.firsts, 0.95),
         "cpu_ms_turn": cpu * 1000 / n,
+        "peak_rss_mb": peak_mb,
         "tx_turn": None if tx is None else tx / n,
         "fsync_turn": None if fsyncs is None else fsyncs / n,
         "throttle_ms_turn": edits * interval_s * 1000 / n,
@@ -439,6 +444,7 @@ COLS = [
     ("first_p50", "{:.0f}", 10),
     ("first_p95", "{:.0f}", 10),
     ("cpu_ms_turn", "{:.1f}", 12),
+    ("peak_rss_mb", "{:.0f}", 9),
     ("tx_turn", "{:.1f}", 8),
     ("fsync_turn", "{:.1f}", 11),
     ("throttle_ms_turn", "{:.0f}", 9),
@@ -454,6 +460,7 @@ HEADS = {
     "slack_calls_turn": "api/t",
     "turns_per_s": "turns/s",
     "cpu_ms_turn": "cpu ms/turn",
+    "peak_rss_mb": "rss MB",
     "fsync_turn": "fsync/turn",
     "tx_turn": "tx/turn",
     "slack_429s": "429s",
@@ -468,6 +475,16 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             v = r[c]
             cells.append(f"{'-' if v is None else fmt.format(v):>{w}}")
         print("".join(cells))
+
+
+def merge_base() -> str:
+    """``git merge-base HEAD main``: the commit this branch started from."""
+    return subprocess.run(
+        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 @contextlib.contextmanager
@@ -507,15 +524,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         if args.baseline is not None:
-            commit = (
-                args.baseline
-                or subprocess.run(
-                    ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                ).stdout.strip()
-            )
+            commit = args.baseline or merge_base()
             print(f"baseline: {commit[:12]} (git worktree)")
             trees.insert(0, ("base", stack.enter_context(baseline_tree(commit))))
         for recall in args.recall:

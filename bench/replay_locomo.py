@@ -241,11 +241,17 @@ class BotProcess:
 
     def peak_rss_mb(self) -> float:
         assert self.proc is not None
-        with contextlib.suppress(OSError), open(f"/proc/{self.proc.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        return 0.0
+        return peak_rss_mb(self.proc.pid)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (``VmHWM`` of ``/proc/PID/status``) in MB; 0 when
+    it is gone."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 each recall side by side.
 
     python bench/use.py [--json] [--recall bm25,static,hybrid] [--data DIR]
-        [--scale-users 100] [--scale-per-user 10000] [--no-scale]
+        [--scale-users 100] [--scale-per-user 10000] [--no-scale] [--baseline [COMMIT]]
 
 Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseline),
 ``static`` (the default: BM25 fused with static embeddings and query expansion) and
@@ -22,6 +22,11 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
 4. **Latency** p50/p95 of the memory context (profile plus recall, ``build_context``) for
    one user with 10,000 memories in the 1,000,000-memory store of ``bench/retrieval.py``
    (cached under ``bench/.cache``).
+
+``--baseline [COMMIT]`` (default: ``git merge-base HEAD main``) times the latency part of
+another commit too, checked out with ``git worktree`` into a temporary folder (sharing this
+tree's cached store), each tree in its own process, ``--rounds`` times in turn (baseline,
+this tree, baseline, ...): before and after side by side in one run, under the same load.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +50,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo import DEFAULT_DATA, load_all
+from bench.load import baseline_tree, merge_base
+from bench.locomo import DEFAULT_DATA, REPO_ROOT, load_all
 from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
 from core.chat.prompt import memory_block, profile_block
 from core.memory.hybrid import HybridRecaller
@@ -257,6 +265,45 @@ async def measure_latency(
     return out
 
 
+LATENCY_CHILD = (
+    "import asyncio, json, sys; from pathlib import Path; from bench.use import measure_latency;"
+    " names, data = sys.argv[1].split(','), Path(sys.argv[2]);"
+    " users, per_user = map(int, sys.argv[3:]);"
+    " print(json.dumps(asyncio.run(measure_latency(names, data, users, per_user))))"
+)
+
+
+def latency_of(tree: Path, names: Sequence[str], data: Path, users: int, per_user: int) -> Any:
+    """:func:`measure_latency` of the code in ``tree``, in a process of its own."""
+    argv = [",".join(names), str(data), str(users), str(per_user)]
+    done = subprocess.run(
+        [sys.executable, "-c", LATENCY_CHILD, *argv],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def latency_rounds(args: argparse.Namespace, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Baseline and this tree's latency, ``args.rounds`` times each, in turn."""
+    commit = args.baseline or merge_base()
+    print(f"baseline: {commit[:12]} (git worktree)", file=sys.stderr)
+    cache = REPO_ROOT / "bench" / ".cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    with baseline_tree(commit) as base:
+        (base / "bench" / ".cache").symlink_to(cache)  # the same 1,000,000-memory store
+        for r in range(args.rounds):
+            for label, tree in (("base", base), ("this", REPO_ROOT)):
+                users, per_user = args.scale_users, args.scale_per_user
+                timed = latency_of(tree, names, Path(args.data), users, per_user)
+                out.append({"round": r + 1, "code": label} | timed)
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     names = [n.strip() for n in args.recall.split(",") if n.strip()]
     skipped = []
@@ -269,9 +316,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["locomo_hit@6"] = await measure_locomo(names, Path(args.data))
     if not args.no_scale:
         timed = [n for n in names if n in args.latency_recall.split(",")]
-        result["latency"] = await measure_latency(
-            timed, Path(args.data), args.scale_users, args.scale_per_user
-        )
+        if args.baseline is None:
+            result["latency"] = await measure_latency(
+                timed, Path(args.data), args.scale_users, args.scale_per_user
+            )
+        else:
+            result["latency_rounds"] = latency_rounds(args, timed)
     return result
 
 
@@ -302,6 +352,16 @@ def print_table(result: dict[str, Any]) -> None:
                 if n in lat
             )
         )
+    for row in result.get("latency_rounds", []):
+        print(
+            f"latency round {row['round']} {row['code']}, user with {row['user_memories']:,} of"
+            f" {row['memories_total']:,} memories: "
+            + ", ".join(
+                f"{n} p50 {row[n]['p50_ms']:.2f} ms p95 {row[n]['p95_ms']:.2f} ms"
+                for n in names
+                if n in row
+            )
+        )
     for s in result["skipped"]:
         print(f"skipped: {s}")
 
@@ -319,6 +379,15 @@ def main() -> None:
         default="bm25,static",
         help="recalls timed at scale (hybrid embeds the user's 10,000 memories first: minutes)",
     )
+    parser.add_argument(
+        "--baseline",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="COMMIT",
+        help="also time COMMIT's latency (default: merge-base with main), from a git worktree",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: rounds of each")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     print_table(result)

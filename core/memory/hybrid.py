@@ -28,6 +28,7 @@ processes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -91,11 +92,17 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
 
 
 class _UserMatrix:
+    """One user's vectors, kept transposed: ``columns`` is ``(dim, memories)``, C-contiguous,
+    column ``j`` the vector of ``ids[j]``. ``queries @ columns`` takes every query vector's
+    cosines in one pass over the matrix: for 10,000 x 256 by four vectors, 2.2 ms against
+    6.2 ms for four row-major products one by one, and 0.8 against 2.0 ms for one vector,
+    with the matrix out of the CPU's cache as it is between turns (bench/use.py)."""
+
     def __init__(self, rows: list[tuple[int, Origin, bytes]]) -> None:
         self.ids = np.array([r[0] for r in rows], dtype=np.int64)
         self.origins = np.array([r[1] for r in rows])
-        self.matrix: npt.NDArray[np.float32] = (
-            np.vstack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
+        self.columns: npt.NDArray[np.float32] = (
+            np.ascontiguousarray(np.vstack([np.frombuffer(r[2], dtype=np.float32) for r in rows]).T)
             if rows
             else np.zeros((0, 0), dtype=np.float32)
         )
@@ -183,7 +190,11 @@ class HybridRecaller:
         model = self.embedder.name
         cached = self._cache.get(user_key)
         if cached is not None and cached[0] == await self.store.memory_head(user_key=user_key):
-            self._cache.move_to_end(user_key)  # nothing changed since it was built
+            # Nothing changed since it was built. Put back, not moved: while the head was
+            # read, other users' recalls may have pushed this one out of the cache.
+            self._cache[user_key] = cached
+            self._cache.move_to_end(user_key)
+            self._trim()
             return cached[1]
         version = await self.store.embedding_version(user_key=user_key, model=model)
         if version[2] < version[1]:  # active memories without an embedding: make them
@@ -191,9 +202,13 @@ class HybridRecaller:
         rows = await self.store.active_embeddings(user_key=user_key, model=model)
         matrix = _UserMatrix(rows)
         self._cache[user_key] = (version[0], matrix)
+        self._cache.move_to_end(user_key)
+        self._trim()
+        return matrix
+
+    def _trim(self) -> None:
         while len(self._cache) > self.cache_users:
             self._cache.popitem(last=False)
-        return matrix
 
     async def recall(
         self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
@@ -211,9 +226,8 @@ class HybridRecaller:
             text = query[:2000]
             texts = [text] + ([f"{text} {e}" for e in expansions(text)] if self.expand else [])
             vectors = await self.embedder.embed(texts)
-            sims = data.matrix @ vectors[0]
-            for vector in vectors[1:]:  # one product a vector: faster than one by all
-                np.maximum(sims, data.matrix @ vector, out=sims)
+            products = vectors @ data.columns  # (texts, memories), one pass over the matrix
+            sims = products[0] if len(products) == 1 else products.max(axis=0)
             if origins is not None:
                 sims = np.where(np.isin(data.origins, list(origins)), sims, -np.inf)
             ids = data.ids
@@ -225,11 +239,14 @@ class HybridRecaller:
             fused = score_fusion(bm25, ids, sims, k)
         best = sorted(fused, key=lambda i: (-fused[i], -i))[:k]
         known = {s.memory.id: s.memory for s in bm25}
-        out = []
-        for memory_id in best:
-            memory = known.get(memory_id) or await self.store.get(
-                user_key=user_key, memory_id=memory_id
-            )
-            if memory is not None and memory.active:
-                out.append(ScoredMemory(memory=memory, score=fused[memory_id]))
-        return out
+        unknown = [i for i in best if i not in known]
+        # Read together: queued on the store's connection at once, not one round trip each.
+        read = await asyncio.gather(
+            *(self.store.get(user_key=user_key, memory_id=i) for i in unknown)
+        )
+        known.update((m.id, m) for m in read if m is not None)
+        return [
+            ScoredMemory(memory=memory, score=fused[i])
+            for i in best
+            if (memory := known.get(i)) is not None and memory.active
+        ]

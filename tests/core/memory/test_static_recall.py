@@ -3,6 +3,7 @@ previous-user-message rule, and the loader reading the installed wordllama files
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -96,6 +97,24 @@ async def test_default_recall_never_returns_another_users_memories(
         assert [s.memory.text for s in found] in ([], ["The user lives in Lisbon."])
         assert all(s.memory.user_key == ALICE for s in found)
     assert await recaller.recall(user_key="cli:nobody", query="my city", k=6) == []
+
+
+async def test_recalls_of_more_users_at_once_than_the_cache_holds(
+    default_store: Store,
+) -> None:
+    # While one recall reads its user's head, the others' may push that user out of the
+    # cache: it must be put back, not moved (a KeyError here once crashed reflections).
+    for user in (ALICE, BOB):
+        await remember(default_store, user, ["The user lives in Lisbon.", *DISTRACTORS])
+    recaller = HybridRecaller(default_store, StaticEmbedder(), cache_users=1, fusion="score")
+    for user in (ALICE, BOB):
+        await recaller.recall(user_key=user, query="Lisbon", k=2)
+    for _ in range(3):
+        results = await asyncio.gather(
+            *(recaller.recall(user_key=u, query="Lisbon", k=2) for u in (ALICE, BOB) * 4)
+        )
+        assert all(r and r[0].memory.text == "The user lives in Lisbon." for r in results)
+    assert len(recaller._cache) == 1
 
 
 async def test_default_recall_respects_origins(default_store: Store) -> None:
