@@ -81,7 +81,6 @@ WAL_RETRY_WAIT_MS = 100
 WAL_BLOCKED_WARN_S = 60.0
 """After this long blocked, one WARNING says a reader is keeping forgotten text in the files
 (SQLite cannot remove it while an older snapshot is read; the operator can end that reader)."""
-"""How long each retry waits for readers (short: it holds this process's write lock)."""
 GROUP_MAX_OPS = 64
 """Most write operations one grouped commit holds (about 0.1 ms each on the database thread):
 bounds how long the first one waits."""
