@@ -369,8 +369,9 @@ class VectorStore(Protocol):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes]]:
-        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+    ) -> list[tuple[int, Origin, bytes, str]]:
+        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+        user's active memories embedded by ``model``, by id."""
         ...
 
     async def memories_without_embedding(
