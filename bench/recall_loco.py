@@ -224,7 +224,7 @@ def variants(minilm: bool) -> list[Variant]:
     )
     out.append(
         Variant(
-            "static centred, dated first (the new default)",
+            "static centred (weight 2), dated first",
             [()],
             lambda q, p: dated_first(
                 q,
