@@ -17,12 +17,12 @@ DM at once:
   before any download, since its base64 could not fit the API's 32 MB request;
 - ``pdf M MB sent``: each DM carries an M MB PDF (``--accepted-mb``) that is read and sent
   to Claude: the most an accepted file costs; again with half the users, and with
-  ``SELFMIND_FILE_CONCURRENCY=2``.
+  ``SELFMIND_FILE_MEMORY_MB=40``.
 
 Columns: ``peak RSS`` the bot process's ``VmHWM`` (``/proc/PID/status``) at the end of the
-burst; ``over text`` its excess over the text burst; ``bound`` the bound held:
-``SELFMIND_FILE_CONCURRENCY`` (4) turns at once hold a file, whatever the number of users,
-each at most about 10 times its size (the bytes, a copy for pypdf, their base64 text, the
+burst; ``over text`` its excess over the text burst; ``bound`` the bound held: the files
+held at once fit ``SELFMIND_FILE_MEMORY_MB`` (100), whatever the number of users, each at
+most about 10 times its size (the bytes, a copy for pypdf, their base64 text, the
 SDK's JSON body of the request kept while the answer streams, and while that is built its
 JSON text, plus what the allocator and the transport keep). ``wall``: the burst's time
 until every DM shows its whole answer. Then ``first token``: one DM alone, the
@@ -57,7 +57,7 @@ from tests.fakes.slack_server import FakeSlack, running_fake_slack, shown_markdo
 from tests.files_helpers import pdf
 
 ANSWER = "ANSWER-TEXT: read and done."
-CONCURRENCY = 4
+MEMORY_MB = 100
 OVERHEAD_X = 10
 
 
@@ -243,17 +243,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     slack,
                     claude,
                     work,
-                    f"{sent}, concurrency 2",
+                    f"{sent}, memory 40 MB",
                     args.users,
                     accepted,
-                    {"SELFMIND_FILE_CONCURRENCY": "2"},
+                    {"SELFMIND_FILE_MEMORY_MB": "40"},
                 )
             )
             base = rows[0]["peak_rss_mb"]
             for row in rows:
                 row["over_text_mb"] = row["peak_rss_mb"] - base
-                slots = 2 if "concurrency 2" in row["scenario"] else CONCURRENCY
-                row["bound_mb"] = round(slots * OVERHEAD_X * row["file_mb"])
+                memory = 40 if "memory 40" in row["scenario"] else MEMORY_MB
+                held = max(1, memory // max(1, round(row["file_mb"]))) if row["file_mb"] else 0
+                row["bound_mb"] = round(held * OVERHEAD_X * row["file_mb"])
             jpeg, png = photo_jpeg(args.image_mb), noise_png(args.image_mb)
             firsts = await first_token(
                 slack,
@@ -280,7 +281,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.users} users at once, SELFMIND_FILE_CONCURRENCY={CONCURRENCY}")
+    print(f"{args.users} users at once, SELFMIND_FILE_MEMORY_MB={MEMORY_MB}")
     print(f"{'scenario':<24}{'peak RSS':>10}{'over text':>11}{'bound':>8}{'wall':>8}")
     for r in result["bursts"]:
         print(

@@ -87,7 +87,9 @@ class Settings(BaseSettings):
     file_max_mb: int = Field(default=20, ge=1, le=30)
     file_max_text_chars: int = Field(default=200_000, ge=1_000, le=2_000_000)
     file_download_timeout_s: float = Field(default=30.0, gt=0)
-    file_concurrency: int = Field(default=4, ge=1, le=64)
+    # 100 MB: five files of the default 20 MB limit (three of the 30 MB maximum) held at
+    # once, whatever the number of turns; bench/files.py measures what that costs.
+    file_memory_mb: int = Field(default=100, ge=1, le=65_536)
 
     # --- Claude
     anthropic_api_key: SecretStr | None = Field(

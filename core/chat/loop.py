@@ -9,10 +9,10 @@ message edits). The loop:
    learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
 3. builds the system prompt (cached persona, then the memory block) and the message list
    from the conversation's stored history;
-4. reads the message's files, if any (:mod:`core.files`: at most
-   ``SELFMIND_FILE_CONCURRENCY`` turns at once hold files), sent as content blocks with the
-   current message only (the store and the history keep a placeholder line per file); a
-   file not read gets one sentence, which the answer starts with;
+4. reads the message's files, if any (:mod:`core.files`: the files all turns hold at once
+   stay within ``SELFMIND_FILE_MEMORY_MB``, a turn waits until they fit), sent as content
+   blocks with the current message only (the store and the history keep a placeholder
+   line per file); a file not read gets one sentence, which the answer starts with;
 5. streams Claude's answer and yields its text deltas;
 6. stores the answer and queues the reflection in the background (not while memory is paused
    or off), so the reply never waits for it.
@@ -356,8 +356,9 @@ class TurnLoop:
             where=f"This is {message.where}.",
             user_name=message.author,
         )
-        async with self.files.slot() if message.files else contextlib.nullcontext():
-            read = await self.files.read(message.files) if message.files else ReadFiles()
+        holding = self.files.hold(message.files) if message.files else contextlib.nullcontext()
+        async with holding as held:
+            read = ReadFiles() if held is None else await self.files.read(message.files, held=held)
             notes = list(read.notes)
             gone = [] if message.files else placeholder_names(message.text)
             if gone:  # answered again after a restart: the files were never kept

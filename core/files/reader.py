@@ -9,22 +9,26 @@ images and PDFs; the request under 32 MB). A file that fails any step is left ou
 gets one sentence, ``I couldn't read NAME: REASON.``; the others are read, and the
 message's text is answered all the same.
 
-Memory: a turn holds its files' bytes (and their base64 text) from the download until its
-answer ends, so turns that read files take a :meth:`FileReader.slot` first: at most
-``SELFMIND_FILE_CONCURRENCY`` at once, the others wait their turn (bench/files.py measures
-the bound). Nothing here writes bytes anywhere: no store, no log, no temporary file.
+Memory: a turn holds its files' bytes from the download until its answer ends, so a turn
+that reads files first reserves their declared sizes from the process's
+:class:`~core.files.budget.ByteBudget` (:meth:`FileReader.hold`; ``SELFMIND_FILE_MEMORY_MB``
+for all turns together) and waits while it cannot; once read, it keeps only what its files
+take. bench/files.py measures the bound. Nothing here writes bytes anywhere: no store, no
+log, no temporary file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import aiohttp
 
+from core.files.budget import ByteBudget, Reservation
 from core.files.fetch import FileProblem, fetch
 from core.files.prepare import (
     MANY_IMAGES,
@@ -80,12 +84,12 @@ class FileReader:
         max_file_bytes: int,
         max_text_chars: int,
         download_timeout_s: float,
-        concurrency: int,
+        memory_bytes: int,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.max_text_chars = max_text_chars
         self.download_timeout_s = download_timeout_s
-        self._slots = asyncio.Semaphore(concurrency)
+        self.budget = ByteBudget(memory_bytes)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FileReader:
@@ -93,15 +97,33 @@ class FileReader:
             max_file_bytes=settings.file_max_mb * 1024 * 1024,
             max_text_chars=settings.file_max_text_chars,
             download_timeout_s=settings.file_download_timeout_s,
-            concurrency=settings.file_concurrency,
+            memory_bytes=settings.file_memory_mb * 1024 * 1024,
         )
 
-    def slot(self) -> AbstractAsyncContextManager[object]:
-        """Held by a turn from reading its files to the end of its answer."""
-        return self._slots
+    def hold(self, refs: Sequence[FileRef]) -> AbstractAsyncContextManager[Reservation]:
+        """Held by a turn from reading ``refs`` to the end of its answer: the bytes they may
+        take (:meth:`reserve_bytes`) reserved from the budget, waiting while it cannot."""
+        return self.budget.reserve(self.reserve_bytes(refs))
 
-    async def read(self, refs: Sequence[FileRef]) -> ReadFiles:
-        """Read ``refs`` (see the module docstring); never raises for a bad file."""
+    def reserve_bytes(self, refs: Sequence[FileRef]) -> int:
+        """What reading ``refs`` may hold at most: each file's declared size (the per-file
+        limit when none is declared; nothing for a file refused before any download)."""
+        total = 0
+        for ref in refs[:MAX_MEDIA]:
+            if ref.unavailable or (ref.size is not None and ref.size > self.max_file_bytes):
+                continue
+            total += self.max_file_bytes if ref.size is None else ref.size
+        return total
+
+    async def read(self, refs: Sequence[FileRef], *, held: Reservation | None = None) -> ReadFiles:
+        """Read ``refs`` (see the module docstring); never raises for a bad file. With
+        ``held`` (from :meth:`hold`), what the files read do not take is given back."""
+        read = await self._read(refs)
+        if held is not None:
+            held.shrink(sum(held_bytes(block) for block in read.blocks))
+        return read
+
+    async def _read(self, refs: Sequence[FileRef]) -> ReadFiles:
         blocks: list[FileBlock] = []
         notes: list[str] = []
         if len(refs) > MAX_MEDIA:
@@ -141,6 +163,11 @@ class FileReader:
                     notes.append(prepared.note)
                 logger.info("file read: %s, %d bytes sent", prepared.block.kind, cost)
         return ReadFiles(tuple(blocks), tuple(notes))
+
+
+def held_bytes(block: FileBlock) -> int:
+    """The memory ``block``'s data takes."""
+    return sys.getsizeof(block.data)
 
 
 def request_bytes(block: FileBlock) -> int:

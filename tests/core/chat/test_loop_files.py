@@ -13,10 +13,16 @@ from pathlib import Path
 import anthropic
 import pytest
 
+from core.errors import ModelError
 from core.files import FileRef
 from core.files.refs import human_size
 from tests.fakes.anthropic_files import file_tokens
-from tests.fakes.anthropic_server import FakeAnthropic, prompt_tokens, running_fake_anthropic
+from tests.fakes.anthropic_server import (
+    FakeAnthropic,
+    prompt_tokens,
+    running_fake_anthropic,
+    server_error,
+)
 from tests.files_helpers import grep_store, pdf, png
 from tests.loop_helpers import API_KEY, dm, harness
 
@@ -173,18 +179,57 @@ async def test_a_recovered_message_answers_from_its_placeholders_and_says_so(
     assert isinstance(content, str) and content.startswith(stored.text)
 
 
-async def test_turns_reading_files_wait_for_a_slot(claude: FakeAnthropic, tmp_path: Path) -> None:
-    files_in(tmp_path)
+async def test_turns_reading_files_wait_for_the_memory_budget(
+    claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    # Each log is declared larger than the 1 MB budget: one such turn at a time.
+    for name in ("one.log", "two.log"):
+        (tmp_path / name).write_text("line of a log\n" * 90_000)
     claude.first_token_delay_s = 0.3
-    async with harness(claude, tmp_path / "m.db", file_concurrency=1) as h:
+    async with harness(claude, tmp_path / "m.db", file_memory_mb=1) as h:
+        budget = h.loop.files.budget
+        seen: list[int] = []
+
+        async def watch() -> None:
+            while True:
+                seen.append(budget.used_bytes)
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
         started = asyncio.get_running_loop().time()
-        one = dm("cli:a", "one", files=refs(tmp_path, "app.log"))
-        two = dm("cli:b", "two", files=refs(tmp_path, "app.log"))
+        one = dm("cli:a", "one", files=refs(tmp_path, "one.log"))
+        two = dm("cli:b", "two", files=refs(tmp_path, "two.log"))
         plain = dm("cli:c", "no files")
         await asyncio.gather(h.say(one), h.say(two), h.say(plain))
         elapsed = asyncio.get_running_loop().time() - started
+        watcher.cancel()
+        assert budget.used_bytes == 0
     assert elapsed >= 0.6  # the two file turns one after the other (the plain one alongside)
+    assert max(seen) <= 1 << 20 and max(seen) > 0
     assert len(claude.requests_of("chat")) == 3
+
+
+async def test_a_failed_or_stopped_turn_gives_its_budget_back(
+    claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    files_in(tmp_path)
+    async with harness(claude, tmp_path / "m.db", anthropic_max_retries=0) as h:
+        budget = h.loop.files.budget
+        claude.enqueue(server_error())
+        with pytest.raises(ModelError):
+            await h.say(dm("cli:a", "fails", files=refs(tmp_path, "report.pdf")))
+        assert budget.used_bytes == 0
+        claude.first_token_delay_s = 5.0
+        stopped = asyncio.create_task(h.say(dm("cli:b", "stop", files=refs(tmp_path, "app.log"))))
+        for _ in range(500):  # until the request is at the fake
+            if claude.requests_of("chat")[1:]:
+                break
+            await asyncio.sleep(0.01)
+        assert budget.used_bytes > 0
+        stopped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        assert budget.used_bytes == 0 and budget.waiting == 0
 
 
 async def test_the_fake_refuses_what_the_api_refuses(claude: FakeAnthropic) -> None:

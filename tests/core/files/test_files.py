@@ -244,7 +244,7 @@ async def test_reader_reads_what_it_can_and_says_what_it_could_not(tmp_path: Pat
     (tmp_path / "ok.txt").write_text("fine")
     (tmp_path / "big.txt").write_text("x" * 3000)
     reader = FileReader(
-        max_file_bytes=2000, max_text_chars=1000, download_timeout_s=5, concurrency=1
+        max_file_bytes=2000, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 20
     )
     read = await reader.read(
         [
@@ -262,7 +262,7 @@ async def test_reader_reads_what_it_can_and_says_what_it_could_not(tmp_path: Pat
 
 async def test_a_pdf_whose_base64_cannot_fit_a_request_is_not_downloaded() -> None:
     reader = FileReader(
-        max_file_bytes=30 << 20, max_text_chars=1000, download_timeout_s=5, concurrency=1
+        max_file_bytes=30 << 20, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 20
     )
     read = await reader.read(
         [
