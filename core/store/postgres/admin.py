@@ -6,8 +6,9 @@ right rows), memory events, embeddings, conversation turns (the reflection queue
 claimed event ids, memory modes, marks and usage - into an empty PostgreSQL database in one
 transaction, with ``COPY``. Memory ids, user ids and turn ids are kept, so the index terms
 (``u{uid}_...``) stay valid; identity sequences continue after the largest id (for memories,
-after the largest id the history names, so a forgotten id is never reused). Per-user BM25
-statistics are recomputed by the target's triggers. At the end every table is counted on
+after the largest id the history names, for turns after every id usage names, so a
+forgotten id is never reused). Per-user BM25 statistics are recomputed by the target's
+triggers. At the end every table is counted on
 both sides (and the users' active-memory totals compared); a mismatch is reported, not
 hidden. Turns that were waiting for a reflection arrive unclaimed, so the first replica that
 starts takes them over.
@@ -348,10 +349,16 @@ async def copy_sqlite_to_postgres(
 
 async def _continue_identity(conn: asyncpg.Connection, table: _Table) -> None:
     # New ids start after the largest copied one; for memories also after every id the
-    # history names, so a forgotten memory's id is never given to a new one.
+    # history names, so a forgotten memory's id is never given to a new one; for turns after
+    # every id an answer or a usage row names (a deleted turn's, m016 on SQLite).
     largest = f"SELECT MAX({table.identity}) FROM {table.name}"
     if table.name == "memories":
         largest = f"SELECT GREATEST(({largest}), (SELECT MAX(memory_id) FROM memory_events))"
+    if table.name == "turns":
+        largest = (
+            f"SELECT GREATEST(({largest}), (SELECT MAX(reply_to) FROM turns),"
+            " (SELECT MAX(turn_id) FROM usage))"
+        )
     await conn.execute(
         f"SELECT setval(pg_get_serial_sequence('{table.name}', '{table.identity}'),"
         f" COALESCE(({largest}), 0) + 1, false)"

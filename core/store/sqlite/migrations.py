@@ -365,52 +365,61 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
     """Give ``memories.id`` AUTOINCREMENT, so a forgotten memory's id is never handed to a
     new one (a plain ``INTEGER PRIMARY KEY`` reuses the largest freed rowid, and a Forget
     button of the old memory then named the new one; https://www.sqlite.org/autoinc.html).
-
-    SQLite cannot add AUTOINCREMENT in place: the table is rebuilt (the documented
-    procedure, https://www.sqlite.org/lang_altertable.html#otheralter) from its own stored
-    definition, so columns added by earlier migrations stay. Rows keep their ids, so the
-    FTS5 shards (keyed by rowid), embeddings, history and cleanup events still point at the
-    right memories; no trigger fires during the copy (they are on the old table), so the
-    per-user BM25 counts stay as they are. The indexes and triggers are recreated from their
-    stored SQL. ``sqlite_sequence`` then starts after the largest id the store has ever
-    named: live rows, history (``memory_events``: every memory ever written has its
-    ``added`` event, forgotten ones their ``forgotten`` one), embeddings, and the ids a
-    pending cleanup plan shows."""
-
-    async def one(sql: str) -> Any:
-        rows = list(await conn.execute_fetchall(sql))
-        return rows[0][0] if rows else None
-
-    table = await one("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'memories'")
-    if table is None or _PRIMARY_KEY.search(table) is None:
-        raise sqlite3.OperationalError("memories has no plain 'id INTEGER PRIMARY KEY' to change")
-    ddl = _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", table, count=1)
-    ddl = re.sub(r"^CREATE TABLE\s+\"?memories\"?", "CREATE TABLE memories_new", ddl, count=1)
-    others = list(
-        await conn.execute_fetchall(
-            "SELECT sql FROM sqlite_master WHERE tbl_name = 'memories'"
-            " AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name"
-        )
-    )
-    await conn.execute(ddl)
-    await conn.execute("INSERT INTO memories_new SELECT * FROM memories")
-    await conn.execute("DROP TABLE memories")  # its indexes and triggers with it
-    await conn.execute("ALTER TABLE memories_new RENAME TO memories")
-    for (sql,) in others:
-        await conn.execute(sql)
-    largest = await one(
-        "SELECT MAX(id) FROM (SELECT MAX(id) AS id FROM memories"
+    The table is rebuilt by :func:`_autoincrement`; FTS5 shards (keyed by rowid),
+    embeddings, history and cleanup events still point at the right memories, and no
+    trigger fires during the copy, so the per-user BM25 counts stay as they are. The
+    sequence starts after the largest id the store has ever named: live rows, history
+    (``memory_events``: every memory ever written has its ``added`` event, forgotten ones
+    their ``forgotten`` one), embeddings, and the ids a pending cleanup plan shows."""
+    await _autoincrement(
+        conn,
+        "memories",
+        largest="SELECT MAX(id) FROM (SELECT MAX(id) AS id FROM memories"
         " UNION ALL SELECT MAX(memory_id) FROM memory_events"
         " UNION ALL SELECT MAX(related_id) FROM memory_events"
         " UNION ALL SELECT MAX(memory_id) FROM memory_embeddings"
         " UNION ALL SELECT MAX(CAST(t.key AS INTEGER)) FROM pending_actions p,"
         "  json_each(CASE WHEN json_valid(p.payload) THEN p.payload END, '$.texts') t"
-        "  WHERE p.kind = 'cleanup_plan')"
+        "  WHERE p.kind = 'cleanup_plan')",
     )
-    await conn.execute("DELETE FROM sqlite_sequence WHERE name = 'memories'")
-    await conn.execute(
-        "INSERT INTO sqlite_sequence(name, seq) VALUES ('memories', ?)", (int(largest or 0),)
+
+
+async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str) -> None:
+    """Rebuild ``table`` with ``id INTEGER PRIMARY KEY AUTOINCREMENT`` and start its
+    sequence after ``largest`` (SQL of one value: the largest id the store ever named).
+
+    SQLite cannot add AUTOINCREMENT in place: the table is rebuilt (the documented
+    procedure, https://www.sqlite.org/lang_altertable.html#otheralter) from its own stored
+    definition, so columns added by earlier migrations stay. Rows keep their ids; no
+    trigger fires during the copy (they are on the old table). The indexes and triggers are
+    recreated from their stored SQL."""
+
+    async def one(sql: str) -> Any:
+        rows = list(await conn.execute_fetchall(sql))
+        return rows[0][0] if rows else None
+
+    ddl = await one(f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '{table}'")
+    if ddl is None or _PRIMARY_KEY.search(ddl) is None:
+        raise sqlite3.OperationalError(f"{table} has no plain 'id INTEGER PRIMARY KEY' to change")
+    ddl = _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", ddl, count=1)
+    ddl = re.sub(rf"^CREATE TABLE\s+\"?{table}\"?", f"CREATE TABLE {table}_new", ddl, count=1)
+    others = list(
+        await conn.execute_fetchall(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ?"
+            " AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name",
+            (table,),
+        )
     )
+    # Largest before the copy: the query may read the table itself.
+    start = int(await one(largest) or 0)
+    await conn.execute(ddl)
+    await conn.execute(f"INSERT INTO {table}_new SELECT * FROM {table}")
+    await conn.execute(f"DROP TABLE {table}")  # its indexes and triggers with it
+    await conn.execute(f"ALTER TABLE {table}_new RENAME TO {table}")
+    for (sql,) in others:
+        await conn.execute(sql)
+    await conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+    await conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, start))
 
 
 logger = logging.getLogger(__name__)
@@ -464,6 +473,25 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
     await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
 
 
+async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
+    """Give ``turns.id`` AUTOINCREMENT (as m011 gave ``memories.id``): a plain ``INTEGER
+    PRIMARY KEY`` hands the largest freed rowid to the next turn, and a turn deleted at the
+    top (``/forget all`` of the user who spoke last) is still named elsewhere: by an answer
+    in flight (``finish_turn`` would store one user's answer on another user's message), the
+    reflection queued for it, its recovery claim (``recover:{id}``, which would keep a
+    crashed new turn from being recovered) and its usage rows. The sequence starts after the
+    largest turn id any of those name."""
+    await _autoincrement(
+        conn,
+        "turns",
+        largest="SELECT MAX(id) FROM (SELECT MAX(id) AS id FROM turns"
+        " UNION ALL SELECT MAX(reply_to) FROM turns"
+        " UNION ALL SELECT MAX(turn_id) FROM usage"
+        " UNION ALL SELECT MAX(CAST(substr(event_key, 9) AS INTEGER)) FROM processed_events"
+        "  WHERE event_key LIKE 'recover:%')",
+    )
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -482,4 +510,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "m012_label_remembered", m012_label_remembered),
     (13, "m013_thread_ref", M013_THREAD_REF),
     (14, "m014_redact_secrets", m014_redact_secrets),
+    (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
 ]

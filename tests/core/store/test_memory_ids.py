@@ -76,7 +76,6 @@ async def test_ids_stay_used_across_a_restart(db_url: str) -> None:
 
 
 IDS_MIGRATION = "m011_ids_never_reused"
-SHAPE = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'memories' ORDER BY name"
 
 
 def _before_ids_migration() -> list[tuple[int, str, Migration]]:
@@ -137,17 +136,23 @@ async def test_the_ids_migration_rebuilds_an_existing_store_keeping_everything(
         ]
     finally:
         await store.close()
+    await assert_rebuilt_as_new(path, tmp_path / "fresh.db", "memories")
+
+
+async def assert_rebuilt_as_new(path: str, fresh_path: Path, table: str) -> None:
+    """The file at ``path`` is sound, and its ``table`` has AUTOINCREMENT and the same
+    definition, indexes and triggers as a store created new (at ``fresh_path``)."""
+    shape = "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = ? ORDER BY name"
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        table = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memories'").fetchone()
-        assert "AUTOINCREMENT" in table[0]
-        shape = conn.execute(SHAPE).fetchall()
-    # The same table, indexes and triggers as a store created new.
-    fresh = await SQLiteStore.open(str(tmp_path / "fresh.db"))
+        ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        assert "AUTOINCREMENT" in ddl[0]
+        rebuilt = conn.execute(shape, (table,)).fetchall()
+    fresh = await SQLiteStore.open(str(fresh_path))
     await fresh.close()
-    with sqlite3.connect(tmp_path / "fresh.db") as conn:
-        assert shape == conn.execute(SHAPE).fetchall()
+    with sqlite3.connect(fresh_path) as conn:
+        assert rebuilt == conn.execute(shape, (table,)).fetchall()
 
 
 async def test_a_new_store_has_autoincrement_ids(sqlite_store: SQLiteStore) -> None:

@@ -66,10 +66,13 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
     assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
     await store.set_mode(user_key=BOB, mode="paused")
     assert await store.mark_once(mark="notice:alice")
+    # A usage row of a turn deleted since (the largest turn id the store named).
     await store.record_usage(usage=UsageRecord(
         user_key=ALICE, workspace="T1", kind="chat", model="claude", input_tokens=10,
         output_tokens=5, cache_read_input_tokens=2, cache_creation_input_tokens=1, at=SENT,
+        turn_id=asked + 7,
     ))  # fmt: skip
+    ids["usage_turn"] = asked + 7
     return ids
 
 
@@ -129,7 +132,13 @@ async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
             assert await copy.mark_once(mark="notice:alice") is False
             # New ids continue after every id the history names (a forgotten one too).
             added = await MemoryService(copy).remember(user_key=ALICE, text="The user codes.")
-            assert added.id > max(ids.values())
+            assert added.id > max(v for k, v in ids.items() if k != "usage_turn")
+            # Turn ids continue after every id usage names (a deleted turn's too).
+            turn = NewTurn(
+                conversation_key="C1:1", user_key=BOB, role="user", text="hi", origin="shared",
+                sent_at=SENT,
+            )  # fmt: skip
+            assert await copy.add_turn(turn=turn) > ids["usage_turn"]
         finally:
             await copy.close()
 
