@@ -271,7 +271,7 @@ async def one_config(
             out = str(workdir / f"st{p}")
             trace = [strace, "-f", "--seccomp-bpf", "-c", "-e", "trace=fdatasync", "-o", out]
             if profile:
-                raw = f"{profile}/{label}-{backend}-{users}-{p}.txt"
+                raw = f"{profile}/{label}-{recall}-{backend}-{users}-{p}.txt"
                 # --gil: only the thread that runs Python (idle waits are not CPU)
                 trace = ["py-spy", "record", "--gil", "-r", "250", "-f", "raw", "-o", raw, "--"]
             bot = BotProcess(

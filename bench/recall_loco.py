@@ -30,6 +30,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA, load_all
 from bench.retrieval import load_users
+from core.memory.hybrid import DATED_FIRST
 from core.memory.static import StaticEmbedder
 from core.rules.expand import expansions
+from core.rules.when import DAYS_AFTER, DAYS_BEFORE, named_days
 from core.store.sqlite.store import SQLiteStore
 
 K = 6
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+NAMES_DAYS = "names days"  # questions naming a date, month or year (core.rules.when)
 BM25_DEPTH = 60
 Vector = npt.NDArray[np.float64]
 
@@ -54,6 +59,19 @@ class Query:
     bm25_rank: npt.NDArray[np.int64]  # per memory: BM25 rank from 0, BM25_DEPTH outside
     cosines: dict[str, Vector]
     relevant: npt.NDArray[np.bool_]
+    days: npt.NDArray[np.datetime64]  # per memory: the day it was stored (its session's)
+    named: list[tuple[date, date]]  # the days the question names (core.rules.when)
+    category: int = 0  # LoCoMo's: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop
+
+    def dated(self, before: int, after: int) -> npt.NDArray[np.bool_]:
+        """Per memory: stored from ``before`` days before a named span to ``after`` after."""
+        mask = np.zeros(len(self.days), dtype=np.bool_)
+        for first, last in self.named:
+            start = np.datetime64(first - timedelta(days=before), "D")
+            mask |= (self.days >= start) & (
+                self.days <= np.datetime64(last + timedelta(days=after), "D")
+            )
+        return mask
 
 
 def unit(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -76,6 +94,7 @@ async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
             for u in await load_users(store, convs):
                 memories = await store.export(user_key=u.user_key)
                 pos = {m.id: j for j, m in enumerate(memories)}
+                days = np.array([m.created_at.date() for m in memories], dtype="datetime64[D]")
                 texts = [m.text for m in memories]
                 s = static.embed_now(texts)
                 mean = s.mean(axis=0)
@@ -105,7 +124,9 @@ async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
                     relevant = np.array(
                         [bool(u.evidence.get(m.id, set()) & q.evidence) for m in memories]
                     )
-                    queries.append(Query(bm25, rank, cos, relevant))
+                    queries.append(
+                        Query(bm25, rank, cos, relevant, days, named_days(q.text), q.category)
+                    )
                 out.append((u.conv.name, queries))
         finally:
             await store.close()
@@ -129,6 +150,24 @@ def rrf_fused(q: Query, window: int = 10, rrf_k: int = 60) -> Vector:
     order = np.argsort(-q.cosines["minilm"], kind="stable")[:window]
     fused[order] += 1.0 / (rrf_k + 1 + np.arange(len(order)))
     return fused
+
+
+def dated_first(q: Query, fused: Vector, before: int, after: int, rrf: bool) -> Vector:
+    """The memories stored on the named days first (:data:`core.memory.hybrid.DATED_FIRST`),
+    in their fused order; for ``rrf``, by the reciprocal rank fusion over them alone, as
+    :meth:`core.memory.hybrid.HybridRecaller.recall` does."""
+    mask = q.dated(before, after)
+    if not mask.any():
+        return fused
+    if rrf:
+        # BM25's top 10 (the recall's window) on the named days, re-ranked among themselves.
+        lexical = np.flatnonzero(mask & (q.bm25_rank < 10))
+        rank = np.full(len(mask), BM25_DEPTH, dtype=np.int64)
+        rank[lexical[np.argsort(q.bm25_rank[lexical], kind="stable")]] = np.arange(len(lexical))
+        cosine = {"minilm": np.where(mask, q.cosines["minilm"], -np.inf)}
+        sub = Query(q.bm25, rank, cosine, q.relevant, q.days, q.named)
+        return np.where(mask, DATED_FIRST + rrf_fused(sub), fused)
+    return fused + DATED_FIRST * mask
 
 
 def hit(q: Query, fused: Vector) -> bool:
@@ -164,8 +203,54 @@ def variants(minilm: bool) -> list[Variant]:
                 lambda q, p, cos=cos: score_fused(q, int(p[0]), {cos: p[1]}, False),
             )
         )
+    slack = [(0, 0), (1, 1), (DAYS_BEFORE, DAYS_AFTER), (0, 7), (3, 3)]
+    out.append(
+        Variant(
+            f"static, dated first ({DAYS_BEFORE} day before, {DAYS_AFTER} after)",
+            [()],
+            lambda q, p: dated_first(
+                q, score_fused(q, 20, {"static+expand": 2.0}, False), DAYS_BEFORE, DAYS_AFTER, False
+            ),
+        )
+    )
+    out.append(
+        Variant(
+            "static, dated first (days before/after tuned)",
+            slack,
+            lambda q, p: dated_first(
+                q, score_fused(q, 20, {"static+expand": 2.0}, False), int(p[0]), int(p[1]), False
+            ),
+        )
+    )
+    out.append(
+        Variant(
+            "static centred (weight 2), dated first",
+            [()],
+            lambda q, p: dated_first(
+                q,
+                score_fused(q, 20, {"centred+expand": 2.0}, False),
+                DAYS_BEFORE,
+                DAYS_AFTER,
+                False,
+            ),
+        )
+    )
     if minilm:
         out.append(Variant("hybrid (today: RRF of bm25, minilm)", [()], lambda q, p: rrf_fused(q)))
+        out.append(
+            Variant(
+                f"hybrid, dated first ({DAYS_BEFORE} day before, {DAYS_AFTER} after)",
+                [()],
+                lambda q, p: dated_first(q, rrf_fused(q), DAYS_BEFORE, DAYS_AFTER, True),
+            )
+        )
+        out.append(
+            Variant(
+                "hybrid, dated first (days before/after tuned)",
+                slack,
+                lambda q, p: dated_first(q, rrf_fused(q), int(p[0]), int(p[1]), True),
+            )
+        )
         out.append(
             Variant(
                 "score: bm25 + a * z(centred) + b * z(minilm)",
@@ -184,11 +269,17 @@ def rate(v: Variant, convs: Sequence[list[Query]], p: Params) -> float:
 def leave_one_out(v: Variant, data: Sequence[tuple[str, list[Query]]]) -> dict[str, object]:
     held: dict[str, float] = {}
     chosen: dict[str, Params] = {}
+    by_category: dict[str, list[bool]] = {}
     for i, (name, qs) in enumerate(data):
         train = [x for j, (_, x) in enumerate(data) if j != i]
         best = max(v.grid, key=lambda p: rate(v, train, p))
         chosen[name] = best
         held[name] = round(rate(v, [qs], best), 3)
+        for q in qs:
+            h = hit(q, v.fuse(q, best))
+            by_category.setdefault(CATEGORIES.get(q.category, "other"), []).append(h)
+            if q.named:
+                by_category.setdefault(NAMES_DAYS, []).append(h)
     n = {name: len(qs) for name, qs in data}
     mean = sum(held[c] * n[c] for c in held) / sum(n.values())
     all_convs = [qs for _, qs in data]
@@ -199,6 +290,7 @@ def leave_one_out(v: Variant, data: Sequence[tuple[str, list[Query]]]) -> dict[s
         "chosen": chosen,
         "in_sample": round(rate(v, all_convs, in_sample), 3),
         "in_sample_params": in_sample,
+        "held_out_by_category": {c: round(sum(h) / len(h), 3) for c, h in by_category.items()},
     }
 
 
@@ -224,6 +316,16 @@ def main() -> None:
             + "".join(f"{per[n]:>9.3f}" for n in names)
         )
     print(f"questions whose evidence is in some memory (the ceiling): {reachable:.3f}")
+    cats = [CATEGORIES[c] for c in sorted(CATEGORIES)] + [NAMES_DAYS]
+    n = {c: sum(CATEGORIES.get(q.category) == c for _, qs in data for q in qs) for c in cats}
+    n[NAMES_DAYS] = sum(bool(q.named) for _, qs in data for q in qs)
+    print("\nheld-out Hit@6 by LoCoMo category (questions)")
+    print(f"{'variant':<46}" + "".join(f"{f'{c} ({n[c]})':>18}" for c in cats))
+    for name, row in result.items():
+        if isinstance(row, dict):
+            per_cat = row["held_out_by_category"]
+            assert isinstance(per_cat, dict)
+            print(f"{name:<46}" + "".join(f"{per_cat.get(c, 0.0):>18.3f}" for c in cats))
     if args.json:
         print(json.dumps(result))
 

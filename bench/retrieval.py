@@ -41,6 +41,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,11 +88,18 @@ async def load_users(store: Store, convs: Sequence[Conversation]) -> list[UserDa
     users = []
     dedupe = Deduper(0.7)
     for conv in convs:
-        obs = list(conv.all_observations())
+        # Each observation is stored on its session's day (UTC), as a bot learning it from
+        # that session would store it.
+        days = {s.number: s.date.replace(tzinfo=UTC) for s in conv.sessions}
+        dated = [(o, days.get(n)) for n in sorted(conv.observations) for o in conv.observations[n]]
+        obs = [o for o, _ in dated]
         key = f"bench:{conv.name}"
         results = await store.add_many(
             user_key=key,
-            memories=[NewMemory(text=o.text, source="import") for o in obs],
+            memories=[
+                NewMemory(text=o.text, source="import", created_at=day, updated_at=day)
+                for o, day in dated
+            ],
             dedupe=dedupe,
         )
         evidence: dict[int, set[str]] = {}

@@ -16,6 +16,11 @@ and individual rank learning methods", SIGIR 2009). Each list contributes its to
 rank window; Elasticsearch's RRF retriever also defaults its window to the requested size):
 a memory far down one list gains nothing from that list.
 
+A query that names days ("What did I cook on 9 November, 2022?", "in May 2023";
+:mod:`core.rules.when`) puts the memories stored on those days (a day before to three after)
+first, ranked among themselves by the same fusion; the rest follow as before. The words of a
+date seldom appear in the memory they ask for: its day is what it keeps of the time.
+
 Embeddings are made at recall: before ranking, the user's active memories that have no
 embedding from this model yet (remembered, imported, learned by reflection or merged by a
 cleanup since the last recall, here or in another process) are embedded and stored. A user's
@@ -32,13 +37,16 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import date
 from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from core.memory.embeddings import Embedder
+from core.rules.bm25 import candidate_pool
 from core.rules.expand import expansions
+from core.rules.when import stored_spans
 from core.types import Memory, Origin, ScoredMemory
 
 logger = logging.getLogger(__name__)
@@ -49,6 +57,11 @@ COSINE_WEIGHT = 2.0
 """Score fusion: ``bm25 / best bm25 + COSINE_WEIGHT * cosine`` (bench/use.py chose it)."""
 SCORE_WINDOW = 2
 """Score fusion reads BM25's top ``SCORE_WINDOW * k``."""
+DATED_FIRST = 10.0
+"""Added to the fused score of the memories stored on the days a query names
+(:func:`core.rules.when.stored_spans`): above any other fused score (score fusion's are at
+most ``1 + COSINE_WEIGHT``, reciprocal rank's below 1), so they come first, in their own
+fused order."""
 
 Fusion = Literal["rrf", "score"]
 
@@ -58,14 +71,19 @@ def score_fusion(
     ids: npt.NDArray[np.int64],
     sims: npt.NDArray[np.float32],
     k: int,
+    first: npt.NDArray[np.bool_] | None = None,
 ) -> dict[int, float]:
     """The ``k`` best fused scores: each memory's cosine ``sims`` (aligned with ``ids``,
     ascending; ``-inf`` = not allowed here) times :data:`COSINE_WEIGHT`, plus its BM25 score
-    over the best one's (0 outside the BM25 list). A memory only in the BM25 list (no vector
-    yet) gets its BM25 part alone. Vectorised: a 10,000-memory user costs well under 1 ms."""
+    over the best one's (0 outside the BM25 list), plus :data:`DATED_FIRST` where ``first``
+    (aligned with ``ids``: stored on the days the query names). A memory only in the BM25
+    list (no vector yet) gets its BM25 part alone. Vectorised: a 10,000-memory user costs
+    well under 1 ms."""
     best = max((s.score for s in bm25), default=0.0)
     lexical = {s.memory.id: s.score / best if best > 0 else 0.0 for s in bm25}
     fused = COSINE_WEIGHT * sims.astype(np.float64)
+    if first is not None:
+        fused += DATED_FIRST * first
     outside: dict[int, float] = {}
     if lexical:
         wanted = np.fromiter(lexical, dtype=np.int64, count=len(lexical))
@@ -98,9 +116,12 @@ class _UserMatrix:
     6.2 ms for four row-major products one by one, and 0.8 against 2.0 ms for one vector,
     with the matrix out of the CPU's cache as it is between turns (bench/use.py)."""
 
-    def __init__(self, rows: list[tuple[int, Origin, bytes]]) -> None:
+    def __init__(self, rows: list[tuple[int, Origin, bytes, str]]) -> None:
         self.ids = np.array([r[0] for r in rows], dtype=np.int64)
         self.origins = np.array([r[1] for r in rows])
+        # The UTC day each was stored, as days since 1970-01-01 (numpy parses the ISO days
+        # of 10,000 memories in under 2 ms).
+        self.days = np.array([r[3] for r in rows], dtype="datetime64[D]").astype(np.int64)
         self.columns: npt.NDArray[np.float32] = (
             np.ascontiguousarray(np.vstack([np.frombuffer(r[2], dtype=np.float32) for r in rows]).T)
             if rows
@@ -108,12 +129,34 @@ class _UserMatrix:
         )
 
 
+_EPOCH = date(1970, 1, 1).toordinal()
+
+
+def dated(data: _UserMatrix, query: str) -> npt.NDArray[np.bool_] | None:
+    """Which of the user's memories were stored on the days ``query`` names (aligned with
+    ``data.ids``; :func:`core.rules.when.stored_spans`), or None when it names none."""
+    spans = stored_spans(query)
+    if not spans:
+        return None
+    mask = np.zeros(len(data.ids), dtype=np.bool_)
+    for start, end in spans:
+        first, last = (day.toordinal() - _EPOCH for day in (start, end))
+        mask |= (data.days >= first) & (data.days <= last)
+    return mask if mask.any() else None
+
+
 class HybridSource(Protocol):
     """What hybrid recall reads and writes in the store (parts of its memory and vector
     seams)."""
 
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self,
+        *,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None = None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]: ...
 
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None: ...
@@ -124,7 +167,7 @@ class HybridSource(Protocol):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes]]: ...
+    ) -> list[tuple[int, Origin, bytes, str]]: ...
 
     async def memories_without_embedding(
         self, *, model: str, user_key: str | None = None, limit: int = 256
@@ -218,7 +261,11 @@ class HybridRecaller:
         if k <= 0 or (origins is not None and not origins):
             return []
         window = k if self.fusion == "rrf" else SCORE_WINDOW * k
-        bm25 = await self.store.search(user_key=user_key, query=query, k=window, origins=origins)
+        # The deeper list comes from the candidates a top k re-scores: twice the pool cost
+        # about 0.6 ms more CPU a recall at 10,000 memories and changed no LoCoMo hit.
+        bm25 = await self.store.search(
+            user_key=user_key, query=query, k=window, origins=origins, pool=candidate_pool(k)
+        )
         ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         sims: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
         data = await self._matrix(user_key)
@@ -231,12 +278,21 @@ class HybridRecaller:
             if origins is not None:
                 sims = np.where(np.isin(data.origins, list(origins)), sims, -np.inf)
             ids = data.ids
+        first = dated(data, query) if len(ids) else None
         if self.fusion == "rrf":
             top = np.argsort(-sims)[:window]
             cosine = [int(ids[i]) for i in top if np.isfinite(sims[i])]
-            fused = rrf([[s.memory.id for s in bm25], cosine])
+            lexical = [s.memory.id for s in bm25]
+            fused = rrf([lexical, cosine])
+            if first is not None:
+                # The named days' memories first, by the same fusion over them alone.
+                at = np.flatnonzero(first & np.isfinite(sims))
+                on_days = set(ids[at].tolist())
+                by_cosine = ids[at[np.argsort(-sims[at])][:window]].tolist()
+                for i, score in rrf([[i for i in lexical if i in on_days], by_cosine]).items():
+                    fused[i] = DATED_FIRST + score
         else:
-            fused = score_fusion(bm25, ids, sims, k)
+            fused = score_fusion(bm25, ids, sims, k, first)
         best = sorted(fused, key=lambda i: (-fused[i], -i))[:k]
         known = {s.memory.id: s.memory for s in bm25}
         unknown = [i for i in best if i not in known]

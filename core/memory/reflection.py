@@ -288,11 +288,7 @@ class Reflector:
             while queue:
                 turn_id = queue[0]
                 try:
-                    async with self.store.reflection_lock(user_key=user_key):
-                        await self.reflect(turn_id)
-                except Exception:
-                    logger.exception("reflection of turn %s crashed", turn_id)
-                    self.metrics.reflection_failed()
+                    await self._reflect_in_turn(user_key, turn_id)
                 finally:
                     queue.popleft()
                     self._queued.discard(turn_id)
@@ -300,6 +296,29 @@ class Reflector:
             self._workers.pop(user_key, None)
             if not queue:
                 self._queues.pop(user_key, None)
+
+    async def _reflect_in_turn(self, user_key: str, turn_id: int) -> None:
+        """:meth:`reflect` under the user's reflection lock. A crash (anything but the
+        model's errors, which :meth:`reflect` retries itself: a locked or full database, a
+        bug) is retried in place, up to ``max_attempts`` runs with the same growing delay,
+        so the user's later turns still wait behind it and are reflected in message order;
+        after the last one the turn stays pending in the store and resumes at the next
+        start (or the next sweep, on PostgreSQL)."""
+        for run in range(1, self.max_attempts + 1):
+            try:
+                async with self.store.reflection_lock(user_key=user_key):
+                    await self.reflect(turn_id)
+                return
+            except Exception:
+                logger.exception("reflection of turn %s crashed (run %d)", turn_id, run)
+                self.metrics.reflection_failed()
+                if run < self.max_attempts:
+                    await asyncio.sleep(self.retry_delay_s * run)
+        logger.warning(
+            "reflection of turn %s crashed %d times: left pending until the next start",
+            turn_id,
+            self.max_attempts,
+        )
 
     async def reflect(self, turn_id: int) -> ReflectionResult | None:
         """Reflect on one stored user turn, with bounded retries. None when skipped."""

@@ -104,11 +104,20 @@ class MemoryStore(Protocol):
         ...
 
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self,
+        *,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None = None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]:
         """BM25 recall over the user's active memories, best first, at most ``k``.
 
         Any text is a valid query; ``origins`` restricts to memories learned there.
+        ``pool``: how many index candidates are re-scored (default
+        :func:`core.rules.bm25.candidate_pool` of ``k``); a caller that reads a list deeper
+        than the top it needs (score fusion) passes the pool of the top it needs.
         """
         ...
 
@@ -401,8 +410,9 @@ class VectorStore(Protocol):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes]]:
-        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+    ) -> list[tuple[int, Origin, bytes, str]]:
+        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+        user's active memories embedded by ``model``, by id."""
         ...
 
     async def memories_without_embedding(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import numpy as np
 
-from bench.recall_loco import BM25_DEPTH, Query, Variant, leave_one_out, rrf_fused
+from bench.recall_loco import BM25_DEPTH, Query, Variant, dated_first, leave_one_out, rrf_fused
 
 
 def query(relevant_at: int, n: int = 8) -> Query:
@@ -14,7 +16,8 @@ def query(relevant_at: int, n: int = 8) -> Query:
     bm25 = np.linspace(2.0, 1.0, n)
     relevant = np.zeros(n, dtype=np.bool_)
     relevant[relevant_at] = True
-    return Query(bm25, rank, {"minilm": np.linspace(0.0, 1.0, n)}, relevant)
+    days = np.array([f"2023-05-{1 + i:02d}" for i in range(n)], dtype="datetime64[D]")
+    return Query(bm25, rank, {"minilm": np.linspace(0.0, 1.0, n)}, relevant, days, [])
 
 
 def test_each_conversation_is_measured_with_constants_chosen_on_the_others() -> None:
@@ -36,3 +39,16 @@ def test_rrf_counts_only_each_list_s_window() -> None:
     fused = rrf_fused(q, window=10)
     assert np.count_nonzero(fused) == 10
     assert int(np.argmax(fused)) == 29  # the cosine's best
+
+
+def test_dated_first_ranks_the_named_days_by_their_own_fusion() -> None:
+    # Memory i was stored on 2023-05-(i+1); the question names 4 May: days 3-7 with one
+    # day before and three after, i.e. memories 2..6.
+    q = query(5, n=30)
+    q.named = [(date(2023, 5, 4), date(2023, 5, 4))]
+    fused = dated_first(q, rrf_fused(q), 1, 3, rrf=True)
+    order = np.argsort(-fused, kind="stable")
+    assert sorted(order[:5].tolist()) == [2, 3, 4, 5, 6]
+    assert order[5] not in (2, 3, 4, 5, 6)
+    q.named = [(date(1999, 5, 4), date(1999, 5, 4))]  # no memory from then: unchanged
+    assert np.array_equal(dated_first(q, rrf_fused(q), 1, 3, rrf=True), rrf_fused(q))

@@ -111,8 +111,10 @@ async def search_user(
     query: str,
     k: int,
     origins: Sequence[Origin] | None,
+    pool: int | None = None,
 ) -> list[ScoredMemory]:
-    """BM25 recall of user ``uid`` on ``conn``: at most ``k`` memories, best first."""
+    """BM25 recall of user ``uid`` on ``conn``: at most ``k`` memories, best first, from
+    ``pool`` re-scored candidates (default :func:`core.rules.bm25.candidate_pool` of ``k``)."""
     # A lexeme has at most 2046 bytes; a longer query word matches no memory anyway.
     terms = [t for t in query_terms(uid, query) if len(t) <= MAX_TERM_CHARS]
     if not terms or (origins is not None and not origins):
@@ -129,7 +131,7 @@ async def search_user(
         uid,
         " | ".join(quoted),
         sorted(set(origins or ("private", "shared"))),
-        candidate_pool(k),
+        max(k, candidate_pool(k) if pool is None else pool),
         BM25_K1,
         BM25_B,
         *term_args,

@@ -401,14 +401,20 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
 
     # ---------------------------------------------------------------- recall
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self,
+        *,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None = None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
         if uid is None or k <= 0:
             return []
         with self._errors():
             async with self._pool.acquire() as conn:
-                return await self._search(conn, uid, user_key, query, k, origins)
+                return await self._search(conn, uid, user_key, query, k, origins, pool)
 
     async def _search(
         self,
@@ -418,8 +424,9 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         query: str,
         k: int,
         origins: Sequence[Origin] | None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]:
-        return await search_user(conn, uid, user_key, query, k, origins)
+        return await search_user(conn, uid, user_key, query, k, origins, pool)
 
     # ---------------------------------------------------------------- operators
     async def users(self, *, user_key: str | None = None) -> list[UserSummary]:

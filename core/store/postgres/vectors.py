@@ -40,19 +40,21 @@ class PostgresVectors(PostgresBase):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes]]:
-        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+    ) -> list[tuple[int, Origin, bytes, str]]:
+        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+        user's active memories embedded by ``model``, by id."""
         uid = await self._uid(user_key)
         if uid is None:
             return []
         rows = await self._fetch(
-            "SELECT m.id, m.origin, e.vector FROM memory_embeddings e"
-            " JOIN memories m ON m.id = e.memory_id"
+            "SELECT m.id, m.origin, e.vector,"
+            " to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+            " FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id"
             " WHERE m.uid = $1 AND m.superseded_by IS NULL AND e.model = $2 ORDER BY m.id",
             uid,
             model,
         )
-        return [(int(r[0]), r[1], bytes(r[2])) for r in rows]
+        return [(int(r[0]), r[1], bytes(r[2]), r[3]) for r in rows]
 
     async def memories_without_embedding(
         self, *, model: str, user_key: str | None = None, limit: int = 256

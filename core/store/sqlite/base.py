@@ -414,6 +414,15 @@ class SQLiteBase:
             return self._conn
         return self._reader
 
+    async def _read_on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(sqlite3_connection, *args)`` as one call on the thread of
+        :meth:`_read_conn`'s connection: several statements for one hop (see
+        :meth:`_on_thread`). ``fn`` only reads, in autocommit (each statement its own
+        snapshot, as with :meth:`_fetchall`)."""
+        conn = self._read_conn()
+        execute = cast(Callable[..., Awaitable[T]], conn._execute)
+        return await execute(fn, conn._conn, *args)
+
     async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One hop to aiosqlite's thread (execute + fetch + close in one call).
         return list(await self._read_conn().execute_fetchall(sql, params))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -443,15 +444,27 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
 
     # ---------------------------------------------------------------- recall
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self,
+        *,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None = None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
         if uid is None or k <= 0:
             return []
-        return await self._search(uid, user_key, query, k, origins)
+        return await self._search(uid, user_key, query, k, origins, pool)
 
     async def _search(
-        self, uid: int, user_key: str, query: str, k: int, origins: Sequence[Origin] | None
+        self,
+        uid: int,
+        user_key: str,
+        query: str,
+        k: int,
+        origins: Sequence[Origin] | None,
+        pool: int | None = None,
     ) -> list[ScoredMemory]:
         terms = query_terms(uid, query)
         if not terms:
@@ -464,33 +477,44 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
             if set(origins) != {"private", "shared"}:
                 marks = " OR ".join(f'"u{uid}__{o}"' for o in sorted(set(origins)))
                 match = f"({match}) AND ({marks})"
-        # Candidates by FTS5's bm25() over this user's postings only, then exact re-scoring.
         fts = fts_table(uid)
-        rows = await self._fetchall(
-            "SELECT m.id, m.terms, m.n_terms FROM ("
-            f"  SELECT rowid AS id FROM {fts}"
-            f"  WHERE {fts} MATCH ? ORDER BY bm25({fts}) LIMIT ?"
-            ") f JOIN memories m ON m.id = f.id",
-            (match, candidate_pool(k)),
-        )
-        if not rows:
-            return []
-        stats = await self._fetchall(
-            "SELECT NULL, n_docs, total_len FROM users WHERE uid = ? UNION ALL"
-            f" SELECT term, doc, 0 FROM memories_vocab_{uid % FTS_SHARDS}"
-            f" WHERE term IN ({','.join('?' * len(terms))})",
-            (uid, *terms),
-        )
-        n_docs, total_len = stats[0][1], stats[0][2]
-        doc_freqs = {t: df for t, df, _ in stats[1:]}
-        scores = rescore(rows, doc_freqs, n_docs=n_docs, total_len=total_len)
-        best = dict((memory_id, score) for score, memory_id in scores[:k])
-        found = await self._fetchall(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
-            f" WHERE m.id IN ({','.join('?' * len(best))})",
-            list(best),
-        )
-        scored = [ScoredMemory(memory=_memory(r), score=best[r[0]]) for r in found]
+        vocab = f"memories_vocab_{uid % FTS_SHARDS}"
+        pool = max(k, candidate_pool(k) if pool is None else pool)
+
+        def search_now(conn: sqlite3.Connection) -> list[tuple[sqlite3.Row, float]]:
+            # One hop to the reader's thread for the whole search (candidates, statistics,
+            # re-scoring, rows), not four: each hop is a thread switch that a loaded event
+            # loop waits for (profile plus BM25 recall at 10,000 memories: 2.13 against 2.37
+            # ms CPU p50 on a loaded 2-core machine).
+            # Candidates by FTS5's bm25() over this user's postings only, then exact
+            # re-scoring with the user's own statistics.
+            rows = conn.execute(
+                "SELECT m.id, m.terms, m.n_terms FROM ("
+                f"  SELECT rowid AS id FROM {fts}"
+                f"  WHERE {fts} MATCH ? ORDER BY bm25({fts}) LIMIT ?"
+                ") f JOIN memories m ON m.id = f.id",
+                (match, pool),
+            ).fetchall()
+            if not rows:
+                return []
+            stats = conn.execute(
+                "SELECT NULL, n_docs, total_len FROM users WHERE uid = ? UNION ALL"
+                f" SELECT term, doc, 0 FROM {vocab} WHERE term IN ({','.join('?' * len(terms))})",
+                (uid, *terms),
+            ).fetchall()
+            n_docs, total_len = stats[0][1], stats[0][2]
+            doc_freqs = {t: df for t, df, _ in stats[1:]}
+            scores = rescore(rows, doc_freqs, n_docs=n_docs, total_len=total_len)
+            best = dict((memory_id, score) for score, memory_id in scores[:k])
+            found = conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
+                f" WHERE m.id IN ({','.join('?' * len(best))})",
+                list(best),
+            ).fetchall()
+            return [(r, best[r[0]]) for r in found]
+
+        found = await self._read_on_thread(search_now)
+        scored = [ScoredMemory(memory=_memory(r), score=score) for r, score in found]
         scored.sort(key=lambda s: (-s.score, -s.memory.id))
         return scored[:k]
 

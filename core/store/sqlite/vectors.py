@@ -44,13 +44,16 @@ class SQLiteVectors(SQLiteBase):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes]]:
-        """(memory id, origin, vector) of the user's active memories embedded by ``model``."""
+    ) -> list[tuple[int, Origin, bytes, str]]:
+        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+        user's active memories embedded by ``model``, by id."""
         return [
-            (r[0], r[1], r[2])
+            (r[0], r[1], r[2], r[3])
             for r in await self._fetchall(
-                "SELECT m.id, m.origin, e.vector FROM memory_embeddings e"
-                " JOIN memories m ON m.id = e.memory_id JOIN users u ON u.uid = m.uid"
+                # created_at is UTC ISO 8601 (base.ts): its first ten characters are the day.
+                "SELECT m.id, m.origin, e.vector, substr(m.created_at, 1, 10)"
+                " FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id"
+                " JOIN users u ON u.uid = m.uid"
                 " WHERE u.user_key = ? AND m.superseded_by IS NULL AND e.model = ?"
                 " ORDER BY m.id",
                 (user_key, model),

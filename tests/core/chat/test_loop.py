@@ -11,7 +11,7 @@ import pytest
 
 from core.chat.loop import CUT_MARK
 from core.chat.prompt import PERSONA
-from core.errors import ModelError, StreamCutError
+from core.errors import ModelError, StoreError, StreamCutError
 from core.rules.dedupe import Deduper
 from core.types import NewMemory, NewTurn, utcnow
 from tests.discord_helpers import eventually
@@ -252,6 +252,51 @@ async def test_transient_reflection_failure_recovers(fake: FakeAnthropic, db_url
         assert [m.text for m in await h.service.list_memories(user_key=ALICE)] == [
             "The user likes tea."
         ]
+
+
+async def test_a_crashed_reflection_is_retried_in_order_then_left_pending(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """A reflection that crashes (here the store is locked once) runs again in place, before
+    the user's next turn is reflected; one that keeps crashing stays pending in the store,
+    for the next start, and the chat goes on."""
+    async with harness(fake, db_url, reflection_max_attempts=3) as h:
+        real_get_turn = h.store.get_turn
+        locked = {"times": 1}
+
+        async def flaky_get_turn(*, turn_id: int):  # type: ignore[no-untyped-def]
+            if locked["times"] > 0:
+                locked["times"] -= 1
+                raise StoreError("database is locked")
+            return await real_get_turn(turn_id=turn_id)
+
+        h.store.get_turn = flaky_get_turn  # type: ignore[method-assign]
+        fake.enqueue("Fine.", "Also fine.", kind="chat")
+        fake.enqueue(
+            memories_reply(("The user likes tea.", "preference", "general")),
+            memories_reply(("The user now prefers coffee.", "preference", "general")),
+            kind="extract",
+        )
+        await h.say(dm(ALICE, "I like tea"))
+        await h.say(dm(ALICE, "Actually I now prefer coffee"))
+        assert await h.reflector.drain(10)
+        extracts = [json.dumps(r.body) for r in fake.requests_of("extract")]
+        assert len(extracts) == 2
+        assert "I like tea" in extracts[0] and "prefer coffee" in extracts[1]  # in order
+        assert sorted(m.text for m in await h.service.list_memories(user_key=ALICE)) == [
+            "The user likes tea.",
+            "The user now prefers coffee.",
+        ]
+
+        locked["times"] = 3  # every run of the next reflection crashes
+        fake.enqueue("Third.", kind="chat")
+        assert await h.say(dm(ALICE, "I live in Lisbon")) == "Third."
+        assert await h.reflector.drain(10)
+        recent = await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=10)
+        last = max((t for t in recent if t.role == "user"), key=lambda t: t.id)
+        assert last.text == "I live in Lisbon" and last.reflection == "pending"
+        assert locked["times"] == 0  # three runs, no more
+        assert len(fake.requests_of("extract")) == 2  # nothing was called for it
 
 
 async def test_rate_limit_is_retried_by_the_sdk(fake: FakeAnthropic, db_url: str) -> None:

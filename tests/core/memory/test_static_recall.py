@@ -7,6 +7,7 @@ import asyncio
 import socket
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.memory.hybrid import HybridRecaller
+from core.memory.hybrid import DATED_FIRST, HybridRecaller
 from core.memory.query import recall_query
 from core.memory.service import MemoryService
 from core.memory.static import MODEL_NAME, StaticEmbedder, package_dir
@@ -241,3 +242,37 @@ def test_loader_without_its_files_is_one_config_error(tmp_path: Path) -> None:
     (tmp_path / "weights" / "l2_supercat_256.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ConfigError, match="cannot load static embeddings"):
         StaticEmbedder(tmp_path).embed_now(["x"])
+
+
+async def test_a_named_day_puts_that_days_memories_first(default_store: Store) -> None:
+    # "Which film did I watch on 1 May, 2022?" shares words with a film memory of another
+    # day; the one stored on that day (or in the days after) comes first.
+    def on(day: int, text: str) -> NewMemory:
+        at = datetime(2022, 5, day, 18, 0, tzinfo=UTC)
+        return NewMemory(text=text, created_at=at, updated_at=at)
+
+    await default_store.add_many(
+        user_key=ALICE,
+        memories=[
+            on(1, "The user watched a film about whales with a friend last month."),
+            on(2, "The user watched The Lord of the Rings trilogy and loved it."),
+            on(20, "The user's favourite film is Spirited Away."),
+            *(on(20, t) for t in DISTRACTORS),
+        ],
+        dedupe=None,
+    )
+    recaller = default_recaller(default_store)
+    question = "Which film did I watch on 1 May, 2022?"
+    found = await recaller.recall(user_key=ALICE, query=question, k=3)
+    assert {s.memory.text for s in found[:2]} == {
+        "The user watched a film about whales with a friend last month.",
+        "The user watched The Lord of the Rings trilogy and loved it.",
+    }
+    assert [s.score >= DATED_FIRST for s in found] == [True, True, False]
+    # Without the date, the favourite film (its own words) is among the first.
+    found = await recaller.recall(user_key=ALICE, query="Which film did I watch?", k=3)
+    assert "The user's favourite film is Spirited Away." in [s.memory.text for s in found]
+    # A named day without memories puts nothing first; a channel's filter still holds.
+    found = await recaller.recall(user_key=ALICE, query="Which film in May 1999?", k=3)
+    assert found and all(s.score < DATED_FIRST for s in found)
+    assert await recaller.recall(user_key=ALICE, query=question, k=3, origins=["shared"]) == []

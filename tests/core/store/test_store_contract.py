@@ -307,3 +307,17 @@ async def test_undo_refuses_unknown_repeated_and_built_on_changes(store: Store) 
         await store.undo_change(user_key=ALICE, change_id="c1")
     texts = sorted(m.text for m in await store.list_memories(user_key=ALICE))
     assert texts == ["The user enjoys tea.", "The user likes tea.", "The user lives in Oslo."]
+
+
+async def test_search_pool_bounds_the_candidates_and_never_the_top(store: Store) -> None:
+    """``pool`` is how many index candidates are re-scored: a deeper list may come from a
+    smaller pool, but never holds fewer than ``k`` when ``k`` memories match."""
+    texts = [f"The user drinks tea number {i} on day {i}." for i in range(8)]
+    texts += ["The user drinks tea with lemon, tea in the morning and tea at night."]
+    await store.add_many(user_key=ALICE, memories=[NewMemory(text=t) for t in texts], dedupe=None)
+    default = await store.search(user_key=ALICE, query="tea lemon", k=3)
+    assert await store.search(user_key=ALICE, query="tea lemon", k=3, pool=500) == default
+    assert default[0].memory.text.startswith("The user drinks tea with lemon")
+    floored = await store.search(user_key=ALICE, query="tea", k=9, pool=1)
+    assert len(floored) == 9  # the pool is at least k
+    assert await store.search(user_key=BOB, query="tea", k=9, pool=50) == []
