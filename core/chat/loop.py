@@ -380,6 +380,7 @@ class TurnLoop:
             answer = self._stream(
                 message, turn_id, system, messages, mode, prefix, delivery, started, memory.ids
             )
+            del messages  # the stream holds the files until the request is sent, no longer
             async with contextlib.aclosing(answer):
                 async for delta in answer:
                     yield delta
@@ -400,6 +401,7 @@ class TurnLoop:
         failed: ModelError | None = None
         stopped = False
         stream = self.model.stream(system=system, messages=messages)
+        del messages  # the files' bytes: held by the stream until its request is sent
         try:
             if prefix:
                 parts.append(prefix)

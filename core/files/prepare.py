@@ -2,21 +2,25 @@
 
 The type comes from the bytes (:func:`sniff`), not from the name or the platform's word:
 
-- images (PNG, JPEG, GIF, WebP) become ``image`` blocks (base64). The API refuses an image
+- images (PNG, JPEG, GIF, WebP) become ``image`` blocks. The API refuses an image
   whose base64 data is over 5 MB or whose sides are over 8000 px (2000 px when a request
   holds more than 20 images) (Anthropic vision docs, "Before you upload"). Such an image is
   not refused here: it is scaled down with Pillow to a long edge of
   :data:`RESIZE_LONG_EDGE` px (the size the API scales larger images to anyway, so nothing
   Claude sees is lost) and re-encoded (PNG, else JPEG when the PNG is still too big). Every
   image is decoded once, so a corrupt one is caught here, not by the API;
-- PDFs become ``document`` blocks (base64); the API reads at most :data:`MAX_PDF_PAGES`
-  pages and no encrypted PDF (Anthropic PDF support docs): the pages are counted with pypdf;
+- PDFs become ``document`` blocks; the API reads at most :data:`MAX_PDF_PAGES` pages and no
+  encrypted PDF (Anthropic PDF support docs): the pages are counted with pypdf;
 - text (plain, Markdown, CSV, JSON, source code, logs: :data:`core.files.refs.TEXT_EXTENSIONS`
   or a ``text/*`` type, and valid UTF-8) becomes a ``document`` block with a text source,
   its name as the title: the file stays apart from the person's words (a file that says
   "ignore your rules" is a document, not the message), and no quoting scheme can be broken
   by its content. Longer than ``max_text_chars``, it is cut at a line end and the person
-  is told.
+  is told; only what is kept is decoded.
+
+Memory: an image or a PDF sent as it came keeps the downloaded bytes themselves in its
+block, once (base64 is made only as the request is sent, :mod:`core.model.body`); Pillow
+and pypdf read them through :func:`bytes_file`, not a copy.
 
 Anything else raises :class:`core.files.fetch.FileProblem` with the reason. CPU-bound:
 call :func:`prepare` in a worker thread.
@@ -24,9 +28,9 @@ call :func:`prepare` in a worker thread.
 
 from __future__ import annotations
 
-import base64
+import codecs
+import contextlib
 import io
-import math
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -35,6 +39,7 @@ from pypdf.errors import PyPdfError
 
 from core.files.fetch import FileProblem
 from core.files.refs import IMAGE_TYPES, FileRef
+from core.model.body import base64_size
 from core.model.claude import FileBlock
 from core.rules.text import clean_text
 
@@ -77,9 +82,45 @@ def sniff(data: bytes | bytearray) -> str | None:
     return None
 
 
-def base64_size(n: int) -> int:
-    """Length of the base64 text of ``n`` bytes."""
-    return 4 * math.ceil(n / 3)
+def bytes_file(data: bytes | bytearray) -> io.BufferedReader:
+    """A read-only, seekable file over ``data`` that does not copy it (``io.BytesIO`` copies
+    a ``bytearray``): what Pillow and pypdf read."""
+    return io.BufferedReader(_BytesView(data))
+
+
+class _BytesView(io.RawIOBase):
+    def __init__(self, data: bytes | bytearray) -> None:
+        super().__init__()
+        self._view = memoryview(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        piece = self._view[self._pos : self._pos + len(buffer)]
+        n = len(piece)
+        buffer[:n] = piece
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._view.nbytes}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        # pypdf's reader is a reference cycle that keeps its stream until the garbage
+        # collector runs: closed, the stream no longer keeps the file's bytes.
+        with contextlib.suppress(BufferError):  # a slice still out: dropped with it
+            self._view.release()
+        super().close()
 
 
 @dataclass(frozen=True)
@@ -117,15 +158,16 @@ def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int
     # worker threads at once. Pillow warns of images over 89 megapixels (an error where
     # warnings are errors, as in the tests) and refuses those over 179; the check below
     # refuses anything over MAX_DECODE_PIXELS before decoding.
+    stream = bytes_file(data)
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(stream)
         width, height = image.size
         if width * height > MAX_DECODE_PIXELS:
             raise FileProblem(f"it is {width}x{height} pixels, too large to open")
         fits = max(width, height) <= max_side
         if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
             image.load()  # decoded once: a corrupt image is caught here, not by the API
-            return FileBlock("image", name, media_type, _base64(data))
+            return FileBlock("image", name, media_type, data)
         return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
     except FileProblem:
         raise
@@ -135,6 +177,8 @@ def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int
         raise FileProblem("it is too large in pixels to open") from exc
     except Warning as exc:  # any other warning raised as an error: not readable
         raise FileProblem("it is not a readable image") from exc
+    finally:
+        stream.close()
 
 
 def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> FileBlock:
@@ -152,16 +196,12 @@ def _smaller(name: str, image: Image.Image, size: int, *, max_side: int) -> File
         out = io.BytesIO()
         scaled.save(out, format="PNG")
         if base64_size(out.tell()) <= MAX_IMAGE_BASE64_BYTES:
-            return FileBlock("image", name, "image/png", base64.b64encode(out.getvalue()).decode())
+            return FileBlock("image", name, "image/png", out.getvalue())
     flat = Image.new("RGB", scaled.size, "white")
     flat.paste(scaled, mask=scaled.getchannel("A") if alpha else None)
     out = io.BytesIO()
     flat.save(out, format="JPEG", quality=85)
-    return FileBlock("image", name, "image/jpeg", base64.b64encode(out.getvalue()).decode())
-
-
-def _base64(data: bytes | bytearray) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return FileBlock("image", name, "image/jpeg", out.getvalue())
 
 
 def _has_alpha(image: Image.Image) -> bool:
@@ -171,10 +211,12 @@ def _has_alpha(image: Image.Image) -> bool:
 def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
     # pypdf reports what it repairs (strict=False) through logging, not warnings.
     try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
-            raise FileProblem("it is password-protected")
-        pages = len(reader.pages)
+        with bytes_file(data) as view:
+            reader = PdfReader(view, strict=False)
+            if reader.is_encrypted:
+                raise FileProblem("it is password-protected")
+            pages = len(reader.pages)
+            del reader
     except FileProblem:
         raise
     except (
@@ -191,7 +233,7 @@ def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
         raise FileProblem("it is not a readable PDF (no pages)")
     if pages > MAX_PDF_PAGES:
         raise FileProblem(f"it has {pages} pages, over the {MAX_PDF_PAGES} Claude reads at once")
-    return FileBlock("pdf", name, "application/pdf", _base64(data))
+    return FileBlock("pdf", name, "application/pdf", data)
 
 
 def _looks_like_text(data: bytes | bytearray) -> bool:
@@ -206,18 +248,40 @@ def _looks_like_text(data: bytes | bytearray) -> bool:
 
 
 def _text(name: str, data: bytes | bytearray, *, max_chars: int) -> Prepared:
-    if b"\x00" in data:
-        raise FileProblem("it is not a text file I can read (binary data)")
-    try:
-        decoded = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise FileProblem("it is not UTF-8 text") from None
+    decoded, whole = _decode_head(data, max_chars=max_chars)
     text = clean_text(decoded, keep_newlines=True)
     note = None
-    if len(text) > max_chars:
+    if len(text) > max_chars or not whole:
         cut = text.rfind("\n", 0, max_chars)
         text = text[: cut if cut > max_chars // 2 else max_chars]
         note = f"I read only the first {len(text):,} characters of {name}."
     if not text.strip():
         raise FileProblem("it is empty")
     return Prepared(FileBlock("text", name, "text/plain", text), note)
+
+
+TEXT_CHUNK_BYTES = 64 * 1024
+
+
+def _decode_head(data: bytes | bytearray, *, max_chars: int) -> tuple[str, bool]:
+    """The UTF-8 text of ``data`` (a BOM dropped) up to a little over ``max_chars``
+    characters, decoded piece by piece: a 20 MB log cut to 200,000 characters decodes about
+    that much, not 20 MB. ``True`` with it when that is the whole file. ``FileProblem``
+    for binary data (a NUL) or bytes that are not UTF-8 in the part read."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    view = memoryview(data)
+    pieces: list[str] = []
+    chars = 0
+    start = 0
+    try:
+        while start < view.nbytes and chars <= max_chars:
+            piece = view[start : start + TEXT_CHUNK_BYTES]
+            if data.find(b"\x00", start, start + piece.nbytes) >= 0:
+                raise FileProblem("it is not a text file I can read (binary data)")
+            start += piece.nbytes
+            text = decoder.decode(piece, final=start >= view.nbytes)
+            pieces.append(text)
+            chars += len(text)
+    except UnicodeDecodeError:
+        raise FileProblem("it is not UTF-8 text") from None
+    return "".join(pieces), start >= view.nbytes

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -37,9 +38,11 @@ from core.files.prepare import (
     MAX_MEDIA,
     MAX_REQUEST_BYTES,
     REQUEST_RESERVE_BYTES,
+    Prepared,
     prepare,
 )
 from core.files.refs import FileRef
+from core.model.body import base64_size
 from core.model.claude import FileBlock
 from core.settings import Settings
 
@@ -138,24 +141,16 @@ class FileReader:
         async with aiohttp.ClientSession() as session:
             for ref in refs:
                 try:
-                    max_bytes = self.max_file_bytes
-                    if ref.kind == "pdf":  # sent as is: its base64 must fit the request
-                        max_bytes = min(max_bytes, (budget - 200) * 3 // 4)
-                        if ref.size is not None and max_bytes < ref.size <= self.max_file_bytes:
-                            raise FileProblem(_OVER_REQUEST)
-                    data = await fetch(
-                        ref, session=session, max_bytes=max_bytes, timeout_s=self.download_timeout_s
+                    prepared = await self._read_one(
+                        ref, session=session, max_side=max_side, budget=budget
                     )
-                    prepared = await asyncio.to_thread(
-                        prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
-                    )
-                    del data
                     cost = request_bytes(prepared.block)
                     if cost > budget:
                         raise FileProblem(_OVER_REQUEST)
                 except FileProblem as problem:
                     logger.info("file not read (%s): %s", ref.kind, problem.reason)
                     notes.append(not_read(ref.name, problem.reason))
+                    _drop_frames(problem)
                     continue
                 budget -= cost
                 blocks.append(prepared.block)
@@ -163,6 +158,35 @@ class FileReader:
                     notes.append(prepared.note)
                 logger.info("file read: %s, %d bytes sent", prepared.block.kind, cost)
         return ReadFiles(tuple(blocks), tuple(notes))
+
+    async def _read_one(
+        self, ref: FileRef, *, session: aiohttp.ClientSession, max_side: int, budget: int
+    ) -> Prepared:
+        """Fetch and prepare one file (its bytes live in this frame only, which a refused
+        file's traceback then holds: :func:`_drop_frames` clears it)."""
+        max_bytes = self.max_file_bytes
+        if ref.kind == "pdf":  # sent as is: its base64 must fit the request
+            max_bytes = min(max_bytes, (budget - 200) * 3 // 4)
+            if ref.size is not None and max_bytes < ref.size <= self.max_file_bytes:
+                raise FileProblem(_OVER_REQUEST)
+        data = await fetch(
+            ref, session=session, max_bytes=max_bytes, timeout_s=self.download_timeout_s
+        )
+        return await asyncio.to_thread(
+            prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
+        )
+
+
+def _drop_frames(error: BaseException) -> None:
+    """Clear the finished frames of ``error``'s tracebacks, its causes' included: they hold
+    the file's bytes (and copies pypdf or Pillow made) in a cycle with the exceptions, which
+    would otherwise keep them until the garbage collector runs."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__
 
 
 def held_bytes(block: FileBlock) -> int:
@@ -172,6 +196,6 @@ def held_bytes(block: FileBlock) -> int:
 
 def request_bytes(block: FileBlock) -> int:
     """About what ``block`` adds to the request's JSON (text escapes counted high)."""
-    if block.kind == "text":
+    if isinstance(block.data, str):
         return len(block.data.encode("utf-8")) * 6 // 5 + 200
-    return len(block.data) + 200
+    return base64_size(len(block.data)) + 200

@@ -61,6 +61,7 @@ from anthropic.types import Usage as ApiUsage
 
 from core.errors import MalformedOutput, ModelError, StreamCutError
 from core.metrics import Metrics
+from core.model.body import FileMarkers, RequestBody
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -83,14 +84,15 @@ class SystemBlock:
 @dataclass(frozen=True)
 class FileBlock:
     """A file Claude reads with the current message (:mod:`core.files`): ``kind`` ``image``
-    (an ``image`` block), ``pdf`` (a ``document`` block), both with ``data`` base64; or
-    ``text`` (a ``document`` block with a text source, ``data`` the text). ``name`` is the
-    file's name (a document's ``title``)."""
+    (an ``image`` block) or ``pdf`` (a ``document`` block), both with ``data`` the file's
+    bytes, held once and base64-encoded only as the request is sent
+    (:mod:`core.model.body`); or ``text`` (a ``document`` block with a text source, ``data``
+    the text). ``name`` is the file's name (a document's ``title``)."""
 
     kind: Literal["image", "pdf", "text"]
     name: str
     media_type: str
-    data: str = field(repr=False)
+    data: bytes | bytearray | str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -337,7 +339,9 @@ class _ClaudeAnswerStream:
     ) -> None:
         self._model = model
         self._system: list[TextBlockParam] = [_system_param(block) for block in system]
-        self._messages: list[MessageParam] = [_message_param(m) for m in messages]
+        # The file bytes stay in ``_files`` (not copied into the params: markers stand in).
+        self._files = FileMarkers()
+        self._messages: list[MessageParam] = [_message_param(m, self._files) for m in messages]
         self._gen = self._run()
         self.stop_reason: str | None = None
         self.usage: Usage | None = None
@@ -364,21 +368,7 @@ class _ClaudeAnswerStream:
             logger.debug("chat request: system=%s messages=%s", self._system, _loggable(self))
         usage = Usage()
         try:
-            # The raw event stream, not ``messages.stream()``: that helper rebuilds a message
-            # snapshot at every event (a third of the SDK's CPU per answer here); only the
-            # text, the stop reason and the usage are needed. Its events as plain JSON
-            # (``AsyncStream[object]``), not SDK models: building one per event was a fifth
-            # of the stream's CPU (bench/turn_cpu.py). The SDK still reads the SSE and
-            # raises an in-stream ``error`` event as an ``APIStatusError``.
-            raw = await model._client.messages.with_raw_response.create(
-                model=model.chat_model,
-                max_tokens=model.max_tokens,
-                system=self._system,
-                messages=self._messages,
-                thinking={"type": "adaptive"},
-                stream=True,
-            )
-            events = await raw.parse(to=anthropic.AsyncStream[object])
+            events = await self._send()
             async with events:
                 async for item in events:
                     event = _json_object(item)
@@ -420,6 +410,52 @@ class _ClaudeAnswerStream:
         )
         logger.debug("chat answer: %s", "".join(parts))
 
+    async def _send(self) -> anthropic.AsyncStream[object]:
+        """POST the request and return its event stream once the response has begun.
+
+        The raw event stream, not ``messages.stream()``: that helper rebuilds a message
+        snapshot at every event (a third of the SDK's CPU per answer here); only the text,
+        the stop reason and the usage are needed. Its events as plain JSON
+        (``AsyncStream[object]``), not SDK models: building one per event was a fifth of the
+        stream's CPU (bench/turn_cpu.py). The SDK still reads the SSE, retries, and raises
+        an in-stream ``error`` event as an ``APIStatusError``. The body is the one
+        ``messages.create`` would send, byte for byte, but streamed with its files
+        base64-encoded as they go (:class:`core.model.body.RequestBody`), and dropped once
+        the response has begun.
+        """
+        model = self._model
+        body = RequestBody(
+            {
+                "max_tokens": model.max_tokens,
+                "messages": self._messages,
+                "model": model.chat_model,
+                "stream": True,
+                "system": self._system,
+                "thinking": {"type": "adaptive"},
+            },
+            self._files,
+        )
+        self._messages, self._files = [], FileMarkers()  # the body holds the files now
+        try:
+            if not body.has_files:
+                return await model._client.post(
+                    "/v1/messages",
+                    cast_to=object,
+                    content=body.whole(),
+                    stream=True,
+                    stream_cls=anthropic.AsyncStream[object],
+                )
+            return await model._client.post(
+                "/v1/messages",
+                cast_to=object,
+                content=body,
+                options={"headers": {"Content-Length": str(body.length)}},
+                stream=True,
+                stream_cls=anthropic.AsyncStream[object],
+            )
+        finally:
+            body.release()
+
 
 def _json_object(value: object) -> dict[str, Any]:
     """``value`` if it is a JSON object, else ``{}`` (a field the API left out or null)."""
@@ -451,20 +487,29 @@ def _cut(parts: list[str], how: str) -> StreamCutError:
     return StreamCutError(partial=partial)
 
 
-def _message_param(message: ChatMessage) -> MessageParam:
+def _message_param(message: ChatMessage, files: FileMarkers) -> MessageParam:
     if message.role == "user":
         if message.files:
             blocks: list[ContentBlockParam] = []
             for file in message.files:
-                blocks += _file_params(file)
+                blocks += _file_params(file, files)
             blocks.append({"type": "text", "text": message.content})
             return UserMessageParam(role="user", content=blocks)
         return UserMessageParam(role="user", content=message.content)
     return AssistantMessageParam(role="assistant", content=message.content)
 
 
-def _file_params(file: FileBlock) -> list[ContentBlockParam]:
-    """An image (after a line naming it), or a document titled with the file's name."""
+def _file_params(file: FileBlock, files: FileMarkers) -> list[ContentBlockParam]:
+    """An image (after a line naming it), or a document titled with the file's name; a
+    marker from ``files`` stands in for the base64 of an image's or a PDF's bytes."""
+    if isinstance(file.data, str):
+        source: Base64PDFSourceParam | PlainTextSourceParam = {
+            "type": "text",
+            "media_type": "text/plain",
+            "data": file.data,
+        }
+        return [{"type": "document", "source": source, "title": file.name}]
+    data = files.marker(file.data)
     if file.kind == "image":
         media_type = cast(
             Literal["image/jpeg", "image/png", "image/gif", "image/webp"], file.media_type
@@ -473,17 +518,10 @@ def _file_params(file: FileBlock) -> list[ContentBlockParam]:
             {"type": "text", "text": f"[image: {file.name}]"},
             {
                 "type": "image",
-                "source": {"type": "base64", "media_type": media_type, "data": file.data},
+                "source": {"type": "base64", "media_type": media_type, "data": data},
             },
         ]
-    if file.kind == "pdf":
-        source: Base64PDFSourceParam | PlainTextSourceParam = {
-            "type": "base64",
-            "media_type": "application/pdf",
-            "data": file.data,
-        }
-    else:
-        source = {"type": "text", "media_type": "text/plain", "data": file.data}
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
     return [{"type": "document", "source": source, "title": file.name}]
 
 

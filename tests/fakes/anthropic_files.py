@@ -9,7 +9,10 @@ upload"; PDF support docs "PDF support requirements"):
   whose width or height is over 8000 px (2000 px when the request holds more than 20
   images); more than 100 images and PDFs in one request;
 - a ``document`` block that is not a base64 PDF or a ``text/plain`` text source; a PDF
-  that is not readable, encrypted, or of more than 100 pages.
+  that is not readable, encrypted, or of more than 100 pages; a ``title`` or a ``context``
+  that is not a string (or null); citations enabled on some documents of a request but not
+  all (citations docs: "citations must be enabled on all or none of the documents within a
+  request").
 
 A body over 32 MB is refused with 413 ``request_too_large`` (API overview, request size
 limits) before anything else is read.
@@ -61,6 +64,9 @@ def check_files(body: Mapping[str, Any]) -> str | None:
     if len(images) + len(documents) > MAX_MEDIA:
         return f"Too many images and documents: at most {MAX_MEDIA} per request"
     max_side = MAX_SIDE_MANY if len(images) > MANY else MAX_SIDE
+    cited = {_cited(block) for _, block in documents}
+    if len(cited) > 1:
+        return "citations must be enabled on all or none of the documents in a request"
     try:
         for where, block in images:
             _image_size(where, block, max_side=max_side)
@@ -119,7 +125,15 @@ def _image_size(where: str, block: dict[str, Any], *, max_side: int) -> tuple[in
     return width, height
 
 
+def _cited(block: dict[str, Any]) -> bool:
+    citations = block.get("citations")
+    return isinstance(citations, dict) and citations.get("enabled") is True
+
+
 def _document_tokens(where: str, block: dict[str, Any]) -> int:
+    for key in ("title", "context"):
+        if block.get(key) is not None and not isinstance(block[key], str):
+            raise FileRefused(f"{where}.{key}: Input should be a valid string")
     source = block.get("source")
     if isinstance(source, dict) and source.get("type") == "text":
         data = source.get("data")

@@ -55,6 +55,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import inspect
 import itertools
@@ -191,13 +192,16 @@ def slow(reply: ReplyLike, delay_s: float) -> Reply:
 class RecordedRequest:
     """One request as received: ``body`` is the parsed JSON (``{}`` if unparsable),
     ``headers`` lower-cased, ``kind`` chat or extract, ``status`` the status answered
-    (0: the connection was dropped unanswered)."""
+    (0: the connection was dropped unanswered); ``sha256`` and ``size`` of the body's bytes
+    as they arrived."""
 
     path: str
     body: dict[str, Any]
     headers: dict[str, str]
     kind: Kind
     status: int = 0
+    sha256: str = ""
+    size: int = 0
 
     @property
     def system_blocks(self) -> list[dict[str, Any]]:
@@ -372,6 +376,8 @@ class FakeAnthropic:
             body=body if isinstance(body, dict) else {},
             headers={k.lower(): v for k, v in request.headers.items()},
             kind=request_kind(body) if isinstance(body, dict) else "chat",
+            sha256=hashlib.sha256(raw).hexdigest(),
+            size=len(raw),
         )
         self.requests.append(record)
         refusal = self._refusal(record, body)

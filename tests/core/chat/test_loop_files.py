@@ -258,8 +258,15 @@ async def test_the_fake_refuses_what_the_api_refuses(claude: FakeAnthropic) -> N
         }
         return {"type": "document", "source": source}
 
+    def text_doc(**fields: object) -> dict[str, object]:
+        source = {"type": "text", "media_type": "text/plain", "data": "a log line"}
+        return {"type": "document", "source": source, **fields}
+
+    cited = {"citations": {"enabled": True}}
     try:
         await send(image(png()), document(pdf(2)))  # within the limits
+        await send(text_doc(title="app.log", **cited), text_doc(**cited))  # citations on all
+        await send(text_doc(title=None, context="from Slack"))
         refused = {
             "over 8000 px": [image(png(8001, 10))],
             "over 2000 px with 21 images": [image(png(2001, 10))] + [image(png())] * 20,
@@ -269,6 +276,15 @@ async def test_the_fake_refuses_what_the_api_refuses(claude: FakeAnthropic) -> N
             "101 images": [image(png(4, 4))] * 101,
             "101 pages": [document(pdf(101))],
             "encrypted": [document(pdf(1, password="x"))],
+            "citations on some documents only": [text_doc(**cited), text_doc()],
+            "a title not a string": [text_doc(title=["app.log"])],
+            "a context not a string": [text_doc(context={"from": "Slack"})],
+            "a text source not text/plain": [
+                {
+                    "type": "document",
+                    "source": {"type": "text", "media_type": "text/csv", "data": "a,b"},
+                }
+            ],
         }
         for what, blocks in refused.items():
             with pytest.raises(anthropic.BadRequestError):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import io
 import re
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from PIL import Image
 from core.files import FileReader, FileRef, placeholder, placeholder_names, with_placeholders
 from core.files.fetch import FileProblem, fetch, origin
 from core.files.prepare import MAX_IMAGE_BASE64_BYTES, prepare
+from core.model.body import base64_size
+from core.model.claude import FileBlock
 from tests.files_helpers import image_bytes, pdf, png
 
 KB = 1024
@@ -191,10 +195,10 @@ def test_types_come_from_the_bytes() -> None:
         data = image_bytes(fmt)
         block = prepare(FileRef("pic.bin"), data, max_side=8000, max_text_chars=1000).block
         assert (block.kind, block.media_type) == ("image", media_type)
-        assert base64.b64decode(block.data) == data  # the exact bytes
+        assert block.data == data  # the exact bytes, kept as they came (base64 only when sent)
     doc = pdf(3)
     block = prepare(FileRef("x"), doc, max_side=8000, max_text_chars=1000).block
-    assert (block.kind, base64.b64decode(block.data)) == ("pdf", doc)
+    assert (block.kind, block.data) == ("pdf", doc)
     text = prepare(FileRef("data.csv"), b"a,b\n1,2\n", max_side=8000, max_text_chars=1000).block
     assert (text.kind, text.data) == ("text", "a,b\n1,2\n")
 
@@ -217,17 +221,22 @@ def test_bad_files_have_a_reason(name: str, data: bytes, reason: str) -> None:
         prepare(FileRef(name), data, max_side=8000, max_text_chars=1000)
 
 
+def _raw(block: FileBlock) -> bytes | bytearray:
+    assert not isinstance(block.data, str)
+    return block.data
+
+
 def test_images_too_large_are_scaled_down_not_refused() -> None:
     wide = png(9000, 300)
     block = prepare(FileRef("wide.png"), wide, max_side=8000, max_text_chars=10).block
-    assert Image.open(io.BytesIO(base64.b64decode(block.data))).size == (1568, 52)
+    assert Image.open(io.BytesIO(_raw(block))).size == (1568, 52)
     heavy = png(2400, 2000, noise=True)  # under 8000 px but over 5 MB of base64
     assert len(base64.b64encode(heavy)) > MAX_IMAGE_BASE64_BYTES
     block = prepare(FileRef("heavy.png"), heavy, max_side=8000, max_text_chars=10).block
-    assert len(block.data) <= MAX_IMAGE_BASE64_BYTES
-    assert max(Image.open(io.BytesIO(base64.b64decode(block.data))).size) == 1568
+    assert base64_size(len(_raw(block))) <= MAX_IMAGE_BASE64_BYTES
+    assert max(Image.open(io.BytesIO(_raw(block))).size) == 1568
     many = prepare(FileRef("p.png"), png(2500, 100), max_side=2000, max_text_chars=10).block
-    assert max(Image.open(io.BytesIO(base64.b64decode(many.data))).size) <= 2000
+    assert max(Image.open(io.BytesIO(_raw(many))).size) <= 2000
 
 
 def test_long_text_is_cut_and_said() -> None:
@@ -238,6 +247,19 @@ def test_long_text_is_cut_and_said() -> None:
         prepared.note
         == f"I read only the first {len(prepared.block.data):,} characters of app.log."
     )
+
+
+def test_only_the_part_of_a_text_file_kept_is_decoded() -> None:
+    # Past what is kept: bytes that are not UTF-8 and a NUL, never decoded, so never refused.
+    head = "é ok line\n" * 20_000  # 2-byte characters: a multi-byte one cut between pieces
+    data = "\ufeff".encode() + head.encode() + b"\xff\xfe\x00 binary tail"
+    prepared = prepare(FileRef("app.log"), data, max_side=8000, max_text_chars=1000)
+    assert isinstance(prepared.block.data, str)
+    assert prepared.block.data == head[: len(prepared.block.data)]
+    assert prepared.block.data.endswith("ok line") and len(prepared.block.data) <= 1000
+    assert prepared.note is not None
+    whole = prepare(FileRef("a.md"), "\ufeffcafé\n".encode(), max_side=8000, max_text_chars=1000)
+    assert (whole.block.data, whole.note) == ("café\n", None)
 
 
 async def test_reader_reads_what_it_can_and_says_what_it_could_not(tmp_path: Path) -> None:
@@ -278,3 +300,34 @@ async def test_a_pdf_whose_base64_cannot_fit_a_request_is_not_downloaded() -> No
         "I couldn't read scan.pdf: it would pass the 32 MB Claude takes in one request"
         " (files and text together).",
     )
+
+
+async def test_read_files_are_let_go_without_waiting_for_the_garbage_collector(
+    tmp_path: Path,
+) -> None:
+    # pypdf's reader is a reference cycle, and so is a refused file's traceback: neither may
+    # keep a file's bytes until the collector runs (a burst would pile them up).
+    good = pdf(3, pad_bytes=4 << 20)
+    (tmp_path / "good.pdf").write_bytes(good)
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(4 << 20))
+    reader = FileReader(
+        max_file_bytes=8 << 20, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 30
+    )
+    refs = [FileRef(n, path=str(tmp_path / n)) for n in ("good.pdf", "bad.png")]
+    await reader.read(refs)  # once before: Pillow loads its plugins on the first image
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        read = await reader.read(refs)
+        assert [b.name for b in read.blocks] == ["good.pdf"] and len(read.notes) == 1
+        del read
+        for _ in range(200):  # a worker thread may still be dropping its last reference
+            left = tracemalloc.get_traced_memory()[0]
+            if left < len(good) // 4:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert left < len(good) // 4  # with the collector off all along
