@@ -10,6 +10,7 @@ from bots.discord_bot.client import SelfMindBot
 from core.errors import NOT_SAVED, NOT_SAVED_COMMAND
 from core.store.sqlite.store import SQLiteStore
 from tests.discord_helpers import World, command, eventually, key, running_bot, settled
+from tests.store_helpers import fill_disk, free_disk
 
 
 def store_of(bot: SelfMindBot) -> SQLiteStore:
@@ -23,13 +24,12 @@ async def test_a_message_that_cannot_be_stored_is_answered_not_saved(w: World) -
     w.claude.enqueue("Noted.", kind="chat")
     async with running_bot(w) as bot:
         store = store_of(bot)
-        rows = await store._conn.execute_fetchall("PRAGMA page_count")
-        await store._conn.execute(f"PRAGMA max_page_count = {next(iter(rows))[0]}")
+        await fill_disk(store)
         await w.discord.dispatch_message(dm, w.alice, "my plan: " + "details " * 1500)
         await eventually(lambda: NOT_SAVED in w.bot_texts(dm), what="the not-saved sentence")
         assert await bot.wait_idle(5)
         assert w.claude.requests_of("chat") == []
-        await store._conn.execute("PRAGMA max_page_count = 1073741823")
+        await free_disk(store)
         # Space again: the user sends it again and it is answered.
         await w.discord.dispatch_message(dm, w.alice, "my plan, again")
         await settled(w, bot, chats=1)

@@ -23,6 +23,7 @@ from core.types import NewTurn
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 from tests.fakes.slack_server import FakeSlack
 from tests.slack_helpers import BOT_USER, TEAM, bot_posts, key, running_bot, settle, slack_settings
+from tests.store_helpers import fill_disk, free_disk
 
 RETRIES_S = (0.3, 0.6, 1.0)
 TEXT = "Please keep the launch checklist in mind"
@@ -38,17 +39,6 @@ def store_of(running: RunningSlackBot) -> SQLiteStore:
     store = running.runtime.store
     assert isinstance(store, SQLiteStore)
     return store
-
-
-async def fill_disk(store: SQLiteStore) -> None:
-    """The database file can grow no more: SQLite then answers "database or disk is full"
-    to any write that needs a new page (SQLITE_FULL, as on a full disk)."""
-    rows = await store._conn.execute_fetchall("PRAGMA page_count")
-    await store._conn.execute(f"PRAGMA max_page_count = {next(iter(rows))[0]}")
-
-
-async def free_disk(store: SQLiteStore) -> None:
-    await store._conn.execute("PRAGMA max_page_count = 1073741823")
 
 
 def hold_write_lock(db: Path) -> sqlite3.Connection:
