@@ -162,8 +162,9 @@ class FileReader:
     async def _read_one(
         self, ref: FileRef, *, session: aiohttp.ClientSession, max_side: int, budget: int
     ) -> Prepared:
-        """Fetch and prepare one file (its bytes live in this frame only, which a refused
-        file's traceback then holds: :func:`_drop_frames` clears it)."""
+        """Fetch and prepare one file. Its bytes live in this frame, which a refused file's
+        traceback holds: dropped here, and the traceback's other frames cleared by
+        :func:`_drop_frames`, they go at once, not when the garbage collector runs."""
         max_bytes = self.max_file_bytes
         if ref.kind == "pdf":  # sent as is: its base64 must fit the request
             max_bytes = min(max_bytes, (budget - 200) * 3 // 4)
@@ -172,9 +173,12 @@ class FileReader:
         data = await fetch(
             ref, session=session, max_bytes=max_bytes, timeout_s=self.download_timeout_s
         )
-        return await asyncio.to_thread(
-            prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
-        )
+        try:
+            return await asyncio.to_thread(
+                prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
+            )
+        finally:
+            del data
 
 
 def _drop_frames(error: BaseException) -> None:

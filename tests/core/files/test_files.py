@@ -309,18 +309,19 @@ async def test_read_files_are_let_go_without_waiting_for_the_garbage_collector(
     # keep a file's bytes until the collector runs (a burst would pile them up).
     good = pdf(3, pad_bytes=4 << 20)
     (tmp_path / "good.pdf").write_bytes(good)
+    (tmp_path / "bad.pdf").write_bytes(b"%PDF-1.7\n" + bytes(4 << 20))
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(4 << 20))
     reader = FileReader(
         max_file_bytes=8 << 20, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 30
     )
-    refs = [FileRef(n, path=str(tmp_path / n)) for n in ("good.pdf", "bad.png")]
+    refs = [FileRef(n, path=str(tmp_path / n)) for n in ("good.pdf", "bad.pdf", "bad.png")]
     await reader.read(refs)  # once before: Pillow loads its plugins on the first image
     gc.collect()
     gc.disable()
     tracemalloc.start()
     try:
         read = await reader.read(refs)
-        assert [b.name for b in read.blocks] == ["good.pdf"] and len(read.notes) == 1
+        assert [b.name for b in read.blocks] == ["good.pdf"] and len(read.notes) == 2
         del read
         for _ in range(200):  # a worker thread may still be dropping its last reference
             left = tracemalloc.get_traced_memory()[0]
