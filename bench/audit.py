@@ -8,8 +8,11 @@ with ``--per-user`` clean memories each (:mod:`bench.synthetic`), and one user c
 junk: restated system prompts, ``--copies`` copies of one hallucination (near-copies: exact
 ones cannot be stored twice), the assistant's own suggestions stored as facts, secrets,
 first-person and over-long texts, general facts later made specific, contradictions, and
-memories a year old (written with ``dedupe=None``, as an import of another layer's store
-would leave them, bypassing the checks of today's writes). Then runs
+memories months old that no answer's prompt carried since (written with ``dedupe=None``, as
+an import of another layer's store would leave them, bypassing the checks of today's
+writes). The store's recall log is made to have started 400 days ago (its migration's time
+rewritten: a fresh store has recorded nothing yet), and one answer to the junk user is
+delivered whose prompt carried one old memory (the control: old but recalled). Then runs
 :func:`core.memory.audit.run_audit`, prints the per-rule table, what was planted against what
 was found (found / planted, and findings on the clean users), the time taken, and, with
 ``--fix``, the memories left after the fix and its undo.
@@ -25,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.synthetic import sentences
 from core.memory.audit import RULES, format_report, run_audit
 from core.rules.dedupe import Deduper
-from core.types import NewMemory, Source, utcnow
+from core.store.sqlite.base import ts
+from core.types import NewMemory, NewTurn, Source, utcnow
 
 JUNK = "cli:junk"
 SYSTEM_PROMPTS = [
@@ -67,6 +71,12 @@ SECRETS = [
     "The user's AWS access key is AKIAIOSFODNN7EXAMPLE.",
     "The user's password for staging is hunter2-Staging!",
 ]
+STALE = [
+    "The user owned a sailing boat in 2019.",
+    "The user was planning a trip to Iceland.",
+    "The user was evaluating three CI vendors.",
+]
+RECALLED = "The user keeps a notebook of shell one-liners."
 FILLERS = ("", "really ", "actually ", "currently ", "also ", "definitely ", "truly ")
 FILLERS += ("indeed ", "certainly ", "simply ")
 
@@ -107,9 +117,16 @@ def junk_memories(copies: int) -> tuple[list[NewMemory], Counter[str]]:
     planted["contradicted"] += len(CONTRADICTED)
     out += [_new(t, "remember", 23) for t in SECRETS]
     planted["secret"] += len(SECRETS)
-    out += [_new("The user owned a sailing boat in 2019.", "import", 400)]
-    planted["old"] += 1
+    out += [_new(t, "import", 400) for t in STALE]
+    planted["not_recalled"] += len(STALE)
+    out += [_new(RECALLED, "import", 400)]  # old, but in a recent answer's prompt
     return out, planted
+
+
+async def recall_log_since(store: Any, at: datetime) -> None:
+    """Rewrite when the SQLite store's recall log began (m015's ``applied_at``)."""
+    sql = "UPDATE schema_migrations SET applied_at = ? WHERE name = 'm015_memory_uses'"
+    await store._run(lambda conn: conn.execute(sql, (ts(at),)))
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -124,7 +141,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             memories = [_new(t, "reflection", 20) for t in part]
             await store.add_many(user_key=f"cli:user{u:03d}", memories=memories, dedupe=None)
         junk, planted = junk_memories(args.copies)
-        await store.add_many(user_key=JUNK, memories=junk, dedupe=None)
+        results = await store.add_many(user_key=JUNK, memories=junk, dedupe=None)
+        await recall_log_since(store, utcnow() - timedelta(days=400))
+        turn = NewTurn(
+            conversation_key=f"{JUNK}:1", user_key=JUNK, role="user", text="Any tips?",
+            origin="private", sent_at=utcnow(), reflection="answering",
+        )  # fmt: skip
+        control = results[[m.text for m in junk].index(RECALLED)].id
+        await store.finish_turn(
+            turn_id=await store.add_turn(turn=turn), answer="Sure.", recalled=[control]
+        )
         started = time.perf_counter()
         report = await run_audit(store, deduper=Deduper(), now=utcnow(), fix=args.fix)
         elapsed = time.perf_counter() - started
@@ -147,7 +173,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             )
         if not args.json:
             lines = format_report(report)
-            table = [line for line in lines if not line.startswith(("cli:", "secret", "old:"))]
+            table = [
+                line for line in lines if not line.startswith(("cli:", "secret", "not_recalled"))
+            ]
             print("\n".join([*table[:2], table[-1]]))
             print(f"{'rule':<14} {'planted':>8} {'found':>6}")
             for rule in RULES:

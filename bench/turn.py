@@ -1,6 +1,7 @@
 """The bot's own cost per turn, and proof that reflection is off the reply path.
 
     python bench/turn.py [--turns 100] [--memories 2000] [--json]
+    python bench/turn.py --recall-log [--turns 200] [--memories 2000] [--json]
 
 Runs the real turn loop (SQLite store, BM25 recall, prompt, AsyncAnthropic streaming,
 background reflection) against the fake Anthropic server started as a separate process,
@@ -13,6 +14,13 @@ answering instantly. Reports:
   ``--gap-s`` apart (a user reading and typing), so a 0 s reflection's own CPU work does not
   land inside the next answer, and the two configurations take turns, so drift on a shared
   machine hits both alike.
+
+With ``--recall-log``, instead: the bot's overhead per turn with the recall log (each
+delivered answer's ``finish_turn`` upserts the recalls of the memories its prompt carried)
+against the same loop whose store drops them (the baseline switch:
+:class:`NoRecallLogStore`), two stores side by side on one fake, interleaved the same way; the
+ratio of their p50 and p95 overheads is the log's cost. The user's memories make a profile
+over the budget and recall fills ``top_k`` each turn, so every turn records about 10 ids.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from core.model.claude import (
 )
 from core.settings import load_settings
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory
+from core.types import NewMemory, NewTurn
 
 REFLECTION = {
     "memories": [
@@ -143,10 +151,20 @@ def start_fake(responder: str) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
+class NoRecallLogStore(SQLiteStore):
+    """The baseline: the same store, its turns' recalls never recorded."""
+
+    async def finish_turn(self, *, recalled: Sequence[int] = (), **kwargs: Any) -> int | None:
+        return await super().finish_turn(**kwargs)
+
+
 class Bot:
     """One turn loop (its own store, client and fake server) that the bench drives."""
 
-    def __init__(self, base_url: str, db: Path) -> None:
+    def __init__(
+        self, base_url: str, db: Path, store_class: type[SQLiteStore] = SQLiteStore
+    ) -> None:
+        self.store_class = store_class
         self.settings = load_settings(
             anthropic_api_key="sk-bench", anthropic_base_url=base_url, db=str(db)
         )
@@ -155,12 +173,16 @@ class Bot:
         self.overheads: list[float] = []
 
     async def open(self, memories: int) -> None:
-        self.store = await SQLiteStore.open(str(self.db))
+        self.store = await self.store_class.open(str(self.db))
         await self.store.add_many(
             user_key="bench:user",
             memories=[
                 NewMemory(text=f"The user noted fact number {i} about topic {i % 97}.")
                 for i in range(memories)
+            ]
+            + [
+                NewMemory(text=f"The user prefers tool number {i} for task {i}.", kind="preference")
+                for i in range(40)
             ],
             dedupe=None,
         )
@@ -240,13 +262,99 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def recall_log_async(args: argparse.Namespace) -> dict[str, Any]:
+    proc, url = start_fake("bench.turn:responder_instant")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            logged = Bot(url, Path(tmp) / "logged.db")
+            baseline = Bot(url, Path(tmp) / "baseline.db", NoRecallLogStore)
+            bots = (logged, baseline)
+            for bot in bots:
+                await bot.open(args.memories)
+            try:
+                for bot in bots:
+                    for i in range(3):
+                        await bot.turn(i)
+                    bot.totals.clear()
+                    bot.overheads.clear()
+                for i in range(args.turns):
+                    for bot in bots if i % 2 == 0 else bots[::-1]:
+                        await bot.turn(i)
+                        await asyncio.sleep(args.gap_s)
+                uses = await logged.store.memory_uses(user_key="bench:user")
+                recorded = sum(u.recalls for u in uses.values())
+                finish = await finish_turn_ms(logged.store, list(uses), args.turns)
+                base_uses = await baseline.store.memory_uses(user_key="bench:user")
+                assert sum(u.recalls for u in base_uses.values()) == 0
+            finally:
+                for bot in bots:
+                    await bot.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    turns = args.turns + 3
+    out: dict[str, Any] = {"turns": args.turns, "user_memories": args.memories + 40}
+    out["ids_recorded_per_turn"] = round(recorded / turns, 1)
+    for name, bot in (("recall_log", logged), ("baseline", baseline)):
+        out[f"overhead_ms_p50_{name}"] = round(statistics.median(bot.overheads), 2)
+        out[f"overhead_ms_p95_{name}"] = round(pct(bot.overheads, 95), 2)
+    for p in ("p50", "p95"):
+        out[f"ratio_{p}"] = round(
+            out[f"overhead_ms_{p}_recall_log"] / out[f"overhead_ms_{p}_baseline"], 3
+        )
+    out["finish_turn_ms_p50"] = finish
+    out["finish_turn_ratio"] = round(finish["recall_log"] / finish["baseline"], 3)
+    return out
+
+
+async def finish_turn_ms(store: SQLiteStore, ids: list[int], n: int) -> dict[str, float]:
+    """Median ms of ``finish_turn`` alone (its one transaction, fsync included) with the
+    recalls of ``ids`` and without, alternating, ``n`` each."""
+    times: dict[str, list[float]] = {"recall_log": [], "baseline": []}
+    for i in range(2 * n):
+        name = "recall_log" if i % 2 == 0 else "baseline"
+        turn_id = await store.add_turn(
+            turn=NewTurn(
+                conversation_key="bench:finish", user_key="bench:user", role="user",
+                text="Hello?", origin="private", sent_at=datetime.now(UTC),
+                reflection="answering",
+            )
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        await store.finish_turn(
+            turn_id=turn_id, answer="Hi.", reflect=False, recalled=ids if i % 2 == 0 else ()
+        )
+        times[name].append((time.perf_counter() - t0) * 1000)
+    return {k: round(statistics.median(v), 3) for k, v in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recall-log", action="store_true", help="the recall log's cost")
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--gap-s", type=float, default=0.2, help="pause between turns")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.recall_log:
+        r = asyncio.run(recall_log_async(args))
+        print(
+            f"turn loop, {r['turns']} turns each, user with {r['user_memories']} memories,"
+            f" {r['ids_recorded_per_turn']} memory ids recorded per turn"
+        )
+        print(f"{'bot overhead per turn (excl. model wait)':<44}{'p50 ms':>10}{'p95 ms':>10}")
+        for name in ("recall_log", "baseline"):
+            print(f"{name:<44}{r[f'overhead_ms_p50_{name}']:>10}{r[f'overhead_ms_p95_{name}']:>10}")
+        print(f"{'ratio recall_log / baseline':<44}{r['ratio_p50']:>10}{r['ratio_p95']:>10}")
+        f = r["finish_turn_ms_p50"]
+        print(
+            f"finish_turn alone, p50: {f['recall_log']} ms with the record of"
+            f" {len(r.get('ids', [])) or r['ids_recorded_per_turn']} ids, {f['baseline']} ms"
+            f" without (ratio {r['finish_turn_ratio']})"
+        )
+        if args.json:
+            print(json.dumps(r))
+        return
     r = asyncio.run(main_async(args))
     print(
         f"turn loop, {r['turns']} turns, user with {r['user_memories']} memories, "

@@ -554,7 +554,8 @@ def memories_audit(
     ctx: typer.Context,
     user: Annotated[str | None, user_option()] = None,
     days: Annotated[
-        int, typer.Option("--days", min=1, help="Report memories not updated in N days.")
+        int,
+        typer.Option("--days", min=1, help="Report memories in no answer's prompt for N days."),
     ] = 90,
     fix: Annotated[
         bool,
@@ -563,8 +564,8 @@ def memories_audit(
     as_json: JsonFlag = False,
 ) -> None:
     """Memories that break the memory rules (near-duplicates, secrets, first-person or
-    over-long texts, contradicted, suggestions, old), per user and in total; nothing changes
-    unless --fix, which supersedes or retires them as one undoable change."""
+    over-long texts, contradicted, suggestions, not recalled), per user and in total;
+    nothing changes unless --fix, which supersedes or retires them as one undoable change."""
     from core.memory.audit import format_report, run_audit
     from core.rules.dedupe import Deduper
     from core.types import utcnow
@@ -580,7 +581,7 @@ def memories_audit(
             user_key=key,
             deduper=Deduper(settings.dedupe_threshold),
             now=utcnow(),
-            old_days=days,
+            days=days,
             fix=fix,
         )
 

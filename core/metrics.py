@@ -31,6 +31,9 @@ or id, or a workspace id):
                                                remember, import (files refused)
 ``selfmind_memories_forgotten_total``          memories a user forgot (``/forget``, ``/forget
                                                all``)
+``selfmind_recall_records_dropped_total``      delivered answers whose recalls (the memories
+                                               their prompt carried) were not recorded: the
+                                               answer was stored all the same
 ``selfmind_ready``                             1 when :class:`Readiness` says ready, else 0
 ``selfmind_platform_connected``                1 while connected to Slack or Discord
 ``selfmind_platform_reconnects_total``         connections after the first one
@@ -284,10 +287,17 @@ class Metrics:
         """True when recording into a registry."""
         return self.registry is not None
 
-    def watch(self, *, readiness: Readiness, queue_depth: Callable[[], int] | None) -> None:
-        """Export ``readiness`` and the reflection queue depth, read at each scrape."""
+    def watch(
+        self,
+        *,
+        readiness: Readiness,
+        queue_depth: Callable[[], int] | None,
+        recall_drops: Callable[[], int] | None = None,
+    ) -> None:
+        """Export ``readiness``, the reflection queue depth and the recall records the store
+        dropped (``RecallLog.recall_records_dropped``), read at each scrape."""
         if self.registry is not None:
-            self.registry.register(_Watched(readiness, queue_depth))
+            self.registry.register(_Watched(readiness, queue_depth, recall_drops))
 
     def message_received(self, user_key: str) -> None:
         """One user message stored for an answer (label: the key's platform only)."""
@@ -349,9 +359,15 @@ class Metrics:
 class _Watched:
     """A collector reading readiness and the queue depth at scrape time."""
 
-    def __init__(self, readiness: Readiness, queue_depth: Callable[[], int] | None) -> None:
+    def __init__(
+        self,
+        readiness: Readiness,
+        queue_depth: Callable[[], int] | None,
+        recall_drops: Callable[[], int] | None = None,
+    ) -> None:
         self.readiness = readiness
         self.queue_depth = queue_depth
+        self.recall_drops = recall_drops
 
     def describe(self) -> list[Metric]:
         return []
@@ -381,6 +397,11 @@ class _Watched:
             "selfmind_platform_down_seconds",
             "Seconds since the platform connection was lost; 0 when connected.",
             value=r.down_s,
+        )
+        yield CounterMetricFamily(
+            "selfmind_recall_records_dropped",
+            "Delivered answers whose recalls were not recorded.",
+            value=self.recall_drops() if self.recall_drops is not None else 0,
         )
 
 

@@ -276,7 +276,11 @@ async def _open_runtime(
         model = ClaudeChatModel.from_settings(settings, metrics=metrics)
         rt = chat_runtime(base, model)
         reflector = rt.reflector
-        metrics.watch(readiness=readiness, queue_depth=lambda: reflector.pending)
+        metrics.watch(
+            readiness=readiness,
+            queue_depth=lambda: reflector.pending,
+            recall_drops=lambda: store.recall_records_dropped,
+        )
         if before_start is not None:
             await before_start(rt)
         try:

@@ -14,8 +14,10 @@ message edits). The loop:
    blocks with the current message only (the store and the history keep a placeholder
    line per file); a file not read gets one sentence, which the answer starts with;
 5. streams Claude's answer and yields its text deltas;
-6. stores the answer and queues the reflection in the background (not while memory is paused
-   or off), so the reply never waits for it.
+6. stores the answer, the recalls of the memories its prompt carried (the standing profile
+   and recall: :class:`core.store.seams.RecallLog`, in the same transaction) and queues the
+   reflection in the background (not while memory is paused or off), so the reply never
+   waits for it.
 
 Before any Claude call the daily caps are checked (``LimitReached``, nothing stored). The
 usage the API reports for each call is recorded, a stopped or failed one's too. An answer
@@ -376,7 +378,7 @@ class TurnLoop:
             del read
             prefix = "".join(f"_{note}_\n" for note in notes) + "\n" if notes else ""
             answer = self._stream(
-                message, turn_id, system, messages, mode, prefix, delivery, started
+                message, turn_id, system, messages, mode, prefix, delivery, started, memory.ids
             )
             del messages  # the stream holds the files until the request is sent, no longer
             async with contextlib.aclosing(answer):
@@ -393,6 +395,7 @@ class TurnLoop:
         prefix: str,
         delivery: Delivery | None,
         started: float,
+        in_prompt: Sequence[int],
     ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
@@ -424,12 +427,16 @@ class TurnLoop:
             if text and not delivered:
                 text += CUT_MARK if failed is not None else STOPPED_MARK
             reflect = mode == "on" and delivered
+            # The memories this prompt carried count as recalled once the answer is delivered
+            # (with a delivery: once the platform shows it).
+            recalled = in_prompt if delivered else ()
+            finish = functools.partial(
+                self._finish, turn_id, message.user_key, text, failed, reflect, usage, recalled
+            )
             if delivery is None:
-                await self._finish(turn_id, message.user_key, text, failed, reflect, usage)
+                await finish()
             else:
-                delivery.finish = functools.partial(
-                    self._finish, turn_id, message.user_key, text, failed, reflect, usage
-                )
+                delivery.finish = finish
                 delivery.abandon = functools.partial(self._record_usage, usage)
 
     def _usage(
@@ -461,11 +468,15 @@ class TurnLoop:
         failed: ModelError | None,
         reflect: bool,
         usage: Sequence[UsageRecord],
+        recalled: Sequence[int],
     ) -> None:
-        # One transaction: the call's usage, the answer, the reflection queued. A mode
-        # changed since the turn began already stopped its reflection (``set_mode``).
+        # One transaction: the call's usage, the answer, the reflection queued, the recalls
+        # of the memories in its prompt. A mode changed since the turn began already stopped
+        # its reflection (``set_mode``).
         answer = clean_text(answer, keep_newlines=True)
-        await self.store.finish_turn(turn_id=turn_id, answer=answer, reflect=reflect, usage=usage)
+        await self.store.finish_turn(
+            turn_id=turn_id, answer=answer, reflect=reflect, usage=usage, recalled=recalled
+        )
         if failed is not None:
             logger.info("turn=%s answer failed: %s", turn_id, type(failed).__name__)
         if reflect:

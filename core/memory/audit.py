@@ -21,15 +21,18 @@ memories (nothing is changed unless ``--fix``) and reports, per memory, the rule
   sentence under 200);
 - ``suggestion``: the assistant's advice stored as a fact ("Consider using Redis.", "The
   assistant suggested ...", "The user should try ...");
-- ``old``: last updated more than ``days`` days ago. The store records no recall (neither
-  counts nor a last-recalled time), so "never recalled in N days" cannot be told; the age of
-  the memory is what exists, and it is reported, never fixed.
+- ``not_recalled``: in no delivered answer's prompt (standing profile or recall) for the last
+  ``days`` days, although the store could have seen it: it existed, and recalls were being
+  recorded (:meth:`core.store.seams.RecallLog.recall_log_started`), for all that time. A
+  user none of whose memories reached a prompt in that time (away, or memory off) is not
+  judged: their silence says nothing about one memory.
 
 ``--fix`` hands the findings to the cleanup review as one change (the same plan, apply and
 undo as ``memories cleanup``, :func:`core.memory.cleanup.apply_run`): a duplicate is
 superseded by the memory it duplicates, a less specific or contradicted memory by the newer
-one, and a secret, first-person, over-long or suggestion memory is retired. Nothing is
-deleted: ``memories undo`` restores the change within the undo window.
+one, and a secret, first-person, over-long, suggestion or not-recalled memory is retired.
+Nothing is deleted at once: ``memories undo`` restores the change within the undo window
+(after it, retired memories are erased as a forget erases them).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, get_args
@@ -48,7 +51,8 @@ from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import SecretFinding, find_secrets
-from core.types import MAX_MEMORY_CHARS, Memory
+from core.store.seams import RecallLog
+from core.types import MAX_MEMORY_CHARS, Memory, MemoryUse
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +64,10 @@ Rule = Literal[
     "first_person",
     "too_long",
     "suggestion",
-    "old",
+    "not_recalled",
 ]
 RULES: tuple[Rule, ...] = get_args(Rule)
-DEFAULT_OLD_DAYS = 90
+DEFAULT_DAYS = 90
 
 _SUGGESTION = re.compile(
     r"^(consider|try|make sure|remember to|don't forget|it is recommended|recommended)\b"
@@ -111,16 +115,21 @@ def audit_memories(
     *,
     deduper: Deduper,
     now: datetime,
-    old_days: int = DEFAULT_OLD_DAYS,
+    days: int = DEFAULT_DAYS,
     secrets: SecretCheck | None = find_secrets,
+    uses: Mapping[int, MemoryUse] | None = None,
+    recall_log_started: datetime | None = None,
 ) -> UserAudit:
     """Audit one user's active ``memories`` (oldest first, as ``store.export`` gives them).
 
-    Pure: reads nothing, changes nothing. Near-duplicates are found through
+    ``uses``: the user's :meth:`core.store.seams.RecallLog.memory_uses`;
+    ``recall_log_started``: when the store began recording recalls (None: ``not_recalled``
+    is not judged). Pure: reads nothing, changes nothing. Near-duplicates are found through
     :class:`core.rules.dedupe_index.DedupeIndex` (linear in the memories, not all pairs).
     """
     result = UserAudit(user_key, len(memories))
     found = result.findings
+    found.extend(_not_recalled(memories, uses or {}, recall_log_started, now, days))
     for m in memories:
         if secrets is not None and (hits := secrets(m.text)):
             kinds = sorted({h.kind for h in hits})
@@ -131,11 +140,35 @@ def audit_memories(
             found.append(Finding(m.id, "first_person", "not a third-person sentence"))
         if _SUGGESTION.search(m.text):
             found.append(Finding(m.id, "suggestion", "the assistant's advice, not a fact"))
-        if now - m.updated_at > timedelta(days=old_days):
-            found.append(Finding(m.id, "old", f"not updated in {(now - m.updated_at).days} days"))
     found.extend(_near_twins(memories, deduper))
     found.sort(key=lambda f: (f.memory_id, RULES.index(f.rule)))
     return result
+
+
+def _not_recalled(
+    memories: Sequence[Memory],
+    uses: Mapping[int, MemoryUse],
+    started: datetime | None,
+    now: datetime,
+    days: int,
+) -> list[Finding]:
+    """Memories watched for ``days`` days (existing, with recalls recorded) and recalled in
+    none of them; none when the user had no memory recalled in that time."""
+    cutoff = now - timedelta(days=days)
+    if started is None or started > cutoff:
+        return []
+    recent = [u.last_recalled_at for u in uses.values() if u.last_recalled_at is not None]
+    if not recent or max(recent) < cutoff:  # the user was away: nothing to judge by
+        return []
+    out = []
+    for m in memories:
+        last = uses[m.id].last_recalled_at if m.id in uses else None
+        if m.created_at < cutoff and (last is None or last < cutoff):
+            when = (
+                "never recalled" if last is None else f"last recalled {(now - last).days} days ago"
+            )
+            out.append(Finding(m.id, "not_recalled", f"{when} (in no prompt for {days} days)"))
+    return out
 
 
 def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
@@ -163,7 +196,7 @@ def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
     return out
 
 
-_RETIRED: tuple[Rule, ...] = ("secret", "first_person", "too_long", "suggestion")
+_RETIRED: tuple[Rule, ...] = ("secret", "first_person", "too_long", "suggestion", "not_recalled")
 
 
 def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
@@ -173,7 +206,7 @@ def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
 
     Each memory is in one operation at most and a memory another one is superseded by stays
     active (the change's rules, :func:`core.store.cleanup.check_disjoint`); a finding that
-    would break that is left for the next audit. ``old`` is never fixed.
+    would break that is left for the next audit.
     """
     by_id = {m.id: m for m in memories}
     run = CleanupRun(user_key=audit.user_key, before=len(memories))
@@ -195,7 +228,7 @@ def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
             plan(RetireOp(f.memory_id), f.memory_id, f"audit: {f.rule}")
     for f in audit.findings:
         new = f.related_id
-        if f.rule in _RETIRED or f.rule == "old" or new is None:
+        if f.rule in _RETIRED or new is None:
             continue
         if f.memory_id in taken or f.memory_id in keepers or new in taken:
             continue
@@ -205,8 +238,9 @@ def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
     return run
 
 
-class AuditStore(ApplyStore, Protocol):
-    """What the audit reads (users, export) and, with ``fix``, applies (a cleanup change)."""
+class AuditStore(ApplyStore, RecallLog, Protocol):
+    """What the audit reads (users, export, the recall log) and, with ``fix``, applies (a
+    cleanup change)."""
 
 
 @dataclass
@@ -215,7 +249,10 @@ class AuditReport:
 
     users: list[UserAudit]
     secrets_checked: bool
-    old_days: int
+    days: int
+    recall_log_started: datetime | None = None
+    recalls_judged: bool = False
+    """Recalls were recorded for at least ``days`` days: ``not_recalled`` was judged."""
     fixed: dict[str, CleanupRun] = field(default_factory=dict)
 
     def totals(self) -> dict[str, int]:
@@ -228,12 +265,16 @@ class AuditReport:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``{"secrets_checked", "old_days", "total": {...}, "users": [{"user",
-        "memories", "flagged", "counts", "findings": [{"id", "rule", "detail", "related"}],
-        "change_id"}]}``. Never a memory's text."""
+        """JSON-ready: ``{"secrets_checked", "days", "recall_log_started" (ISO 8601 or null),
+        "recalls_judged", "total": {...}, "users": [{"user", "memories", "flagged", "counts",
+        "findings": [{"id", "rule", "detail", "related"}], "change_id"}]}``. Never a memory's
+        text."""
+        started = self.recall_log_started
         return {
             "secrets_checked": self.secrets_checked,
-            "old_days": self.old_days,
+            "days": self.days,
+            "recall_log_started": started.isoformat() if started is not None else None,
+            "recalls_judged": self.recalls_judged,
             "total": self.totals(),
             "users": [
                 {
@@ -267,18 +308,32 @@ async def run_audit(
     user_key: str | None = None,
     deduper: Deduper,
     now: datetime,
-    old_days: int = DEFAULT_OLD_DAYS,
+    days: int = DEFAULT_DAYS,
     fix: bool = False,
     secrets: SecretCheck | None = find_secrets,
 ) -> AuditReport:
     """Audit every user with memories (or just ``user_key``); with ``fix``, apply each user's
     :func:`fix_plan` as one cleanup change (undoable with ``memories undo``)."""
     keys = [u.user_key for u in await store.users(user_key=user_key) if u.memories]
-    report = AuditReport([], secrets_checked=secrets is not None, old_days=old_days)
+    started = await store.recall_log_started()
+    report = AuditReport(
+        [],
+        secrets_checked=secrets is not None,
+        days=days,
+        recall_log_started=started,
+        recalls_judged=started is not None and started <= now - timedelta(days=days),
+    )
     for key in keys:
         memories = await store.export(user_key=key)
         audit = audit_memories(
-            key, memories, deduper=deduper, now=now, old_days=old_days, secrets=secrets
+            key,
+            memories,
+            deduper=deduper,
+            now=now,
+            days=days,
+            secrets=secrets,
+            uses=await store.memory_uses(user_key=key),
+            recall_log_started=started,
         )
         report.users.append(audit)
         if fix:
@@ -313,10 +368,13 @@ def format_report(report: AuditReport) -> list[str]:
     )
     if not report.secrets_checked:
         rows.append("secret: not checked")
-    rows.append(
-        f"old: not updated in {report.old_days} days (the store records no recalls, so"
-        " 'never recalled' cannot be told)"
-    )
+    started = report.recall_log_started
+    if not report.recalls_judged:
+        since = started.date().isoformat() if started is not None else "never"
+        rows.append(
+            f"not_recalled: not judged yet (recalls recorded since {since}; it needs"
+            f" {report.days} days of them)"
+        )
     for u in report.users:
         for f in u.findings:
             rows.append(f"{u.user_key}  #{f.memory_id}  {f.rule}: {f.detail}")

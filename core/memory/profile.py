@@ -9,8 +9,9 @@ user's standing memories as a system block of their own, before the volatile blo
 of it. Otherwise candidates are the user's active memories of every kind but a plain ``fact``
 of category ``general`` (the store's ``standing`` filter, a partial index), newest
 :data:`PROFILE_CANDIDATES` first. Never superseded or retired ones, and in a shared channel
-only memories learned in shared places (as recall). They are taken by rank, then newest
-first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of their lines):
+only memories learned in shared places (as recall). They are taken by rank, within a rank
+by how often they were confirmed, then recalled, then newest first, while they fit
+``budget_tokens`` (:func:`estimate_tokens` of their lines):
 
 1. ``context``: who the user is (name, role, team, where they live and work, time zone,
    languages, constraints such as allergies);
@@ -21,11 +22,20 @@ first, while they fit ``budget_tokens`` (:func:`estimate_tokens` of their lines)
    and ways of working;
 6. plain general facts, only when the whole store fits.
 
-The chosen memories are written in that order (rank, then id), so the block's bytes depend
-only on which memories are active: it changes only when they change, and Anthropic's prompt
-cache reads it on every other turn. The store keeps no count of how often a memory was
-confirmed or recalled, so the rule does not use one; newer wins within a rank. A user whose
-standing memories all fit the budget gets all of them.
+Within a rank (:func:`select_profile`): more **confirmations** first (writes dedupe found
+to be a memory already stored: ``/remember`` answered "already knew", a reflection's
+duplicate candidate; what the user says again matters more), then more **recalls** (answers
+whose prompt carried it), then newer. The recalls are those the store froze at the user's
+last memory write (``MemoryUse.ranked_recalls``), not the live count: every turn adds a
+recall to each memory in its prompt, so a live count would re-rank the profile between
+writes (a shared memory recalled in a channel would overtake a DM-only one in the DM
+profile). Confirmations change only with a write too. So the choice changes only when the
+user's memories are written, and the chosen memories are written in rank, then id order: the
+block's bytes change only then, and Anthropic's prompt cache reads it on every other turn.
+The profile's own memories are recalled every turn, so once chosen they stay ahead of later
+memories with as many confirmations: a new memory enters a full rank by being confirmed
+(said again). A user whose standing memories all fit the budget gets all
+of them (no counts are read).
 
 **Memory questions** ("what do you remember about me?", :mod:`core.rules.memory_questions`)
 get the profile and then the user's most recent other memories, newest first, up to the same
@@ -35,14 +45,14 @@ budget again, in place of recall (such a message shares no words with what it as
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.memory.recall import Recaller
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
-from core.types import Memory, MemoryMode, Origin, ScoredMemory
+from core.types import Memory, MemoryMode, MemoryUse, Origin, ScoredMemory
 
 PROFILE_CANDIDATES = 200
 """The newest standing memories read per turn (one indexed query); the budget keeps far
@@ -96,13 +106,26 @@ def memory_line(memory: Memory, *, dated: bool) -> str:
     return f"#{memory.id}{date} {as_data(memory.text)}"
 
 
-def select_profile(candidates: Sequence[Memory], *, budget_tokens: int) -> list[Memory]:
-    """The profile out of ``candidates`` (standing memories, any order): by rank, newest
-    first within a rank, while their lines fit ``budget_tokens``; returned in rank, then id
+def select_profile(
+    candidates: Sequence[Memory],
+    *,
+    budget_tokens: int,
+    uses: Mapping[int, MemoryUse] | None = None,
+) -> list[Memory]:
+    """The profile out of ``candidates`` (standing memories, any order): by rank, within a
+    rank by ``uses`` (confirmations, then ``ranked_recalls``; a memory absent has none),
+    then newest first, while their lines fit ``budget_tokens``; returned in rank, then id
     order (stable bytes). A memory too long for what is left is skipped, not the rest."""
+    used = uses or {}
+    none = MemoryUse()
+
+    def order(m: Memory) -> tuple[int, int, int, int]:
+        use = used.get(m.id, none)
+        return (profile_rank(m), -use.confirmations, -use.ranked_recalls, -m.id)
+
     chosen: list[Memory] = []
     left = budget_tokens
-    for memory in sorted(candidates, key=lambda m: (profile_rank(m), -m.id)):
+    for memory in sorted(candidates, key=order):
         cost = estimate_tokens(memory_line(memory, dated=False)) + 1
         if cost <= left:
             chosen.append(memory)
@@ -141,6 +164,11 @@ class MemoryContext:
     mode: MemoryMode = "on"
     shared: bool = False
 
+    @property
+    def ids(self) -> list[int]:
+        """The ids of the memories the prompt carries: the profile's, then recall's."""
+        return [m.id for m in self.profile] + [s.memory.id for s in self.recalled]
+
 
 class ProfileStore(Protocol):
     """What the profile reads of the store (:class:`core.store.seams.MemoryStore`)."""
@@ -157,6 +185,10 @@ class ProfileStore(Protocol):
     ) -> list[Memory]: ...
 
     async def count(self, *, user_key: str) -> int: ...
+
+    async def memory_uses(
+        self, *, user_key: str, memory_ids: Sequence[int] | None = None
+    ) -> dict[int, MemoryUse]: ...
 
 
 async def build_context(
@@ -185,17 +217,19 @@ async def build_context(
     if stored == 0:
         return MemoryContext(mode=mode, shared=shared)
     question = is_memory_question(message)
+    fits = False
     if stored <= WHOLE_STORE_MAX:
         everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
-        if profile_cost(everything) <= budget_tokens:
-            candidates = everything
-        else:
-            candidates = [m for m in everything if is_standing(m)]
+        fits = profile_cost(everything) <= budget_tokens
+        candidates = everything if fits else [m for m in everything if is_standing(m)]
     else:
         candidates = await store.list_memories(
             user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
         )
-    profile = select_profile(candidates, budget_tokens=budget_tokens)
+    uses: dict[int, MemoryUse] = {}
+    if not fits and profile_cost(candidates) > budget_tokens:  # a choice: read the counts
+        uses = await store.memory_uses(user_key=user_key, memory_ids=[m.id for m in candidates])
+    profile = select_profile(candidates, budget_tokens=budget_tokens, uses=uses)
     held = {m.id for m in profile}
     if question:
         recent = await store.list_memories(

@@ -1,6 +1,7 @@
 """Row shapes both backends share: the column list of a turn and its mapping to
 :class:`core.types.Turn` (each backend keeps only how it stores a time), and the totals of a
-usage report with their mapping to :class:`core.types.UsageRow`."""
+usage report with their mapping to :class:`core.types.UsageRow`, and a memory's uses
+(:class:`core.types.MemoryUse`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.types import ORIGINS, Turn, UsageRow
+from core.types import ORIGINS, MemoryUse, Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
@@ -95,3 +96,24 @@ def memory_filter(
         if chosen != set(ORIGINS):
             parts.append(" AND m.origin IN (" + ", ".join(f"'{o}'" for o in sorted(chosen)) + ")")
     return "".join(parts)
+
+
+USE_COLUMNS = "memory_id, recalls, last_recalled_at, confirmations, ranked_recalls"
+"""The columns :func:`use_from_row` reads, in its order (``SELECT {USE_COLUMNS} FROM
+memory_uses``)."""
+
+RECALL_LOG_STARTED = (
+    "SELECT applied_at FROM schema_migrations"
+    " WHERE name IN ('m015_memory_uses', 'm013_memory_uses')"
+)
+"""When the migration adding ``memory_uses`` ran (SQLite m015, PostgreSQL m013): recalls are
+recorded from then on (:meth:`core.store.seams.RecallLog.recall_log_started`)."""
+
+
+def use_from_row(
+    row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_is
+) -> tuple[int, MemoryUse]:
+    """The memory id and uses in ``row`` (columns :data:`USE_COLUMNS`); ``time`` reads
+    ``last_recalled_at`` as the backend stores it (None stays None)."""
+    last = None if row[2] is None else time(row[2])
+    return int(row[0]), MemoryUse(int(row[1]), last, int(row[3]), int(row[4]))

@@ -11,6 +11,7 @@ needs it (a consumer needing several declares their union where it lives, e.g.
 - :class:`ClaimStore`: claimed platform events and one-time marks;
 - :class:`ModeStore`: per-user memory modes;
 - :class:`UsageStore`: what every Claude call cost;
+- :class:`RecallLog`: how each memory was used (recalled into answers, confirmed by writes);
 - :class:`VectorStore`: embeddings for optional hybrid recall;
 - :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens).
 
@@ -36,6 +37,7 @@ from core.types import (
     MemoryEvent,
     MemoryMode,
     MemoryStats,
+    MemoryUse,
     NewMemory,
     NewTurn,
     Origin,
@@ -193,13 +195,20 @@ class TurnStore(Protocol):
         answer_ref: str | None = None,
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
+        recalled: Sequence[int] = (),
     ) -> int | None:
         """The end of a turn in one transaction: record ``usage`` (the calls the turn made),
         store the answer to ``turn_id``, redact the secrets of both (the user turn's text is
         rewritten, :func:`core.store.writes.redacted`) and queue its reflection
         (``pending``, or ``off`` when ``reflect`` is False; a turn already ``off``, its user's
         mode changed meanwhile, stays so). Returns the answer's turn id (None for an empty
-        answer or a turn that was forgotten meanwhile; the usage is recorded all the same)."""
+        answer or a turn that was forgotten meanwhile; the usage is recorded all the same).
+
+        ``recalled``: the ids of the memories the delivered answer's prompt carried; each of
+        the turn's user's memories among them gets one more recall, now, in the
+        :class:`RecallLog` (one upsert in the same transaction; others' ids are ignored). A
+        failure of that upsert alone leaves the rest of the step done and counts one in
+        ``RecallLog.recall_records_dropped``."""
         ...
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
@@ -328,6 +337,29 @@ class UsageStore(Protocol):
         ...
 
 
+class RecallLog(Protocol):
+    """How each memory was used, kept in a table of its own keyed by memory id (a turn's
+    record touches neither the memory's row nor its recall index) and erased with the memory.
+    Written by :meth:`TurnStore.finish_turn` (``recalled``: recalls) and by every memory write
+    that dedupe answers with an existing memory (a confirmation of it; imports do not
+    confirm); each memory write also sets the user's ``ranked_recalls`` to their recalls."""
+
+    recall_records_dropped: int
+    """Recall records this process failed to write (the turns were stored all the same)."""
+
+    async def memory_uses(
+        self, *, user_key: str, memory_ids: Sequence[int] | None = None
+    ) -> dict[int, MemoryUse]:
+        """The uses of the user's memories (``memory_ids``, or all), by id; a memory never
+        recalled nor confirmed is absent."""
+        ...
+
+    async def recall_log_started(self) -> datetime | None:
+        """When this store began recording recalls (the migration that added the log, or
+        the store's creation), aware UTC; None when unknown."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class FeedbackRow:
     """Ratings of answers on one UTC ``day`` (``YYYY-MM-DD``) in one ``workspace``."""
@@ -446,6 +478,7 @@ class Store(
     CleanupStore,
     ConversationStore,
     UsageStore,
+    RecallLog,
     FeedbackStore,
     VectorStore,
     PlanStore,

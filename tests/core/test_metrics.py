@@ -133,6 +133,8 @@ async def test_slack_http_conversation_moves_the_counters_and_both_healthz_agree
         assert value(after, "selfmind_memories_stored_total", source="reflection") == 1
         assert value(after, "selfmind_reflection_queue_depth") == 0
         assert value(after, "selfmind_claude_errors_total") == 0
+        # The answer's recalls were recorded: the series is there, at 0.
+        assert ("selfmind_recall_records_dropped_total", {}, 0) in after
         assert_no_private_labels(after, text, "bullet", "U1", TEAM, PREFERENCE)
         words = {v for _, ls, _ in after for k, v in ls.items() if k != "le"}  # le: buckets
         assert words <= {"slack", "chat", "extract", "reflection", "input", "output"} | {
@@ -343,7 +345,7 @@ async def test_two_processes_worth_of_metrics_do_not_share_a_registry() -> None:
     one.message_received("slack:T1:U1")
     one.memories_stored("remember", 3)
     readiness = Readiness()
-    one.watch(readiness=readiness, queue_depth=lambda: 4)
+    one.watch(readiness=readiness, queue_depth=lambda: 4, recall_drops=lambda: 2)
     server_one = await HealthServer.start(
         host="127.0.0.1", port=0, readiness=readiness, metrics=one
     )
@@ -359,6 +361,7 @@ async def test_two_processes_worth_of_metrics_do_not_share_a_registry() -> None:
     assert value(a, "selfmind_messages_received_total", platform="slack") == 1
     assert value(a, "selfmind_memories_stored_total") == 3
     assert value(a, "selfmind_reflection_queue_depth") == 4
+    assert value(a, "selfmind_recall_records_dropped_total") == 2
     assert value(b, "selfmind_messages_received_total") == 0
     assert status == 503 and body["not_ready"] == ["store", "platform"]
 

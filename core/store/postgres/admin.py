@@ -2,13 +2,13 @@
 
 :func:`copy_sqlite_to_postgres` moves everything a SQLite store holds - users, memories
 (active and superseded, with their ids, so events and ``superseded_by`` still point at the
-right rows), memory events, embeddings, conversation turns (the reflection queue included),
-claimed event ids, memory modes, marks and usage - into an empty PostgreSQL database in one
-transaction, with ``COPY``. Memory ids, user ids and turn ids are kept, so the index terms
-(``u{uid}_...``) stay valid; identity sequences continue after the largest id (for memories,
-after the largest id the history names, for turns after every id usage names, so a
-forgotten id is never reused). Per-user BM25 statistics are recomputed by the target's
-triggers. At the end every table is counted on
+right rows), memory events, embeddings, memory uses (recalls, confirmations), conversation
+turns (the reflection queue included), claimed event ids, memory modes, marks and usage -
+into an empty PostgreSQL database in one transaction, with ``COPY``. Memory ids, user ids
+and turn ids are kept, so the index terms (``u{uid}_...``) stay valid; identity sequences
+continue after the largest id (for memories, after the largest id the history names, for
+turns after every id usage names, so a forgotten id is never reused). Per-user BM25
+statistics are recomputed by the target's triggers. At the end every table is counted on
 both sides (and the users' active-memory totals compared); a mismatch is reported, not
 hidden. Turns that were waiting for a reflection arrive unclaimed, so the first replica that
 starts takes them over.
@@ -108,6 +108,12 @@ TABLES: tuple[_Table, ...] = (
         "id",
     ),
     _Table("memory_embeddings", ("memory_id", "uid", "model", "vector"), (), "memory_id"),
+    _Table(
+        "memory_uses",
+        ("memory_id", "uid", "recalls", "last_recalled_at", "confirmations", "ranked_recalls"),
+        ("last_recalled_at",),
+        "memory_id",
+    ),
     _Table(
         "turns",
         (

@@ -128,6 +128,8 @@ class PostgresBase:
         self._closed = False
         self.migrated: tuple[str, ...] = ()
         """Names of the migrations this open applied, in order."""
+        self.recall_records_dropped = 0
+        """Recall records that failed (:class:`core.store.seams.RecallLog`)."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod

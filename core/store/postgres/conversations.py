@@ -12,6 +12,7 @@ taken from it, and ``FOR UPDATE SKIP LOCKED`` gives each orphan to one replica o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -19,6 +20,7 @@ from typing import Any, cast
 import asyncpg
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.store.postgres.uses import RECALLED
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
@@ -39,6 +41,8 @@ from core.types import (
     utcnow,
 )
 
+logger = logging.getLogger(__name__)
+
 # Replicas alive now: those holding their liveness lock in this database ($1 = LOCK_REPLICA).
 _LIVE_REPLICAS = (
     "SELECT objid::bigint AS replica FROM pg_locks WHERE locktype = 'advisory'"
@@ -49,6 +53,10 @@ _LIVE_REPLICAS = (
 
 class _Unclaimed(Exception):
     """Rolls back a claim that found an event key claimed before."""
+
+
+class _RecallNotRecorded(Exception):
+    """Rolls back a turn's end whose recall record failed (it is run again without it)."""
 
 
 class PostgresConversations(PostgresBase):
@@ -125,8 +133,24 @@ class PostgresConversations(PostgresBase):
         answer_ref: str | None = None,
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
+        recalled: Sequence[int] = (),
     ) -> int | None:
         answer = redacted(answer) or answer
+        try:
+            return await self._finish_turn(turn_id, answer, answer_ref, reflect, usage, recalled)
+        except _RecallNotRecorded:  # rolled back: the same step again, without the record
+            self.recall_records_dropped += 1
+            return await self._finish_turn(turn_id, answer, answer_ref, reflect, usage, ())
+
+    async def _finish_turn(
+        self,
+        turn_id: int,
+        answer: str,
+        answer_ref: str | None,
+        reflect: bool,
+        usage: Sequence[UsageRecord],
+        recalled: Sequence[int],
+    ) -> int | None:
         async with self._tx() as conn:
             await _insert_usage(conn, usage)
             row = await conn.fetchrow(
@@ -138,9 +162,17 @@ class PostgresConversations(PostgresBase):
             text = redacted(turn.text)
             if text is not None:  # answered: its secrets need not stay
                 await conn.execute("UPDATE turns SET text = $1 WHERE id = $2", text, turn_id)
+            now = utcnow()
+            if recalled and turn.user_key is not None:
+                # No savepoint (two more round trips each turn): a failure aborts the
+                # transaction, which is then run again without the record.
+                try:
+                    await conn.execute(RECALLED, now, turn.user_key, sorted(set(recalled)))
+                except asyncpg.PostgresError as exc:
+                    logger.warning("recall record dropped: %s", type(exc).__name__)
+                    raise _RecallNotRecorded from exc
             answer_id = None
             if answer:
-                now = utcnow()
                 answer_id = int(
                     await conn.fetchval(
                         "INSERT INTO turns(conversation_key, user_key, role, text, origin,"

@@ -310,6 +310,25 @@ async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
     await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
 
+M013_MEMORY_USES = """
+-- How each memory was used (core.store.seams.RecallLog): recalls (delivered answers whose
+-- prompt carried it, profile or recall) and when last; confirmations (writes deduplicated
+-- against it); ranked_recalls (recalls as of the user's last memory write: the standing
+-- profile's tie-break). Recorded from this migration on (the audit's "not recalled" waits
+-- for it). Its own table keyed by memory id: a turn's one upsert touches neither
+-- the memories row nor its GIN index (fillfactor: room for HOT updates). Erased with the
+-- memory (cascade).
+CREATE TABLE memory_uses (
+    memory_id bigint PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+    uid bigint NOT NULL,
+    recalls bigint NOT NULL DEFAULT 0,
+    last_recalled_at timestamptz,
+    confirmations bigint NOT NULL DEFAULT 0,
+    ranked_recalls bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 80);
+CREATE INDEX memory_uses_by_user ON memory_uses(uid);
+"""
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -326,4 +345,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (10, "m010_label_remembered", m010_label_remembered),
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
+    (13, "m013_memory_uses", M013_MEMORY_USES),
 ]

@@ -55,6 +55,7 @@ from core.rules.text import index_terms, normalize
 from core.store.postgres.cleanup import PostgresHygiene
 from core.store.postgres.conversations import PostgresConversations
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
+from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
 from core.store.rows import memory_filter
 from core.store.writes import bulk_results
@@ -81,7 +82,7 @@ _INSERT = (
 )
 
 
-class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
+class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
     PostgresStore.open(url)``, close with ``close``."""
 
@@ -119,6 +120,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
                 for old_id in dict.fromkeys(supersedes)
                 if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
             ]
+            await self._note_write(conn, uid, [memory], [result])
             return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
@@ -132,9 +134,12 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresConversations):
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key, create=True)
             assert uid is not None
-            if dedupe is not None:
-                return [await self._add_one(conn, uid, user_key, m, dedupe) for m in memories]
-            return await self._bulk_add(conn, uid, memories)
+            if dedupe is None:
+                results = await self._bulk_add(conn, uid, memories)
+            else:
+                results = [await self._add_one(conn, uid, user_key, m, dedupe) for m in memories]
+            await self._note_write(conn, uid, memories, results)
+            return results
 
     async def _bulk_add(
         self, conn: asyncpg.Connection, uid: int, memories: Sequence[NewMemory]

@@ -115,6 +115,8 @@ class SQLiteBase:
         self.wal_blocked_warn_s = WAL_BLOCKED_WARN_S
         self.migrated: tuple[str, ...] = ()
         """Names of the migrations this open applied, in order."""
+        self.recall_records_dropped = 0
+        """Recall records that failed (:class:`core.store.seams.RecallLog`)."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod

@@ -19,6 +19,7 @@ from core.store.rows import (
 )
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.store.sqlite.uses import record_recalls
 from core.store.writes import redacted
 from core.types import (
     MemoryMode,
@@ -68,10 +69,13 @@ class SQLiteConversations(SQLiteBase):
         answer_ref: str | None = None,
         reflect: bool = True,
         usage: Sequence[UsageRecord] = (),
+        recalled: Sequence[int] = (),
     ) -> int | None:
         answer = redacted(answer) or answer
+        dropped = False
 
         def finish(conn: sqlite3.Connection) -> int | None:
+            nonlocal dropped
             for record in usage:
                 _insert_usage(conn, record)
             row = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
@@ -82,9 +86,13 @@ class SQLiteConversations(SQLiteBase):
             text = redacted(turn.text)
             if text is not None:  # answered: its secrets need not stay
                 conn.execute("UPDATE turns SET text = ? WHERE id = ?", (text, turn_id))
+            now = ts(utcnow())
+            if recalled and turn.user_key is not None:
+                dropped = not record_recalls(
+                    conn, user_key=turn.user_key, memory_ids=recalled, at=now
+                )
             answer_id = None
             if answer:
-                now = ts(utcnow())
                 cur = conn.execute(
                     "INSERT INTO turns(conversation_key, user_key, role, text, origin, sent_at,"
                     " created_at, reply_to, platform_ref, workspace)"
@@ -107,7 +115,10 @@ class SQLiteConversations(SQLiteBase):
             )
             return answer_id
 
-        return await self._run(finish)
+        answer_id = await self._run(finish)
+        if dropped:  # committed without its recall record
+            self.recall_records_dropped += 1
+        return answer_id
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
         def record(conn: sqlite3.Connection) -> None:

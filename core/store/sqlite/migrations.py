@@ -473,6 +473,28 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
     await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
 
 
+M015_MEMORY_USES = """
+-- How each memory was used (core.store.seams.RecallLog): recalls (delivered answers whose
+-- prompt carried it, profile or recall) and when last; confirmations (writes deduplicated
+-- against it); ranked_recalls (recalls as of the user's last memory write: the standing
+-- profile's tie-break). Recorded from this migration on (the audit's "not recalled" waits
+-- for it). Its own table keyed by memory id: a turn's one upsert touches neither
+-- the memories row nor the FTS5 shards. Erased with the memory (trigger).
+CREATE TABLE memory_uses (
+    memory_id INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL,
+    recalls INTEGER NOT NULL DEFAULT 0,
+    last_recalled_at TEXT,
+    confirmations INTEGER NOT NULL DEFAULT 0,
+    ranked_recalls INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX memory_uses_by_user ON memory_uses(uid);
+CREATE TRIGGER memories_ad_uses AFTER DELETE ON memories BEGIN
+    DELETE FROM memory_uses WHERE memory_id = old.id;
+END;
+"""
+
+
 async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     """Give ``turns.id`` AUTOINCREMENT (as m011 gave ``memories.id``): a plain ``INTEGER
     PRIMARY KEY`` hands the largest freed rowid to the next turn, and a turn deleted at the
@@ -510,5 +532,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "m012_label_remembered", m012_label_remembered),
     (13, "m013_thread_ref", M013_THREAD_REF),
     (14, "m014_redact_secrets", m014_redact_secrets),
+    (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
 ]

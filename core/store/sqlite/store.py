@@ -37,6 +37,7 @@ from core.store.sqlite.base import _IN_WRITE, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
+from core.store.sqlite.uses import SQLiteRecallLog
 from core.store.sqlite.vectors import SQLiteVectors
 from core.store.writes import bulk_results
 from core.types import (
@@ -89,7 +90,7 @@ def _memory(row: Sequence[Any]) -> Memory:
     )
 
 
-class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
+class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
     """The memory half of the SQLite store (:class:`core.store.seams.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
@@ -139,6 +140,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
                 for old_id in dict.fromkeys(supersedes)
                 if await self._supersede(uid, old_id, result.id, memory.conversation_key)
             ]
+            await self._note_write(uid, [memory], [result])
             return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
@@ -151,9 +153,12 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteConversations):
         """
         async with self._write():
             uid = cast(int, await self._uid(user_key, create=True))
-            if dedupe is not None:
-                return [await self._add_one(uid, user_key, m, dedupe) for m in memories]
-            return await self._bulk_add(uid, memories)
+            if dedupe is None:
+                results = await self._bulk_add(uid, memories)
+            else:
+                results = [await self._add_one(uid, user_key, m, dedupe) for m in memories]
+            await self._note_write(uid, memories, results)
+            return results
 
     async def _bulk_add(self, uid: int, memories: Sequence[NewMemory]) -> list[AddResult]:
         row = await self._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")

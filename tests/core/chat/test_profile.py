@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from core.chat.loop import IncomingMessage
+from core.errors import ModelError
 from core.rules.cleanup_ops import RetireOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
@@ -320,3 +321,53 @@ async def test_a_channel_prompt_holds_no_dm_retired_or_other_users_memory_nor_th
         "The user is job hunting secretly.",
     ]
     assert "3 notes are stored" in blocks[-1]["text"]
+
+
+async def test_a_delivered_answer_records_the_memories_its_prompt_carried(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        concise = await add(h, CONCISE, "preference", "communication")
+        museums = {text: await add(h, text, "fact") for text in MUSEUMS}
+        _, profile, volatile = await ask(h, fake, dm(ALICE, "Which museum number 7 was it?"))
+        recalled = [museums[t] for t in memory_lines(volatile["text"])]
+        uses = await h.store.memory_uses(user_key=ALICE)
+        # A failed answer is not delivered: nothing more is recorded.
+        fake.enqueue(Reply(status=400, error_type="invalid_request_error"), kind="chat")
+        with pytest.raises(ModelError):
+            await h.say(dm(ALICE, "Which museum number 7 was it?"))
+        after_failure = await h.store.memory_uses(user_key=ALICE)
+    assert memory_lines(profile["text"]) == [CONCISE] and recalled
+    assert set(uses) == {concise, *recalled}
+    assert all(u.recalls == 1 and u.last_recalled_at is not None for u in uses.values())
+    assert after_failure == uses
+
+
+PREFS = [f"The user prefers tool number {n} for task number {n}." for n in range(6)]
+SHARED_PREF = "The user prefers the shared runner for the nightly builds."
+
+
+async def test_profile_ties_break_by_confirmations_then_recalls_changing_only_at_a_write(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url, profile_tokens=40) as h:  # 2-3 of these fit
+        await add(h, SHARED_PREF, "preference", origin="shared")
+        for text in PREFS:
+            await add(h, text, "preference")
+        first = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
+        # In a channel only the shared preference is a candidate: it is recalled there, turn
+        # after turn, and overtakes the DM-only ones in recalls, but not until a write.
+        for _ in range(3):
+            assert memory_lines((await ask(h, fake, channel(ALICE, "Hi team")))[1]["text"]) == [
+                SHARED_PREF
+            ]
+        second = await ask(h, fake, dm(ALICE, "Hello there"))
+        await add(h, "The user walks to work.", "fact")  # a write: ranked again
+        third = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
+        # Said again: confirmed once, ahead of every memory never confirmed.
+        await add(h, PREFS[0], "preference")
+        fourth = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
+    assert SHARED_PREF not in first and first == [t for t in PREFS if t in first]
+    assert memory_lines(second[1]["text"]) == first  # same bytes: recalls alone re-rank nothing
+    assert SHARED_PREF in third and len(third) == len(first)
+    assert PREFS[0] in fourth and PREFS[0] not in third

@@ -11,10 +11,12 @@ from typer.testing import CliRunner
 
 from bench.audit import hallucination_copies
 from bots.cli import app
-from core.memory.audit import RULES, run_audit
+from core.memory.audit import RULES, format_report, run_audit
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
-from core.types import NewMemory
+from core.store.sqlite.base import ts
+from core.store.sqlite.store import SQLiteStore
+from core.types import NewMemory, NewTurn, utcnow
 
 ALICE, BOB = "cli:alice", "cli:bob"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -66,12 +68,13 @@ async def test_audit_finds_each_rule(store: Store) -> None:
         (ids["long"], "too_long", None),
         (ids["advice"], "suggestion", None),
         (ids["secret"], "secret", None),
-        (ids["old"], "old", None),
     }
     assert bob.findings == []
     total = report.totals()
-    assert (total["memories"], total["flagged"]) == (14, 9)
-    assert [total[r] for r in RULES] == [1, 1, 1, 1, 2, 1, 1, 1]
+    assert (total["memories"], total["flagged"]) == (14, 8)
+    # not_recalled: the store began recording recalls after NOW, so it is not judged
+    assert [total[r] for r in RULES] == [1, 1, 1, 1, 2, 1, 1, 0]
+    assert report.recalls_judged is False
     # the report never carries a memory's text (a secret least of all)
     assert "AKIA" not in json.dumps(report.as_dict())
     # one user only; nothing changed by an audit without fix
@@ -95,9 +98,9 @@ async def test_fix_is_one_undoable_cleanup_change(store: Store) -> None:
     assert [p.user_added for p in run.planned if ids["secret"] in p.user_added] == [
         (ids["secret"],)
     ]
-    # a second audit finds only what --fix leaves (the old memory)
+    # a second audit finds nothing --fix left
     again = await run_audit(store, deduper=Deduper(), now=NOW)
-    assert {(f.memory_id, f.rule) for f in again.users[0].findings} == {(ids["old"], "old")}
+    assert again.users[0].findings == []
     restored = await store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
     assert restored == 8 and await store.count(user_key=ALICE) == 13
 
@@ -133,3 +136,61 @@ def test_cli_audit_json_and_bad_input(tmp_path: Path) -> None:
     assert code == 1 and "no user cli:nobody" in err
     assert cli("memories", "audit", "--days", "0")[0] == 2
     assert cli("memories", "audit", "--user", "")[0] != 0
+
+
+async def recall_log_started_at(store: Store, at: datetime) -> None:
+    """Pretend the store began recording recalls at ``at`` (its migration's time)."""
+    if isinstance(store, SQLiteStore):
+        sql = "UPDATE schema_migrations SET applied_at = ? WHERE name = 'm015_memory_uses'"
+        await store._run(lambda conn: conn.execute(sql, (ts(at),)))
+    else:
+        await store._execute(  # type: ignore[attr-defined]
+            "UPDATE schema_migrations SET applied_at = $1 WHERE name = 'm013_memory_uses'", at
+        )
+
+
+async def test_memories_in_no_prompt_for_n_days_are_found_and_fixed(store: Store) -> None:
+    now = utcnow()
+    old = now - timedelta(days=200)
+    texts = ["The user owns a kayak.", "The user sold a piano.", "The user learns Welsh."]
+    ages = [old, old, now - timedelta(days=10)]
+    kayak, piano, welsh = [
+        r.id
+        for r in await store.add_many(
+            user_key=ALICE,
+            memories=[NewMemory(text=t, created_at=a) for t, a in zip(texts, ages, strict=True)],
+            dedupe=None,
+        )
+    ]
+    await store.add_many(
+        user_key=BOB, memories=[NewMemory(text="The user likes jazz.", created_at=old)], dedupe=None
+    )
+    turn = NewTurn(
+        conversation_key="cli:alice:1", user_key=ALICE, role="user", text="Kayak?",
+        origin="private", sent_at=now, reflection="answering",
+    )  # fmt: skip
+    await store.finish_turn(
+        turn_id=await store.add_turn(turn=turn), answer="Yes.", recalled=[kayak]
+    )
+
+    # Recorded for 10 days only: not judged yet (200-day-old memories are not 200 days unused).
+    await recall_log_started_at(store, now - timedelta(days=10))
+    early = await run_audit(store, deduper=Deduper(), now=now)
+    assert early.recalls_judged is False and early.totals()["not_recalled"] == 0
+    assert any(line.startswith("not_recalled: not judged yet") for line in format_report(early))
+
+    await recall_log_started_at(store, now - timedelta(days=400))
+    report = await run_audit(store, deduper=Deduper(), now=now, days=90)
+    alice, bob = report.users
+    # The piano: old, recorded all along, in no prompt. The kayak was recalled, Welsh is
+    # young; Bob had no memory in any prompt (away): nothing of his is judged.
+    assert [(f.memory_id, f.rule) for f in alice.findings] == [(piano, "not_recalled")]
+    assert alice.findings[0].detail == "never recalled (in no prompt for 90 days)"
+    assert bob.findings == [] and report.recalls_judged
+    assert report.as_dict()["total"]["not_recalled"] == 1
+
+    fixed = await run_audit(store, deduper=Deduper(), now=now, days=90, fix=True)
+    run = fixed.fixed[ALICE]
+    assert run.applied is not None
+    assert {m.id for m in await store.list_memories(user_key=ALICE)} == {kayak, welsh}
+    assert await store.undo_change(user_key=ALICE, change_id=run.applied.change_id) == 1

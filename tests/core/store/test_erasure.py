@@ -25,7 +25,7 @@ from core.rules.text import index_terms, stem
 from core.store.seams import Store
 from core.store.sqlite.base import ts
 from core.store.sqlite.store import SQLiteStore
-from core.types import utcnow
+from core.types import NewTurn, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import harness
 
@@ -181,7 +181,16 @@ async def test_forgotten_embedding_and_events_go(store: Store) -> None:
     ops = [SupersedeOp(old_id=second.id, new_id=first.id)]
     assert (await store.apply_change(user_key=USER, change_id="c1", ops=ops)).superseded
     await store.put_embeddings(user_key=USER, model="m", items=[(first.id, b"\x00" * 8)])
+    # Recalled into an answer and confirmed by a second /remember: uses of its own.
+    await service.remember(user_key=USER, text=f"The user studies {MARKER}.")
+    turn_id = await store.add_turn(turn=NewTurn(
+        conversation_key="c", user_key=USER, role="user", text="Hi", origin="private",
+        sent_at=utcnow(), reflection="answering",
+    ))  # fmt: skip
+    await store.finish_turn(turn_id=turn_id, answer="Hello.", recalled=[first.id, second.id])
+    assert (await store.memory_uses(user_key=USER))[first.id].confirmations == 1
     await service.forget(user_key=USER, memory_id=first.id)
+    assert set(await store.memory_uses(user_key=USER)) == {second.id}
     assert await store.memories_without_embedding(model="m", user_key=USER) == []
     assert await store.active_embeddings(user_key=USER, model="m") == []
     events = await store.history(user_key=USER)

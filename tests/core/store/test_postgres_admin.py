@@ -61,7 +61,7 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
         conversation_key=f"dm:{ALICE}", user_key=ALICE, role="user", text="I use vim",
         origin="private", sent_at=SENT, reflection="answering", workspace="T1",
     ))  # fmt: skip
-    await store.finish_turn(turn_id=asked, answer="Noted.")
+    await store.finish_turn(turn_id=asked, answer="Noted.", recalled=[ids["tabs"], ids["tea"]])
     ids["context"], ids["pending"] = context, asked
     assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
     await store.set_mode(user_key=BOB, mode="paused")
@@ -99,6 +99,7 @@ async def snapshot(store: Store) -> dict[str, object]:
     out["usage"] = await store.usage_report(since=SENT, by="user")
     out["embeddings"] = await store.active_embeddings(user_key=ALICE, model="m")
     out["stats"] = await store.stats()
+    out["uses"] = await store.memory_uses(user_key=ALICE)
     return out
 
 

@@ -1,0 +1,80 @@
+"""The recall log in PostgreSQL (:class:`core.store.seams.RecallLog`): ``memory_uses`` (m013),
+one row per memory that was recalled or confirmed, deleted with the memory by cascade.
+
+Row locks are always taken in memory id order (the turn's upsert and a write's statements),
+so a turn and a memory write of one user never deadlock on them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from core.store.postgres.base import PostgresBase
+from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
+from core.store.writes import confirmed
+from core.types import AddResult, MemoryUse, NewMemory
+
+RECALLED = (
+    "INSERT INTO memory_uses(memory_id, uid, recalls, last_recalled_at)"
+    " SELECT m.id, m.uid, 1, $1 FROM memories m"
+    " WHERE m.uid = (SELECT uid FROM users WHERE user_key = $2) AND m.id = ANY($3::bigint[])"
+    " ORDER BY m.id ON CONFLICT (memory_id) DO UPDATE SET"
+    " recalls = memory_uses.recalls + 1, last_recalled_at = excluded.last_recalled_at"
+)
+"""One more recall at $1 for each of user $2's memories among the ids $3."""
+
+_CONFIRMED = (
+    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
+    " SELECT x, $1, count(*) FROM unnest($2::bigint[]) AS x GROUP BY x ORDER BY x"
+    " ON CONFLICT (memory_id) DO UPDATE SET"
+    " confirmations = memory_uses.confirmations + excluded.confirmations"
+)
+_RANK = (
+    "UPDATE memory_uses u SET ranked_recalls = u.recalls FROM (SELECT memory_id FROM"
+    " memory_uses WHERE uid = $1 AND ranked_recalls <> recalls ORDER BY memory_id FOR UPDATE)"
+    " AS c WHERE u.memory_id = c.memory_id"
+)
+
+
+class PostgresRecallLog(PostgresBase):
+    """The :class:`core.store.seams.RecallLog` reads, and the writes' confirmations."""
+
+    async def memory_uses(
+        self, *, user_key: str, memory_ids: Sequence[int] | None = None
+    ) -> dict[int, MemoryUse]:
+        uid = await self._uid(user_key)
+        if uid is None:
+            return {}
+        if memory_ids is None:
+            rows = await self._fetch(f"SELECT {USE_COLUMNS} FROM memory_uses WHERE uid = $1", uid)
+        else:
+            rows = await self._fetch(
+                f"SELECT {USE_COLUMNS} FROM memory_uses WHERE uid = $1"
+                " AND memory_id = ANY($2::bigint[])",
+                uid,
+                list(memory_ids),
+            )
+        return dict(use_from_row(r) for r in rows)
+
+    async def recall_log_started(self) -> datetime | None:
+        at = await self._fetchval(RECALL_LOG_STARTED)
+        return at if isinstance(at, datetime) else None
+
+    async def _note_write(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        memories: Sequence[NewMemory],
+        results: Sequence[AddResult],
+    ) -> None:
+        """Inside a memory write of user ``uid`` (whose row it holds locked): count its
+        confirmations and, when it added or confirmed one, let the standing profile rank the
+        user's memories by their recalls as they are now (:func:`core.store.writes.confirmed`;
+        ``ranked_recalls``: :mod:`core.memory.profile`)."""
+        ids, rank = confirmed(memories, results)
+        if ids:
+            await conn.execute(_CONFIRMED, uid, ids)
+        if rank:
+            await conn.execute(_RANK, uid)

@@ -1,0 +1,88 @@
+"""The recall log in SQLite (:class:`core.store.seams.RecallLog`): ``memory_uses`` (m015), one
+row per memory that was recalled or confirmed, deleted with the memory by trigger."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
+from core.store.sqlite.base import SQLiteBase, dt
+from core.store.writes import confirmed
+from core.types import AddResult, MemoryUse, NewMemory
+
+logger = logging.getLogger(__name__)
+
+_RECALLED = (
+    "INSERT INTO memory_uses(memory_id, uid, recalls, last_recalled_at)"
+    " SELECT m.id, m.uid, 1, ? FROM memories m JOIN users u ON u.uid = m.uid"
+    " WHERE u.user_key = ? AND m.id IN (SELECT value FROM json_each(?))"
+    " ON CONFLICT(memory_id) DO UPDATE SET recalls = recalls + 1,"
+    " last_recalled_at = excluded.last_recalled_at"
+)
+_CONFIRMED = (
+    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
+    " SELECT value, ?, count(*) FROM json_each(?) WHERE true GROUP BY value"
+    " ON CONFLICT(memory_id) DO UPDATE SET"
+    " confirmations = confirmations + excluded.confirmations"
+)
+_RANK = (
+    "UPDATE memory_uses SET ranked_recalls = recalls WHERE uid = ? AND ranked_recalls <> recalls"
+)
+
+
+def record_recalls(
+    conn: sqlite3.Connection, *, user_key: str, memory_ids: Sequence[int], at: str
+) -> bool:
+    """Inside a write operation (on the connection's thread): one more recall, at ``at``, for
+    each of ``user_key``'s memories among ``memory_ids``, in a SAVEPOINT of its own. False,
+    with the operation's other writes kept, when the upsert failed."""
+    conn.execute("SAVEPOINT recall_log")
+    try:
+        conn.execute(_RECALLED, (at, user_key, json.dumps(sorted(set(memory_ids)))))
+    except sqlite3.Error as exc:
+        if not conn.in_transaction:  # disk full, I/O error: the whole step is gone
+            raise
+        conn.execute("ROLLBACK TO recall_log")
+        conn.execute("RELEASE recall_log")
+        logger.warning("recall record dropped: %s", type(exc).__name__)
+        return False
+    conn.execute("RELEASE recall_log")
+    return True
+
+
+class SQLiteRecallLog(SQLiteBase):
+    """The :class:`core.store.seams.RecallLog` reads, and the writes' confirmations."""
+
+    async def memory_uses(
+        self, *, user_key: str, memory_ids: Sequence[int] | None = None
+    ) -> dict[int, MemoryUse]:
+        sql = (
+            f"SELECT {USE_COLUMNS} FROM memory_uses"
+            " WHERE uid = (SELECT uid FROM users WHERE user_key = ?)"
+        )
+        params: tuple[str, ...] = (user_key,)
+        if memory_ids is not None:
+            sql += " AND memory_id IN (SELECT value FROM json_each(?))"
+            params += (json.dumps(list(memory_ids)),)
+        return dict(use_from_row(r, time=dt) for r in await self._fetchall(sql, params))
+
+    async def recall_log_started(self) -> datetime | None:
+        row = await self._fetchone(RECALL_LOG_STARTED)
+        return dt(row[0]) if row else None
+
+    async def _note_write(
+        self, uid: int, memories: Sequence[NewMemory], results: Sequence[AddResult]
+    ) -> None:
+        """Inside a memory write of user ``uid``: count its confirmations and, when it added
+        or confirmed one, let the standing profile rank the user's memories by their recalls
+        as they are now (:func:`core.store.writes.confirmed`; ``ranked_recalls``:
+        :mod:`core.memory.profile`)."""
+        ids, rank = confirmed(memories, results)
+        if ids:
+            await self._conn.execute(_CONFIRMED, (uid, json.dumps(ids)))
+        if rank:
+            await self._conn.execute(_RANK, (uid,))
