@@ -25,6 +25,7 @@ from core.settings import (
     ENV_FILE_VARIABLE,
     Settings,
     SettingSource,
+    unknown_settings,
     user_env_file,
 )
 
@@ -80,6 +81,7 @@ def report_settings(files: tuple[Path, ...], sources: list[SettingSource]) -> li
     lines += [f"  {s.name}={shown(s)}  ({s.source})" for s in sources] or [
         "  none (every setting has its default)"
     ]
+    lines += [f"  warning: {line}" for line in unknown_settings(files)]
     return lines
 
 

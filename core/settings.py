@@ -18,6 +18,7 @@ else reads the environment.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, Validation
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 ENV_FILE_VARIABLE = "SELFMIND_ENV_FILE"
 """Names a settings file read before ``./.env`` (set it in the environment only)."""
@@ -278,6 +281,41 @@ def setting_sources(
     return found
 
 
+RETIRED = {
+    "SELFMIND_FILE_CONCURRENCY": "SELFMIND_FILE_MEMORY_MB (a byte budget for files held at once)",
+}
+"""Settings an earlier SelfMind read and this one does not, with what replaced them."""
+NOT_SETTINGS = frozenset(
+    {
+        ENV_FILE_VARIABLE,
+        "SELFMIND_TEST_DATABASE_URL",
+        "SELFMIND_BENCH_DATABASE_URL",
+        "SELFMIND_LOCOMO_DIR",
+    }
+)
+"""``SELFMIND_*`` names read by other parts than the settings: the settings file's own
+variable, and the tests' and benchmarks' (docs/index.md)."""
+
+
+def unknown_settings(files: tuple[Path, ...]) -> list[str]:
+    """One line for each ``SELFMIND_*`` name set in the environment or in ``files`` that is
+    no setting of this version (a typo, or a setting :data:`RETIRED`), in sorted order. The
+    settings ignore such names, so without this line a mistyped one silently does nothing."""
+    known = {env_name(field) for field in Settings.model_fields} | NOT_SETTINGS
+    names = {k.upper() for k in os.environ}
+    for path in files:
+        names |= {k.upper() for k in dotenv_values(path)}
+    lines = []
+    for name in sorted(n for n in names if n.startswith("SELFMIND_") and n not in known):
+        instead = RETIRED.get(name)
+        lines.append(
+            f"{name} is no longer read: use {instead}"
+            if instead
+            else f"{name} is not a SelfMind setting (see .env.example); it is ignored"
+        )
+    return lines
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build the settings from the environment and :func:`settings_files` (first found
     wins); overrides win over both.
@@ -287,6 +325,8 @@ def load_settings(**overrides: object) -> Settings:
     ``SELFMIND_ENV_FILE`` when it names no file.
     """
     files = settings_files()
+    for line in unknown_settings(files):
+        logger.warning("%s", line)  # names only, never a value
     try:
         # pydantic-settings lets a later file win: pass them least important first.
         env_files = tuple(reversed(files)) or None

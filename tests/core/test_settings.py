@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from core.settings import Settings, load_settings, normalize_db_url
+from core.settings import (
+    Settings,
+    load_settings,
+    normalize_db_url,
+    settings_files,
+    unknown_settings,
+)
 from tests.conftest import REPO_ROOT
 
 
@@ -257,3 +263,27 @@ def test_the_config_directory_is_read_from_any_directory(elsewhere: Path) -> Non
     listed = selfmind(elsewhere / "b", "memories", "list", "--user", "al")
     assert listed.returncode == 0 and "The user likes tea." in listed.stdout, listed.stderr
     assert db.exists() and not (elsewhere / "home" / ".selfmind").exists()
+
+
+def test_a_retired_or_mistyped_setting_is_named_never_its_value(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The settings ignore names they do not know, so an upgrade that retires one (or a
+    typo) would silently change nothing: each is named once at load, with what replaced it,
+    and ``selfmind doctor`` lists them; the values are never shown."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("SELFMIND_FILE_CONCURRENCY=4\nSELFMIND_TOPK=9\n")
+    monkeypatch.setenv("SELFMIND_TEST_DATABASE_URL", "postgresql://x@127.0.0.1/test")
+    monkeypatch.setenv("selfmind_histroy_turns", "s3cr3t-value")
+    with caplog.at_level("WARNING", logger="core.settings"):
+        settings = load_settings()
+    assert settings.top_k == 6  # the typo set nothing
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "SELFMIND_FILE_CONCURRENCY is no longer read: use SELFMIND_FILE_MEMORY_MB"
+        " (a byte budget for files held at once)",
+        "SELFMIND_HISTROY_TURNS is not a SelfMind setting (see .env.example); it is ignored",
+        "SELFMIND_TOPK is not a SelfMind setting (see .env.example); it is ignored",
+    ]
+    assert not any("s3cr3t" in line or "=4" in line for line in lines)
+    assert unknown_settings(settings_files()) == lines
