@@ -98,13 +98,11 @@ class MemoryUse:
     delivered answers whose prompt carried it (in the standing profile or recalled), the last
     at ``last_recalled_at`` (aware UTC; None: never); ``confirmations``, the writes found to
     be duplicates of it (``/remember`` answered "already knew", a reflection's duplicate
-    candidate); ``ranked_recalls``, ``recalls`` as they stood at the user's last memory write
-    (what the standing profile ranks by, so that its bytes change only with a write)."""
+    candidate)."""
 
     recalls: int = 0
     last_recalled_at: datetime | None = None
     confirmations: int = 0
-    ranked_recalls: int = 0
 
 
 @dataclass(frozen=True, slots=True)

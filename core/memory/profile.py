@@ -10,8 +10,8 @@ of it. Otherwise candidates are the user's active memories of every kind but a p
 of category ``general`` (the store's ``standing`` filter, a partial index), newest
 :data:`PROFILE_CANDIDATES` first. Never superseded or retired ones, and in a shared channel
 only memories learned in shared places (as recall). They are taken by rank, within a rank
-by how often they were confirmed, then recalled, then newest first, while they fit
-``budget_tokens`` (:func:`estimate_tokens` of their lines):
+by how often they were confirmed, then newest first, while they fit ``budget_tokens``
+(:func:`estimate_tokens` of their lines):
 
 1. ``context``: who the user is (name, role, team, where they live and work, time zone,
    languages, constraints such as allergies);
@@ -24,18 +24,16 @@ by how often they were confirmed, then recalled, then newest first, while they f
 
 Within a rank (:func:`select_profile`): more **confirmations** first (writes dedupe found
 to be a memory already stored: ``/remember`` answered "already knew", a reflection's
-duplicate candidate; what the user says again matters more), then more **recalls** (answers
-whose prompt carried it), then newer. The recalls are those the store froze at the user's
-last memory write (``MemoryUse.ranked_recalls``), not the live count: every turn adds a
-recall to each memory in its prompt, so a live count would re-rank the profile between
-writes (a shared memory recalled in a channel would overtake a DM-only one in the DM
-profile). Confirmations change only with a write too. So the choice changes only when the
-user's memories are written, and the chosen memories are written in rank, then id order: the
-block's bytes change only then, and Anthropic's prompt cache reads it on every other turn.
-The profile's own memories are recalled every turn, so once chosen they stay ahead of later
-memories with as many confirmations: a new memory enters a full rank by being confirmed
-(said again). A user whose standing memories all fit the budget gets all
-of them (no counts are read).
+duplicate candidate; what the user says again matters more), then newer: a new preference
+enters a full rank, the oldest unconfirmed one leaves it. How often a memory was recalled is
+not used: the profile's own memories are in every prompt, so a recall count would keep
+whatever was chosen first ahead of every later memory, and it changes each turn, which would
+change the block's bytes between writes. Confirmations change only with a write, so the
+choice changes only when the user's memories are written, and the chosen memories are
+written in rank, then id order: the block's bytes change only then, and Anthropic's prompt
+cache reads it on every other turn. (Recalls are recorded for the audit's ``not_recalled``
+rule.) A user whose standing memories all fit the budget gets all of them (no counts are
+read).
 
 **Memory questions** ("what do you remember about me?", :mod:`core.rules.memory_questions`)
 get the profile and then the user's most recent other memories, newest first, up to the same
@@ -113,15 +111,14 @@ def select_profile(
     uses: Mapping[int, MemoryUse] | None = None,
 ) -> list[Memory]:
     """The profile out of ``candidates`` (standing memories, any order): by rank, within a
-    rank by ``uses`` (confirmations, then ``ranked_recalls``; a memory absent has none),
-    then newest first, while their lines fit ``budget_tokens``; returned in rank, then id
-    order (stable bytes). A memory too long for what is left is skipped, not the rest."""
+    rank by ``uses`` (confirmations; a memory absent has none), then newest first, while
+    their lines fit ``budget_tokens``; returned in rank, then id order (stable bytes). A
+    memory too long for what is left is skipped, not the rest."""
     used = uses or {}
     none = MemoryUse()
 
-    def order(m: Memory) -> tuple[int, int, int, int]:
-        use = used.get(m.id, none)
-        return (profile_rank(m), -use.confirmations, -use.ranked_recalls, -m.id)
+    def order(m: Memory) -> tuple[int, int, int]:
+        return (profile_rank(m), -used.get(m.id, none).confirmations, -m.id)
 
     chosen: list[Memory] = []
     left = budget_tokens

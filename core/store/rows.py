@@ -98,7 +98,7 @@ def memory_filter(
     return "".join(parts)
 
 
-USE_COLUMNS = "memory_id, recalls, last_recalled_at, confirmations, ranked_recalls"
+USE_COLUMNS = "memory_id, recalls, last_recalled_at, confirmations"
 """The columns :func:`use_from_row` reads, in its order (``SELECT {USE_COLUMNS} FROM
 memory_uses``)."""
 
@@ -116,4 +116,4 @@ def use_from_row(
     """The memory id and uses in ``row`` (columns :data:`USE_COLUMNS`); ``time`` reads
     ``last_recalled_at`` as the backend stores it (None stays None)."""
     last = None if row[2] is None else time(row[2])
-    return int(row[0]), MemoryUse(int(row[1]), last, int(row[3]), int(row[4]))
+    return int(row[0]), MemoryUse(int(row[1]), last, int(row[3]))

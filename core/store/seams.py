@@ -342,7 +342,7 @@ class RecallLog(Protocol):
     record touches neither the memory's row nor its recall index) and erased with the memory.
     Written by :meth:`TurnStore.finish_turn` (``recalled``: recalls) and by every memory write
     that dedupe answers with an existing memory (a confirmation of it; imports do not
-    confirm); each memory write also sets the user's ``ranked_recalls`` to their recalls."""
+    confirm)."""
 
     recall_records_dropped: int
     """Recall records this process failed to write (the turns were stored all the same)."""

@@ -41,22 +41,16 @@ def bulk_results(
     return results
 
 
-def confirmed(
-    memories: Sequence[NewMemory], results: Sequence[AddResult]
-) -> tuple[list[int], bool]:
-    """What a write of ``memories`` (giving ``results``) changes in the recall log
-    (:class:`core.store.seams.RecallLog`): the stored memories it confirmed, one id per
-    confirmation, and whether the user's memories are ranked again (``ranked_recalls``): a
-    write that added or confirmed a memory (one that found only import duplicates, or
-    nothing, leaves the standing profile as it is).
+def confirmed(memories: Sequence[NewMemory], results: Sequence[AddResult]) -> list[int]:
+    """The stored memories a write of ``memories`` (giving ``results``) confirmed, one id per
+    confirmation (:class:`core.store.seams.RecallLog`).
 
     A confirmation is a result dedupe answered with a memory stored before this write; a
     duplicate of a memory this same write added confirms nothing (one message said it
     once), nor does an import (a store re-imported restates, it does not confirm)."""
     added = {r.id for r in results if r.status == "added"}
-    ids = [
+    return [
         r.id
         for m, r in zip(memories, results, strict=True)
         if r.status == "duplicate" and r.id not in added and m.source != "import"
     ]
-    return ids, bool(ids or added)

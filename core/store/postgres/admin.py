@@ -110,7 +110,7 @@ TABLES: tuple[_Table, ...] = (
     _Table("memory_embeddings", ("memory_id", "uid", "model", "vector"), (), "memory_id"),
     _Table(
         "memory_uses",
-        ("memory_id", "uid", "recalls", "last_recalled_at", "confirmations", "ranked_recalls"),
+        ("memory_id", "uid", "recalls", "last_recalled_at", "confirmations"),
         ("last_recalled_at",),
         "memory_id",
     ),

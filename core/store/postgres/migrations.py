@@ -313,9 +313,9 @@ async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
 M013_MEMORY_USES = """
 -- How each memory was used (core.store.seams.RecallLog): recalls (delivered answers whose
 -- prompt carried it, profile or recall) and when last; confirmations (writes deduplicated
--- against it); ranked_recalls (recalls as of the user's last memory write: the standing
--- profile's tie-break). Recorded from this migration on (the audit's "not recalled" waits
--- for it). Its own table keyed by memory id: a turn's one upsert touches neither
+-- against it: the standing profile's tie-break). Recorded from this migration on (the
+-- audit's "not recalled" waits for it). Its own table keyed by memory id: a turn's one
+-- upsert touches neither
 -- the memories row nor its GIN index (fillfactor: room for HOT updates). Erased with the
 -- memory (cascade).
 CREATE TABLE memory_uses (
@@ -323,8 +323,7 @@ CREATE TABLE memory_uses (
     uid bigint NOT NULL,
     recalls bigint NOT NULL DEFAULT 0,
     last_recalled_at timestamptz,
-    confirmations bigint NOT NULL DEFAULT 0,
-    ranked_recalls bigint NOT NULL DEFAULT 0
+    confirmations bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80);
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """

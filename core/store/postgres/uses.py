@@ -31,11 +31,6 @@ _CONFIRMED = (
     " ON CONFLICT (memory_id) DO UPDATE SET"
     " confirmations = memory_uses.confirmations + excluded.confirmations"
 )
-_RANK = (
-    "UPDATE memory_uses u SET ranked_recalls = u.recalls FROM (SELECT memory_id FROM"
-    " memory_uses WHERE uid = $1 AND ranked_recalls <> recalls ORDER BY memory_id FOR UPDATE)"
-    " AS c WHERE u.memory_id = c.memory_id"
-)
 
 
 class PostgresRecallLog(PostgresBase):
@@ -70,11 +65,7 @@ class PostgresRecallLog(PostgresBase):
         results: Sequence[AddResult],
     ) -> None:
         """Inside a memory write of user ``uid`` (whose row it holds locked): count its
-        confirmations and, when it added or confirmed one, let the standing profile rank the
-        user's memories by their recalls as they are now (:func:`core.store.writes.confirmed`;
-        ``ranked_recalls``: :mod:`core.memory.profile`)."""
-        ids, rank = confirmed(memories, results)
+        confirmations (:func:`core.store.writes.confirmed`)."""
+        ids = confirmed(memories, results)
         if ids:
             await conn.execute(_CONFIRMED, uid, ids)
-        if rank:
-            await conn.execute(_RANK, uid)

@@ -476,17 +476,16 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
 M015_MEMORY_USES = """
 -- How each memory was used (core.store.seams.RecallLog): recalls (delivered answers whose
 -- prompt carried it, profile or recall) and when last; confirmations (writes deduplicated
--- against it); ranked_recalls (recalls as of the user's last memory write: the standing
--- profile's tie-break). Recorded from this migration on (the audit's "not recalled" waits
--- for it). Its own table keyed by memory id: a turn's one upsert touches neither
+-- against it: the standing profile's tie-break). Recorded from this migration on (the
+-- audit's "not recalled" waits for it). Its own table keyed by memory id: a turn's one
+-- upsert touches neither
 -- the memories row nor the FTS5 shards. Erased with the memory (trigger).
 CREATE TABLE memory_uses (
     memory_id INTEGER PRIMARY KEY,
     uid INTEGER NOT NULL,
     recalls INTEGER NOT NULL DEFAULT 0,
     last_recalled_at TEXT,
-    confirmations INTEGER NOT NULL DEFAULT 0,
-    ranked_recalls INTEGER NOT NULL DEFAULT 0
+    confirmations INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 CREATE TRIGGER memories_ad_uses AFTER DELETE ON memories BEGIN

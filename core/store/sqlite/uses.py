@@ -29,9 +29,6 @@ _CONFIRMED = (
     " ON CONFLICT(memory_id) DO UPDATE SET"
     " confirmations = confirmations + excluded.confirmations"
 )
-_RANK = (
-    "UPDATE memory_uses SET ranked_recalls = recalls WHERE uid = ? AND ranked_recalls <> recalls"
-)
 
 
 def record_recalls(
@@ -77,12 +74,8 @@ class SQLiteRecallLog(SQLiteBase):
     async def _note_write(
         self, uid: int, memories: Sequence[NewMemory], results: Sequence[AddResult]
     ) -> None:
-        """Inside a memory write of user ``uid``: count its confirmations and, when it added
-        or confirmed one, let the standing profile rank the user's memories by their recalls
-        as they are now (:func:`core.store.writes.confirmed`; ``ranked_recalls``:
-        :mod:`core.memory.profile`)."""
-        ids, rank = confirmed(memories, results)
+        """Inside a memory write of user ``uid``: count its confirmations
+        (:func:`core.store.writes.confirmed`)."""
+        ids = confirmed(memories, results)
         if ids:
             await self._conn.execute(_CONFIRMED, (uid, json.dumps(ids)))
-        if rank:
-            await self._conn.execute(_RANK, (uid,))

@@ -347,7 +347,7 @@ PREFS = [f"The user prefers tool number {n} for task number {n}." for n in range
 SHARED_PREF = "The user prefers the shared runner for the nightly builds."
 
 
-async def test_profile_ties_break_by_confirmations_then_recalls_changing_only_at_a_write(
+async def test_profile_ties_break_by_confirmations_then_newest_changing_only_at_a_write(
     fake: FakeAnthropic, db_url: str
 ) -> None:
     async with harness(fake, db_url, profile_tokens=40) as h:  # 2-3 of these fit
@@ -356,18 +356,22 @@ async def test_profile_ties_break_by_confirmations_then_recalls_changing_only_at
             await add(h, text, "preference")
         first = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
         # In a channel only the shared preference is a candidate: it is recalled there, turn
-        # after turn, and overtakes the DM-only ones in recalls, but not until a write.
+        # after turn; recalls never rank the profile, so the DM profile keeps its bytes.
         for _ in range(3):
             assert memory_lines((await ask(h, fake, channel(ALICE, "Hi team")))[1]["text"]) == [
                 SHARED_PREF
             ]
         second = await ask(h, fake, dm(ALICE, "Hello there"))
-        await add(h, "The user walks to work.", "fact")  # a write: ranked again
-        third = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
         # Said again: confirmed once, ahead of every memory never confirmed.
         await add(h, PREFS[0], "preference")
+        third = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
+        # A new preference enters the full rank (the newest of the unconfirmed), however
+        # often the chosen ones were recalled; the confirmed one stays.
+        new = "The user prefers dark mode in every editor."
+        await add(h, new, "preference")
         fourth = memory_lines((await ask(h, fake, dm(ALICE, "Hello there")))[1]["text"])
-    assert SHARED_PREF not in first and first == [t for t in PREFS if t in first]
-    assert memory_lines(second[1]["text"]) == first  # same bytes: recalls alone re-rank nothing
-    assert SHARED_PREF in third and len(third) == len(first)
-    assert PREFS[0] in fourth and PREFS[0] not in third
+    assert first == [t for t in PREFS if t in first] and first[-1] == PREFS[-1]  # newest
+    assert SHARED_PREF not in first and PREFS[0] not in first
+    assert memory_lines(second[1]["text"]) == first  # same bytes: recalls re-rank nothing
+    assert PREFS[0] in third and len(third) == len(first)
+    assert new in fourth and PREFS[0] in fourth

@@ -95,19 +95,6 @@ async def test_duplicate_writes_confirm_the_stored_memory_imports_do_not(store: 
     assert results[0].id not in uses
 
 
-async def test_the_profile_ranks_by_recalls_as_of_the_last_memory_write(store: Store) -> None:
-    service = MemoryService(store)
-    tea = (await service.remember(user_key=ALICE, text="The user likes tea.")).id
-    for _ in range(3):
-        await store.finish_turn(turn_id=await asked(store), answer="ok", recalled=[tea])
-    uses = (await store.memory_uses(user_key=ALICE))[tea]
-    assert (uses.recalls, uses.ranked_recalls) == (3, 0)  # turns alone change no rank
-    await store.add_many(user_key=ALICE, memories=[], dedupe=Deduper())  # wrote nothing
-    assert (await store.memory_uses(user_key=ALICE))[tea].ranked_recalls == 0
-    await service.remember(user_key=ALICE, text="The user cycles to work.")
-    assert (await store.memory_uses(user_key=ALICE))[tea].ranked_recalls == 3
-
-
 async def test_forgetting_erases_the_memory_uses(store: Store) -> None:
     service = MemoryService(store)
     tea = (await service.remember(user_key=ALICE, text="The user likes tea.")).id
