@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, get_args
 
 from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
+from core.memory.profile import is_standing
 from core.memory.reflection import addressed_or_asked
 from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
 from core.rules.dedupe import Deduper
@@ -153,15 +154,24 @@ def _not_recalled(
     days: int,
 ) -> list[Finding]:
     """Memories watched for ``days`` days (existing, with recalls recorded) and recalled in
-    none of them; none when the user had no memory recalled in that time."""
+    none of them. Judged only where the user had prompts that could have carried them: a
+    private memory only when one of their private memories was recalled in that time (a DM
+    prompt; a channel prompt carries shared memories only), a shared one when any was. A
+    standing memory (a preference, a correction, who the user is: :func:`is_standing`) is
+    never flagged: the profile's budget, not its worth, keeps it out of a full profile."""
     cutoff = now - timedelta(days=days)
     if started is None or started > cutoff:
         return []
-    recent = [u.last_recalled_at for u in uses.values() if u.last_recalled_at is not None]
-    if not recent or max(recent) < cutoff:  # the user was away: nothing to judge by
-        return []
+    origin_of = {m.id: m.origin for m in memories}
+    seen: set[str] = set()  # origins with a memory recalled since the cutoff
+    for memory_id, use in uses.items():
+        if use.last_recalled_at is not None and use.last_recalled_at >= cutoff:
+            seen.add(origin_of.get(memory_id, "shared"))
+    judged = {"private", "shared"} if "private" in seen else ({"shared"} if seen else set())
     out = []
     for m in memories:
+        if m.origin not in judged or is_standing(m):
+            continue
         last = uses[m.id].last_recalled_at if m.id in uses else None
         if m.created_at < cutoff and (last is None or last < cutoff):
             when = (

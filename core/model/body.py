@@ -53,6 +53,13 @@ class FileMarkers:
         self.files.append(data)
         return f"{self._prefix}{len(self.files) - 1}"
 
+    def base64_chars(self, marker: str) -> int | None:
+        """The length of the base64 text ``marker`` stands for (None: not one of these)."""
+        index = marker.removeprefix(self._prefix)
+        if index == marker or not index.isdigit() or int(index) >= len(self.files):
+            return None
+        return base64_size(len(self.files[int(index)]))
+
     def markers(self) -> list[bytes]:
         return [f'"{self._prefix}{i}"'.encode() for i in range(len(self.files))]
 

@@ -538,7 +538,10 @@ def _loggable(stream: _ClaudeAnswerStream) -> list[object]:
             item = cast(dict[str, Any], block)
             source = item.get("source")
             if isinstance(source, dict) and "data" in source:
-                item = {**item, "source": {**source, "data": f"<{len(source['data'])} chars>"}}
+                data = source["data"]
+                size = stream._files.base64_chars(data) if isinstance(data, str) else None
+                shown = f"<{len(data) if size is None else size} chars>"
+                item = {**item, "source": {**source, "data": shown}}
             blocks.append(item)
         out.append({"role": param["role"], "content": blocks})
     return out

@@ -133,7 +133,8 @@ async def test_slack_http_conversation_moves_the_counters_and_both_healthz_agree
         assert value(after, "selfmind_memories_stored_total", source="reflection") == 1
         assert value(after, "selfmind_reflection_queue_depth") == 0
         assert value(after, "selfmind_claude_errors_total") == 0
-        # The answer's recalls were recorded: the series is there, at 0.
+        # The dropped-recall-records series is exported, at 0 (the records themselves: see
+        # test_profile.py, test_a_delivered_answer_records_the_memories_its_prompt_carried).
         assert ("selfmind_recall_records_dropped_total", {}, 0) in after
         assert_no_private_labels(after, text, "bullet", "U1", TEAM, PREFERENCE)
         words = {v for _, ls, _ in after for k, v in ls.items() if k != "le"}  # le: buckets

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from bench.audit import hallucination_copies
 from bots.cli import app
-from core.memory.audit import RULES, format_report, run_audit
+from core.memory.audit import RULES, audit_memories, format_report, run_audit
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.base import ts
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn, utcnow
+from core.types import Memory, MemoryUse, NewMemory, NewTurn, utcnow
 
 ALICE, BOB = "cli:alice", "cli:bob"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -194,3 +194,36 @@ async def test_memories_in_no_prompt_for_n_days_are_found_and_fixed(store: Store
     assert run.applied is not None
     assert {m.id for m in await store.list_memories(user_key=ALICE)} == {kayak, welsh}
     assert await store.undo_change(user_key=ALICE, change_id=run.applied.change_id) == 1
+
+
+def test_not_recalled_judges_only_where_a_prompt_could_carry_the_memory() -> None:
+    """A user who spoke only in channels for 90 days had no prompt that could carry a private
+    memory: those are not judged (a --fix would otherwise retire all of them); standing
+    memories (preferences, who the user is) are never flagged."""
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    old = now - timedelta(days=200)
+
+    def memory(i: int, text: str, origin: str, kind: str = "fact") -> Memory:
+        return Memory(
+            id=i, user_key=ALICE, text=text, kind=kind, category="general",  # type: ignore[arg-type]
+            source="remember", origin=origin, created_at=old, updated_at=old,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    memories = [
+        memory(1, "The user owns a kayak.", "private"),
+        memory(2, "The user is allergic to peanuts.", "private", kind="context"),
+        memory(3, "The user sold a piano.", "shared"),
+        memory(4, "The user runs the team's CI.", "shared"),
+    ]
+    recent = MemoryUse(recalls=1, last_recalled_at=now - timedelta(days=1))
+
+    def flagged(uses: dict[int, MemoryUse]) -> list[int]:
+        audit = audit_memories(
+            ALICE, memories, deduper=Deduper(), now=now, days=90, secrets=None, uses=uses,
+            recall_log_started=now - timedelta(days=400),
+        )  # fmt: skip
+        return [f.memory_id for f in audit.findings if f.rule == "not_recalled"]
+
+    assert flagged({4: recent}) == [3]  # channels only: no private memory judged
+    assert flagged({1: recent}) == [3, 4]  # a DM prompt: both origins judged, 2 is standing
+    assert flagged({}) == []  # away: nothing judged

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import re
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from core.model.body import CHUNK_BYTES, FileMarkers, RequestBody
+from core.model.body import CHUNK_BYTES, FileMarkers, RequestBody, base64_size
 from core.model.claude import ChatMessage, ClaudeChatModel, FileBlock, SystemBlock
 from tests.core.model.test_llm import CHAT_MODEL as MODEL
 from tests.core.model.test_llm import make_model
@@ -164,3 +165,23 @@ async def test_a_body_is_reiterable_until_released() -> None:
     body.release()
     with pytest.raises(RuntimeError):
         [c async for c in body]
+
+
+async def test_the_debug_log_gives_each_files_base64_size_never_its_bytes(
+    claude: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocks = files()
+    sizes = sorted(
+        len(b.data) if isinstance(b.data, str) else base64_size(len(b.data)) for b in blocks
+    )
+    with caplog.at_level("DEBUG", logger="core.model.claude"):
+        async with chat_model(claude) as model:
+            assert "".join(
+                [d async for d in model.stream(system=SYSTEM, messages=messages(blocks))]
+            )
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("chat request")]
+    assert sorted(int(n) for n in re.findall(r"<(\d+) chars>", line)) == sizes
+    assert "selfmind-file-" not in line  # the marker, not a size, was logged before
+    markers = FileMarkers()
+    assert markers.base64_chars(markers.marker(b"12345")) == 8
+    assert markers.base64_chars("selfmind-file-x-0") is None
