@@ -31,6 +31,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
+import threading
 from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
@@ -60,6 +61,12 @@ RESIZE_LONG_EDGE = 1568
 """The API scales an image whose long edge is over 1568 px down to it (vision docs)."""
 MAX_DECODE_PIXELS = 50_000_000
 """Images of more pixels are not opened at all (decoding one takes about 4 bytes a pixel)."""
+_DECODING = threading.Lock()
+"""One image decoded at a time in the process: the byte budget (``SELFMIND_FILE_MEMORY_MB``)
+counts a file's bytes, and a 150 KB PNG of 10,000 x 5,000 pixels decodes to about 120 MB, so
+decodes in every worker thread at once would not be bounded by it. One at a time they add
+at most one image's pixels (4 bytes a pixel, :data:`MAX_DECODE_PIXELS`: 200 MB at worst, a
+4K screenshot about 33 MB); a decode takes tens of milliseconds for a screenshot."""
 
 _SNIFF = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -165,10 +172,12 @@ def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int
         if width * height > MAX_DECODE_PIXELS:
             raise FileProblem(f"it is {width}x{height} pixels, too large to open")
         fits = max(width, height) <= max_side
-        if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
-            image.load()  # decoded once: a corrupt image is caught here, not by the API
-            return FileBlock("image", name, media_type, data)
-        return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
+        with _DECODING:
+            if fits and base64_size(len(data)) <= MAX_IMAGE_BASE64_BYTES:
+                image.load()  # decoded once: a corrupt image is caught here, not by the API
+                image.close()  # its pixels go now, before the next decode
+                return FileBlock("image", name, media_type, data)
+            return _smaller(name, image, len(data), max_side=min(max_side, RESIZE_LONG_EDGE))
     except FileProblem:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import gc
 import io
 import re
+import threading
+import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -332,3 +335,40 @@ async def test_read_files_are_let_go_without_waiting_for_the_garbage_collector(
         tracemalloc.stop()
         gc.enable()
     assert left < len(good) // 4  # with the collector off all along
+
+
+def test_images_are_decoded_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The byte budget counts a file's bytes; a small PNG can decode to a hundred MB. Worker
+    threads decode one image at a time, so decoded pixels add at most one image's worth."""
+    from PIL import Image
+
+    import core.files.prepare as prepare_module
+
+    inside, most = 0, 0
+    lock = threading.Lock()
+    real_load = Image.Image.load
+
+    def slow_load(self: Image.Image) -> object:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.02)  # long enough for the other threads to try
+        try:
+            return real_load(self)
+        finally:
+            with lock:
+                inside -= 1
+
+    monkeypatch.setattr(Image.Image, "load", slow_load)
+    data = png(300, 200)
+    ref = FileRef("shot.png", size=len(data), media_type="image/png")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        done = list(
+            pool.map(
+                lambda _: prepare_module.prepare(ref, data, max_side=8000, max_text_chars=100),
+                range(8),
+            )
+        )
+    assert len(done) == 8 and all(p.block is not None for p in done)
+    assert most == 1
