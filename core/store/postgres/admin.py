@@ -343,7 +343,7 @@ async def copy_sqlite_to_postgres(
                     await _copy_table(src, conn, table, progress)
                 for table in tables:
                     if table.identity is not None:
-                        await _continue_identity(conn, table)
+                        await _continue_identity(conn, table, await _sqlite_sequence(src, table))
             report = await _compare(src, conn, tables)
     except DB_ERRORS as exc:
         raise StoreError(f"copy to {mask_url(target_url)} failed: {describe_error(exc)}") from None
@@ -353,10 +353,21 @@ async def copy_sqlite_to_postgres(
     return report
 
 
-async def _continue_identity(conn: asyncpg.Connection, table: _Table) -> None:
-    # New ids start after the largest copied one; for memories also after every id the
-    # history names, so a forgotten memory's id is never given to a new one; for turns after
-    # every id an answer or a usage row names (a deleted turn's, m016 on SQLite).
+async def _sqlite_sequence(src: aiosqlite.Connection, table: _Table) -> int:
+    """The largest id the SQLite store ever gave in ``table`` (``sqlite_sequence``, kept by
+    AUTOINCREMENT: m011 and m016 started it after every id the store had named); 0 when the
+    table has none."""
+    rows = await src.execute_fetchall(
+        "SELECT seq FROM sqlite_sequence WHERE name = ?", (table.name,)
+    )
+    return max((int(r[0]) for r in rows), default=0)
+
+
+async def _continue_identity(conn: asyncpg.Connection, table: _Table, given: int) -> None:
+    # New ids start after the largest copied one and after ``given``, the largest the SQLite
+    # store ever gave (a forgotten memory's or a deleted turn's id included: a recovery claim
+    # recover:{id} would otherwise refuse the new turn); for memories also after every id the
+    # history names; for turns after every id an answer or a usage row names.
     largest = f"SELECT MAX({table.identity}) FROM {table.name}"
     if table.name == "memories":
         largest = f"SELECT GREATEST(({largest}), (SELECT MAX(memory_id) FROM memory_events))"
@@ -367,7 +378,8 @@ async def _continue_identity(conn: asyncpg.Connection, table: _Table) -> None:
         )
     await conn.execute(
         f"SELECT setval(pg_get_serial_sequence('{table.name}', '{table.identity}'),"
-        f" COALESCE(({largest}), 0) + 1, false)"
+        f" GREATEST(COALESCE(({largest}), 0), $1) + 1, false)",
+        given,
     )
 
 

@@ -148,6 +148,40 @@ async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
         assert code == 1 and "already holds data" in err and err.count("\n") == 1
 
 
+async def test_copy_never_gives_a_new_turn_the_id_of_a_deleted_one(tmp_path: Path) -> None:
+    """The SQLite store never reuses a turn id (AUTOINCREMENT); neither does its copy: the
+    sequence continues after the largest id SQLite ever gave, so a deleted turn's recovery
+    claim (``recover:{id}``) cannot refuse a new turn's."""
+
+    def asked(user: str, text: str) -> NewTurn:
+        return NewTurn(
+            conversation_key=f"{user}:s", user_key=user, role="user", text=text,
+            origin="private", sent_at=SENT, reflection="answering",
+        )  # fmt: skip
+
+    path = tmp_path / "memory.db"
+    source = await SQLiteStore.open(str(path))
+    try:
+        await source.add_turn(turn=asked(BOB, "hi"))
+        last = await source.add_turn(turn=asked(ALICE, "I live in Oslo"))
+        assert await source.claim_event(keys=[f"recover:{last}"])
+        await source.forget_all(user_key=ALICE)  # the turn of the largest id is gone
+    finally:
+        await source.close()
+    with fresh_pg_database(migrated=False) as url:
+        code, _, err = await asyncio.to_thread(
+            cli, "db", "copy", "--from", f"sqlite:///{path}", "--to", url
+        )
+        assert code == 0, err
+        copy = await open_store(url)
+        try:
+            new = await copy.add_turn(turn=asked(BOB, "next"))
+            assert new > last
+            assert await copy.claim_event(keys=[f"recover:{new}"])
+        finally:
+            await copy.close()
+
+
 async def test_copy_rejects_wrong_schemes(tmp_path: Path) -> None:
     code, _, err = await asyncio.to_thread(
         cli, "db", "copy", "--from", str(tmp_path / "m.db"), "--to", str(tmp_path / "x.db")
