@@ -352,12 +352,12 @@ class Reflector:
                 await self.store.set_reflection(turn_id=turn_id, state="pending", attempts=attempts)
                 await asyncio.sleep(self.retry_delay_s * attempts)
                 continue
-            # One transaction: the reflection done and what its call cost.
-            await self.store.set_reflection(
-                turn_id=turn_id,
-                state="done",
-                attempts=attempts,
-                usage=[
+            # One transaction: the reflection done and what its call cost. Its memories are
+            # written by now: when this step fails (a locked database) it is tried again on
+            # its own, not the whole reflection, which would call the model once more and
+            # count its own memories as confirmations.
+            usage = (
+                [
                     usage_record(
                         user_key=turn.user_key,
                         workspace=turn.workspace,
@@ -368,8 +368,27 @@ class Reflector:
                     )
                 ]
                 if result.usage is not None
-                else [],
+                else []
             )
+            for run in range(1, self.max_attempts + 1):
+                try:
+                    await self.store.set_reflection(
+                        turn_id=turn_id,
+                        state="done",
+                        attempts=attempts,
+                        usage=usage,
+                    )
+                    break
+                except Exception:
+                    if run == self.max_attempts:
+                        raise
+                    logger.warning(
+                        "reflection of turn %s: its memories are stored, marking it done"
+                        " failed (run %d)",
+                        turn_id,
+                        run,
+                    )
+                    await asyncio.sleep(self.retry_delay_s * run)
             break
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(

@@ -299,6 +299,43 @@ async def test_a_crashed_reflection_is_retried_in_order_then_left_pending(
         assert len(fake.requests_of("extract")) == 2  # nothing was called for it
 
 
+async def test_a_failed_done_mark_is_retried_alone_not_the_model_call(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """The memories are written before the turn is marked done: when only the mark fails (a
+    locked database), it is tried again on its own, so the model is not called twice and the
+    reflection's own memory is not counted as a confirmation of itself."""
+    async with harness(fake, db_url, reflection_max_attempts=3) as h:
+        real = h.store.set_reflection
+        locked = {"times": 1}
+
+        async def flaky(**kwargs):  # type: ignore[no-untyped-def]
+            if kwargs.get("state") == "done" and locked["times"] > 0:
+                locked["times"] -= 1
+                raise StoreError("database is locked")
+            return await real(**kwargs)
+
+        h.store.set_reflection = flaky  # type: ignore[method-assign]
+        fake.enqueue("Fine.", kind="chat")
+        fake.enqueue(
+            memories_reply(("The user likes tea.", "preference", "general")),
+            memories_reply(("The user likes tea.", "preference", "general")),
+            kind="extract",
+        )
+        await h.say(dm(ALICE, "I like tea"))
+        assert await h.reflector.drain(10)
+        assert len(fake.requests_of("extract")) == 1
+        (tea,) = await h.service.list_memories(user_key=ALICE)
+        uses = await h.store.memory_uses(user_key=ALICE)
+        assert tea.id not in uses or uses[tea.id].confirmations == 0
+        (turn,) = [
+            t
+            for t in await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=5)
+            if t.role == "user"
+        ]
+        assert turn.reflection == "done" and locked["times"] == 0
+
+
 async def test_rate_limit_is_retried_by_the_sdk(fake: FakeAnthropic, db_url: str) -> None:
     async with harness(fake, db_url) as h:
         fake.enqueue(rate_limited(0.01), "After the wait.", kind="chat")
