@@ -150,6 +150,15 @@ async def recall_log_started_at(store: Store, at: datetime) -> None:
 
 
 async def test_memories_in_no_prompt_for_n_days_are_found_and_fixed(store: Store) -> None:
+    started = await store.recall_log_started()
+    assert started is not None
+    try:
+        await _not_recalled_found_and_fixed(store)
+    finally:  # the PostgreSQL database is shared by the run's tests: as it was
+        await recall_log_started_at(store, started)
+
+
+async def _not_recalled_found_and_fixed(store: Store) -> None:
     now = utcnow()
     old = now - timedelta(days=200)
     texts = ["The user owns a kayak.", "The user sold a piano.", "The user learns Welsh."]

@@ -112,5 +112,7 @@ async def test_forgetting_erases_the_memory_uses(store: Store) -> None:
 
 
 async def test_the_store_knows_since_when_it_records_recalls(store: Store) -> None:
+    # The migration's time: this test's new SQLite file, or this run's PostgreSQL database
+    # (made when the run began, which may be a quarter of an hour ago in a full run).
     started = await store.recall_log_started()
-    assert started is not None and utcnow() - timedelta(minutes=5) < started <= utcnow()
+    assert started is not None and utcnow() - timedelta(hours=3) < started <= utcnow()
