@@ -23,9 +23,11 @@ memories (nothing is changed unless ``--fix``) and reports, per memory, the rule
   assistant suggested ...", "The user should try ...");
 - ``not_recalled``: in no delivered answer's prompt (standing profile or recall) for the last
   ``days`` days, although the store could have seen it: it existed, and recalls were being
-  recorded (:meth:`core.store.seams.RecallLog.recall_log_started`), for all that time. A
-  user none of whose memories reached a prompt in that time (away, or memory off) is not
-  judged: their silence says nothing about one memory.
+  recorded (:meth:`core.store.seams.RecallLog.recall_log_started`), for all that time.
+  Judged only where a prompt could have carried it: a private memory when one of the user's
+  private memories reached a prompt in that time (a DM), a shared one when any did (a user
+  away, or with memory off, is not judged: their silence says nothing about one memory);
+  never a standing memory (:func:`_not_recalled`).
 
 ``--fix`` hands the findings to the cleanup review as one change (the same plan, apply and
 undo as ``memories cleanup``, :func:`core.memory.cleanup.apply_run`): a duplicate is

@@ -24,9 +24,11 @@ BM25_B = 0.75
 """Okapi BM25 length normalisation; FTS5's value."""
 
 
-def candidate_pool(k: int) -> int:
-    """How many index candidates are re-scored for a top-``k`` recall: ``max(10 * k, 60)``."""
-    return max(10 * k, 60)
+def candidate_pool(k: int, pool: int | None = None) -> int:
+    """How many index candidates are re-scored for a top-``k`` recall: ``pool`` when the
+    caller names one (score fusion reads a list deeper than the top it needs from the pool of
+    that top), else ``max(10 * k, 60)``; never fewer than ``k``."""
+    return max(k, max(10 * k, 60) if pool is None else pool)
 
 
 def bm25_idf(n_docs: int, doc_freq: int) -> float:

@@ -131,7 +131,7 @@ async def search_user(
         uid,
         " | ".join(quoted),
         sorted(set(origins or ("private", "shared"))),
-        max(k, candidate_pool(k) if pool is None else pool),
+        candidate_pool(k, pool),
         BM25_K1,
         BM25_B,
         *term_args,

@@ -301,9 +301,7 @@ class SQLiteBase:
 
         aiosqlite runs every call it makes this way (``Connection._execute``, its one queue to
         the thread); it has no public name for a call of ours, hence the private one."""
-        conn = self._conn
-        execute = cast(Callable[..., Awaitable[T]], conn._execute)
-        return await execute(fn, conn._conn, *args)
+        return await _call_on(self._conn, fn, *args)
 
     @asynccontextmanager
     async def _write(self, *, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
@@ -419,9 +417,7 @@ class SQLiteBase:
         :meth:`_read_conn`'s connection: several statements for one hop (see
         :meth:`_on_thread`). ``fn`` only reads, in autocommit (each statement its own
         snapshot, as with :meth:`_fetchall`)."""
-        conn = self._read_conn()
-        execute = cast(Callable[..., Awaitable[T]], conn._execute)
-        return await execute(fn, conn._conn, *args)
+        return await _call_on(self._read_conn(), fn, *args)
 
     async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One hop to aiosqlite's thread (execute + fetch + close in one call).
@@ -433,6 +429,13 @@ class SQLiteBase:
 
 
 T = TypeVar("T")
+
+
+async def _call_on(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(sqlite3_connection, *args)`` queued on ``conn``'s own thread, as aiosqlite queues
+    its own calls (``Connection._execute``: no public name for a call of ours)."""
+    execute = cast(Callable[..., Awaitable[T]], conn._execute)
+    return await execute(fn, conn._conn, *args)
 
 
 @dataclass(frozen=True, slots=True)

@@ -479,7 +479,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                 match = f"({match}) AND ({marks})"
         fts = fts_table(uid)
         vocab = f"memories_vocab_{uid % FTS_SHARDS}"
-        pool = max(k, candidate_pool(k) if pool is None else pool)
+        pool = candidate_pool(k, pool)
 
         def search_now(conn: sqlite3.Connection) -> list[tuple[sqlite3.Row, float]]:
             # One hop to the reader's thread for the whole search (candidates, statistics,
