@@ -287,3 +287,12 @@ def test_a_retired_or_mistyped_setting_is_named_never_its_value(
     ]
     assert not any("s3cr3t" in line or "=4" in line for line in lines)
     assert unknown_settings(settings_files()) == lines
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots", "1e9", "100000"])
+def test_a_bad_file_memory_budget_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("SELFMIND_FILE_MEMORY_MB", value)
+    with pytest.raises(ConfigError, match=r"^SELFMIND_FILE_MEMORY_MB: .*\(fix it in \.env"):
+        load_settings()
