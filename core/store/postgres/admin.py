@@ -3,8 +3,10 @@
 :func:`copy_sqlite_to_postgres` moves everything a SQLite store holds - users, memories
 (active and superseded, with their ids, so events and ``superseded_by`` still point at the
 right rows), memory events, embeddings, memory uses (recalls, confirmations), conversation
-turns (the reflection queue included), claimed event ids, memory modes, marks and usage -
-into an empty PostgreSQL database in one transaction, with ``COPY``. Memory ids, user ids
+turns (the reflection queue included, and the crash-recovery data: the thread a message was
+said in, ``thread_ref``, and the messages its answer shows, ``reply_ref``), claimed event
+ids, memory modes, marks and usage - into an empty PostgreSQL database in one transaction,
+with ``COPY``. Memory ids, user ids
 and turn ids are kept, so the index terms (``u{uid}_...``) stay valid; identity sequences
 continue after the largest id (for memories, after the largest id the history names, for
 turns after every id usage names, so a forgotten id is never reused). Per-user BM25
@@ -131,6 +133,8 @@ TABLES: tuple[_Table, ...] = (
             "attempts",
             "platform_ref",
             "workspace",
+            "reply_ref",
+            "thread_ref",
         ),
         ("sent_at", "created_at"),
         "id",

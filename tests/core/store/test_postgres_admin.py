@@ -60,7 +60,10 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
     asked = await store.add_turn(turn=NewTurn(
         conversation_key=f"dm:{ALICE}", user_key=ALICE, role="user", text="I use vim",
         origin="private", sent_at=SENT, reflection="answering", workspace="T1",
+        thread_ref="slack:T1:D1:1.0",
     ))  # fmt: skip
+    # Where the answer shows (crash-recovery data): copied with the turn.
+    await store.set_reply_ref(turn_id=asked, reply_ref="slack:T1:D1:2.0")
     await store.finish_turn(turn_id=asked, answer="Noted.", recalled=[ids["tabs"], ids["tea"]])
     ids["context"], ids["pending"] = context, asked
     assert await store.claim_event(keys=["event:Ev1", "msg:D1:1.0"])
@@ -126,6 +129,9 @@ async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
         copy = await open_store(url)
         try:
             assert await snapshot(copy) == before
+            turn = await copy.get_turn(turn_id=ids["pending"])
+            assert turn is not None
+            assert (turn.reply_ref, turn.thread_ref) == ("slack:T1:D1:2.0", "slack:T1:D1:1.0")
             assert before[ALICE]["tabs"] == [ids["tabs"]]  # type: ignore[index]
             # The reflection that was waiting is taken over by the first replica to look.
             assert [t.id for t in await copy.turns_to_reflect()] == [ids["pending"]]
