@@ -15,7 +15,7 @@ from core.memory.service import MemoryService
 from core.rules.cleanup_ops import RetireOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
-from core.store.postgres.admin import migrate_database
+from core.store.postgres.admin import TABLES, migrate_database
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory, NewTurn, UsageRecord
@@ -186,6 +186,19 @@ async def test_copy_never_gives_a_new_turn_the_id_of_a_deleted_one(tmp_path: Pat
             assert await copy.claim_event(keys=[f"recover:{new}"])
         finally:
             await copy.close()
+
+
+async def test_copy_names_every_column_of_the_tables_it_copies(tmp_path: Path) -> None:
+    """A column a migration adds is copied too (``reply_ref`` and ``thread_ref`` once were
+    not); only the users' BM25 totals are left out: the target's triggers recompute them."""
+    store = await SQLiteStore.open(str(tmp_path / "m.db"))
+    try:
+        for table in TABLES:
+            rows = await store._fetchall(f"SELECT name FROM pragma_table_info('{table.name}')")
+            missing = {r[0] for r in rows} - set(table.columns)
+            assert missing == ({"n_docs", "total_len"} if table.name == "users" else set())
+    finally:
+        await store.close()
 
 
 async def test_copy_rejects_wrong_schemes(tmp_path: Path) -> None:
