@@ -68,6 +68,15 @@ class NewMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryWrite:
+    """One memory a reflection writes and the ids of the stored memories it replaces
+    (:meth:`core.store.seams.ReflectionQueue.finish_reflection`)."""
+
+    memory: NewMemory
+    supersedes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ScoredMemory:
     """A recalled memory and its BM25 score (higher is better)."""
 

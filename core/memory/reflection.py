@@ -6,9 +6,13 @@ load the exchange -> skip when the user's memory is paused or off (the turn's re
 ``off``: set when the turn was answered, or by the mode change since) -> recall the stored
 memories most related to it -> ``ChatModel.extract`` with :class:`ReflectionOutput` ->
 check every candidate against the memory rules in code (the API refuses length
-constraints in schemas; a candidate carrying a secret is dropped and counted) -> write
-through the store, superseding what the model marked before deduping (so "light mode"
-replacing "dark mode" is stored, not dropped as its near-twin) -> mark the turn ``done``.
+constraints in schemas; a candidate carrying a secret is dropped and counted) -> one store
+transaction (``store.finish_reflection``) that re-reads the turn (a ``/memory pause`` or
+``off``, or a forget, during the call: nothing is written but the call's usage), writes the
+memories, superseding what the model marked before deduping (so "light mode" replacing
+"dark mode" is stored, not dropped as its near-twin), and marks the turn ``done`` with the
+call's usage. A crash before that commit leaves nothing of the reflection, so it is simply
+run again.
 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
@@ -34,13 +38,13 @@ from core.errors import MemoryInputError, ModelError, SecretInMemory
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.service import clean_memory_text
 from core.metrics import Metrics
-from core.model.claude import ChatModel, Usage
+from core.model.claude import ChatModel, Extraction, Usage
 from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
 from core.rules.secrets import REDACTED_MARK
 from core.rules.text import as_data
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
-from core.types import Category, Kind, Memory, NewMemory, ScoredMemory, Turn
+from core.types import Category, Kind, Memory, MemoryWrite, NewMemory, ScoredMemory, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -303,7 +307,9 @@ class Reflector:
         bug) is retried in place, up to ``max_attempts`` runs with the same growing delay,
         so the user's later turns still wait behind it and are reflected in message order;
         after the last one the turn stays pending in the store and resumes at the next
-        start (or the next sweep, on PostgreSQL)."""
+        start (or the next sweep, on PostgreSQL). A run again is safe: a reflection's
+        writes are one transaction, so a crash left none of them (its model call is made
+        once more)."""
         for run in range(1, self.max_attempts + 1):
             try:
                 async with self.store.reflection_lock(user_key=user_key):
@@ -327,13 +333,14 @@ class Reflector:
             return None
         # No read of the mode: leaving "on" turned this turn's reflection "off" in the same
         # transaction (``set_mode``), whenever it happened since the turn began; a change
-        # during the model call is seen before anything is written (``_still_wanted``).
+        # during the model call is seen by the transaction that writes (``finish_reflection``).
         answer = await self.store.answer_to(turn_id=turn_id)
         attempts = turn.attempts
         while True:
             attempts += 1
             try:
-                result = await self._reflect_once(turn, answer)
+                extraction, allowed = await self._extract(turn, answer)
+                break
             except ModelError as exc:
                 self.metrics.reflection_failed()
                 if attempts >= self.max_attempts or not exc.retryable:
@@ -351,45 +358,7 @@ class Reflector:
                     return None
                 await self.store.set_reflection(turn_id=turn_id, state="pending", attempts=attempts)
                 await asyncio.sleep(self.retry_delay_s * attempts)
-                continue
-            # One transaction: the reflection done and what its call cost. Its memories are
-            # written by now: when this step fails (a locked database) it is tried again on
-            # its own, not the whole reflection, which would call the model once more and
-            # count its own memories as confirmations.
-            usage = (
-                [
-                    usage_record(
-                        user_key=turn.user_key,
-                        workspace=turn.workspace,
-                        kind="reflection",
-                        model=self.model_name,
-                        usage=result.usage,
-                        turn_id=turn.id,
-                    )
-                ]
-                if result.usage is not None
-                else []
-            )
-            for run in range(1, self.max_attempts + 1):
-                try:
-                    await self.store.set_reflection(
-                        turn_id=turn_id,
-                        state="done",
-                        attempts=attempts,
-                        usage=usage,
-                    )
-                    break
-                except Exception:
-                    if run == self.max_attempts:
-                        raise
-                    logger.warning(
-                        "reflection of turn %s: its memories are stored, marking it done"
-                        " failed (run %d)",
-                        turn_id,
-                        run,
-                    )
-                    await asyncio.sleep(self.retry_delay_s * run)
-            break
+        result = await self._write(turn, extraction, allowed, attempts)
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
             "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d secrets=%d"
@@ -409,18 +378,11 @@ class Reflector:
                 logger.exception("on_learned callback failed for turn %s", turn_id)
         return result
 
-    async def _still_wanted(self, turn: Turn) -> bool:
-        """Whether the turn may still be learned from once the model has answered: a
-        ``/memory pause`` or ``off`` (``set_mode`` turns its reflection ``off``) or a forget
-        of the turn while the call ran means its memories are not written. What is left is
-        the moment between this read and the writes."""
-        now = await self.store.get_turn(turn_id=turn.id)
-        if now is not None and now.reflection != "off":
-            return True
-        logger.info("reflection turn=%s dropped: memory paused, off or forgotten", turn.id)
-        return False
-
-    async def _reflect_once(self, turn: Turn, answer: Turn | None) -> ReflectionResult:
+    async def _extract(
+        self, turn: Turn, answer: Turn | None
+    ) -> tuple[Extraction[ReflectionOutput], set[int]]:
+        """The reflection call over the exchange and its related memories; returns its
+        answer and the ids of the memories it was shown (the only ones it may supersede)."""
         assert turn.user_key is not None
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
         # A message in a shared channel is reflected on beside the user's shared memories
@@ -436,45 +398,95 @@ class Reflector:
             prompt=reflection_prompt(turn, answer, related),
             output=ReflectionOutput,
         )
-        allowed = {s.memory.id for s in related}
-        added: list[Memory] = []
-        duplicates = rejected = superseded = secrets = 0
-        candidates = extraction.value.memories
-        if candidates and not await self._still_wanted(turn):
-            candidates = []  # nothing is written; the call's usage is still recorded
-        for candidate in candidates:
-            try:
-                text = screen_text(candidate.text)
-            except SecretInMemory:
-                secrets += 1  # dropped; its text is never logged
-                continue
-            except MemoryInputError:
-                rejected += 1
-                continue
-            supersedes = [i for i in dict.fromkeys(candidate.supersedes) if i in allowed]
-            result = await self.store.add(
-                user_key=turn.user_key,
-                memory=NewMemory(
-                    text=text,
-                    kind=candidate.kind,
-                    category=candidate.category,
-                    source="reflection",
-                    origin=turn.origin,
-                    conversation_key=turn.conversation_key,
-                ),
-                dedupe=self.deduper,
-                supersedes=supersedes,
+        return extraction, {s.memory.id for s in related}
+
+    async def _write(
+        self,
+        turn: Turn,
+        extraction: Extraction[ReflectionOutput],
+        allowed: set[int],
+        attempts: int,
+    ) -> ReflectionResult:
+        """Screen the candidates, then write them, the turn done and the call's usage in one
+        store transaction (``finish_reflection``)."""
+        assert turn.user_key is not None
+        writes, rejected, secrets = self._screen(turn, extraction.value.memories, allowed)
+        usage = (
+            [
+                usage_record(
+                    user_key=turn.user_key,
+                    workspace=turn.workspace,
+                    kind="reflection",
+                    model=self.model_name,
+                    usage=extraction.usage,
+                    turn_id=turn.id,
+                )
+            ]
+            if extraction.usage is not None
+            else []
+        )
+        # The store supersedes before it dedupes: a correction is never dropped as a
+        # duplicate of the memory it replaces (a duplicate of another memory still retires
+        # the ones it names).
+        results = await self.store.finish_reflection(
+            turn_id=turn.id,
+            user_key=turn.user_key,
+            memories=writes,
+            dedupe=self.deduper,
+            attempts=attempts,
+            usage=usage,
+        )
+        if results is None:
+            logger.info(
+                "reflection turn=%s dropped: memory paused, off or forgotten (or reflected"
+                " already)",
+                turn.id,
             )
-            # The store supersedes before it dedupes: a correction is never dropped as a
-            # duplicate of the memory it replaces (a duplicate of another memory still
-            # retires the ones it names).
-            superseded += len(result.superseded)
-            if result.status == "duplicate":
-                duplicates += 1
+            results = []
+        added: list[Memory] = []
+        for result in results:
+            if result.status != "added":
                 continue
             stored = await self.store.get(user_key=turn.user_key, memory_id=result.id)
             if stored is not None:
                 added.append(stored)
+        return ReflectionResult(
+            turn=turn,
+            added=added,
+            duplicates=sum(r.status == "duplicate" for r in results),
+            rejected=rejected,
+            superseded=sum(len(r.superseded) for r in results),
+            usage=extraction.usage,
+            secrets=secrets,
+        )
+
+    def _screen(
+        self, turn: Turn, candidates: Sequence[MemoryCandidate], allowed: set[int]
+    ) -> tuple[list[MemoryWrite], int, int]:
+        """The candidates that pass :func:`screen_text`, as memory writes superseding only
+        ids in ``allowed``; with how many broke the rules and how many carried a secret
+        (dropped, their text never logged)."""
+        writes: list[MemoryWrite] = []
+        rejected = secrets = 0
+        for candidate in candidates:
+            try:
+                text = screen_text(candidate.text)
+            except SecretInMemory:
+                secrets += 1
+                continue
+            except MemoryInputError:
+                rejected += 1
+                continue
+            memory = NewMemory(
+                text=text,
+                kind=candidate.kind,
+                category=candidate.category,
+                source="reflection",
+                origin=turn.origin,
+                conversation_key=turn.conversation_key,
+            )
+            supersedes = tuple(i for i in dict.fromkeys(candidate.supersedes) if i in allowed)
+            writes.append(MemoryWrite(memory=memory, supersedes=supersedes))
         if rejected or secrets:
             logger.info(
                 "reflection turn=%s rejected %d candidates, %d with a secret",
@@ -483,12 +495,4 @@ class Reflector:
                 secrets,
             )
         self.metrics.secrets_refused("reflection", secrets)
-        return ReflectionResult(
-            turn=turn,
-            added=added,
-            duplicates=duplicates,
-            rejected=rejected,
-            superseded=superseded,
-            usage=extraction.usage,
-            secrets=secrets,
-        )
+        return writes, rejected, secrets

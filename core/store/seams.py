@@ -38,6 +38,7 @@ from core.types import (
     MemoryMode,
     MemoryStats,
     MemoryUse,
+    MemoryWrite,
     NewMemory,
     NewTurn,
     Origin,
@@ -262,6 +263,31 @@ class ReflectionQueue(Protocol):
     ) -> None:
         """Record a reflection's state (and attempts so far), and the ``usage`` of the
         reflection's calls, in one transaction."""
+        ...
+
+    async def finish_reflection(
+        self,
+        *,
+        turn_id: int,
+        user_key: str,
+        memories: Sequence[MemoryWrite],
+        dedupe: Deduper,
+        attempts: int,
+        usage: Sequence[UsageRecord] = (),
+    ) -> list[AddResult] | None:
+        """A reflection's end in ONE transaction: record ``usage`` (the reflection's calls);
+        re-read the user turn ``turn_id`` of ``user_key`` and, while it still waits for its
+        reflection (:func:`core.store.writes.still_reflecting`), write each of ``memories``
+        as :meth:`MemoryStore.add` does (the same rule: supersede before dedupe, each one
+        deduped against the stored memories and those before it; ``MemoryWrite.supersedes``
+        as given, the caller keeps them to the ids it may name) and mark the turn ``done``
+        with ``attempts``. Returns one ``AddResult`` per memory, in order; None when the turn
+        no longer waits (memory paused or off, forgotten, already finished): then only the
+        usage is written and the turn is left as it is.
+
+        A failure anywhere inside writes nothing (no memory, no mark, no usage): the turn
+        stays pending, and running the reflection again is safe. Raises the driver's error
+        or ``StoreError``."""
         ...
 
     sweep_interval_s: float | None

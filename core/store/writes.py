@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 from core.rules.secrets import redact_secrets
-from core.types import AddResult, NewMemory
+from core.types import AddResult, NewMemory, ReflectionState
 
 
 def redacted(text: str) -> str | None:
@@ -54,3 +54,14 @@ def confirmed(memories: Sequence[NewMemory], results: Sequence[AddResult]) -> li
         for m, r in zip(memories, results, strict=True)
         if r.status == "duplicate" and r.id not in added and m.source != "import"
     ]
+
+
+def still_reflecting(state: ReflectionState | None) -> bool:
+    """Whether a reflection that just ran may write what it learned from a turn whose
+    reflection now reads ``state`` (None: the turn is gone, forgotten meanwhile): only while
+    it waits for it (``answering``, ``pending``). ``off`` means the user's memory was paused
+    or turned off since (:meth:`core.store.seams.ModeStore.set_mode`); ``done`` or
+    ``skipped``, another reflection of it finished first. Read in the transaction that
+    writes (:meth:`core.store.seams.ReflectionQueue.finish_reflection`), so no change of
+    mode slips in between."""
+    return state in ("answering", "pending")

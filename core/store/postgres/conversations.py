@@ -275,16 +275,7 @@ class PostgresConversations(PostgresBase):
         usage: Sequence[UsageRecord] = (),
     ) -> None:
         async with self._tx() as conn:
-            await _insert_usage(conn, usage)
-            if attempts is None:
-                await conn.execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
-            else:
-                await conn.execute(
-                    "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
-                    state,
-                    attempts,
-                    turn_id,
-                )
+            await end_reflection(conn, turn_id, state, attempts, usage)
 
     async def prune_turns(self, *, older_than: datetime) -> int:
         async with self._tx() as conn:
@@ -467,6 +458,29 @@ def _usage_filter(
         params.append(workspace)
         where.append(f"workspace = ${len(params)}")
     return " AND ".join(where), params
+
+
+async def end_reflection(
+    conn: asyncpg.Connection,
+    turn_id: int,
+    state: ReflectionState | None,
+    attempts: int | None,
+    usage: Sequence[UsageRecord],
+) -> None:
+    """Inside a transaction: record a reflection's ``usage`` and, unless ``state`` is None,
+    the turn's reflection state (and ``attempts``, when given)."""
+    await _insert_usage(conn, usage)
+    if state is None:
+        return
+    if attempts is None:
+        await conn.execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
+    else:
+        await conn.execute(
+            "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
+            state,
+            attempts,
+            turn_id,
+        )
 
 
 async def _insert_usage(conn: asyncpg.Connection, usage: Sequence[UsageRecord]) -> None:

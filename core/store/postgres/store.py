@@ -53,20 +53,22 @@ import asyncpg
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize
 from core.store.postgres.cleanup import PostgresHygiene
-from core.store.postgres.conversations import PostgresConversations
+from core.store.postgres.conversations import PostgresConversations, end_reflection
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
 from core.store.rows import memory_filter
-from core.store.writes import bulk_results
+from core.store.writes import bulk_results, still_reflecting
 from core.types import (
     AddResult,
     Memory,
     MemoryEvent,
     MemoryStats,
+    MemoryWrite,
     NewMemory,
     Origin,
     ScoredMemory,
+    UsageRecord,
     UserSummary,
     utcnow,
 )
@@ -114,14 +116,62 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         async with self._tx() as conn:
             uid = await self._lock_user(conn, user_key, create=True)
             assert uid is not None
-            result = await self._add_one(conn, uid, user_key, memory, dedupe, supersedes)
-            done = [
-                old_id
-                for old_id in dict.fromkeys(supersedes)
-                if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
-            ]
+            result = await self._add_superseding(conn, uid, user_key, memory, dedupe, supersedes)
             await self._note_write(conn, uid, [memory], [result])
-            return replace(result, superseded=result.superseded + tuple(done))
+            return result
+
+    async def finish_reflection(
+        self,
+        *,
+        turn_id: int,
+        user_key: str,
+        memories: Sequence[MemoryWrite],
+        dedupe: Deduper,
+        attempts: int,
+        usage: Sequence[UsageRecord] = (),
+    ) -> list[AddResult] | None:
+        async with self._tx() as conn:
+            # The user's row first, then the turn's, as forget_all takes them (no deadlock);
+            # the turn's lock holds a mode change (which turns it off) until the commit.
+            uid = await self._lock_user(conn, user_key, create=bool(memories))
+            state = await conn.fetchval(
+                "SELECT reflection FROM turns WHERE id = $1 AND user_key = $2 FOR UPDATE",
+                turn_id,
+                user_key,
+            )
+            if not still_reflecting(state):
+                await end_reflection(conn, turn_id, None, None, usage)
+                return None
+            results = []
+            if memories:
+                assert uid is not None
+                for w in memories:
+                    results.append(
+                        await self._add_superseding(
+                            conn, uid, user_key, w.memory, dedupe, w.supersedes
+                        )
+                    )
+                await self._note_write(conn, uid, [w.memory for w in memories], results)
+            await end_reflection(conn, turn_id, "done", attempts, usage)
+            return results
+
+    async def _add_superseding(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        user_key: str,
+        memory: NewMemory,
+        dedupe: Deduper,
+        supersedes: Sequence[int],
+    ) -> AddResult:
+        """Inside a write holding the user's row: :meth:`add`'s rule for one memory."""
+        result = await self._add_one(conn, uid, user_key, memory, dedupe, supersedes)
+        done = [
+            old_id
+            for old_id in dict.fromkeys(supersedes)
+            if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
+        ]
+        return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None

@@ -183,18 +183,7 @@ class SQLiteConversations(SQLiteBase):
         attempts: int | None = None,
         usage: Sequence[UsageRecord] = (),
     ) -> None:
-        def update(conn: sqlite3.Connection) -> None:
-            for record in usage:
-                _insert_usage(conn, record)
-            if attempts is None:
-                conn.execute("UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id))
-            else:
-                conn.execute(
-                    "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
-                    (state, attempts, turn_id),
-                )
-
-        await self._run(update)
+        await self._run(lambda c: end_reflection(c, turn_id, state, attempts, usage))
 
     async def prune_turns(self, *, older_than: datetime) -> int:
         def prune(conn: sqlite3.Connection) -> int:
@@ -368,6 +357,28 @@ def _claim(conn: sqlite3.Connection, keys: Sequence[str]) -> bool:
         [(k, now) for k in keys],
     )
     return True
+
+
+def end_reflection(
+    conn: sqlite3.Connection,
+    turn_id: int,
+    state: ReflectionState | None,
+    attempts: int | None,
+    usage: Sequence[UsageRecord],
+) -> None:
+    """Inside a write (on the connection's thread): record a reflection's ``usage`` and,
+    unless ``state`` is None, the turn's reflection state (and ``attempts``, when given)."""
+    for record in usage:
+        _insert_usage(conn, record)
+    if state is None:
+        return
+    if attempts is None:
+        conn.execute("UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id))
+    else:
+        conn.execute(
+            "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
+            (state, attempts, turn_id),
+        )
 
 
 def _insert_usage(conn: sqlite3.Connection, usage: UsageRecord) -> None:

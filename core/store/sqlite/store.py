@@ -35,19 +35,21 @@ from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
-from core.store.sqlite.conversations import SQLiteConversations
+from core.store.sqlite.conversations import SQLiteConversations, end_reflection
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
 from core.store.sqlite.uses import SQLiteRecallLog
 from core.store.sqlite.vectors import SQLiteVectors
-from core.store.writes import bulk_results
+from core.store.writes import bulk_results, still_reflecting
 from core.types import (
     AddResult,
     Memory,
     MemoryEvent,
     MemoryStats,
+    MemoryWrite,
     NewMemory,
     Origin,
     ScoredMemory,
+    UsageRecord,
     UserSummary,
     utcnow,
 )
@@ -134,14 +136,49 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
     ) -> AddResult:
         async with self._write():
             uid = cast(int, await self._uid(user_key, create=True))
-            result = await self._add_one(uid, user_key, memory, dedupe, supersedes)
-            done = [
-                old_id
-                for old_id in dict.fromkeys(supersedes)
-                if await self._supersede(uid, old_id, result.id, memory.conversation_key)
-            ]
+            result = await self._add_superseding(uid, user_key, memory, dedupe, supersedes)
             await self._note_write(uid, [memory], [result])
-            return replace(result, superseded=result.superseded + tuple(done))
+            return result
+
+    async def finish_reflection(
+        self,
+        *,
+        turn_id: int,
+        user_key: str,
+        memories: Sequence[MemoryWrite],
+        dedupe: Deduper,
+        attempts: int,
+        usage: Sequence[UsageRecord] = (),
+    ) -> list[AddResult] | None:
+        async with self._write():
+            row = await self._fetchone(
+                "SELECT reflection FROM turns WHERE id = ? AND user_key = ?", (turn_id, user_key)
+            )
+            if not still_reflecting(row[0] if row else None):
+                await self._on_thread(end_reflection, turn_id, None, None, usage)
+                return None
+            results = []
+            if memories:
+                uid = cast(int, await self._uid(user_key, create=True))
+                for w in memories:
+                    results.append(
+                        await self._add_superseding(uid, user_key, w.memory, dedupe, w.supersedes)
+                    )
+                await self._note_write(uid, [w.memory for w in memories], results)
+            await self._on_thread(end_reflection, turn_id, "done", attempts, usage)
+            return results
+
+    async def _add_superseding(
+        self, uid: int, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int]
+    ) -> AddResult:
+        """Inside a write: :meth:`add`'s rule for one memory (the seam's docstring)."""
+        result = await self._add_one(uid, user_key, memory, dedupe, supersedes)
+        done = [
+            old_id
+            for old_id in dict.fromkeys(supersedes)
+            if await self._supersede(uid, old_id, result.id, memory.conversation_key)
+        ]
+        return replace(result, superseded=result.superseded + tuple(done))
 
     async def add_many(
         self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -299,41 +300,48 @@ async def test_a_crashed_reflection_is_retried_in_order_then_left_pending(
         assert len(fake.requests_of("extract")) == 2  # nothing was called for it
 
 
-async def test_a_failed_done_mark_is_retried_alone_not_the_model_call(
+async def test_a_reflection_whose_write_fails_leaves_nothing_and_runs_again_once(
     fake: FakeAnthropic, db_url: str
 ) -> None:
-    """The memories are written before the turn is marked done: when only the mark fails (a
-    locked database), it is tried again on its own, so the model is not called twice and the
-    reflection's own memory is not counted as a confirmation of itself."""
+    """A reflection's memories and its done mark are one transaction: when it fails (here
+    the database is locked at its second memory), nothing of it is stored and the turn stays
+    pending; the crash retry then calls the model once more and stores each memory once,
+    none of them counted as a confirmation of itself."""
     async with harness(fake, db_url, reflection_max_attempts=3) as h:
-        real = h.store.set_reflection
-        locked = {"times": 1}
+        real = h.store._add_one  # type: ignore[attr-defined]
+        calls: list[list[str]] = []
 
-        async def flaky(**kwargs):  # type: ignore[no-untyped-def]
-            if kwargs.get("state") == "done" and locked["times"] > 0:
-                locked["times"] -= 1
+        async def locked_once(*args: Any, **kwargs: Any) -> Any:
+            # What is stored (committed) when each memory write begins.
+            calls.append([m.text for m in await h.service.list_memories(user_key=ALICE)])
+            if len(calls) == 2:
                 raise StoreError("database is locked")
-            return await real(**kwargs)
+            return await real(*args, **kwargs)
 
-        h.store.set_reflection = flaky  # type: ignore[method-assign]
+        h.store._add_one = locked_once  # type: ignore[attr-defined]
         fake.enqueue("Fine.", kind="chat")
-        fake.enqueue(
-            memories_reply(("The user likes tea.", "preference", "general")),
-            memories_reply(("The user likes tea.", "preference", "general")),
-            kind="extract",
+        reply = memories_reply(
+            ("The user likes tea.", "preference", "general"),
+            ("The user lives in Oslo.", "context", "general"),
         )
-        await h.say(dm(ALICE, "I like tea"))
+        fake.enqueue(reply, reply, kind="extract")
+        await h.say(dm(ALICE, "I like tea, and I live in Oslo"))
         assert await h.reflector.drain(10)
-        assert len(fake.requests_of("extract")) == 1
-        (tea,) = await h.service.list_memories(user_key=ALICE)
-        uses = await h.store.memory_uses(user_key=ALICE)
-        assert tea.id not in uses or uses[tea.id].confirmations == 0
+        assert len(fake.requests_of("extract")) == 2  # the failed run, the run again
+        assert len(calls) == 4 and calls[2] == []  # the failed run left nothing
+        stored = await h.service.list_memories(user_key=ALICE)
+        assert sorted(m.text for m in stored) == ["The user likes tea.", "The user lives in Oslo."]
+        assert await h.store.memory_uses(user_key=ALICE) == {}  # no confirmations
         (turn,) = [
             t
             for t in await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=5)
             if t.role == "user"
         ]
-        assert turn.reflection == "done" and locked["times"] == 0
+        assert (turn.reflection, turn.attempts) == ("done", 1)
+        rows = await h.store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
+        assert [r.key for r in rows] == ["chat", "reflection"]
+        # The failed run's usage went with its transaction: one reflection call recorded.
+        assert [r.calls for r in rows if r.key == "reflection"] == [1]
 
 
 async def test_rate_limit_is_retried_by_the_sdk(fake: FakeAnthropic, db_url: str) -> None:
@@ -473,4 +481,13 @@ async def test_memory_turned_off_while_reflection_runs_stores_nothing(
         await h.store.set_mode(user_key=ALICE, mode=mode)  # /memory off or pause, confirmed
         assert await h.reflector.drain(10)
         assert await h.service.list_memories(user_key=ALICE) == []
+        # The turn stays off (never marked done), and what the call cost is recorded.
+        (turn,) = [
+            t
+            for t in await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=5)
+            if t.role == "user"
+        ]
+        assert turn.reflection == "off"
+        rows = await h.store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
+        assert "reflection" in [r.key for r in rows]
     assert len(fake.requests_of("extract")) == 1

@@ -1,0 +1,217 @@
+"""The store contract for a reflection's end (``finish_reflection``), on SQLite and PostgreSQL
+alike: its memories (with ``add``'s dedupe and supersede rule), the turn's done mark and the
+call's usage in ONE transaction; a turn whose memory was paused, turned off or forgotten
+while the model ran gets only the usage. A failure inside writes nothing, so the reflection
+can simply run again."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from core.errors import StoreError, storage_failed
+from core.rules.dedupe import Deduper
+from core.store.seams import Store
+from core.store.sqlite.store import SQLiteStore
+from core.types import AddResult, MemoryWrite, NewMemory, NewTurn, utcnow
+from tests.core.store.test_turn_steps import STORE_ERRORS, tokens_today, usage
+from tests.store_helpers import fill_disk, free_disk
+
+ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
+
+
+async def pending_turn(store: Store, user_key: str = ALICE) -> int:
+    turn_id = await store.add_turn(
+        turn=NewTurn(
+            conversation_key=f"dm:{user_key}",
+            user_key=user_key,
+            role="user",
+            text="I moved to Berlin, and I like green tea.",
+            origin="private",
+            sent_at=utcnow(),
+            reflection="answering",
+            workspace="T1",
+        )
+    )
+    await store.finish_turn(turn_id=turn_id, answer="Noted.")
+    return turn_id
+
+
+def learned(text: str, *supersedes: int) -> MemoryWrite:
+    return MemoryWrite(
+        memory=NewMemory(text=text, kind="preference", source="reflection"),
+        supersedes=supersedes,
+    )
+
+
+async def finish(
+    store: Store,
+    turn_id: int,
+    memories: Sequence[MemoryWrite],
+    *,
+    user_key: str = ALICE,
+    attempts: int = 1,
+    kind: str = "reflection",
+) -> list[AddResult] | None:
+    """``finish_reflection`` of ``turn_id`` with one reflection call's usage (30 tokens)."""
+    return await store.finish_reflection(
+        turn_id=turn_id,
+        user_key=user_key,
+        memories=memories,
+        dedupe=Deduper(),
+        attempts=attempts,
+        usage=[usage(kind, turn_id)],
+    )
+
+
+async def texts(store: Store, user_key: str = ALICE) -> list[str]:
+    return sorted(m.text for m in await store.list_memories(user_key=user_key, limit=50))
+
+
+async def test_finish_reflection_writes_its_memories_and_marks_the_turn_done(
+    store: Store,
+) -> None:
+    paris = await store.add(
+        user_key=ALICE, memory=NewMemory(text="The user lives in Paris."), dedupe=Deduper()
+    )
+    tabs = await store.add(
+        user_key=ALICE, memory=NewMemory(text="The user prefers tabs."), dedupe=Deduper()
+    )
+    turn_id = await pending_turn(store)
+    results = await finish(
+        store,
+        turn_id,
+        [
+            learned("The user lives in Berlin.", paris.id),  # a correction, not a twin
+            learned("The user likes green tea."),
+            learned("The user likes green tea."),  # said once: no confirmation
+            learned("The user prefers tabs."),  # stored before: one confirmation
+        ],
+    )
+    assert results is not None
+    assert [r.status for r in results] == ["added", "added", "duplicate", "duplicate"]
+    assert results[0].superseded == (paris.id,)
+    assert results[2].id == results[1].id and results[3].id == tabs.id
+    assert await texts(store) == [
+        "The user likes green tea.",
+        "The user lives in Berlin.",
+        "The user prefers tabs.",
+    ]
+    uses = await store.memory_uses(user_key=ALICE)
+    assert uses[tabs.id].confirmations == 1 and results[1].id not in uses
+    turn = await store.get_turn(turn_id=turn_id)
+    assert turn is not None and (turn.reflection, turn.attempts) == ("done", 1)
+    assert await tokens_today(store) == 30
+    # Nothing to learn: the turn is done all the same, with its usage.
+    other = await pending_turn(store)
+    assert await finish(store, other, [], attempts=2) == []
+    turn = await store.get_turn(turn_id=other)
+    assert turn is not None and (turn.reflection, turn.attempts) == ("done", 2)
+
+
+async def test_a_failure_at_the_done_mark_writes_none_of_the_memories(store: Store) -> None:
+    turn_id = await pending_turn(store)
+    memories = [learned("The user lives in Berlin."), learned("The user likes green tea.")]
+    with pytest.raises(STORE_ERRORS, match=r"(?i)check constraint") as caught:
+        # The usage is refused with the done mark, after the memories.
+        await finish(store, turn_id, memories, kind="bogus")
+    assert storage_failed(caught.value)
+    assert await texts(store) == [] and await store.history(user_key=ALICE) == []
+    turn = await store.get_turn(turn_id=turn_id)
+    assert turn is not None and (turn.reflection, turn.attempts) == ("pending", 0)
+    assert await tokens_today(store) == 0
+    # Run again: each memory once, none a confirmation of the failed run.
+    results = await finish(store, turn_id, memories)
+    assert results is not None and [r.status for r in results] == ["added", "added"]
+    assert await texts(store) == ["The user likes green tea.", "The user lives in Berlin."]
+    assert await store.memory_uses(user_key=ALICE) == {}
+    turn = await store.get_turn(turn_id=turn_id)
+    assert turn is not None and turn.reflection == "done"
+
+
+async def test_a_failure_at_the_nth_memory_writes_none_of_them(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paris = await store.add(
+        user_key=ALICE, memory=NewMemory(text="The user lives in Paris."), dedupe=Deduper()
+    )
+    turn_id = await pending_turn(store)
+    real = store._add_one  # type: ignore[attr-defined]
+    calls = {"n": 0}
+
+    async def locked_at_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise StoreError("database is locked")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_add_one", locked_at_the_third)
+    memories = [
+        learned("The user lives in Berlin.", paris.id),
+        learned("The user likes green tea."),
+        learned("The user rides a bike."),
+    ]
+    with pytest.raises(StoreError, match="locked"):
+        await finish(store, turn_id, memories)
+    assert await texts(store) == ["The user lives in Paris."]  # not superseded either
+    assert [e.event for e in await store.history(user_key=ALICE)] == ["added"]
+    turn = await store.get_turn(turn_id=turn_id)
+    assert turn is not None and turn.reflection == "pending"
+    assert await tokens_today(store) == 0
+    results = await finish(store, turn_id, memories)
+    assert results is not None and [r.status for r in results] == ["added"] * 3
+    assert await texts(store) == [
+        "The user likes green tea.",
+        "The user lives in Berlin.",
+        "The user rides a bike.",
+    ]
+    assert await tokens_today(store) == 30
+
+
+async def test_a_turn_no_longer_waiting_gets_only_the_usage(store: Store) -> None:
+    tea = [learned("The user likes green tea.")]
+    # /memory pause while the model ran: set_mode turned the turn off.
+    paused = await pending_turn(store)
+    await store.set_mode(user_key=ALICE, mode="paused")
+    assert await finish(store, paused, tea) is None
+    turn = await store.get_turn(turn_id=paused)
+    assert turn is not None and (turn.reflection, turn.attempts) == ("off", 0)
+    assert await texts(store) == [] and await tokens_today(store) == 30
+    await store.set_mode(user_key=ALICE, mode="on")
+    # Finished already (done), forgotten (gone), or another user's turn: nothing either.
+    done = await pending_turn(store)
+    assert await finish(store, done, tea) is not None
+    assert await finish(store, done, tea) is None
+    assert await texts(store) == ["The user likes green tea."]
+    bobs = await pending_turn(store, BOB)
+    assert await finish(store, bobs, tea, user_key=ALICE) is None
+    assert (await store.get_turn(turn_id=bobs)).reflection == "pending"  # type: ignore[union-attr]
+    await store.forget_all(user_key=ALICE)
+    assert await finish(store, done, tea) is None
+    assert await texts(store) == [] and await texts(store, BOB) == []
+    assert await tokens_today(store) == 5 * 30  # every call's cost is recorded
+
+
+async def test_a_full_disk_during_the_step_writes_none_of_it(sqlite_store: SQLiteStore) -> None:
+    """The file can grow no more: the first memories fit in its free space, a later one
+    needs a new page and SQLite rolls the whole step back."""
+    turn_id = await pending_turn(sqlite_store)
+    await fill_disk(sqlite_store)
+    memories = [
+        learned(f"The user keeps note {n}: " + " ".join(f"w{n}t{i}" for i in range(24)) + ".")
+        for n in range(40)
+    ]
+    with pytest.raises(sqlite3.Error, match="full") as caught:
+        await finish(sqlite_store, turn_id, memories)
+    assert storage_failed(caught.value)
+    await free_disk(sqlite_store)
+    assert await texts(sqlite_store) == [] and await tokens_today(sqlite_store) == 0
+    turn = await sqlite_store.get_turn(turn_id=turn_id)
+    assert turn is not None and turn.reflection == "pending"
+    results = await finish(sqlite_store, turn_id, memories)
+    assert results is not None and [r.status for r in results] == ["added"] * len(memories)
+    turn = await sqlite_store.get_turn(turn_id=turn_id)
+    assert turn is not None and turn.reflection == "done"
