@@ -6,8 +6,8 @@ A recall query is an OR of the user's own prefixed terms, so FTS5 reads only tha
 postings: the cost grows with the user's memories, not with the file (no store-wide result
 filtered by user).
 
-Ranking. FTS5's ``bm25()`` (k1 = 1.2, b = 0.75) counts documents and average length over the
-whole table, which would let other users' memories shift a user's ranking. So ``bm25()`` only
+Ranking. FTS5's ``bm25()`` counts documents over the whole table (and here no lengths: the
+table keeps none), which would let other users' memories shift a user's ranking. So ``bm25()`` only
 picks candidates (the best ``max(10 * k, 60)``), which are then re-scored with Okapi BM25
 (:func:`core.rules.bm25.rescore`, shared with the PostgreSQL store) using the user's own
 statistics: N and average length from ``users`` (kept by triggers) and document frequencies
