@@ -276,3 +276,31 @@ async def test_a_named_day_puts_that_days_memories_first(default_store: Store) -
     found = await recaller.recall(user_key=ALICE, query="Which film in May 1999?", k=3)
     assert found and all(s.score < DATED_FIRST for s in found)
     assert await recaller.recall(user_key=ALICE, query=question, k=3, origins=["shared"]) == []
+
+
+async def test_a_failing_embedding_cancels_the_search_it_overlaps(default_store: Store) -> None:
+    # The BM25 search runs while the query is embedded: when the embedding fails, the error
+    # is the recall's and the search is not left running behind it.
+    await remember(default_store, ALICE, ["The user lives in Lisbon.", *DISTRACTORS])
+    recaller = default_recaller(default_store)
+    await recaller.recall(user_key=ALICE, query="Lisbon", k=2)  # matrix cached
+    searches: list[asyncio.Task[Any]] = []
+    search = default_store.search
+
+    async def tracked(**kwargs: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        searches.append(task)
+        await asyncio.sleep(0.05)  # still running when the embedding fails
+        return await search(**kwargs)
+
+    class Broken(StaticEmbedder):
+        async def embed(self, texts: Any) -> Any:
+            raise RuntimeError("embedding failed")
+
+    recaller.embedder = Broken()
+    recaller.embedder.name = MODEL_NAME
+    default_store.search = tracked  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="embedding failed"):
+        await recaller.recall(user_key=ALICE, query="Lisbon", k=2)
+    assert len(searches) == 1 and searches[0].cancelled()
