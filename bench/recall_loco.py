@@ -14,6 +14,10 @@ vector, the common component of Mu and Viswanath, "All-but-the-Top", ICLR 2018) 
   so today's ``SCORE_WINDOW = 2`` is a window of 20);
 - ``rrf``: BM25's and MiniLM's top 10 by reciprocal rank (today's ``hybrid``).
 
+BM25's ``b`` (:data:`core.rules.bm25.BM25_B`) is recorded at each value of ``B_GRID`` too,
+and chosen leave-one-out by the hits of BM25 alone, the default and the semantic extra
+together (one constant serves all three: it is the store's).
+
 Each variant's constants are chosen on five conversations and its Hit@6 measured on the sixth,
 for each sixth in turn; the table gives the held-out Hit@6 per conversation, their
 question-weighted mean, the in-sample best over all six, and the share of questions whose
@@ -29,7 +33,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -38,6 +42,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import core.rules.bm25
 from bench.locomo import DEFAULT_DATA, load_all
 from bench.retrieval import load_users
 from core.memory.hybrid import DATED_FIRST
@@ -50,6 +55,8 @@ K = 6
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 NAMES_DAYS = "names days"  # questions naming a date, month or year (core.rules.when)
 BM25_DEPTH = 60
+B_GRID = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75)
+"""The BM25 ``b`` values recorded (0.75 is FTS5's and Okapi's usual value)."""
 Vector = npt.NDArray[np.float64]
 
 
@@ -62,6 +69,12 @@ class Query:
     days: npt.NDArray[np.datetime64]  # per memory: the day it was stored (its session's)
     named: list[tuple[date, date]]  # the days the question names (core.rules.when)
     category: int = 0  # LoCoMo's: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop
+    by_b: dict[float, tuple[Vector, npt.NDArray[np.int64]]] = field(default_factory=dict)
+
+    def at_b(self, b: float) -> Query:
+        """This question with BM25's scores and ranks at length normalisation ``b``."""
+        bm25, rank = self.by_b[b]
+        return replace(self, bm25=bm25, bm25_rank=rank)
 
     def dated(self, before: int, after: int) -> npt.NDArray[np.bool_]:
         """Per memory: stored from ``before`` days before a named span to ``after`` after."""
@@ -77,6 +90,25 @@ class Query:
 def unit(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     return m / np.where(norms > 0, norms, 1.0)
+
+
+async def bm25_at(
+    store: SQLiteStore, user_key: str, text: str, pos: dict[int, int], b: float
+) -> tuple[Vector, npt.NDArray[np.int64]]:
+    """The store's BM25 top ``BM25_DEPTH`` for ``text`` with ``BM25_B = b``, per memory:
+    (score, 0 outside; rank from 0, ``BM25_DEPTH`` outside)."""
+    kept = core.rules.bm25.BM25_B
+    core.rules.bm25.BM25_B = b  # read by core.rules.bm25.rescore at each call
+    try:
+        found = await store.search(user_key=user_key, query=text, k=BM25_DEPTH)
+    finally:
+        core.rules.bm25.BM25_B = kept
+    bm25 = np.zeros(len(pos))
+    rank = np.full(len(pos), BM25_DEPTH, dtype=np.int64)
+    for r, hit in enumerate(found):
+        bm25[pos[hit.memory.id]] = hit.score
+        rank[pos[hit.memory.id]] = r
+    return bm25, rank
 
 
 async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
@@ -102,12 +134,10 @@ async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
                 mini = await semantic.embed(texts) if semantic is not None else None
                 queries = []
                 for q in u.conv.questions:
-                    found = await store.search(user_key=u.user_key, query=q.text, k=BM25_DEPTH)
-                    bm25 = np.zeros(len(memories))
-                    rank = np.full(len(memories), BM25_DEPTH, dtype=np.int64)
-                    for r, hit in enumerate(found):
-                        bm25[pos[hit.memory.id]] = hit.score
-                        rank[pos[hit.memory.id]] = r
+                    by_b = {}
+                    for b in (*B_GRID, core.rules.bm25.BM25_B):
+                        by_b[b] = await bm25_at(store, u.user_key, q.text, pos, b)
+                    bm25, rank = by_b[core.rules.bm25.BM25_B]
                     texts_q = [q.text] + [f"{q.text} {e}" for e in expansions(q.text)]
                     v = static.embed_now(texts_q)
                     vc = unit(v - mean)
@@ -125,7 +155,7 @@ async def collect(data: Path, minilm: bool) -> list[tuple[str, list[Query]]]:
                         [bool(u.evidence.get(m.id, set()) & q.evidence) for m in memories]
                     )
                     queries.append(
-                        Query(bm25, rank, cos, relevant, days, named_days(q.text), q.category)
+                        Query(bm25, rank, cos, relevant, days, named_days(q.text), q.category, by_b)
                     )
                 out.append((u.conv.name, queries))
         finally:
@@ -188,7 +218,7 @@ def variants(minilm: bool) -> list[Variant]:
     windows = (12, 20, 40)
     weights = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
     out = [
-        Variant("bm25", [()], lambda q, p: score_fused(q, BM25_DEPTH, {}, False)),
+        Variant("bm25", [()], lambda q, p: -q.bm25_rank.astype(np.float64)),
         Variant(
             "static (today: window 20, weight 2)",
             [(20, 2.0)],
@@ -294,6 +324,58 @@ def leave_one_out(v: Variant, data: Sequence[tuple[str, list[Query]]]) -> dict[s
     }
 
 
+def recalls_at_b(minilm: bool) -> dict[str, Callable[[Query], Vector]]:
+    """The product's recalls as fusions of one question's records: BM25 alone (in the
+    store's own order, ties newest first), the default and, with MiniLM, the extra."""
+    out: dict[str, Callable[[Query], Vector]] = {
+        "bm25": lambda q: -q.bm25_rank.astype(np.float64),
+        "default": lambda q: dated_first(
+            q, score_fused(q, 20, {"static+expand": 2.0}, False), DAYS_BEFORE, DAYS_AFTER, False
+        ),
+    }
+    if minilm:
+        out["hybrid"] = lambda q: dated_first(q, rrf_fused(q), DAYS_BEFORE, DAYS_AFTER, True)
+    return out
+
+
+def choose_b(data: Sequence[tuple[str, list[Query]]], minilm: bool) -> dict[str, object]:
+    """BM25's ``b`` chosen leave-one-out by the hits of every recall together: per ``b``,
+    each recall's Hit@6 over all six (in-sample); per held-out conversation, the ``b`` the
+    other five choose; each recall's held-out Hit@6 at those choices."""
+    recalls = recalls_at_b(minilm)
+    hits = {
+        b: {
+            name: [[hit(q.at_b(b), fuse(q.at_b(b))) for q in qs] for _, qs in data]
+            for name, fuse in recalls.items()
+        }
+        for b in B_GRID
+    }
+    total = sum(len(qs) for _, qs in data)
+    chosen: dict[str, float] = {}
+    held = dict.fromkeys(recalls, 0)
+    for i, (name, _) in enumerate(data):
+        best = max(
+            B_GRID,
+            key=lambda b: sum(
+                sum(per_conv[j])
+                for per_conv in hits[b].values()
+                for j in range(len(data))
+                if j != i
+            ),
+        )
+        chosen[name] = best
+        for recall in recalls:
+            held[recall] += sum(hits[best][recall][i])
+    return {
+        "in_sample": {
+            str(b): {r: round(sum(map(sum, h)) / total, 3) for r, h in hits[b].items()}
+            for b in B_GRID
+        },
+        "chosen": chosen,
+        "held_out": {r: round(n / total, 3) for r, n in held.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA))
@@ -316,6 +398,13 @@ def main() -> None:
             + "".join(f"{per[n]:>9.3f}" for n in names)
         )
     print(f"questions whose evidence is in some memory (the ceiling): {reachable:.3f}")
+    b = choose_b(data, not args.no_minilm)
+    print("\nBM25 b: Hit@6 of each recall at each b (all six), and b chosen leave-one-out")
+    in_sample = b["in_sample"]
+    assert isinstance(in_sample, dict)
+    for value, row in in_sample.items():
+        print(f"  b = {value:<5}" + "".join(f"{r:>10} {h:.3f}" for r, h in row.items()))
+    print(f"  chosen per held-out conversation: {b['chosen']}; held-out: {b['held_out']}")
     cats = [CATEGORIES[c] for c in sorted(CATEGORIES)] + [NAMES_DAYS]
     n = {c: sum(CATEGORIES.get(q.category) == c for _, qs in data for q in qs) for c in cats}
     n[NAMES_DAYS] = sum(bool(q.named) for _, qs in data for q in qs)
@@ -327,7 +416,7 @@ def main() -> None:
             assert isinstance(per_cat, dict)
             print(f"{name:<46}" + "".join(f"{per_cat.get(c, 0.0):>18.3f}" for c in cats))
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result | {"bm25_b": b}))
 
 
 if __name__ == "__main__":

@@ -52,3 +52,26 @@ def test_dated_first_ranks_the_named_days_by_their_own_fusion() -> None:
     assert order[5] not in (2, 3, 4, 5, 6)
     q.named = [(date(1999, 5, 4), date(1999, 5, 4))]  # no memory from then: unchanged
     assert np.array_equal(dated_first(q, rrf_fused(q), 1, 3, rrf=True), rrf_fused(q))
+
+
+def test_bm25_b_is_chosen_on_the_other_conversations_for_every_recall_together() -> None:
+    from bench.recall_loco import B_GRID, choose_b
+
+    def at(relevant_at: int, good_b: float) -> Query:
+        # At good_b BM25 ranks the relevant memory first, at any other b last.
+        q = query(relevant_at)
+        q.cosines["static+expand"] = np.zeros(8)
+        n = len(q.relevant)
+        for b in B_GRID:
+            order = np.arange(n) if b != good_b else np.roll(np.arange(n), -relevant_at)
+            rank = np.empty(n, dtype=np.int64)
+            rank[order] = np.arange(n)
+            q.by_b[b] = (np.where(rank < n, 2.0 - rank / n, 0.0), rank)
+        return q
+
+    data = [("a", [at(7, 0.1)]), ("b", [at(7, 0.1)]), ("d", [at(7, 0.1)]), ("c", [at(7, 0.75)])]
+    result = choose_b(data, minilm=False)
+    assert result["chosen"] == {"a": 0.1, "b": 0.1, "d": 0.1, "c": 0.1}
+    # Both recalls find a, b and d held out, and miss c: its own best b was not chosen.
+    assert result["held_out"] == {"bm25": 0.75, "default": 0.75}
+    assert result["in_sample"]["0.75"] == {"bm25": 0.25, "default": 0.25}
