@@ -58,6 +58,7 @@ from core.memory.hybrid import HybridRecaller
 from core.memory.profile import MemoryContext, build_context, estimate_tokens
 from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, Recaller
+from core.rules.classify import classify
 from core.rules.dedupe import Deduper
 from core.settings import load_settings
 from core.store.seams import Store
@@ -216,6 +217,77 @@ async def measure_cases(names: Sequence[str], cases: Sequence[dict[str, Any]]) -
     return out
 
 
+BLOCK_USER_MEMORIES = 400
+"""The store size at which the memory block's tokens are bounded (issue 25: 1,200 p95)."""
+
+
+def block_user(convs: Sequence[Any], n: int = BLOCK_USER_MEMORIES) -> list[NewMemory]:
+    """A user with ``n`` memories as the bot would hold them: LoCoMo's observations of each
+    conversation's first speaker, conversation after conversation, the speaker's name at the
+    start made "The user", with the kind and category of the offline rule that ``/remember``
+    and ``memories import`` use (:func:`core.rules.classify.classify`), each stored on its
+    session's day."""
+    out: list[NewMemory] = []
+    for conv in convs:
+        days = {s.number: s.date.replace(tzinfo=UTC) for s in conv.sessions}
+        for number in sorted(conv.observations):
+            for o in conv.observations[number]:
+                if o.speaker != conv.speaker_a or len(out) >= n:
+                    continue
+                text = o.text
+                for name in (f"{conv.speaker_a}'s", conv.speaker_a):
+                    if text.startswith(name + " "):
+                        text = ("The user's" if name.endswith("'s") else "The user") + text[
+                            len(name) :
+                        ]
+                        break
+                kind, category = classify(text)
+                day = days.get(number)
+                out.append(
+                    NewMemory(
+                        text=text, kind=kind, category=category, created_at=day, updated_at=day
+                    )
+                )
+    return out
+
+
+async def measure_block_tokens(
+    names: Sequence[str], data: Path, cases: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Memory-block tokens (profile and volatile block) for a user with
+    :data:`BLOCK_USER_MEMORIES` memories (:func:`block_user`), at the default settings, over
+    every LoCoMo question of those conversations and the labelled memory questions."""
+    convs = load_all(data)
+    memories = block_user(convs)
+    messages = [q.text for c in convs for q in c.questions]
+    messages += [c["message"]["text"] for c in cases if c["category"] == "memory_question"]
+    out: dict[str, Any] = {"memories": len(memories), "messages": len(messages)}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await SQLiteStore.open(str(Path(tmp) / "block.db"), synchronous="normal")
+        try:
+            await store.add_many(user_key="block:user", memories=memories, dedupe=None)
+            out["standing"] = len(
+                await store.list_memories(user_key="block:user", limit=1000, standing=True)
+            )
+            for name in names:
+                recaller = recaller_of(name, store)
+                tokens = []
+                for message in messages:
+                    context = await build_context(
+                        store=store, recaller=recaller, user_key="block:user", message=message,
+                        k=TOP_K, origins=None, budget_tokens=SETTINGS.profile_tokens,
+                    )  # fmt: skip
+                    tokens.append(block_tokens(context))
+                out[name] = {
+                    "p50": statistics.median(tokens),
+                    "p95": percentile(tokens, 95),
+                    "max": max(tokens),
+                }
+        finally:
+            await store.close()
+    return out
+
+
 async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, float]:
     convs = load_all(data)
     out = {}
@@ -314,6 +386,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"recalls": names, "skipped": skipped, "n_cases": len(cases)}
     result["use_cases"] = await measure_cases(names, cases)
     result["locomo_hit@6"] = await measure_locomo(names, Path(args.data))
+    result["block_tokens_400"] = await measure_block_tokens(names, Path(args.data), cases)
     if not args.no_scale:
         timed = [n for n in names if n in args.latency_recall.split(",")]
         if args.baseline is None:
@@ -341,6 +414,15 @@ def print_table(result: dict[str, Any]) -> None:
     print("memory-block tokens p50 / p95: " + ", ".join(
         f"{n} {use[n]['block_tokens_p50']:.0f} / {use[n]['block_tokens_p95']:.0f}" for n in names
     ))  # fmt: skip
+    block = result["block_tokens_400"]
+    print(
+        f"memory-block tokens, a user with {block['memories']} memories ({block['standing']}"
+        f" standing), {block['messages']} messages, p50 / p95 / max: "
+        + ", ".join(
+            f"{n} {block[n]['p50']:.0f} / {block[n]['p95']:.0f} / {block[n]['max']:.0f}"
+            for n in names
+        )
+    )
     print("LoCoMo Hit@6: " + ", ".join(f"{n} {v:.3f}" for n, v in result["locomo_hit@6"].items()))
     lat = result.get("latency")
     if lat:
