@@ -413,7 +413,8 @@ class FeedbackStore(Protocol):
         ...
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
-        """Counts of ratings given since ``since``, by day and workspace (sorted)."""
+        """Counts of ratings given since ``since``, by UTC day and workspace, sorted by day,
+        then workspace (bytewise, None first), the same on every backend."""
         ...
 
     async def answered_message(

@@ -405,10 +405,12 @@ class PostgresConversations(PostgresBase):
         return found is not None
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
+        # SQLite's order (the seam's): bytewise, no workspace first; not the collation's.
         rows = await self._fetch(
             "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), workspace,"
             " COUNT(*) FILTER (WHERE positive), COUNT(*) FILTER (WHERE NOT positive)"
-            " FROM feedback WHERE at >= $1 GROUP BY 1, 2 ORDER BY 1, 2",
+            " FROM feedback WHERE at >= $1 GROUP BY 1, 2"
+            ' ORDER BY 1, workspace COLLATE "C" NULLS FIRST',
             since,
         )
         return [FeedbackRow(str(r[0]), r[1], int(r[2]), int(r[3])) for r in rows]
