@@ -112,19 +112,17 @@ async def _migrate(url: str) -> None:
     await store.close()
 
 
-_TABLES = (
-    "users, memories, memory_events, memory_embeddings, turns, processed_events,"
-    " memory_modes, marks, usage, pending_actions"
-)
-
-
 async def _truncate(url: str) -> None:
     import asyncpg
+
+    from core.store.postgres.admin import TABLES
 
     conn = await asyncpg.connect(url, timeout=10)
     try:
         await conn.execute("SET lock_timeout = '10s'")
-        await conn.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
+        # Every table that holds data: the ones db copy moves (feedback was once left out).
+        tables = ", ".join(t.name for t in TABLES)
+        await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
     finally:
         await conn.close()
 

@@ -5,11 +5,15 @@
 right rows), memory events, embeddings, memory uses (recalls, confirmations), conversation
 turns (the reflection queue included, and the crash-recovery data: the thread a message was
 said in, ``thread_ref``, and the messages its answer shows, ``reply_ref``), claimed event
-ids, memory modes, marks and usage - into an empty PostgreSQL database in one transaction,
-with ``COPY``. Memory ids, user ids
-and turn ids are kept, so the index terms (``u{uid}_...``) stay valid; identity sequences
-continue after the largest id (for memories, after the largest id the history names, for
-turns after every id usage names, so a forgotten id is never reused). Per-user BM25
+ids, memory modes, marks, usage, the users' ratings of answers (``feedback``) and the
+tokens behind chat buttons (``pending_actions``: an Undo button lives for the 7-day undo
+window) - into an empty PostgreSQL database in one transaction, with ``COPY``. Every other
+table of the SQLite file is named in :data:`NOT_COPIED` with the reason (derived and rebuilt
+by the target, or the target's own). One way only: nothing copies PostgreSQL into SQLite.
+Memory ids, user ids and turn ids are kept, so the index terms (``u{uid}_...``) stay valid;
+identity sequences continue after the largest id (for memories, after the largest id the
+history names, for turns after every id usage names, so a forgotten id is never reused);
+ratings and button tokens have no id (their keys are the text they carry). Per-user BM25
 statistics are recomputed by the target's triggers. At the end every table is counted on
 both sides (and the users' active-memory totals compared); a mismatch is reported, not
 hidden. Turns that were waiting for a reflection arrive unclaimed, so the first replica that
@@ -41,6 +45,7 @@ from core.store.postgres.base import mask_url as mask_url  # re-exported for the
 from core.store.postgres.migrations import MIGRATIONS
 from core.store.schema import SchemaState, check_schema
 from core.store.sqlite.base import dt
+from core.store.sqlite.migrations import FTS_SHARDS
 from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from core.store.text_repair import memory_text, turn_text
 
@@ -61,6 +66,7 @@ class _Table:
     order: str = "rowid"
     identity: str | None = None  # column whose sequence continues after the copy
     clean: Callable[[list[Any]], None] | None = None  # rewrites one row's text in place
+    bools: tuple[str, ...] = ()  # INTEGER 0/1 in SQLite, boolean in PostgreSQL
 
 
 def _clean_memory(row: list[Any]) -> None:
@@ -163,7 +169,42 @@ TABLES: tuple[_Table, ...] = (
         "id",
         "id",
     ),
+    # Users' ratings of answers: keyed by the answered message and the user key (text, as
+    # the SQLite file has them), no id and so no sequence to continue.
+    _Table(
+        "feedback",
+        ("answer_ref", "user_key", "workspace", "positive", "at"),
+        ("at",),
+        "answer_ref, user_key",
+        bools=("positive",),
+    ),
+    # Button tokens (cleanup plans, Undo, Forget everything): short-lived, but an Undo
+    # button works for the 7-day undo window, so they move too. Expired rows come along and
+    # stay unusable (every read checks expires_at); the target purges them on its next write.
+    _Table(
+        "pending_actions",
+        ("token", "user_key", "kind", "payload", "expires_at"),
+        ("expires_at",),
+        "token",
+    ),
 )
+
+NOT_COPIED: dict[str, str] = {
+    # The target records its own migrations, written by apply_migrations when it gets the
+    # schema; the numbers differ (PostgreSQL's m007_pending_actions is SQLite's m008).
+    "schema_migrations": "the target's own record of the migrations it applied",
+    # FTS5 indexes of the active memories' terms (m006: one shard per uid % FTS_SHARDS),
+    # and fts5vocab views of them that hold no rows of their own. PostgreSQL indexes the
+    # copied memories.terms itself (a GIN index); SQLite's FTS5 shadow tables
+    # (memories_fts_N_data, ...) and its own sqlite_* tables are SQLite's internals
+    # (sqlite_sequence is read to continue the identities).
+    **{
+        f"memories_fts_{n}": "derived: the target indexes memories.terms" for n in range(FTS_SHARDS)
+    },
+    **{f"memories_vocab_{n}": "a view of memories_fts_N, no rows" for n in range(FTS_SHARDS)},
+}
+"""The SQLite store's tables ``db copy`` leaves behind on purpose, with the reason. Every
+other table is in :data:`TABLES` (a test holds the two lists to a freshly migrated store)."""
 
 
 @dataclass(frozen=True)
@@ -404,6 +445,7 @@ async def _copy_table(
 ) -> None:
     total = await _sqlite_value(src, f"SELECT count(*) FROM {table.name}")
     times = [table.columns.index(c) for c in table.times]
+    bools = [table.columns.index(c) for c in table.bools]
     done = 0
 
     async def batches() -> AsyncIterator[Sequence[Any]]:
@@ -413,7 +455,7 @@ async def _copy_table(
         ) as cur:
             while rows := list(await cur.fetchmany(BATCH_ROWS)):
                 for row in rows:
-                    yield _convert(row, times, table.clean)
+                    yield _convert(row, times, bools, table.clean)
                 done += len(rows)
                 if progress is not None:
                     progress(table.name, done, total)
@@ -430,7 +472,10 @@ async def _sqlite_value(src: aiosqlite.Connection, sql: str) -> int:
 
 
 def _convert(
-    row: Sequence[Any], times: Sequence[int], clean: Callable[[list[Any]], None] | None
+    row: Sequence[Any],
+    times: Sequence[int],
+    bools: Sequence[int],
+    clean: Callable[[list[Any]], None] | None,
 ) -> tuple[Any, ...]:
     values = list(row)
     if clean is not None:
@@ -438,6 +483,9 @@ def _convert(
     for i in times:
         if values[i] is not None:
             values[i] = _time(values[i])
+    for i in bools:
+        if values[i] is not None:
+            values[i] = bool(values[i])
     return tuple(values)
 
 
@@ -460,6 +508,7 @@ async def _compare(
         "active memories": "SELECT count(*) FROM memories WHERE superseded_by IS NULL",
         "users.n_docs (sum)": "SELECT COALESCE(SUM(n_docs), 0) FROM users",
         "users.total_len (sum)": "SELECT COALESCE(SUM(total_len), 0) FROM users",
+        "positive ratings": "SELECT count(*) FROM feedback WHERE positive",
     }
     for label, sql in derived.items():
         source = await _sqlite_value(src, sql)

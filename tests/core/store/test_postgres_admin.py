@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import asyncpg
 from typer.testing import CliRunner
 
 from bots.cli import app
@@ -15,10 +16,15 @@ from core.memory.service import MemoryService
 from core.rules.cleanup_ops import RetireOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
-from core.store.postgres.admin import TABLES, migrate_database
-from core.store.seams import Store
+from core.store.postgres.admin import (
+    NOT_COPIED,
+    TABLES,
+    copy_sqlite_to_postgres,
+    migrate_database,
+)
+from core.store.seams import FeedbackRow, Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn, UsageRecord
+from core.types import NewMemory, NewTurn, UsageRecord, utcnow
 from tests.conftest import fresh_pg_database
 
 ALICE, BOB = "slack:T1:UALICE", "discord:42"
@@ -76,6 +82,14 @@ async def fill(store: SQLiteStore) -> dict[str, int]:
         turn_id=asked + 7,
     ))  # fmt: skip
     ids["usage_turn"] = asked + 7
+    await store.record_feedback(
+        answer_ref="slack:T1:D1:2.0", user_key=ALICE, workspace="T1", positive=True, at=SENT
+    )
+    # An Undo button's token (alive for the 7-day undo window): it works after the move.
+    await store.put_pending(
+        token="undo-token-1", user_key=ALICE, kind="undo", payload="c1",
+        expires_at=utcnow() + timedelta(days=7),
+    )  # fmt: skip
     return ids
 
 
@@ -103,6 +117,7 @@ async def snapshot(store: Store) -> dict[str, object]:
     out["embeddings"] = await store.active_embeddings(user_key=ALICE, model="m")
     out["stats"] = await store.stats()
     out["uses"] = await store.memory_uses(user_key=ALICE)
+    out["feedback"] = await store.feedback_report(since=SENT)
     return out
 
 
@@ -124,6 +139,8 @@ async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
         counts = {c["table"]: (c["source"], c["target"]) for c in report["counts"]}
         assert counts["memories"] == (6, 6) and counts["memory_events"][0] >= 10
         assert counts["turns"] == (3, 3) and counts["usage"] == (1, 1)
+        assert counts["feedback"] == (1, 1) and counts["positive ratings"] == (1, 1)
+        assert counts["pending_actions"] == (1, 1)
         assert all(s == t for s, t in counts.values())
 
         copy = await open_store(url)
@@ -137,6 +154,10 @@ async def test_copy_moves_everything_and_counts_match(tmp_path: Path) -> None:
             assert [t.id for t in await copy.turns_to_reflect()] == [ids["pending"]]
             assert await copy.claim_event(keys=["msg:D1:1.0"]) is False
             assert await copy.mark_once(mark="notice:alice") is False
+            taken = await copy.take_pending(
+                token="undo-token-1", user_key=ALICE, kind="undo", now=utcnow()
+            )
+            assert taken == "c1"
             # New ids continue after every id the history names (a forgotten one too).
             added = await MemoryService(copy).remember(user_key=ALICE, text="The user codes.")
             assert added.id > max(v for k, v in ids.items() if k != "usage_turn")
@@ -199,6 +220,119 @@ async def test_copy_names_every_column_of_the_tables_it_copies(tmp_path: Path) -
             assert missing == ({"n_docs", "total_len"} if table.name == "users" else set())
     finally:
         await store.close()
+
+
+async def test_every_table_is_copied_or_left_with_a_reason(tmp_path: Path) -> None:
+    """Each table of a freshly migrated SQLite store is copied (``TABLES``) or named in
+    ``NOT_COPIED`` with its reason; a table a migration adds cannot be left behind unseen
+    (``feedback``, the users' ratings, once was). SQLite's own tables (``sqlite_*``) and
+    FTS5's shadow tables are its internals, not the store's."""
+    store = await SQLiteStore.open(str(tmp_path / "m.db"))
+    try:
+        rows = await store._fetchall(
+            "SELECT name FROM pragma_table_list WHERE schema = 'main'"
+            " AND type IN ('table', 'virtual') AND substr(name, 1, 7) <> 'sqlite_'"
+        )
+    finally:
+        await store.close()
+    tables = {str(r[0]) for r in rows}
+    copied = {t.name for t in TABLES}
+    assert {"feedback", "pending_actions", "memories_fts_0"} <= tables  # the query sees them
+    assert tables - copied - set(NOT_COPIED) == set()  # neither copied nor skipped
+    assert copied <= tables and set(NOT_COPIED) <= tables  # no stale name in either list
+    assert copied.isdisjoint(NOT_COPIED)
+    assert all(reason.strip() for reason in NOT_COPIED.values())
+
+
+async def test_copy_keeps_every_rating_and_the_feedback_report(tmp_path: Path) -> None:
+    """Ratings (a boolean stored as 0/1 in SQLite) arrive as they were, and the feedback
+    report (by UTC day and workspace) reads the same on both sides."""
+    late = datetime(2026, 11, 30, 19, 30, 0, 123456, tzinfo=timezone(timedelta(hours=-5)))
+    ratings = [  # (answer, user, workspace, positive, at)
+        ("slack:T1:D1:1.0", ALICE, "T1", True, late),  # 00:30 UTC on Dec 1
+        ("slack:T1:D1:2.0", ALICE, "T1", False, SENT),
+        ("slack:T1:C1:3.0", "slack:T1:UCAROL", "T1", True, SENT),
+        ("discord:7:8", BOB, None, False, SENT - timedelta(days=1)),
+        ("discord:7:8", BOB, None, True, SENT),  # a second click replaces the first
+    ]
+    path = tmp_path / "memory.db"
+    source = await SQLiteStore.open(str(path))
+    try:
+        for answer, user, workspace, positive, at in ratings:
+            await source.record_feedback(
+                answer_ref=answer, user_key=user, workspace=workspace, positive=positive, at=at
+            )
+        since = SENT - timedelta(days=30)
+        before = await source.feedback_report(since=since)
+    finally:
+        await source.close()
+    assert len(before) == 3 and sum(r.positive + r.negative for r in before) == 4
+
+    with fresh_pg_database(migrated=False) as url:
+        report = await copy_sqlite_to_postgres(f"sqlite:///{path}", url)
+        assert report.ok, report
+        conn = await asyncpg.connect(url)
+        try:
+            rows = await conn.fetch(
+                "SELECT answer_ref, user_key, workspace, positive, at FROM feedback"
+            )
+        finally:
+            await conn.close()
+        assert sorted(tuple(r) for r in rows) == sorted(
+            [
+                ("discord:7:8", BOB, None, True, SENT),
+                ("slack:T1:C1:3.0", "slack:T1:UCAROL", "T1", True, SENT),
+                ("slack:T1:D1:1.0", ALICE, "T1", True, late),
+                ("slack:T1:D1:2.0", ALICE, "T1", False, SENT),
+            ]
+        )
+        copy = await open_store(url)
+        try:
+            assert await copy.feedback_report(since=since) == before
+            # The key came along: a new click on a copied rating replaces it.
+            await copy.record_feedback(
+                answer_ref="slack:T1:D1:2.0", user_key=ALICE, workspace="T1", positive=True,
+                at=SENT,
+            )  # fmt: skip
+            after = await copy.feedback_report(since=since)
+            assert FeedbackRow(SENT.date().isoformat(), "T1", 2, 0) in after
+            assert sum(r.positive + r.negative for r in after) == 4
+        finally:
+            await copy.close()
+
+
+async def test_copy_refuses_a_target_that_holds_only_ratings(tmp_path: Path) -> None:
+    """A database where a replica already took ratings is not empty: the copy refuses it
+    and writes nothing (before ``feedback`` was copied, such a database passed as empty)."""
+    path = tmp_path / "memory.db"
+    source = await SQLiteStore.open(str(path))
+    try:
+        await MemoryService(source).remember(user_key=ALICE, text="The user likes green tea.")
+        await source.record_feedback(
+            answer_ref="slack:T1:D1:2.0", user_key=ALICE, workspace="T1", positive=True, at=SENT
+        )
+    finally:
+        await source.close()
+    with fresh_pg_database() as url:
+        target = await open_store(url)
+        try:
+            await target.record_feedback(
+                answer_ref="discord:7:8", user_key=BOB, workspace=None, positive=False, at=SENT
+            )
+        finally:
+            await target.close()
+        code, _, err = await asyncio.to_thread(
+            cli, "db", "copy", "--from", f"sqlite:///{path}", "--to", url
+        )
+        assert code == 1 and "already holds data (table feedback)" in err
+        copy = await open_store(url)
+        try:
+            assert await copy.count(user_key=ALICE) == 0
+            assert await copy.feedback_report(since=SENT) == [
+                FeedbackRow(SENT.date().isoformat(), None, 0, 1)
+            ]
+        finally:
+            await copy.close()
 
 
 async def test_copy_rejects_wrong_schemes(tmp_path: Path) -> None:
