@@ -45,6 +45,7 @@ from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
+from core.files.budget import Reservation
 from core.files.refs import with_placeholders
 from core.memory.profile import MemoryContext, ProfileStore, build_context
 from core.memory.query import recall_query
@@ -378,8 +379,9 @@ class TurnLoop:
             del read
             prefix = "".join(f"_{note}_\n" for note in notes) + "\n" if notes else ""
             answer = self._stream(
-                message, turn_id, system, messages, mode, prefix, delivery, started, memory.ids
-            )
+                message, turn_id, system, messages, mode, prefix, delivery, started, memory.ids,
+                held,
+            )  # fmt: skip
             del messages  # the stream holds the files until the request is sent, no longer
             async with contextlib.aclosing(answer):
                 async for delta in answer:
@@ -396,6 +398,7 @@ class TurnLoop:
         delivery: Delivery | None,
         started: float,
         in_prompt: Sequence[int],
+        held: Reservation | None = None,
     ) -> AsyncGenerator[str, None]:
         parts: list[str] = []
         failed: ModelError | None = None
@@ -407,6 +410,11 @@ class TurnLoop:
                 parts.append(prefix)
                 yield prefix
             async for delta in stream:
+                if held is not None:
+                    # The answer has begun, so its request (and the files' bytes in it) is
+                    # gone: the budget is given back now, not when the answer ends.
+                    held.shrink(0)
+                    held = None
                 parts.append(delta)
                 yield delta
             self.metrics.answered(started)

@@ -3,9 +3,10 @@
 A turn that reads files first reserves the bytes they may take (:meth:`ByteBudget.reserve`:
 each file's declared size, or the per-file limit when none is declared), waits, first come
 first served, while the budget cannot hold them, and keeps the reservation until its answer
-ends; once its files are read it gives back what they did not take
-(:meth:`Reservation.shrink`). A reservation larger than the whole budget (one file over it)
-is cut to the budget: that turn then reads alone. Released on every exit, an error or a
+begins (its first token: the request holding the files' bytes is sent and let go by then);
+once its files are read it gives back what they did not take (:meth:`Reservation.shrink`).
+A reservation larger than the whole budget (one file over it) is cut to the budget: that
+turn then reads alone. Released on every exit, an error or a
 cancellation included. Turns without files never touch it.
 """
 

@@ -19,6 +19,7 @@ from core.files.refs import human_size
 from tests.fakes.anthropic_files import file_tokens
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
+    Reply,
     prompt_tokens,
     running_fake_anthropic,
     server_error,
@@ -295,3 +296,28 @@ async def test_the_fake_refuses_what_the_api_refuses(claude: FakeAnthropic) -> N
         assert too_big.value.status_code == 413
     finally:
         await client.close()
+
+
+async def test_a_turn_gives_its_file_budget_back_at_its_first_token(
+    claude: FakeAnthropic, tmp_path: Path
+) -> None:
+    # The request holding the files is sent and let go once the answer begins: a turn whose
+    # files fill the budget does not keep the next one waiting while its answer streams.
+    for name in ("one.log", "two.log"):
+        (tmp_path / name).write_text("line of a log\n" * 90_000)
+    # The first answer streams for a minute (stopped below); the second is short.
+    claude.enqueue(Reply(text="word " * 300, chunk_size=5, chunk_delay_s=0.2), "ok", kind="chat")
+    async with harness(claude, tmp_path / "m.db", file_memory_mb=1) as h:
+        budget = h.loop.files.budget
+        first = asyncio.create_task(h.say(dm("cli:a", "one", files=refs(tmp_path, "one.log"))))
+        for _ in range(500):  # until the first answer is streaming
+            if claude.requests_of("chat") and budget.used_bytes == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert budget.used_bytes == 0 and not first.done()
+        await h.say(dm("cli:b", "two", files=refs(tmp_path, "two.log")))
+        assert len(claude.requests_of("chat")) == 2 and not first.done()
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert budget.used_bytes == 0 and budget.waiting == 0
