@@ -9,10 +9,12 @@ check every candidate against the memory rules in code (the API refuses length
 constraints in schemas; a candidate carrying a secret is dropped and counted) -> one store
 transaction (``store.finish_reflection``) that re-reads the turn (a ``/memory pause`` or
 ``off``, or a forget, during the call: nothing is written but the call's usage), writes the
-memories, superseding what the model marked before deduping (so "light mode" replacing
-"dark mode" is stored, not dropped as its near-twin), and marks the turn ``done`` with the
-call's usage. A crash before that commit leaves nothing of the reflection, so it is simply
-run again.
+memories (at most :data:`MAX_WRITES`), superseding what the model marked before deduping
+(so "light mode" replacing "dark mode" is stored, not dropped as its near-twin), and marks
+the turn ``done`` with the call's usage. A crash before that commit leaves nothing of the
+reflection, so it is run again, with the model's answer it already has (no second call). A
+model error's retry first reads the turn again: paused, off or forgotten meanwhile, it is
+not made, and the retry's note never turns an ``off`` turn back to pending.
 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
@@ -44,6 +46,7 @@ from core.rules.dedupe import Deduper
 from core.rules.secrets import REDACTED_MARK
 from core.rules.text import as_data
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
+from core.store.writes import still_reflecting
 from core.types import Category, Kind, Memory, MemoryWrite, NewMemory, ScoredMemory, Turn
 
 logger = logging.getLogger(__name__)
@@ -78,6 +81,22 @@ class ReflectionOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memories: list[MemoryCandidate] = Field(description="new durable memories; often empty")
+
+
+MAX_WRITES = 20
+"""At most this many memories are kept from one reflection (its first ones; the rest count
+as rejected): one exchange seldom holds more durable facts, and a reflection's write is one
+transaction, during which a SQLite store's other writers wait (about 1 ms a memory)."""
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """A reflection call's answer, kept while its write is tried again: the extraction, the
+    ids of the memories it was shown (the only ones it may supersede), the attempt it was."""
+
+    extraction: Extraction[ReflectionOutput]
+    allowed: set[int]
+    attempts: int
 
 
 REFLECTION_RULES = """\
@@ -308,12 +327,13 @@ class Reflector:
         so the user's later turns still wait behind it and are reflected in message order;
         after the last one the turn stays pending in the store and resumes at the next
         start (or the next sweep, on PostgreSQL). A run again is safe: a reflection's
-        writes are one transaction, so a crash left none of them (its model call is made
-        once more)."""
+        writes are one transaction, so a crash left none of them; a run after the model
+        answered reuses that answer (no second call, its usage recorded once)."""
+        answered: list[_Answered] = []  # the model's answer, once it has one
         for run in range(1, self.max_attempts + 1):
             try:
                 async with self.store.reflection_lock(user_key=user_key):
-                    await self.reflect(turn_id)
+                    await self._reflect(turn_id, answered)
                 return
             except Exception:
                 logger.exception("reflection of turn %s crashed (run %d)", turn_id, run)
@@ -328,19 +348,26 @@ class Reflector:
 
     async def reflect(self, turn_id: int) -> ReflectionResult | None:
         """Reflect on one stored user turn, with bounded retries. None when skipped."""
+        return await self._reflect(turn_id, [])
+
+    async def _reflect(self, turn_id: int, answered: list[_Answered]) -> ReflectionResult | None:
+        """:meth:`reflect`; ``answered`` holds the model's answer once it has one (filled
+        here), so a run again after a failed write reuses it instead of calling again."""
         turn = await self.store.get_turn(turn_id=turn_id)
-        if turn is None or turn.user_key is None or turn.reflection in ("done", "skipped", "off"):
+        if turn is None or turn.user_key is None or turn.reflection in ("done", "skipped"):
             return None
+        if turn.reflection == "off" and not answered:
+            return None  # an answer kept from a run before still has its usage recorded
         # No read of the mode: leaving "on" turned this turn's reflection "off" in the same
         # transaction (``set_mode``), whenever it happened since the turn began; a change
         # during the model call is seen by the transaction that writes (``finish_reflection``).
         answer = await self.store.answer_to(turn_id=turn_id)
         attempts = turn.attempts
-        while True:
+        while not answered:
             attempts += 1
             try:
                 extraction, allowed = await self._extract(turn, answer)
-                break
+                answered.append(_Answered(extraction, allowed, attempts))
             except ModelError as exc:
                 self.metrics.reflection_failed()
                 if attempts >= self.max_attempts or not exc.retryable:
@@ -358,7 +385,13 @@ class Reflector:
                     return None
                 await self.store.set_reflection(turn_id=turn_id, state="pending", attempts=attempts)
                 await asyncio.sleep(self.retry_delay_s * attempts)
-        result = await self._write(turn, extraction, allowed, attempts)
+                now = await self.store.get_turn(turn_id=turn_id)
+                if now is None or not still_reflecting(now.reflection):
+                    # Paused, turned off or forgotten while it waited: no call again.
+                    logger.info("reflection turn=%s dropped before its retry", turn_id)
+                    return None
+        kept = answered[0]
+        result = await self._write(turn, kept.extraction, kept.allowed, kept.attempts)
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
             "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d secrets=%d"
@@ -467,8 +500,8 @@ class Reflector:
         ids in ``allowed``; with how many broke the rules and how many carried a secret
         (dropped, their text never logged)."""
         writes: list[MemoryWrite] = []
-        rejected = secrets = 0
-        for candidate in candidates:
+        rejected, secrets = max(0, len(candidates) - MAX_WRITES), 0
+        for candidate in candidates[:MAX_WRITES]:
             try:
                 text = screen_text(candidate.text)
             except SecretInMemory:

@@ -56,12 +56,21 @@ def confirmed(memories: Sequence[NewMemory], results: Sequence[AddResult]) -> li
     ]
 
 
+REFLECTING: tuple[ReflectionState, ...] = ("answering", "pending")
+"""The states of a turn still waiting for its reflection: the only ones a reflection may
+write from or move on (:func:`still_reflecting`; the backends' ``end_reflection`` updates a
+turn only ``WHERE reflection IN`` these, so a retry's note never revives an ``off``)."""
+REFLECTING_SQL = "(" + ", ".join(f"'{state}'" for state in REFLECTING) + ")"
+""":data:`REFLECTING` as an SQL list, for ``reflection IN {REFLECTING_SQL}``."""
+
+
 def still_reflecting(state: ReflectionState | None) -> bool:
     """Whether a reflection that just ran may write what it learned from a turn whose
     reflection now reads ``state`` (None: the turn is gone, forgotten meanwhile): only while
-    it waits for it (``answering``, ``pending``). ``off`` means the user's memory was paused
-    or turned off since (:meth:`core.store.seams.ModeStore.set_mode`); ``done`` or
-    ``skipped``, another reflection of it finished first. Read in the transaction that
-    writes (:meth:`core.store.seams.ReflectionQueue.finish_reflection`), so no change of
-    mode slips in between."""
-    return state in ("answering", "pending")
+    it waits for it (:data:`REFLECTING`). ``off`` means the user's memory was paused or
+    turned off since (:meth:`core.store.seams.ModeStore.set_mode`); ``done`` or ``skipped``,
+    another reflection of it finished first. Read in the transaction that writes
+    (:meth:`core.store.seams.ReflectionQueue.finish_reflection`): a change of mode commits
+    before it (and is seen) or waits for it; a forget of everything deletes the turn before
+    it erases the memories, so a reflection committing in between finds the turn gone."""
+    return state in REFLECTING

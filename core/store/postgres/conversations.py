@@ -29,7 +29,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.writes import redacted
+from core.store.writes import REFLECTING_SQL, redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -470,19 +470,19 @@ async def end_reflection(
     usage: Sequence[UsageRecord],
 ) -> None:
     """Inside a transaction: record a reflection's ``usage`` and, unless ``state`` is None,
-    the turn's reflection state (and ``attempts``, when given)."""
+    the turn's reflection state (and ``attempts``, when given), only while the turn still
+    waits for its reflection (``REFLECTING``): a turn turned ``off`` by a pause, or
+    finished, stays as it is."""
     await _insert_usage(conn, usage)
     if state is None:
         return
-    if attempts is None:
-        await conn.execute("UPDATE turns SET reflection = $1 WHERE id = $2", state, turn_id)
-    else:
-        await conn.execute(
-            "UPDATE turns SET reflection = $1, attempts = $2 WHERE id = $3",
-            state,
-            attempts,
-            turn_id,
-        )
+    await conn.execute(
+        "UPDATE turns SET reflection = $1, attempts = coalesce($2, attempts)"
+        f" WHERE id = $3 AND reflection IN {REFLECTING_SQL}",
+        state,
+        attempts,
+        turn_id,
+    )
 
 
 async def _insert_usage(conn: asyncpg.Connection, usage: Sequence[UsageRecord]) -> None:

@@ -337,7 +337,10 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         of set-based statements (linear in the user's rows; other users' rows are not
         locked); returns how many active memories there were."""
         async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key)
+            # Created when missing: a first reflection of this user inserting the row, not
+            # yet committed, is then waited for (its memories are erased here) instead of
+            # missed (``finish_reflection`` takes the same row first).
+            uid = await self._lock_user(conn, user_key, create=True)
             count = 0
             if uid is not None:
                 count = int(

@@ -20,7 +20,7 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
-from core.store.writes import redacted
+from core.store.writes import REFLECTING_SQL, redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -367,18 +367,18 @@ def end_reflection(
     usage: Sequence[UsageRecord],
 ) -> None:
     """Inside a write (on the connection's thread): record a reflection's ``usage`` and,
-    unless ``state`` is None, the turn's reflection state (and ``attempts``, when given)."""
+    unless ``state`` is None, the turn's reflection state (and ``attempts``, when given),
+    only while the turn still waits for its reflection (``REFLECTING``): a turn turned
+    ``off`` by a pause, or finished, stays as it is."""
     for record in usage:
         _insert_usage(conn, record)
     if state is None:
         return
-    if attempts is None:
-        conn.execute("UPDATE turns SET reflection = ? WHERE id = ?", (state, turn_id))
-    else:
-        conn.execute(
-            "UPDATE turns SET reflection = ?, attempts = ? WHERE id = ?",
-            (state, attempts, turn_id),
-        )
+    conn.execute(
+        "UPDATE turns SET reflection = ?, attempts = coalesce(?, attempts)"
+        f" WHERE id = ? AND reflection IN {REFLECTING_SQL}",
+        (state, attempts, turn_id),
+    )
 
 
 def _insert_usage(conn: sqlite3.Connection, usage: UsageRecord) -> None:

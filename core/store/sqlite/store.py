@@ -353,7 +353,12 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         users' writes interleave; the user's FTS5 index is rewritten once at the end and the
         WAL truncated (:meth:`forget`). Linear in the user's memories (indexed lookups only).
         """
-        uid = await self._uid(user_key)
+        # The turns go first, and the uid is read in that same write: a reflection that
+        # commits after it finds its turn gone and writes nothing, one that committed before
+        # it left memories the batches below erase (``finish_reflection``).
+        async with self._write():
+            await self._erase_conversations(user_key)
+            uid = await self._uid(user_key)
         count = 0
         if uid is not None:
             for active in (True, False):
@@ -372,7 +377,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                         deleted = await self._erase_ids(uid, [r[0] for r in rows])
                         count += deleted if active else 0
         async with self._write():
-            await self._erase_conversations(user_key)
+            await self._erase_conversations(user_key)  # an answer stored meanwhile
             if uid is not None:
                 await self._erase_index(uid)
         await self._truncate_wal()

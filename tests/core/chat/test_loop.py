@@ -300,13 +300,14 @@ async def test_a_crashed_reflection_is_retried_in_order_then_left_pending(
         assert len(fake.requests_of("extract")) == 2  # nothing was called for it
 
 
-async def test_a_reflection_whose_write_fails_leaves_nothing_and_runs_again_once(
+async def test_a_reflection_whose_write_fails_leaves_nothing_and_is_written_again_once(
     fake: FakeAnthropic, db_url: str
 ) -> None:
     """A reflection's memories and its done mark are one transaction: when it fails (here
     the database is locked at its second memory), nothing of it is stored and the turn stays
-    pending; the crash retry then calls the model once more and stores each memory once,
-    none of them counted as a confirmation of itself."""
+    pending; the crash retry then writes the same answer again, without a second model call,
+    stores each memory once, none of them counted as a confirmation of itself, and records
+    the one call's usage once."""
     async with harness(fake, db_url, reflection_max_attempts=3) as h:
         real = h.store._add_one  # type: ignore[attr-defined]
         calls: list[list[str]] = []
@@ -327,7 +328,7 @@ async def test_a_reflection_whose_write_fails_leaves_nothing_and_runs_again_once
         fake.enqueue(reply, reply, kind="extract")
         await h.say(dm(ALICE, "I like tea, and I live in Oslo"))
         assert await h.reflector.drain(10)
-        assert len(fake.requests_of("extract")) == 2  # the failed run, the run again
+        assert len(fake.requests_of("extract")) == 1  # the run again reused its answer
         assert len(calls) == 4 and calls[2] == []  # the failed run left nothing
         stored = await h.service.list_memories(user_key=ALICE)
         assert sorted(m.text for m in stored) == ["The user likes tea.", "The user lives in Oslo."]
@@ -340,8 +341,7 @@ async def test_a_reflection_whose_write_fails_leaves_nothing_and_runs_again_once
         assert (turn.reflection, turn.attempts) == ("done", 1)
         rows = await h.store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
         assert [r.key for r in rows] == ["chat", "reflection"]
-        # The failed run's usage went with its transaction: one reflection call recorded.
-        assert [r.calls for r in rows if r.key == "reflection"] == [1]
+        assert [r.calls for r in rows if r.key == "reflection"] == [1]  # the one call
 
 
 async def test_rate_limit_is_retried_by_the_sdk(fake: FakeAnthropic, db_url: str) -> None:
@@ -467,21 +467,46 @@ async def test_forget_all_erases_history(fake: FakeAnthropic, db_url: str) -> No
         assert len(await h.store.recent_turns(conversation_key=f"dm:{BOB}", limit=10)) == 2
 
 
+async def test_one_reflection_keeps_at_most_max_writes_memories(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    from core.memory.reflection import MAX_WRITES
+
+    learned: list[Any] = []
+
+    async def on_learned(result: Any) -> None:
+        learned.append(result)
+
+    async with harness(fake, db_url) as h:
+        h.reflector._on_learned = on_learned
+        many = [(f"The user owns board game number {i}.", "fact", "general") for i in range(25)]
+        fake.enqueue(memories_reply(*many), kind="extract")
+        await h.say(dm(ALICE, "I own a lot of board games"))
+        assert await h.reflector.drain(10)
+        stored = await h.service.list_memories(user_key=ALICE, limit=50)
+        assert len(stored) == MAX_WRITES == 20
+        assert learned[0].rejected == 5
+
+
+@pytest.mark.parametrize("call", ["slow", "failing"])
 @pytest.mark.parametrize("mode", ["off", "paused"])
 async def test_memory_turned_off_while_reflection_runs_stores_nothing(
-    fake: FakeAnthropic, db_url: str, mode: str
+    fake: FakeAnthropic, db_url: str, mode: str, call: str
 ) -> None:
-    async with harness(fake, db_url) as h:
-        fake.enqueue(
-            slow(memories_reply(("The user likes jazz.", "preference", "general")), 1.0),
-            kind="extract",
-        )
+    # The user pauses while the reflection's call runs. A slow call's answer is not written;
+    # a failing one (a 500, which the reflection retries itself) is not tried again, and the
+    # retry's note does not turn the turn back to pending.
+    reply = memories_reply(("The user likes jazz.", "preference", "general"))
+    first = slow(reply, 0.5) if call == "slow" else Reply(status=500, error_type="api_error",
+                                                            delay_s=0.3)  # fmt: skip
+    async with harness(fake, db_url, anthropic_max_retries=0, reflection_max_attempts=3) as h:
+        fake.enqueue(first, reply, kind="extract")
         await h.say(dm(ALICE, "I like jazz"))
         await eventually(lambda: fake.requests_of("extract"), what="the reflection's call")
         await h.store.set_mode(user_key=ALICE, mode=mode)  # /memory off or pause, confirmed
         assert await h.reflector.drain(10)
         assert await h.service.list_memories(user_key=ALICE) == []
-        # The turn stays off (never marked done), and what the call cost is recorded.
+        # The turn stays off (never marked done), and what a call that answered cost is kept.
         (turn,) = [
             t
             for t in await h.store.recent_turns(conversation_key=f"dm:{ALICE}", limit=5)
@@ -489,5 +514,5 @@ async def test_memory_turned_off_while_reflection_runs_stores_nothing(
         ]
         assert turn.reflection == "off"
         rows = await h.store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
-        assert "reflection" in [r.key for r in rows]
+        assert ("reflection" in [r.key for r in rows]) == (call == "slow")
     assert len(fake.requests_of("extract")) == 1

@@ -6,6 +6,7 @@ can simply run again."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -215,3 +216,43 @@ async def test_a_full_disk_during_the_step_writes_none_of_it(sqlite_store: SQLit
     assert results is not None and [r.status for r in results] == ["added"] * len(memories)
     turn = await sqlite_store.get_turn(turn_id=turn_id)
     assert turn is not None and turn.reflection == "done"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new_user", "known_user"])
+async def test_forget_everything_during_a_reflections_write_leaves_none_of_it(
+    db_url: str, existing: bool
+) -> None:
+    # A reflection is inside its write (its first memory added, not committed) when the user
+    # forgets everything through another process: whichever commits first, nothing of the
+    # user is left, whether the reflection made the user's row or it was there before.
+    from core.runtime import open_store
+
+    bot, other = await open_store(db_url), await open_store(db_url)
+    try:
+        if existing:
+            await bot.add(user_key=ALICE, memory=NewMemory(text="The user owns a cat."),
+                          dedupe=Deduper())  # fmt: skip
+        turn_id = await pending_turn(bot)
+        inside, go_on = asyncio.Event(), asyncio.Event()
+        real = bot._add_one  # type: ignore[attr-defined]
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            result = await real(*args, **kwargs)
+            inside.set()
+            await go_on.wait()
+            return result
+
+        bot._add_one = held  # type: ignore[attr-defined]
+        writing = asyncio.create_task(
+            finish(bot, turn_id, [learned("The user likes tea."), learned("The user owns a van.")])
+        )
+        await asyncio.wait_for(inside.wait(), 10)
+        forgetting = asyncio.create_task(other.forget_all(user_key=ALICE))
+        await asyncio.sleep(0.2)  # the forget is at the lock (or past it) by now
+        go_on.set()
+        await asyncio.wait_for(asyncio.gather(writing, forgetting), 10)
+        assert await texts(bot) == [] and await texts(other) == []
+        assert await other.get_turn(turn_id=turn_id) is None
+    finally:
+        await bot.close()
+        await other.close()
