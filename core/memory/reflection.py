@@ -356,8 +356,10 @@ class Reflector:
         turn = await self.store.get_turn(turn_id=turn_id)
         if turn is None or turn.user_key is None or turn.reflection in ("done", "skipped"):
             return None
-        if turn.reflection == "off" and not answered:
-            return None  # an answer kept from a run before still has its usage recorded
+        if turn.reflection == "off" and (not answered or turn.attempts >= answered[0].attempts):
+            # Nothing to write; an answer kept from a run before still has its usage
+            # recorded, unless that run's write did it (it notes the attempt).
+            return None
         # No read of the mode: leaving "on" turned this turn's reflection "off" in the same
         # transaction (``set_mode``), whenever it happened since the turn began; a change
         # during the model call is seen by the transaction that writes (``finish_reflection``).

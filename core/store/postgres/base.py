@@ -33,9 +33,9 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -62,6 +62,9 @@ INTAKE_POOL_SIZE = 4
 each for a new message)."""
 
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+DEADLOCK_RETRIES = 3
+"""Runs of a transaction the server aborted to break a deadlock (:meth:`_tx_retrying`)."""
+T = TypeVar("T")
 """What asyncpg raises when the server refuses, fails or cannot be reached."""
 
 
@@ -308,6 +311,26 @@ class PostgresBase:
         with self._errors():
             async with self._pool.acquire() as conn, conn.transaction():
                 yield conn
+
+    async def _tx_retrying(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``work`` in one transaction (:meth:`_tx`), run again when PostgreSQL aborts it to
+        break a deadlock (SQLSTATE 40P01; the PostgreSQL manual, "Explicit Locking",
+        Deadlocks: the other transactions go on, the aborted one may simply be retried), at
+        most :data:`DEADLOCK_RETRIES` runs. For the user's commands whose locks cross the
+        turn loop's (forget everything, a mode change): a turn finishing, a mode change and
+        a forget of the same user can wait on each other in a cycle."""
+        for run in range(1, DEADLOCK_RETRIES + 1):
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    return await work(conn)
+            except asyncpg.exceptions.DeadlockDetectedError as exc:
+                if run == DEADLOCK_RETRIES:
+                    raise StoreError(f"database error: {describe_error(exc)}") from None
+                logger.warning("deadlock broken by the server: running again (run %d)", run)
+                await asyncio.sleep(0.01 * run)
+            except DB_ERRORS as exc:
+                raise StoreError(f"database error: {describe_error(exc)}") from None
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def _intake_tx(self) -> AsyncIterator[asyncpg.Connection]:

@@ -339,7 +339,7 @@ class PostgresConversations(PostgresBase):
         return cast(MemoryMode, mode) if mode else "on"
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        async with self._tx() as conn:
+        async def change(conn: asyncpg.Connection) -> None:
             if mode == "on":
                 await conn.execute("DELETE FROM memory_modes WHERE user_key = $1", user_key)
                 return
@@ -352,6 +352,10 @@ class PostgresConversations(PostgresBase):
                 utcnow(),
             )
             await conn.execute(stop_reflections_sql("$1"), user_key)
+
+        # Its turns' locks can cross a forget's and a turn finishing: run again when the
+        # server breaks such a deadlock (PostgresBase._tx_retrying).
+        await self._tx_retrying(change)
 
     async def mark_once(self, *, mark: str) -> bool:
         # Most marks are asked for again and again (a first-DM notice): read first, write

@@ -141,6 +141,15 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             )
             if not still_reflecting(state):
                 await end_reflection(conn, turn_id, None, None, usage)
+                # The attempt is noted, so a run again after this commit (its outcome lost
+                # with the connection) knows the usage is in (``Reflector``).
+                await conn.execute(
+                    "UPDATE turns SET attempts = greatest(attempts, $1)"
+                    " WHERE id = $2 AND user_key = $3",
+                    attempts,
+                    turn_id,
+                    user_key,
+                )
                 return None
             results = []
             if memories:
@@ -335,12 +344,25 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
     async def forget_all(self, *, user_key: str) -> int:
         """Delete all the user's memories (superseded ones too) and turns in one transaction
         of set-based statements (linear in the user's rows; other users' rows are not
-        locked); returns how many active memories there were."""
-        async with self._tx() as conn:
-            # Created when missing: a first reflection of this user inserting the row, not
-            # yet committed, is then waited for (its memories are erased here) instead of
-            # missed (``finish_reflection`` takes the same row first).
-            uid = await self._lock_user(conn, user_key, create=True)
+        locked); returns how many active memories there were. Run again when the server breaks
+        a deadlock with a turn finishing or a mode change (:meth:`_tx_retrying`)."""
+
+        async def erase(conn: asyncpg.Connection) -> int:
+            uid = await self._lock_user(conn, user_key)
+            if uid is None:
+                # No committed row: a first reflection of this user may be inserting it now.
+                # Inserting it too waits for that one (its memories are then erased here,
+                # ``finish_reflection`` takes the same row first); a row made here only for
+                # that goes again at once, so a forget never leaves a user behind.
+                made = await conn.fetchval(
+                    "INSERT INTO users(user_key, created_at) VALUES ($1, now())"
+                    " ON CONFLICT (user_key) DO NOTHING RETURNING uid",
+                    user_key,
+                )
+                if made is not None:
+                    await conn.execute("DELETE FROM users WHERE uid = $1", made)
+                else:
+                    uid = await self._lock_user(conn, user_key)
             count = 0
             if uid is not None:
                 count = int(
@@ -356,7 +378,9 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             )
             await conn.execute("DELETE FROM turns WHERE user_key = $1", user_key)
             await conn.execute("DELETE FROM pending_actions WHERE user_key = $1", user_key)
-        return count
+            return count
+
+        return await self._tx_retrying(erase)
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:

@@ -156,6 +156,12 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
             )
             if not still_reflecting(row[0] if row else None):
                 await self._on_thread(end_reflection, turn_id, None, None, usage)
+                # The attempt is noted, so a run again after this commit (its outcome lost)
+                # knows the usage is in (``Reflector``).
+                await self._conn.execute(
+                    "UPDATE turns SET attempts = max(attempts, ?) WHERE id = ? AND user_key = ?",
+                    (attempts, turn_id, user_key),
+                )
                 return None
             results = []
             if memories:

@@ -467,6 +467,37 @@ async def test_forget_all_erases_history(fake: FakeAnthropic, db_url: str) -> No
         assert len(await h.store.recent_turns(conversation_key=f"dm:{BOB}", limit=10)) == 2
 
 
+@pytest.mark.parametrize("paused", [True, False], ids=["off_turn", "done_turn"])
+async def test_a_write_whose_commit_was_lost_records_the_calls_usage_once(
+    fake: FakeAnthropic, db_url: str, paused: bool
+) -> None:
+    # The write commits, then its run fails (the connection dropped on COMMIT's reply): the
+    # run again must not record the same call's usage a second time, on a turn marked done
+    # or on one the user's pause turned off (which only the noted attempt tells).
+    reply = memories_reply(("The user likes jazz.", "preference", "general"))
+    async with harness(fake, db_url, reflection_max_attempts=3) as h:
+        real = h.store.finish_reflection
+        runs: list[Any] = []
+
+        async def committed_then_lost(**kwargs: Any) -> Any:
+            result = await real(**kwargs)
+            runs.append(result)
+            if len(runs) == 1:
+                raise StoreError("database error: connection was closed in the middle")
+            return result
+
+        h.store.finish_reflection = committed_then_lost  # type: ignore[method-assign]
+        fake.enqueue(slow(reply, 0.3), kind="extract")
+        await h.say(dm(ALICE, "I like jazz"))
+        await eventually(lambda: fake.requests_of("extract"), what="the reflection's call")
+        if paused:
+            await h.store.set_mode(user_key=ALICE, mode="paused")
+        assert await h.reflector.drain(10)
+        rows = await h.store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
+        assert [r.calls for r in rows if r.key == "reflection"] == [1]
+    assert len(fake.requests_of("extract")) == 1
+
+
 async def test_one_reflection_keeps_at_most_max_writes_memories(
     fake: FakeAnthropic, db_url: str
 ) -> None:

@@ -284,3 +284,55 @@ async def test_recall_is_per_user_bm25_and_scores_match_sqlite(pg_url: str, tmp_
     finally:
         await sqlite.close()
         await pg.close()
+
+
+async def test_a_transaction_the_server_aborts_to_break_a_deadlock_runs_again(
+    replicas: tuple[PostgresStore, PostgresStore],
+) -> None:
+    # Two replicas lock two users' rows in opposite orders: the server aborts one to break
+    # the cycle (here the retrying one, which checks for deadlocks first), and it runs again.
+    a, b = replicas
+    for user in (ALICE, BOB):
+        await a.add(user_key=user, memory=NewMemory(text="The user owns a cat."), dedupe=Deduper())
+    lock = "SELECT 1 FROM users WHERE user_key = $1 FOR UPDATE"
+    a_locked, b_locked = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    async def other() -> None:
+        async with a._tx() as conn:
+            await conn.execute(lock, ALICE)
+            a_locked.set()
+            await b_locked.wait()
+            await conn.execute(lock, BOB)  # waits for the retrying one
+
+    async def work(conn: asyncpg.Connection) -> int:
+        nonlocal runs
+        runs += 1
+        await conn.execute("SET LOCAL deadlock_timeout = '10ms'")
+        await conn.execute(lock, BOB)
+        if runs == 1:
+            b_locked.set()
+            await a_locked.wait()
+            await asyncio.sleep(0.1)  # the other is waiting for BOB's row by now
+            await conn.execute(lock, ALICE)  # the cycle: aborted here
+        return runs
+
+    done = await asyncio.wait_for(asyncio.gather(other(), b._tx_retrying(work)), 10)
+    assert done[1] == 2
+
+
+async def test_a_deadlock_every_time_is_one_store_error(pg_url: str) -> None:
+    store = await PostgresStore.open(pg_url, pool_size=2)
+    runs = 0
+
+    async def work(conn: asyncpg.Connection) -> None:
+        nonlocal runs
+        runs += 1
+        raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+
+    try:
+        with pytest.raises(StoreError, match="DeadlockDetectedError"):
+            await store._tx_retrying(work)
+    finally:
+        await store.close()
+    assert runs == 3

@@ -179,7 +179,8 @@ async def test_a_turn_no_longer_waiting_gets_only_the_usage(store: Store) -> Non
     await store.set_mode(user_key=ALICE, mode="paused")
     assert await finish(store, paused, tea) is None
     turn = await store.get_turn(turn_id=paused)
-    assert turn is not None and (turn.reflection, turn.attempts) == ("off", 0)
+    # Left off; the attempt is noted (a run again knows its usage is in).
+    assert turn is not None and (turn.reflection, turn.attempts) == ("off", 1)
     assert await texts(store) == [] and await tokens_today(store) == 30
     await store.set_mode(user_key=ALICE, mode="on")
     # Finished already (done), forgotten (gone), or another user's turn: nothing either.
@@ -189,7 +190,8 @@ async def test_a_turn_no_longer_waiting_gets_only_the_usage(store: Store) -> Non
     assert await texts(store) == ["The user likes green tea."]
     bobs = await pending_turn(store, BOB)
     assert await finish(store, bobs, tea, user_key=ALICE) is None
-    assert (await store.get_turn(turn_id=bobs)).reflection == "pending"  # type: ignore[union-attr]
+    bob_turn = await store.get_turn(turn_id=bobs)
+    assert bob_turn is not None and (bob_turn.reflection, bob_turn.attempts) == ("pending", 0)
     await store.forget_all(user_key=ALICE)
     assert await finish(store, done, tea) is None
     assert await texts(store) == [] and await texts(store, BOB) == []
@@ -256,3 +258,37 @@ async def test_forget_everything_during_a_reflections_write_leaves_none_of_it(
     finally:
         await bot.close()
         await other.close()
+
+
+async def test_forget_everything_of_a_user_never_seen_leaves_no_user_behind(store: Store) -> None:
+    before = [u.user_key for u in await store.users()]
+    assert await store.forget_all(user_key="slack:T1:UNEVER") == 0
+    assert [u.user_key for u in await store.users()] == before
+
+
+async def test_a_reflection_committing_between_forgets_batches_leaves_nothing(
+    sqlite_store: SQLiteStore,
+) -> None:
+    # SQLite forgets in batches, each its own write: a known user's reflection committing
+    # after the memory batches found its turn still there before the turns went first.
+    store = sqlite_store
+    await store.add(user_key=ALICE, memory=NewMemory(text="The user owns a cat."), dedupe=Deduper())
+    turn_id = await pending_turn(store)
+    real = store._fetchall  # type: ignore[attr-defined]
+    reflecting: list[asyncio.Task[Any]] = []
+
+    async def between(sql: str, *args: Any, **kwargs: Any) -> Any:
+        rows = await real(sql, *args, **kwargs)
+        if "superseded_by IS NOT NULL" in sql and not reflecting:  # the last batch's query
+            reflecting.append(
+                asyncio.create_task(finish(store, turn_id, [learned("The user likes tea.")]))
+            )
+            await asyncio.sleep(0)  # queued for the write lock
+        return rows
+
+    store._fetchall = between  # type: ignore[attr-defined]
+    await store.forget_all(user_key=ALICE)
+    await reflecting[0]
+    store._fetchall = real  # type: ignore[attr-defined]
+    assert await texts(store) == []
+    assert await store.get_turn(turn_id=turn_id) is None
