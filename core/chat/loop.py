@@ -403,18 +403,20 @@ class TurnLoop:
         parts: list[str] = []
         failed: ModelError | None = None
         stopped = False
-        stream = self.model.stream(system=system, messages=messages)
+        # The files' budget goes back once the request is sent (its body let go), not when
+        # the answer ends: a long answer, its thinking first, no longer holds up the next
+        # turn with files.
+        stream = self.model.stream(
+            system=system,
+            messages=messages,
+            on_sent=None if held is None else (lambda: held.shrink(0)),
+        )
         del messages  # the files' bytes: held by the stream until its request is sent
         try:
             if prefix:
                 parts.append(prefix)
                 yield prefix
             async for delta in stream:
-                if held is not None:
-                    # The answer has begun, so its request (and the files' bytes in it) is
-                    # gone: the budget is given back now, not when the answer ends.
-                    held.shrink(0)
-                    held = None
                 parts.append(delta)
                 yield delta
             self.metrics.answered(started)

@@ -2,8 +2,9 @@
 
 A turn that reads files first reserves the bytes they may take (:meth:`ByteBudget.reserve`:
 each file's declared size, or the per-file limit when none is declared), waits, first come
-first served, while the budget cannot hold them, and keeps the reservation until its answer
-begins (its first token: the request holding the files' bytes is sent and let go by then);
+first served, while the budget cannot hold them, and keeps the reservation until its
+request is sent (the answer begun or the sending failed: its body, the files' bytes in it,
+is let go then; ``ChatModel.stream``'s ``on_sent``);
 once its files are read it gives back what they did not take (:meth:`Reservation.shrink`).
 A reservation larger than the whole budget (one file over it) is cut to the budget: that
 turn then reads alone. Released on every exit, an error or a

@@ -9,7 +9,7 @@ images and PDFs; the request under 32 MB). A file that fails any step is left ou
 gets one sentence, ``I couldn't read NAME: REASON.``; the others are read, and the
 message's text is answered all the same.
 
-Memory: a turn holds its files' bytes from the download until its answer begins, so a turn
+Memory: a turn holds its files' bytes from the download until its request is sent, so a turn
 that reads files first reserves their declared sizes from the process's
 :class:`~core.files.budget.ByteBudget` (:meth:`FileReader.hold`; ``SELFMIND_FILE_MEMORY_MB``
 for all turns together) and waits while it cannot; once read, it keeps only what its files
@@ -104,7 +104,7 @@ class FileReader:
         )
 
     def hold(self, refs: Sequence[FileRef]) -> AbstractAsyncContextManager[Reservation]:
-        """Held by a turn from reading ``refs`` to its answer's first token: the bytes they may
+        """Held by a turn from reading ``refs`` until its request is sent: the bytes they may
         take (:meth:`reserve_bytes`) reserved from the budget, waiting while it cannot."""
         return self.budget.reserve(self.reserve_bytes(refs))
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
@@ -174,9 +174,15 @@ class ChatModel(Protocol):
     """The LLM seam: a streamed chat answer and a structured extraction."""
 
     def stream(
-        self, *, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatMessage],
+        on_sent: Callable[[], None] | None = None,
     ) -> AnswerStream:
-        """Start an answer; no request is sent until the first iteration."""
+        """Start an answer; no request is sent until the first iteration. ``on_sent`` is
+        called once the request is done with (its answer begun or its sending failed): from
+        then on nothing of ``messages`` is held for it, its files' bytes included."""
         ...
 
     async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
@@ -271,10 +277,15 @@ class ClaudeChatModel:
         await self.aclose()
 
     def stream(
-        self, *, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+        self,
+        *,
+        system: Sequence[SystemBlock],
+        messages: Sequence[ChatMessage],
+        on_sent: Callable[[], None] | None = None,
     ) -> AnswerStream:
-        """Stream an answer from ``chat_model``, thinking adaptive; see :class:`AnswerStream`."""
-        return _ClaudeAnswerStream(self, system=system, messages=messages)
+        """Stream an answer from ``chat_model``, thinking adaptive; see :class:`AnswerStream`
+        and :meth:`ChatModel.stream`."""
+        return _ClaudeAnswerStream(self, system=system, messages=messages, on_sent=on_sent)
 
     async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
         """One structured-output call to ``reflection_model`` (thinking disabled).
@@ -336,8 +347,10 @@ class _ClaudeAnswerStream:
         *,
         system: Sequence[SystemBlock],
         messages: Sequence[ChatMessage],
+        on_sent: Callable[[], None] | None = None,
     ) -> None:
         self._model = model
+        self._on_sent = on_sent
         self._system: list[TextBlockParam] = [_system_param(block) for block in system]
         # The file bytes stay in ``_files`` (not copied into the params: markers stand in).
         self._files = FileMarkers()
@@ -455,6 +468,9 @@ class _ClaudeAnswerStream:
             )
         finally:
             body.release()
+            if self._on_sent is not None:
+                on_sent, self._on_sent = self._on_sent, None
+                on_sent()
 
 
 def _json_object(value: object) -> dict[str, Any]:

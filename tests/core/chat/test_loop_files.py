@@ -186,7 +186,8 @@ async def test_turns_reading_files_wait_for_the_memory_budget(
     # Each log is declared larger than the 1 MB budget: one such turn at a time.
     for name in ("one.log", "two.log"):
         (tmp_path / name).write_text("line of a log\n" * 90_000)
-    claude.first_token_delay_s = 0.3
+    # Each request's answer begins only after 0.3 s: until then its body, the files, is held.
+    claude.enqueue(*[Reply(text="Read.", delay_s=0.3)] * 3, kind="chat")
     async with harness(claude, tmp_path / "m.db", file_memory_mb=1) as h:
         budget = h.loop.files.budget
         seen: list[int] = []
@@ -220,7 +221,7 @@ async def test_a_failed_or_stopped_turn_gives_its_budget_back(
         with pytest.raises(ModelError):
             await h.say(dm("cli:a", "fails", files=refs(tmp_path, "report.pdf")))
         assert budget.used_bytes == 0
-        claude.first_token_delay_s = 5.0
+        claude.enqueue(Reply(text="Never seen.", delay_s=5.0), kind="chat")  # still sending
         stopped = asyncio.create_task(h.say(dm("cli:b", "stop", files=refs(tmp_path, "app.log"))))
         for _ in range(500):  # until the request is at the fake
             if claude.requests_of("chat")[1:]:
@@ -298,19 +299,19 @@ async def test_the_fake_refuses_what_the_api_refuses(claude: FakeAnthropic) -> N
         await client.close()
 
 
-async def test_a_turn_gives_its_file_budget_back_at_its_first_token(
+async def test_a_turn_gives_its_file_budget_back_once_its_request_is_sent(
     claude: FakeAnthropic, tmp_path: Path
 ) -> None:
-    # The request holding the files is sent and let go once the answer begins: a turn whose
-    # files fill the budget does not keep the next one waiting while its answer streams.
+    # The request holding the files is sent and let go before any of the answer comes (a
+    # long thinking, here a minute before the first token): a turn whose files fill the
+    # budget does not keep the next one waiting meanwhile.
     for name in ("one.log", "two.log"):
         (tmp_path / name).write_text("line of a log\n" * 90_000)
-    # The first answer streams for a minute (stopped below); the second is short.
-    claude.enqueue(Reply(text="word " * 300, chunk_size=5, chunk_delay_s=0.2), "ok", kind="chat")
+    claude.enqueue(Reply(text="A slow answer.", first_token_delay_s=60), "ok", kind="chat")
     async with harness(claude, tmp_path / "m.db", file_memory_mb=1) as h:
         budget = h.loop.files.budget
         first = asyncio.create_task(h.say(dm("cli:a", "one", files=refs(tmp_path, "one.log"))))
-        for _ in range(500):  # until the first answer is streaming
+        for _ in range(500):  # until the first request is at the fake and given back
             if claude.requests_of("chat") and budget.used_bytes == 0:
                 break
             await asyncio.sleep(0.01)
