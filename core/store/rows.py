@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from core.store.writes import REFLECTING_SQL
 from core.types import ORIGINS, MemoryUse, Turn, UsageRow
 
 TURN_COLUMNS = (
@@ -65,7 +66,7 @@ def stop_reflections_sql(user_param: str) -> str:
     read of the mode. ``user_param``: the backend's placeholder of the user key."""
     return (
         f"UPDATE turns SET reflection = 'off' WHERE user_key = {user_param}"
-        " AND reflection IN ('answering', 'pending')"
+        f" AND reflection IN {REFLECTING_SQL}"
     )
 
 

@@ -44,6 +44,7 @@ from core.errors import MigrationError, StoreError
 from core.store.locks import KeyedLocks
 from core.store.postgres.migrations import MIGRATIONS
 from core.store.schema import SchemaState, check_schema
+from core.store.writes import REFLECTING_SQL
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +63,10 @@ INTAKE_POOL_SIZE = 4
 each for a new message)."""
 
 DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+"""What asyncpg raises when the server refuses, fails or cannot be reached."""
 DEADLOCK_RETRIES = 3
 """Runs of a transaction the server aborted to break a deadlock (:meth:`_tx_retrying`)."""
 T = TypeVar("T")
-"""What asyncpg raises when the server refuses, fails or cannot be reached."""
 
 
 _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
@@ -200,7 +201,7 @@ class PostgresBase:
             async with self._pool.acquire() as conn:
                 await conn.execute(
                     "UPDATE turns SET claimed_by = NULL WHERE claimed_by = $1"
-                    " AND reflection IN ('answering', 'pending')",
+                    f" AND reflection IN {REFLECTING_SQL}",
                     self.replica_id,
                 )
             async with self._session_lock:
@@ -319,17 +320,16 @@ class PostgresBase:
         most :data:`DEADLOCK_RETRIES` runs. For the user's commands whose locks cross the
         turn loop's (forget everything, a mode change): a turn finishing, a mode change and
         a forget of the same user can wait on each other in a cycle."""
-        for run in range(1, DEADLOCK_RETRIES + 1):
-            try:
-                async with self._pool.acquire() as conn, conn.transaction():
-                    return await work(conn)
-            except asyncpg.exceptions.DeadlockDetectedError as exc:
-                if run == DEADLOCK_RETRIES:
-                    raise StoreError(f"database error: {describe_error(exc)}") from None
-                logger.warning("deadlock broken by the server: running again (run %d)", run)
-                await asyncio.sleep(0.01 * run)
-            except DB_ERRORS as exc:
-                raise StoreError(f"database error: {describe_error(exc)}") from None
+        with self._errors():  # the last run's deadlock, like any error, a StoreError
+            for run in range(1, DEADLOCK_RETRIES + 1):
+                try:
+                    async with self._pool.acquire() as conn, conn.transaction():
+                        return await work(conn)
+                except asyncpg.exceptions.DeadlockDetectedError:
+                    if run == DEADLOCK_RETRIES:
+                        raise
+                    logger.warning("deadlock broken by the server: running again (run %d)", run)
+                    await asyncio.sleep(0.01 * run)
         raise AssertionError("unreachable")
 
     @asynccontextmanager

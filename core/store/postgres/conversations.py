@@ -29,7 +29,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.writes import REFLECTING_SQL, redacted
+from core.store.writes import REFLECTING_SQL, redacted, still_reflecting
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -105,7 +105,7 @@ class PostgresConversations(PostgresBase):
     def _turn_row(self, turn: NewTurn) -> tuple[Any, ...]:
         """The values of ``_TURN_INSERT`` for ``turn``: a turn waiting for its answer or
         reflection is claimed by this replica."""
-        waiting = turn.reflection in ("answering", "pending")
+        waiting = still_reflecting(turn.reflection)
         now = utcnow()
         return (
             turn.conversation_key,
@@ -255,7 +255,7 @@ class PostgresConversations(PostgresBase):
         await self.check_session()
         rows = await self._fetch(
             f"WITH live AS ({_LIVE_REPLICAS}), orphans AS ("
-            "  SELECT id FROM turns WHERE reflection IN ('answering', 'pending')"
+            f"  SELECT id FROM turns WHERE reflection IN {REFLECTING_SQL}"
             "  AND (claimed_by IS NULL OR claimed_by NOT IN (SELECT replica FROM live))"
             "  ORDER BY id FOR UPDATE SKIP LOCKED"
             ") UPDATE turns t SET claimed_by = $2, claimed_at = $3 FROM orphans o"
@@ -281,7 +281,7 @@ class PostgresConversations(PostgresBase):
         async with self._tx() as conn:
             status = await conn.execute(
                 "DELETE FROM turns WHERE created_at < $1 AND (reflection IS NULL OR reflection"
-                " NOT IN ('answering', 'pending'))",
+                f" NOT IN {REFLECTING_SQL})",
                 older_than,
             )
             await conn.execute("DELETE FROM processed_events WHERE claimed_at < $1", older_than)
@@ -476,9 +476,16 @@ async def end_reflection(
     """Inside a transaction: record a reflection's ``usage`` and, unless ``state`` is None,
     the turn's reflection state (and ``attempts``, when given), only while the turn still
     waits for its reflection (``REFLECTING``): a turn turned ``off`` by a pause, or
-    finished, stays as it is."""
+    finished, stays as it is. With ``state`` None, ``attempts`` (when given) is only noted,
+    never lowered: the usage of that attempt is in."""
     await _insert_usage(conn, usage)
     if state is None:
+        if attempts is not None:
+            await conn.execute(
+                "UPDATE turns SET attempts = greatest(attempts, $1) WHERE id = $2",
+                attempts,
+                turn_id,
+            )
         return
     await conn.execute(
         "UPDATE turns SET reflection = $1, attempts = coalesce($2, attempts)"

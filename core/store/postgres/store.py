@@ -140,16 +140,10 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
                 user_key,
             )
             if not still_reflecting(state):
-                await end_reflection(conn, turn_id, None, None, usage)
-                # The attempt is noted, so a run again after this commit (its outcome lost
-                # with the connection) knows the usage is in (``Reflector``).
-                await conn.execute(
-                    "UPDATE turns SET attempts = greatest(attempts, $1)"
-                    " WHERE id = $2 AND user_key = $3",
-                    attempts,
-                    turn_id,
-                    user_key,
-                )
+                # Only the usage, and the attempt on the user's turn (when there is one), so a
+                # run again after this commit (its outcome lost) knows the usage is in.
+                noted = attempts if state is not None else None
+                await end_reflection(conn, turn_id, None, noted, usage)
                 return None
             results = []
             if memories:

@@ -170,8 +170,7 @@ class SQLiteConversations(SQLiteBase):
 
     async def turns_to_reflect(self) -> list[Turn]:
         rows = await self._fetchall(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN ('answering', 'pending')"
-            " ORDER BY id"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN {REFLECTING_SQL} ORDER BY id"
         )
         return [turn_from_row(r, time=dt) for r in rows]
 
@@ -189,7 +188,7 @@ class SQLiteConversations(SQLiteBase):
         def prune(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
-                " NOT IN ('answering', 'pending'))",
+                f" NOT IN {REFLECTING_SQL})",
                 (ts(older_than),),
             )
             conn.execute("DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),))
@@ -369,10 +368,15 @@ def end_reflection(
     """Inside a write (on the connection's thread): record a reflection's ``usage`` and,
     unless ``state`` is None, the turn's reflection state (and ``attempts``, when given),
     only while the turn still waits for its reflection (``REFLECTING``): a turn turned
-    ``off`` by a pause, or finished, stays as it is."""
+    ``off`` by a pause, or finished, stays as it is. With ``state`` None, ``attempts`` (when
+    given) is only noted, never lowered: the usage of that attempt is in."""
     for record in usage:
         _insert_usage(conn, record)
     if state is None:
+        if attempts is not None:
+            conn.execute(
+                "UPDATE turns SET attempts = max(attempts, ?) WHERE id = ?", (attempts, turn_id)
+            )
         return
     conn.execute(
         "UPDATE turns SET reflection = ?, attempts = coalesce(?, attempts)"

@@ -155,13 +155,10 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                 "SELECT reflection FROM turns WHERE id = ? AND user_key = ?", (turn_id, user_key)
             )
             if not still_reflecting(row[0] if row else None):
-                await self._on_thread(end_reflection, turn_id, None, None, usage)
-                # The attempt is noted, so a run again after this commit (its outcome lost)
-                # knows the usage is in (``Reflector``).
-                await self._conn.execute(
-                    "UPDATE turns SET attempts = max(attempts, ?) WHERE id = ? AND user_key = ?",
-                    (attempts, turn_id, user_key),
-                )
+                # Only the usage, and the attempt on the user's turn (when there is one), so a
+                # run again after this commit (its outcome lost) knows the usage is in.
+                noted = attempts if row else None
+                await self._on_thread(end_reflection, turn_id, None, noted, usage)
                 return None
             results = []
             if memories:
