@@ -1,8 +1,11 @@
-"""A full disk, as the intake tests meet it: the SQLite file can grow no more."""
+"""Store states tests start from: a full disk, as the intake tests meet it (the SQLite file
+can grow no more); a user turn answered and waiting for its reflection."""
 
 from __future__ import annotations
 
+from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
+from core.types import NewTurn, utcnow
 
 
 async def fill_disk(store: SQLiteStore) -> None:
@@ -20,3 +23,21 @@ async def fill_disk(store: SQLiteStore) -> None:
 async def free_disk(store: SQLiteStore) -> None:
     """Room again: the file may grow to SQLite's default maximum."""
     await store._conn.execute("PRAGMA max_page_count = 1073741823")
+
+
+async def pending_turn(store: Store, user_key: str = "slack:T1:U1") -> int:
+    """A DM turn of ``user_key`` answered ("Noted.") whose reflection is pending; its id."""
+    turn_id = await store.add_turn(
+        turn=NewTurn(
+            conversation_key=f"dm:{user_key}",
+            user_key=user_key,
+            role="user",
+            text="I moved to Berlin, and I like green tea.",
+            origin="private",
+            sent_at=utcnow(),
+            reflection="answering",
+            workspace="T1",
+        )
+    )
+    await store.finish_turn(turn_id=turn_id, answer="Noted.")
+    return turn_id

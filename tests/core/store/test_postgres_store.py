@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -21,11 +20,11 @@ from core.runtime import open_store
 from core.store.postgres.base import LOCK_REPLICA
 from core.store.postgres.store import PostgresStore
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn
+from core.types import NewMemory
 from tests.conftest import locomo_or_skip
+from tests.store_helpers import pending_turn
 
 ALICE, BOB = "slack:T1:UALICE", "slack:T1:UBOB"
-SENT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -35,22 +34,6 @@ async def replicas(pg_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresSt
     yield a, b
     await a.close()
     await b.close()
-
-
-async def _pending_turn(store: PostgresStore, text: str = "I like jazz") -> int:
-    turn_id = await store.add_turn(
-        turn=NewTurn(
-            conversation_key=f"dm:{ALICE}",
-            user_key=ALICE,
-            role="user",
-            text=text,
-            origin="private",
-            sent_at=SENT,
-            reflection="answering",
-        )
-    )
-    await store.finish_turn(turn_id=turn_id, answer="Noted.")
-    return turn_id
 
 
 async def test_same_memory_from_two_replicas_is_stored_once(
@@ -163,7 +146,7 @@ async def test_a_dead_replicas_lock_and_reflections_pass_to_a_live_one(
     replicas: tuple[PostgresStore, PostgresStore], pg_url: str
 ) -> None:
     a, b = replicas
-    turn_id = await _pending_turn(a)
+    turn_id = await pending_turn(a, ALICE)
     assert await b.turns_to_reflect() == []  # a is alive: its reflection stays its own
     entered = asyncio.Event()
 
@@ -203,7 +186,7 @@ async def test_a_dead_replicas_lock_and_reflections_pass_to_a_live_one(
 
 async def test_close_hands_unfinished_reflections_back(pg_url: str) -> None:
     a = await PostgresStore.open(pg_url, pool_size=2)
-    turn_id = await _pending_turn(a)
+    turn_id = await pending_turn(a, ALICE)
     await a.close()
     b = await PostgresStore.open(pg_url, pool_size=2)
     try:

@@ -17,28 +17,11 @@ from core.errors import StoreError, storage_failed
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import AddResult, MemoryWrite, NewMemory, NewTurn, utcnow
+from core.types import AddResult, MemoryWrite, NewMemory
 from tests.core.store.test_turn_steps import STORE_ERRORS, tokens_today, usage
-from tests.store_helpers import fill_disk, free_disk
+from tests.store_helpers import fill_disk, free_disk, pending_turn
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
-
-
-async def pending_turn(store: Store, user_key: str = ALICE) -> int:
-    turn_id = await store.add_turn(
-        turn=NewTurn(
-            conversation_key=f"dm:{user_key}",
-            user_key=user_key,
-            role="user",
-            text="I moved to Berlin, and I like green tea.",
-            origin="private",
-            sent_at=utcnow(),
-            reflection="answering",
-            workspace="T1",
-        )
-    )
-    await store.finish_turn(turn_id=turn_id, answer="Noted.")
-    return turn_id
 
 
 def learned(text: str, *supersedes: int) -> MemoryWrite:
