@@ -9,9 +9,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-TRY_IT = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/selfmind chat"
+TRY_IT = (
+    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && .venv/bin/selfmind chat"
+)
 TEST_COMMAND = (
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && scripts/check"
+    "python3 -m venv .venv && . .venv/bin/activate"
+    " && pip install -c constraints.txt -e '.[dev]' && scripts/check"
 )
 
 
@@ -31,6 +34,30 @@ def test_readme_first_screen_commands_and_ci_use_the_same_test_command() -> None
     assert TEST_COMMAND in first_screen
     assert TEST_COMMAND in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "mkdocs build --strict" in (REPO_ROOT / "scripts" / "check").read_text()
+
+
+def test_the_constraints_pin_every_dependency_exactly() -> None:
+    """constraints.txt (the lock the README's commands and CI install with) names every
+    package pyproject.toml depends on, each at one exact version (torch aside: its CPU build
+    is installed first, by hand or by .ci/run)."""
+    import tomllib
+
+    pins: dict[str, str] = {}
+    for line in (REPO_ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version and " " not in version, line
+            pins[re.sub(r"[-_.]+", "-", name.lower())] = version
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    wanted = list(project["project"]["dependencies"])
+    for extra in project["project"]["optional-dependencies"].values():
+        wanted += extra
+    for requirement in wanted:
+        name = re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0]
+        key = re.sub(r"[-_.]+", "-", name.lower())
+        assert key == "torch" or key in pins, f"{name} is not in constraints.txt"
+    assert "torch" not in pins
+    assert "constraints.txt" in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
 def test_readme_links_reach_files_and_headings() -> None:

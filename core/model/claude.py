@@ -380,8 +380,10 @@ class _ClaudeAnswerStream:
         if logger.isEnabledFor(logging.DEBUG):  # file bytes never reach a log
             logger.debug("chat request: system=%s messages=%s", self._system, _loggable(self))
         usage = Usage()
+        began = False
         try:
             events = await self._send()
+            began = True
             async with events:
                 async for item in events:
                     event = _json_object(item)
@@ -403,6 +405,13 @@ class _ClaudeAnswerStream:
                         stopped = True
                 if not stopped:
                     raise _cut(parts, "body ended")
+        except anthropic.APIConnectionError as exc:
+            # Once the response has begun, a dropped connection is a cut stream whatever the
+            # transport or SDK version reports it as (anthropic >= 2.17 wraps the transport's
+            # error in APIConnectionError while iterating; earlier releases let it through).
+            if not began or (isinstance(exc, anthropic.APITimeoutError) and not parts):
+                raise _model_error(exc, call="stream") from exc
+            raise _cut(parts, type(exc.__cause__ or exc).__name__) from exc
         except anthropic.APIError as exc:
             raise _model_error(exc, call="stream") from exc
         except httpx2.TimeoutException as exc:
