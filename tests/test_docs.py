@@ -10,7 +10,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 TRY_IT = (
-    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && .venv/bin/selfmind chat"
+    "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ."
+    " && .venv/bin/selfmind chat"
 )
 TEST_COMMAND = (
     "python3 -m venv .venv && . .venv/bin/activate"
