@@ -17,6 +17,40 @@ CATEGORIES: tuple[str, ...] = get_args(Category)
 SOURCES: tuple[str, ...] = get_args(Source)
 ORIGINS: tuple[str, ...] = get_args(Origin)
 
+PlaceKind = Literal["dm", "group_dm", "private_channel", "public_channel"]
+PLACE_KINDS: tuple[str, ...] = get_args(PlaceKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a message was said, and so where what is learned from it may be used.
+
+    ``platform``: ``slack`` | ``discord`` | ``cli``; ``workspace``: the Slack team (or the
+    enterprise, on Enterprise Grid) or the Discord guild, ``None`` for a DM outside any
+    (Discord DMs, the terminal); ``channel``: the channel's id (a thread's parent channel,
+    a forum post's forum), ``None`` for the terminal; ``kind``: the person's DM with the bot,
+    a group DM, a private channel or a public channel.
+    """
+
+    platform: str
+    kind: PlaceKind
+    workspace: str | None = None
+    channel: str | None = None
+
+    @property
+    def is_channel(self) -> bool:
+        """A private or public channel (a team's place), not a DM or a group DM."""
+        return self.kind in ("private_channel", "public_channel")
+
+    @property
+    def channel_key(self) -> str | None:
+        """``slack:{team}:{channel}`` | ``discord:{guild}:{channel}`` for a channel (the key
+        of its own memory), else ``None``."""
+        if not self.is_channel or self.channel is None:
+            return None
+        return f"{self.platform}:{self.workspace or ''}:{self.channel}"
+
+
 MAX_MEMORY_CHARS = 200
 """A memory is one standalone sentence under 200 characters (the product's memory rule)."""
 

@@ -59,7 +59,7 @@ from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
 from core.store.seams import ClaimStore, CleanupStore, ModeStore, TurnStore, UsageStore
-from core.types import MemoryMode, NewTurn, Origin, UsageRecord, utcnow
+from core.types import MemoryMode, NewTurn, Origin, Place, UsageRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,9 @@ class IncomingMessage:
     files: tuple[FileRef, ...] = ()
     """The message's files, read for the answer only (:mod:`core.files`); the store keeps
     a placeholder line for each (:attr:`stored_text`)."""
+    place: Place | None = None
+    """Where it was said (:class:`core.types.Place`): what may be recalled here, where what
+    is learned from it may be used, and the channel whose own memory applies."""
 
     def __post_init__(self) -> None:
         # Message text enters the core here, whatever the adapter: cleaned once
