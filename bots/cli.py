@@ -178,12 +178,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from core import __version__  # the package's version too (pyproject reads it)
 
-        try:
-            typer.echo(f"selfmind {version('selfmind')}")
-        except PackageNotFoundError:
-            typer.echo("selfmind (not installed: no package metadata)")
+        typer.echo(f"selfmind {__version__}")
         raise typer.Exit()
 
 
@@ -996,13 +993,22 @@ def db_migrate(
 ) -> None:
     """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again.
 
-    Prints each migration it applies. A SQLite store with migrations to apply is backed up
-    first (db backup), unless --no-backup: put that file back to roll the upgrade back."""
+    Prints each migration it applies, and for one that changes stored memories, what it
+    will change and why before it runs and what it did after. A SQLite store with
+    migrations to apply is backed up first (db backup), unless --no-backup: the line under
+    the backup's name says how to put it back."""
     from core.store.postgres.admin import migrate_database
 
     if no_backup and backup is not None:
         raise fail("--backup and --no-backup exclude each other", 2)
-    report = run(migrate_database(ctx.obj.db_url, backup=not no_backup, backup_path=backup))
+    report = run(
+        migrate_database(
+            ctx.obj.db_url,
+            backup=not no_backup,
+            backup_path=backup,
+            notify=None if as_json else typer.echo,
+        )
+    )
     if as_json:
         typer.echo(
             json.dumps(
@@ -1014,10 +1020,6 @@ def db_migrate(
             )
         )
         return
-    if report.backup is not None:
-        typer.echo(f"backed up the database to {report.backup}")
-    for name in report.applied_now:
-        typer.echo(f"applied {name}")
     latest = report.applied[-1] if report.applied else "none"
     typer.echo(f"schema up to date: {len(report.applied)} migrations, latest {latest}")
 

@@ -40,11 +40,12 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
+from core.store.effects import Notify
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, pg_schema_rows
 from core.store.postgres.base import mask_url as mask_url  # re-exported for the CLI
 from core.store.postgres.migrations import MIGRATIONS
-from core.store.schema import SchemaState, check_schema
-from core.store.sqlite.base import dt
+from core.store.schema import SchemaState, check_schema, state_of_rows
+from core.store.sqlite.base import dt, schema_rows
 from core.store.sqlite.migrations import FTS_SHARDS
 from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from core.store.text_repair import memory_text, turn_text
@@ -256,17 +257,25 @@ def postgres_url(url: str) -> str:
 
 
 async def migrate_database(
-    url: str, *, backup: bool = True, backup_path: Path | None = None
+    url: str,
+    *,
+    backup: bool = True,
+    backup_path: Path | None = None,
+    notify: Notify | None = None,
 ) -> MigrateReport:
     """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
 
     Idempotent. A SQLite file with migrations to apply is first backed up (unless not
     ``backup``) to ``backup_path`` or :func:`~core.store.sqlite.backup.before_migrate_path`.
+    ``notify`` gets each line to show as it happens: the backup and how to restore it (or,
+    on PostgreSQL, that none was taken), what a migration will change in stored memories
+    before it runs and what it did (:mod:`core.store.effects`), ``applied NAME``.
     Raises ``StoreError`` / ``MigrationError``, ``NewerSchemaError`` for a store a newer
     SelfMind wrote (nothing changed), ``MemoryInputError`` when the backup cannot be written.
     """
+    say = notify or (lambda line: None)
     if url.startswith("sqlite:///"):
-        from core.store.sqlite.backup import backup_file, before_migrate_path
+        from core.store.sqlite.backup import backup_file, before_migrate_path, restore_hint
         from core.store.sqlite.store import SQLiteStore
 
         path = await asyncio.to_thread(_sqlite_file, url)
@@ -277,15 +286,23 @@ async def migrate_database(
             if backup and state.pending and not state.fresh:
                 taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
                 await backup_file(path, taken)
-        store = await SQLiteStore.open(str(path), migrate=True)
+                say(f"backed up the database to {taken}")
+                say(restore_hint(taken, path))
+        store = await SQLiteStore.open(str(path), migrate=True, notify=notify)
         try:
             applied = tuple(await store.applied_migrations())
         finally:
             await store.close()
         return MigrateReport(store.migrated, applied, taken)
+    state = await read_schema_state(url)
+    if state is not None and state.pending and not state.fresh and not state.unknown:
+        say(
+            "no backup taken (PostgreSQL): to undo this upgrade, restore the pg_dump you took"
+            " before it and reinstall the SelfMind you had"
+        )
     conn = await _connect(postgres_url(url))
     try:
-        now = await apply_migrations(conn, apply=True, where=mask_url(url))
+        now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
         names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
         return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
     except DB_ERRORS as exc:
@@ -324,20 +341,13 @@ async def read_schema_state(url: str) -> SchemaState | None:
             return None
         try:  # read-write (never creating): the last connection to close removes the -wal
             async with aiosqlite.connect(f"{path.as_uri()}?mode=rw", uri=True) as db:
-                sql = "SELECT name FROM sqlite_master WHERE name = 'schema_migrations'"
-                if not await db.execute_fetchall(sql):
-                    return SchemaState.of((), known_sqlite)
-                rows = await db.execute_fetchall("SELECT number, name FROM schema_migrations")
+                rows = await schema_rows(db)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read database {path}: {exc}") from None
-        return SchemaState.of(((int(r[0]), str(r[1])) for r in rows), known_sqlite)
+        return state_of_rows(rows, known_sqlite)
     conn = await _connect(postgres_url(url))
     try:
-        applied: list[tuple[int, str]] = []
-        if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
-            rows = await conn.fetch("SELECT number, name FROM schema_migrations")
-            applied = [(int(r[0]), str(r[1])) for r in rows]
-        return SchemaState.of(applied, ((n, name) for n, name, _ in MIGRATIONS))
+        return state_of_rows(await pg_schema_rows(conn), ((n, name) for n, name, _ in MIGRATIONS))
     except DB_ERRORS as exc:
         raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
     finally:

@@ -16,9 +16,10 @@ from typing import Any
 
 import aiosqlite
 
-from core.store.relabel import relabel_remembered
-from core.store.secret_repair import redact_stored_secrets
-from core.store.text_repair import clean_stored_text
+from core.store.effects import Change, Effect
+from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
+from core.store.secret_repair import REDACT_SECRETS, redact_stored_secrets
+from core.store.text_repair import CLEAN_TEXT, clean_stored_text
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -308,7 +309,7 @@ def _m006_sharded_fts() -> str:
 M006_SHARDED_FTS = _m006_sharded_fts()
 
 
-async def m007_clean_text(conn: aiosqlite.Connection) -> None:
+async def m007_clean_text(conn: aiosqlite.Connection) -> Change:
     """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`): NUL,
     control characters, bidirectional overrides, zero-width spaces, BOMs."""
 
@@ -319,7 +320,7 @@ async def m007_clean_text(conn: aiosqlite.Connection) -> None:
         await conn.execute(sql, args)
 
     now = datetime.now(UTC).isoformat(timespec="microseconds")
-    await clean_stored_text(fetch=fetch, execute=execute, now=now)
+    return await clean_stored_text(fetch=fetch, execute=execute, now=now)
 
 
 M008_PENDING_ACTIONS = """
@@ -432,7 +433,7 @@ CREATE INDEX memories_standing ON memories(uid, id)
 """
 
 
-async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
+async def m012_label_remembered(conn: aiosqlite.Connection) -> Change:
     """The standing profile's index, and kind and category for memories that ``/remember``
     and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
 
@@ -444,7 +445,8 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
 
     await conn.execute(M012_STANDING_INDEX)
     changed = await relabel_remembered(fetch=fetch, execute=execute)
-    logger.info("m012: labelled %d remembered memories", changed)
+    logger.info("m012: labelled %d remembered memories", changed.memories)
+    return changed
 
 
 M013_THREAD_REF = """
@@ -454,7 +456,7 @@ ALTER TABLE turns ADD COLUMN thread_ref TEXT;
 """
 
 
-async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> Change:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
     secret's index terms leave the file as a forget's do."""
@@ -470,7 +472,7 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
             await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
 
     now = datetime.now(UTC).isoformat(timespec="microseconds")
-    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+    return await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
 
 
 M015_MEMORY_USES = """
@@ -513,8 +515,9 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
-Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
-"""The SQL of a migration, or the async function that applies it."""
+Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
+"""The SQL of a migration, or the async function that applies it (returning the
+:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
 
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_initial", M001_INITIAL),
@@ -534,3 +537,18 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
 ]
+
+EFFECTS: dict[str, Effect] = {
+    "m007_clean_text": CLEAN_TEXT,
+    "m012_label_remembered": LABEL_REMEMBERED,
+    "m014_redact_secrets": REDACT_SECRETS,
+}
+"""The migrations that change or remove stored memories, and what each says before it runs
+and after (:mod:`core.store.effects`). A new one that does adds its row here."""
+
+UNCHANGED: dict[str, str] = {
+    "m011_ids_never_reused": "rebuilds the memories table with the same rows and ids",
+    "m016_turn_ids_never_reused": "rebuilds the turns table; memories are not touched",
+}
+"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
+every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""
