@@ -3,6 +3,7 @@
     selfmind [--db DB] [--log-level LEVEL] chat [--user NAME]
     selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
     selfmind [--db DB] users [--json]
+    selfmind [--db DB] memory [pause|resume|off|on] --user KEY
     selfmind [--db DB] db migrate | db backup PATH
     selfmind db copy --from sqlite:///PATH --to postgresql://USER@HOST/DB
     selfmind --version
@@ -221,7 +222,10 @@ def main_options(
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
     # doctor's report says what failed; its calls' own warnings would say it twice.
-    quiet = ctx.invoked_subcommand in ("memories", "chat", "db", "users") and log_level is None
+    quiet = (
+        ctx.invoked_subcommand in ("memories", "memory", "chat", "db", "users")
+        and log_level is None
+    )
     level = "ERROR" if ctx.invoked_subcommand == "doctor" and log_level is None else None
     configure_logging(
         level=level or ("WARNING" if quiet else settings.log_level), fmt=settings.log_format
@@ -404,22 +408,56 @@ def memories_search(
         typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {f.memory.text}")
 
 
+def stdin_is_terminal() -> bool:
+    """Whether someone can answer a question on standard input (a terminal, not a pipe)."""
+    return sys.stdin.isatty()
+
+
+YesFlag = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask (scripts): erase without a question.")
+]
+
+
+def confirm_erase(what: str, *, yes: bool, command: str) -> bool:
+    """Ask before a command erases more than one memory: ``what`` is the question's subject
+    (``all 12 memories of cli:carol``). True to go on: ``yes`` (``--yes``), or "y" answered
+    on a terminal (the default is no). With no terminal and no ``--yes``, a usage error
+    (exit 2) saying to add ``--yes``; nothing is erased."""
+    if yes:
+        return True
+    if not stdin_is_terminal():
+        raise fail(
+            f"{command} would erase {what}: it asks first, and there is no terminal to ask on;"
+            " add --yes to erase without a question (nothing was erased)",
+            2,
+        )
+    return typer.confirm(f"Erase {what}? This cannot be undone", default=False)
+
+
 @memories_app.command("forget")
 def memories_forget(
     ctx: typer.Context,
     user: UserKey,
     memory_id: Annotated[int | None, typer.Argument(metavar="ID", help="Memory id.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Forget one memory (ID) or all of them (--all): the text is erased, and so is what of
-    it the user's terminal input history holds (--all: that whole file)."""
+    """Forget one memory (ID) or all of them (--all, which asks first on a terminal; --yes
+    for scripts): the text is erased, and so is what of it the user's terminal input history
+    holds (--all: that whole file)."""
     from bots.terminal.history import forget_in_history
 
     key = _key(user)
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
+        if not yes:
+            total = run(with_service(ctx.obj, lambda s: s.stats(user_key=key))).total
+            what = f"all {total} memories of {key}" if total != 1 else f"the 1 memory of {key}"
+            if not confirm_erase(what, yes=yes, command="memories forget --all"):
+                typer.echo(f"nothing forgotten: {key} keeps {total} memories")
+                return
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
         texts: list[str] | None = None
     else:
@@ -1051,6 +1089,48 @@ async def backup_sqlite(ctx: Context, target: Path) -> int:
 
     await require_database(ctx)
     return await backup_database(ctx.db_url, target)
+
+
+MODE_MEANS = {
+    "on": "it recalls what it knows and learns from conversations",
+    "paused": "it recalls what it knows but learns nothing new",
+    "off": "it neither recalls nor learns (nothing is deleted)",
+}
+"""What each memory mode means, for ``selfmind memory`` (the chat's words are
+:data:`core.memory.replies.MODE_REPLIES`)."""
+
+
+@app.command("memory", rich_help_panel="Memories")
+def memory_mode(
+    ctx: typer.Context,
+    user: UserKey,
+    mode: Annotated[
+        str | None,
+        typer.Argument(metavar="[pause|resume|off|on]", help="The new mode; none shows it."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Pause, resume, turn off or on a user's memory, as /memory does in the chat: paused
+    recalls but learns nothing new; off neither recalls nor learns; nothing is deleted."""
+    from core.memory.replies import MODE_WORDS
+
+    key = _key(user)
+    word = mode.strip().lower() if mode is not None else None
+    if word is not None and word not in MODE_WORDS:
+        raise fail(f"memory: {mode!r} is not pause, resume, off or on", 2)
+
+    async def work(s: MemoryService) -> str:
+        if word is not None:
+            await s.set_mode(user_key=key, mode=MODE_WORDS[word])
+        return await s.get_mode(user_key=key)
+
+    current = run(with_service(ctx.obj, work, create=word is not None))
+    if as_json:
+        typer.echo(json.dumps({"user": key, "mode": current}))
+        return
+    undo = {"paused": "resume", "off": "on"}.get(current)
+    hint = f"; selfmind memory {undo} --user {key} undoes it" if undo and word else ""
+    typer.echo(f"memory of {key} is {current}: {MODE_MEANS[current]}{hint}")
 
 
 @app.command("users", rich_help_panel="Memories")

@@ -24,12 +24,19 @@ from core.types import utcnow
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
+    "/memory pause|resume|off|on (pause: I use what I know but learn nothing new; off: "
+    "neither), "
     "/attach PATH (a file for your next message; repeat it for more: images, PDFs, text "
     "files, read for that answer and never kept), /help, /quit. Anything else is a message "
     "for Claude."
 )
 ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
 NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /commands work now."
+
+
+def plain(text: str) -> str:
+    """A chat reply written for Slack and Discord (inline code in backticks) as plain text."""
+    return text.replace("`", "")
 
 
 def count(n: int, one: str, many: str) -> str:
@@ -225,6 +232,8 @@ class TerminalChat:
                     await self.forget(arg)
                 case "/memories":
                     await self.memories(arg)
+                case "/memory":
+                    await self.memory_mode(arg)
                 case "/attach":
                     self.attach(arg)
                 case "/stats":
@@ -255,6 +264,21 @@ class TerminalChat:
         memory = await self.service.forget(user_key=self.user_key, memory_id=parse_memory_id(arg))
         await self.screen.forget_history(texts=[memory.text])
         self.screen.say(replies.forgot(memory.id, code=str))
+
+    async def memory_mode(self, arg: str) -> None:
+        """``/memory pause | resume | off | on`` as in Slack and Discord (the same words and
+        answers, :data:`core.memory.replies.MODE_WORDS`); ``/memory`` alone says the mode."""
+        word = arg.strip().lower()
+        if not word:
+            current = await self.service.get_mode(user_key=self.user_key)
+            self.screen.say(plain(f"{replies.MODE_REPLIES[current]} {replies.MEMORY_USAGE}"))
+            return
+        mode = replies.MODE_WORDS.get(word)
+        if mode is None:
+            self.screen.say(plain(replies.MEMORY_USAGE))
+            return
+        await self.service.set_mode(user_key=self.user_key, mode=mode)
+        self.screen.say(plain(replies.MODE_REPLIES[mode]))
 
     async def memories(self, query: str) -> None:
         if query:
