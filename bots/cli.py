@@ -989,8 +989,9 @@ def slack(
 
 @app.command("doctor", rich_help_panel="Set up and look after")
 def doctor(ctx: typer.Context) -> None:
-    """Check this installation: the settings files read, every setting that is set and where
-    it came from (secrets cut short), the database and its schema, and what Anthropic,
+    """Check this installation: its version, the settings files read, every setting that
+    differs from its default and where it came from (secrets cut short; how many more are
+    set to their defaults), the database and its schema, and what Anthropic,
     Slack, Discord and PostgreSQL answer. Exit 1 with the line to fix when one fails."""
     from bots.doctor import header, report_settings, run_checks
     from core.settings import setting_sources, settings_files
@@ -998,7 +999,7 @@ def doctor(ctx: typer.Context) -> None:
     obj: Context = ctx.obj
     files = settings_files()
     typer.echo(header())
-    for line in report_settings(files, setting_sources(files, obj.overrides)):
+    for line in report_settings(files, setting_sources(files, obj.overrides), obj.settings):
         typer.echo(line)
     typer.echo("checks:")
     checks = run(run_checks(obj.settings, obj.db_url))

@@ -31,7 +31,15 @@ HELP = (
     "for Claude."
 )
 ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
-NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /commands work now."
+
+
+def no_key() -> str:
+    """What a chat message gets without an Anthropic key: where to set it, and that the
+    / commands work without one."""
+    from core.settings import missing
+
+    why = missing("ANTHROPIC_API_KEY", "your Anthropic API key")
+    return f"Chat needs an API key: {why}. /commands work now."
 
 
 def plain(text: str) -> str:
@@ -166,8 +174,9 @@ class TerminalChat:
         """A chat message: run the turn loop and show the answer as it streams."""
         self.messages += 1
         if self.loop is None:
-            self.screen.say(NO_KEY)
-            self._unanswered(NO_KEY)
+            said = no_key()
+            self.screen.say(said)
+            self._unanswered(said)
             return
         files, self.attached = tuple(self.attached), []
         message = IncomingMessage(
