@@ -16,7 +16,8 @@ from typing import Protocol, TextIO
 from bots.terminal.history import forget_in_file
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
-from core.files import FileRef, placeholder
+from core.files import FileReader, FileRef, placeholder
+from core.files.prepare import HEAD_BYTES, refused_type
 from core.memory import replies
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
@@ -141,8 +142,11 @@ class TerminalChat:
         screen: Screen,
         loop: TurnLoop | None = None,
         session: str | None = None,
+        files: FileReader | None = None,
     ) -> None:
         self.service = service
+        self.files = files
+        """The limits ``/attach`` checks at once (default: the chat loop's reader's)."""
         self.user_key = user_key
         self.screen = screen
         self.loop = loop
@@ -216,6 +220,21 @@ class TerminalChat:
             self.screen.say(f"No such file: {path}")
             return
         ref = FileRef(local.name, size=local.stat().st_size, path=str(local.resolve()))
+        try:
+            with local.open("rb") as f:
+                head = f.read(HEAD_BYTES)
+        except OSError as exc:
+            self.screen.say(f"Not attached: {ref.name}: it could not be read ({exc.strerror}).")
+            return
+        reader = self.files or (self.loop.files if self.loop is not None else None)
+        refused = (
+            reader.refusal(ref, head, attached=len(self.attached))
+            if reader is not None
+            else refused_type(ref, head)
+        )
+        if refused is not None:  # it would never be sent: said now, not with the message
+            self.screen.say(f"Not attached: {ref.name}: {refused}.")
+            return
         self.attached.append(ref)
         self.screen.say(f"Attached {placeholder(ref)}; it goes with your next message.")
 
