@@ -557,9 +557,23 @@ def memories_stats(
     if as_json:
         typer.echo(json.dumps(data))
     else:
-        typer.echo(f"total {stats.total}")
-        for name, count in sorted({**stats.by_kind, **stats.by_category}.items()):
-            typer.echo(f"  {name}: {count}")
+        for line in stats_lines(stats.total, stats.by_kind, stats.by_category, key):
+            typer.echo(line)
+
+
+def stats_lines(
+    total: int, by_kind: dict[str, int], by_category: dict[str, int], user_key: str | None
+) -> list[str]:
+    """``memories stats`` as text: the total, then the kinds and the categories each under
+    its own label, names aligned, largest first (ties by name)."""
+    whose = f"of {user_key}" if user_key else "in the store"
+    lines = [f"{total} active {'memory' if total == 1 else 'memories'} {whose}"]
+    for label, counts in (("by kind", by_kind), ("by category", by_category)):
+        lines.append(f"{label}:")
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        width = max((len(name) for name, _ in ranked), default=0)
+        lines += [f"  {name:<{width}}  {count:>6,}" for name, count in ranked] or ["  none"]
+    return lines
 
 
 @memories_app.command("history")

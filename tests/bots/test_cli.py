@@ -371,3 +371,27 @@ def test_forget_says_which_id_it_forgot(db_path: Path) -> None:
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes coffee.")
     code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all", "--yes")
     assert (code, out) == (0, "forgot all 1 memories of cli:alice\n")
+
+
+def test_stats_labels_kinds_and_categories(db_path: Path) -> None:
+    for text in (
+        "The user prefers tabs over spaces.",
+        "The user prefers short answers.",
+        "The user lives in Oslo.",
+    ):
+        cli(db_path, "memories", "remember", "--user", "alice", text)
+    code, out, _ = cli(db_path, "memories", "stats", "--json")
+    data = json.loads(out)
+    kinds, categories = data["by_kind"], data["by_category"]
+    code, out, err = cli(db_path, "memories", "stats", "--user", "alice")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "3 active memories of cli:alice"
+    k, c = lines.index("by kind:"), lines.index("by category:")
+    assert 0 < k < c
+    shown_kinds = dict(line.split() for line in lines[k + 1 : c])
+    shown_categories = dict(line.split() for line in lines[c + 1 :])
+    assert {n: int(v) for n, v in shown_kinds.items()} == kinds
+    assert {n: int(v) for n, v in shown_categories.items()} == categories
+    assert not set(shown_kinds) & set(shown_categories)
+    assert cli(db_path, "memories", "stats")[1].splitlines()[0] == "3 active memories in the store"
