@@ -1042,24 +1042,43 @@ def db_migrate(
             help="Where to back up a SQLite store first (default: beside it, named for now).",
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Say what the migrations would change, on a copy; change nothing."
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again.
 
     Prints each migration it applies, and for one that changes stored memories, what it
-    will change and why before it runs and what it did after. A SQLite store with
-    migrations to apply is backed up first (db backup), unless --no-backup: the line under
-    the backup's name says how to put it back."""
+    will change and why before it runs and what it did after (--dry-run: the same lines,
+    from a copy, and nothing changed). A SQLite store with migrations to apply is backed up
+    first (db backup), unless --no-backup: the line under the backup's name says how to put
+    it back."""
     from core.store.postgres.admin import migrate_database
 
     if no_backup and backup is not None:
         raise fail("--backup and --no-backup exclude each other", 2)
+    if dry_run and backup is not None:
+        raise fail("--dry-run takes no backup: leave out --backup", 2)
+    notes: list[str] = []
+
+    def say(line: str) -> None:
+        if dry_run and line.startswith("applied "):
+            line = "would apply " + line.removeprefix("applied ")
+        notes.append(line)
+        if not as_json:
+            typer.echo(line)
+
     report = run(
         migrate_database(
             ctx.obj.db_url,
             backup=not no_backup,
             backup_path=backup,
-            notify=None if as_json else typer.echo,
+            notify=say,
+            dry_run=dry_run,
         )
     )
     if as_json:
@@ -1069,9 +1088,14 @@ def db_migrate(
                     "applied_now": report.applied_now,
                     "applied": report.applied,
                     "backup": str(report.backup) if report.backup else None,
+                    "dry_run": dry_run,
+                    "notes": notes,
                 }
             )
         )
+        return
+    if dry_run:
+        typer.echo(f"dry run: nothing was changed ({len(report.applied_now)} migrations to apply)")
         return
     latest = report.applied[-1] if report.applied else "none"
     typer.echo(f"schema up to date: {len(report.applied)} migrations, latest {latest}")

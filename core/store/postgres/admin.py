@@ -262,8 +262,13 @@ async def migrate_database(
     backup: bool = True,
     backup_path: Path | None = None,
     notify: Notify | None = None,
+    dry_run: bool = False,
 ) -> MigrateReport:
     """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
+
+    ``dry_run``: apply the pending migrations to a copy (SQLite: a backup in a temporary
+    folder, removed after; PostgreSQL: one transaction rolled back), saying the same lines,
+    and leave the store as it is; ``applied_now`` names what a real run would apply.
 
     Idempotent. A SQLite file with migrations to apply is first backed up (unless not
     ``backup``) to ``backup_path`` or :func:`~core.store.sqlite.backup.before_migrate_path`.
@@ -274,6 +279,8 @@ async def migrate_database(
     SelfMind wrote (nothing changed), ``MemoryInputError`` when the backup cannot be written.
     """
     say = notify or (lambda line: None)
+    if dry_run:
+        return await _dry_run(url, notify)
     if url.startswith("sqlite:///"):
         from core.store.sqlite.backup import backup_file, before_migrate_path, restore_hint
         from core.store.sqlite.store import SQLiteStore
@@ -305,6 +312,41 @@ async def migrate_database(
         now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
         names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
         return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
+
+
+async def _dry_run(url: str, notify: Notify | None) -> MigrateReport:
+    """:func:`migrate_database` with ``dry_run``: the migrations run on a copy."""
+    state = await read_schema_state(url)
+    if state is None:
+        raise StoreError(f"no memory database at {url.removeprefix('sqlite:///')}")
+    check_schema(state, where=f"database {mask_url(url)}", apply=True)
+    applied = tuple(name for _, name in state.applied)
+    if url.startswith("sqlite:///"):
+        import tempfile
+
+        from core.store.sqlite.backup import backup_file
+        from core.store.sqlite.store import SQLiteStore
+
+        path = await asyncio.to_thread(_sqlite_file, url)
+        with tempfile.TemporaryDirectory(prefix="selfmind-dry-run-") as folder:
+            copy = Path(folder) / path.name
+            await backup_file(path, copy)
+            store = await SQLiteStore.open(str(copy), migrate=True, notify=notify)
+            await store.close()
+        return MigrateReport(store.migrated, applied)
+    conn = await _connect(postgres_url(url))
+    try:
+        outer = conn.transaction()
+        await outer.start()
+        try:  # each migration's own transaction is a savepoint inside this one
+            now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
+        finally:
+            await outer.rollback()
+        return MigrateReport(tuple(now), applied)
     except DB_ERRORS as exc:
         raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
     finally:

@@ -7,6 +7,7 @@ which SelfMind version first knows each migration, cover every migration."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,14 +73,26 @@ def test_db_migrate_says_what_a_migration_erases_before_and_after(
             ],
         )
     )
+    # --dry-run: the same lines from a copy; the store is left as it is (still behind)
+    will = (
+        f"{name} will erase 1 memory of 1 user: memories holding a secret (a password, key or"
+        " token) stored before the secret check are erased"
+    )
+    dry = CliRunner().invoke(app, ["--db", db_url, "db", "migrate", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    assert report["dry_run"] and report["applied_now"] == [name]
+    assert report["notes"][0].startswith(will)
+    assert report["notes"][1] == f"would apply {name}: erased 1 memory of 1 user"
+    dry = CliRunner().invoke(app, ["--db", db_url, "db", "migrate", "--dry-run"])
+    assert dry.stdout.splitlines()[-1] == "dry run: nothing was changed (1 migrations to apply)"
+    behind = CliRunner().invoke(app, ["--db", db_url, "users"])
+    assert behind.exit_code == 1 and name in behind.stderr  # not migrated
     result = CliRunner().invoke(app, ["--db", db_url, "db", "migrate"])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    will = next(i for i, line in enumerate(lines) if line.startswith(f"{name} will "))
-    assert lines[will].startswith(
-        f"{name} will erase 1 memory of 1 user: memories holding a secret (a password, key or"
-        " token) stored before the secret check are erased"
-    ), lines
+    will_line, will = will, next(i for i, ln in enumerate(lines) if ln.startswith(f"{name} will "))
+    assert lines[will].startswith(will_line), lines
     assert lines[will + 1] == f"applied {name}: erased 1 memory of 1 user", lines
     assert AWS_ID not in result.stdout and "staging" not in result.stdout  # counts, no text
     if db_url.startswith("sqlite:///"):
