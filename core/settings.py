@@ -261,7 +261,10 @@ def settings_places() -> str:
     directory's ``.env`` (:func:`settings_files`)."""
     named = os.environ.get(ENV_FILE_VARIABLE, "").strip()
     env_file = f"the file ${ENV_FILE_VARIABLE} names ({named or 'not set'})"
-    here = Path.cwd() / ".env"
+    try:
+        here = str(Path.cwd() / ".env")
+    except OSError:  # the working directory was removed
+        here = "./.env"
     return (
         f"the environment, then {env_file}, then ./.env in the folder selfmind runs from"
         f" ({here}), then {user_env_file()}; the first that sets it wins"
