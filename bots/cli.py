@@ -456,7 +456,11 @@ def memories_forget(
             total = run(with_service(ctx.obj, lambda s: s.stats(user_key=key))).total
             what = f"all {total} memories of {key}" if total != 1 else f"the 1 memory of {key}"
             if not confirm_erase(what, yes=yes, command="memories forget --all"):
-                typer.echo(f"nothing forgotten: {key} keeps {total} memories")
+                kept = f"{total} {'memory' if total == 1 else 'memories'}"
+                if as_json:
+                    typer.echo(json.dumps({"forgotten": 0}))
+                else:
+                    typer.echo(f"nothing forgotten: {key} keeps {kept}")
                 return
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
         texts: list[str] | None = None
