@@ -1149,7 +1149,7 @@ def memory_mode(
     user: UserKey,
     mode: Annotated[
         str | None,
-        typer.Argument(metavar="[pause|resume|off|on]", help="The new mode; none shows it."),
+        typer.Argument(metavar="pause|resume|off|on", help="The new mode; none shows it."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
