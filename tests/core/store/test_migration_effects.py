@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,3 +203,33 @@ def test_version_shows_this_version(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     result = runner.invoke(app, ["--version"])
     assert (result.exit_code, result.stdout) == (0, f"selfmind {__version__}\n")
     assert __version__ != "0.1.0"  # it moved with 22 schema changes
+
+
+@pytest.mark.sqlite_only
+async def test_the_bots_start_logs_what_a_migration_erases_at_warning(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No one reads stdout at a bot's start: the same two lines go to the log at WARNING,
+    which the default level (INFO) shows."""
+    store = await open_store(db_url)
+    try:
+        key = (await MemoryService(store).remember(user_key="cli:bob", text="A key.")).id
+    finally:
+        await store.close()
+    await write_raw(
+        db_url,
+        [
+            ("UPDATE memories SET text = ? WHERE id = ?", (f"Bob's key is {AWS_ID}.", key)),
+            ("DELETE FROM schema_migrations WHERE number = 14", ()),
+        ],
+    )
+    caplog.set_level(logging.WARNING)
+    store = await open_store(db_url, migrate=True)
+    await store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "core.store.effects"]
+    assert [r.levelname for r in caplog.records if r.name == "core.store.effects"] == [
+        "WARNING"
+    ] * 2
+    assert said[0].startswith("m014_redact_secrets will erase 1 memory of 1 user: ")
+    assert said[1] == "applied m014_redact_secrets: erased 1 memory of 1 user"
+    assert AWS_ID not in caplog.text
