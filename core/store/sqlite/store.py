@@ -33,7 +33,7 @@ from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
-from core.store.sqlite.base import _IN_WRITE, dt, ts
+from core.store.sqlite.base import _IN_WRITE, day, day_columns, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations, end_reflection
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -64,7 +64,7 @@ FORGET_BATCH = 5000
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
-    "m.updated_at, m.conversation_key, m.superseded_by"
+    "m.updated_at, m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until"
 )
 
 
@@ -89,6 +89,9 @@ def _memory(row: Sequence[Any]) -> Memory:
         updated_at=dt(row[8]),
         conversation_key=row[9],
         superseded_by=row[10],
+        about=row[11],
+        valid_from=day(row[12]),
+        valid_until=day(row[13]),
     )
 
 
@@ -222,12 +225,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                     m.conversation_key,
                     ts(created),
                     ts(m.updated_at or created),
+                    *day_columns(m),
                 )
             )
         await self._conn.executemany(
             "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
-            " source, origin, conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " source, origin, conversation_key, created_at, updated_at, about, valid_from,"
+            " valid_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         await self._conn.execute(
@@ -267,8 +271,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         updated = memory.updated_at or created
         cur = await self._conn.execute(
             "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " conversation_key, created_at, updated_at, about, valid_from, valid_until)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 uid,
                 memory.text,
@@ -282,6 +286,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                 memory.conversation_key,
                 ts(created),
                 ts(updated),
+                *day_columns(memory),
             ),
         )
         memory_id = cast(int, cur.lastrowid)
