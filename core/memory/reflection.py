@@ -200,6 +200,10 @@ MAX_ABOUT_CHARS = 100
 """An ``about`` longer than this is not a name or a short description: taken as the user."""
 
 
+_AS_USERS = re.compile(r"^the user\b(?!'s)", re.IGNORECASE)
+"""A text that reads as the user's own ("The user prefers ..."): never another person's."""
+
+
 def candidate_about(raw: str | None) -> str | None:
     """A candidate's ``about`` as stored: None for the user (null, "user", "the user"),
     else the person cleaned to one line (:func:`core.rules.text.clean_text`); None too
@@ -578,6 +582,9 @@ class Reflector:
                 rejected += 1
                 continue
             about = candidate_about(candidate.about)
+            if about is not None and _AS_USERS.match(text):
+                rejected += 1  # another person's fact worded as the user's: misleads
+                continue
             valid_from, valid_until = candidate_days(candidate.valid_from, candidate.valid_until)
             memory = NewMemory(
                 text=text,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 
@@ -243,6 +244,13 @@ async def test_reflection_sets_about_and_dates(fake: FakeAnthropic, db_url: str)
             "valid_from": "2026-12-10",
             "valid_until": "2026-12-14",
         },
+        {  # another person's fact worded as the user's: refused
+            "text": "The user prefers long phone calls.",
+            "kind": "preference",
+            "category": "communication",
+            "supersedes": [],
+            "about": "Sarah",
+        },
         {
             "text": "The user prefers tea.",
             "kind": "preference",
@@ -274,6 +282,7 @@ async def test_reflection_sets_about_and_dates(fake: FakeAnthropic, db_url: str)
         date(2026, 12, 10),
         date(2026, 12, 14),
     )
+    assert "The user prefers long phone calls." not in stored
     tea = stored["The user prefers tea."]
     assert (tea.about, tea.valid_from, tea.valid_until) == (None, None, date(2026, 12, 14))
 
@@ -294,3 +303,23 @@ async def test_another_persons_fact_stays_out_of_the_prompts_profile(
         system = fake.requests_of("chat")[-1].body["system"]
     profile = next(b["text"] for b in system if "<profile>" in b["text"])
     assert memory_lines(profile) == ["The user prefers concise answers."]
+
+
+def test_listings_show_a_past_memory_as_past(db_path: Path, tmp_path: Path) -> None:
+    from tests.bots.test_cli import cli
+
+    dump = tmp_path / "in.jsonl"
+    lines = [
+        {"text": "The user is on call until 2026-01-04.", "valid_until": "2026-01-04"},
+        {"text": "The user's manager prefers short emails.", "about": "the user's manager"},
+    ]
+    dump.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    code, _, err = cli(db_path, "memories", "import", "--user", "alice", str(dump))
+    assert code == 0, err
+    code, out, _ = cli(db_path, "memories", "list", "--user", "alice")
+    assert "(past) The user was on call until 2026-01-04." in out
+    assert "The user's manager prefers short emails." in out
+    code, out, _ = cli(db_path, "memories", "list", "--user", "alice", "--json")
+    rows = {r["text"]: r for r in json.loads(out)}
+    assert rows["The user is on call until 2026-01-04."]["valid_until"] == "2026-01-04"
+    assert rows["The user's manager prefers short emails."]["about"] == "the user's manager"
