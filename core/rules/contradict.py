@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TypeVar
 
 from core.types import Memory
@@ -77,21 +78,32 @@ _ORDER = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[\w']+|[^\w\s]")
+_SLOT_HINT = re.compile(
+    r"\b(?:lives|based|located|resides|works|employed|zone|name|called|named|goes by|"
+    r"language|favou?rite|preferred|main|primary|default|pronouns|birthday|married|engaged)\b",
+    re.IGNORECASE,
+)
+_ORDER_HINT = re.compile(r"\b(?:over|to|rather than|instead of)\b", re.IGNORECASE)
+_OPPOSITE_HINT = re.compile(rf"\b(?:{'|'.join(OPPOSITES)})\b", re.IGNORECASE)
+KEY_CACHE = 65_536
+"""Texts whose keys are kept (a turn reads the same memories as the turn before)."""
 
 
 def _norm(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+@lru_cache(maxsize=KEY_CACHE)
 def contradiction_key(text: str) -> tuple[str, str] | None:
     """``(key, value)`` of a memory's text: two texts with the same key and different
-    values contradict each other; None when the text states nothing of that form."""
-    m = _ORDER.match(text.strip())
+    values contradict each other; None when the text states nothing of that form. Cached
+    (:data:`KEY_CACHE` texts): about 30 µs a text the first time."""
+    m = _ORDER.match(text.strip()) if _ORDER_HINT.search(text) else None
     if m:
         a, b = _norm(m.group("a")), _norm(m.group("b"))
         pair = "|".join(sorted((a, b)))
         return f"order:{_norm(m.group('subject'))}:{pair}", f"{a}>{b}"
-    m = _SLOT.match(text.strip())
+    m = _SLOT.match(text.strip()) if _SLOT_HINT.search(text) else None
     if m:
         slot = _norm(m.group("slot"))
         value = _norm(m.group("value") or "")
@@ -106,6 +118,8 @@ def contradiction_key(text: str) -> tuple[str, str] | None:
         value = value.split()[0].strip(",;")  # "Lisbon with his wife" still says Lisbon
         subject = _norm(m.group("subject")).removesuffix("'s")
         return f"slot:{subject}:{slot}", value
+    if not _OPPOSITE_HINT.search(text):
+        return None
     words = _WORD.findall(_norm(text))
     flips = [i for i, w in enumerate(words) if w in OPPOSITES]
     if len(flips) == 1:
