@@ -307,15 +307,39 @@ async def measure_block_tokens(
     return out
 
 
-async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, float]:
+LOCOMO_CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
+"""LoCoMo's question categories (Maharana et al. 2024), reported apart."""
+
+
+async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, Any]:
+    """LoCoMo Hit@6 per recall: of recall alone, and by question category of what the
+    prompt holds (``build_context``: the profile and recall, a contradicted memory left
+    out), on the day after the conversations (:data:`TODAY`)."""
     convs = load_all(data)
-    out = {}
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = await SQLiteStore.open(str(Path(tmp) / "locomo.db"), synchronous="normal")
         try:
             users = await load_users(store, convs)
             for name in names:
-                out[name] = (await measure_selfmind(recaller_of(name, store), users))["hit@6"]
+                recaller = recaller_of(name, store)
+                tally: dict[str, list[int]] = {}
+                for u in users:
+                    for q in u.conv.questions:
+                        context = await build_context(
+                            store=store, recaller=recaller, user_key=u.user_key,
+                            message=q.text, k=TOP_K, origins=None,
+                            budget_tokens=SETTINGS.profile_tokens, today=TODAY,
+                        )  # fmt: skip
+                        hit = any(u.evidence[m.id] & q.evidence for m in in_prompt(context))
+                        for cat in (LOCOMO_CATEGORIES[q.category], "all"):
+                            tally.setdefault(cat, [0, 0])
+                            tally[cat][0] += 1
+                            tally[cat][1] += hit
+                out[name] = {
+                    "recall": (await measure_selfmind(recaller, users))["hit@6"],
+                    "prompt": {c: round(h / n, 3) for c, (n, h) in sorted(tally.items())},
+                }
         finally:
             await store.close()
     return out
@@ -442,7 +466,16 @@ def print_table(result: dict[str, Any]) -> None:
             for n in names
         )
     )
-    print("LoCoMo Hit@6: " + ", ".join(f"{n} {v:.3f}" for n, v in result["locomo_hit@6"].items()))
+    loco = result["locomo_hit@6"]
+    print(
+        "LoCoMo Hit@6, recall alone: "
+        + ", ".join(f"{n} {v['recall']:.3f}" for n, v in loco.items())
+    )
+    for n, v in loco.items():
+        print(
+            f"LoCoMo Hit@6 in the prompt by category, {n}: "
+            + ", ".join(f"{c} {h:.3f}" for c, h in v["prompt"].items())
+        )
     lat = result.get("latency")
     if lat:
         print(

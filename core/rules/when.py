@@ -82,7 +82,7 @@ _D = r"(\d{1,2})(?:st|nd|rd|th)?(?!\d)"
 _Y = r"(?:,?\s+((?:19|20)\d\d))?"
 _EXPR = re.compile(
     r"(?P<rel>the day after tomorrow|next week|this week|next weekend|this weekend|"
-    r"next month|this month|tomorrow|today|tonight|yesterday)\b"
+    r"next month|this month|tomorrow|today|tonight|yesterday)\b(?!['’]s)"
     rf"|(?P<wd>(?:(?:next|this|coming|on)\s+|(?<=by )|(?<=due )|(?<=until )|(?<=till )"
     rf"|(?<=before ))(?:{_WEEKDAY}))\b(?!s)"
     r"|in\s+(?P<n>\d{1,3}|a|one|two|three|four)\s+(?P<unit>days?|weeks?)\b"
@@ -101,6 +101,12 @@ _STARTS = re.compile(
     re.IGNORECASE,
 )
 _NUMBERS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4}
+# "on Monday" names a day only in a plan ("is presenting on Monday", "has a dentist
+# appointment on Friday", "will ..."); else it is a habit ("the standup is on Monday").
+_PLAN = re.compile(
+    r"\b(?:is|are|am)\s+\w+ing\b|\b(?:will|going to|has an?|have an?|appointment|due)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,10 +212,13 @@ def dated(text: str, today: date) -> Dated:
     state ("starting", "joins", "moving", "from now on") holds from its day with no end.
     A date wholly before ``today`` dates nothing (a past event stays a fact: "moved to
     Berlin in May 2023"), though a relative one is still written out ("yesterday" ->
-    "on 2026-12-04"). Recurring days ("every Monday", "on Mondays") are not dates.
+    "on 2026-12-04"). Recurring days ("every Monday", "on Mondays", and "on Monday" outside
+    a plan: "the standup is on Monday") are not dates; "today's" is not today.
     """
     m = _EXPR.search(text)
     if m is None:
+        return Dated(text)
+    if (m.group("wd") or "").casefold().startswith("on ") and not _PLAN.search(text):
         return Dated(text)
     span = _span(m, today)
     if span is None:

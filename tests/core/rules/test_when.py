@@ -102,6 +102,13 @@ SAT = date(2026, 12, 5)  # a Saturday
             None,
         ),
         ("The user has yoga every Monday.", "The user has yoga every Monday.", None, None),
+        ("The user's standup is on Monday.", "The user's standup is on Monday.", None, None),
+        (
+            "The user prefers today's date in ISO format.",
+            "The user prefers today's date in ISO format.",
+            None,
+            None,
+        ),
         ("The user uses Python 3.12 at work.", "The user uses Python 3.12 at work.", None, None),
         (
             "The user was born on 31 February 1990.",
