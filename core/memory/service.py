@@ -579,12 +579,19 @@ class MemoryService:
         # Dedupe in memory against the stored memories and the lines before (all candidates
         # of the Jaccard screen, core.rules.dedupe_index), then write the new ones in short batches.
         stored = await self.store.export(user_key=user_key)
-        index = DedupeIndex(self.deduper, [m.text for m in stored] + [m.text for m in memories])
+        # One index per person a memory is about: only theirs are compared (same_person).
+        texts: dict[str, list[str]] = {}
+        for about, text in [(m.about, m.text) for m in stored] + [
+            (m.about, m.text) for m in memories
+        ]:
+            texts.setdefault((about or "").casefold(), []).append(text)
+        indexes = {key: DedupeIndex(self.deduper, group) for key, group in texts.items()}
         for m in stored:
-            index.add(Known(m.id, m.text))
+            indexes[(m.about or "").casefold()].add(Known(m.id, m.text))
         fresh: list[NewMemory] = []
         narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
+            index = indexes[(memory.about or "").casefold()]
             decision = index.decide(memory.text)
             if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))

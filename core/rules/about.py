@@ -138,3 +138,11 @@ def whose(text: str) -> Whose:
     if m and m.group("name").split()[0] not in _NOT_NAMES:
         return Whose(_others_words(stripped), m.group("name"))
     return Whose(third_person(text))
+
+
+def same_person(a: str | None, b: str | None) -> bool:
+    """Whether two memories' ``about`` name the same person (None, the user, only matches
+    None; names compare case-insensitively). Dedupe compares only such memories: "The
+    user's manager prefers short emails." is no more specific version of "The user prefers
+    short emails.", and the user's preference no duplicate of the manager's."""
+    return (a or "").casefold() == (b or "").casefold()

@@ -50,6 +50,7 @@ from datetime import datetime
 
 import asyncpg
 
+from core.rules.about import same_person
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize
 from core.store.postgres.cleanup import PostgresHygiene
@@ -261,7 +262,10 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             return AddResult(id=int(existing), status="duplicate")
         neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
         decision = dedupe.decide(
-            memory.text, (s.memory for s in neighbours), replacing=frozenset(supersedes)
+            memory.text,
+            # Only memories about the same person (core.rules.about.same_person).
+            (s.memory for s in neighbours if same_person(s.memory.about, memory.about)),
+            replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
             return AddResult(id=decision.duplicate_of.id, status="duplicate")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
+from core.rules.about import same_person
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
@@ -74,6 +75,7 @@ class _Candidate:
 
     id: int
     text: str
+    about: str | None = None
 
 
 def _memory(row: Sequence[Any]) -> Memory:
@@ -259,9 +261,11 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         supersedes: Sequence[int] = (),
     ) -> AddResult:
         norm = normalize(memory.text)
+        known = await self._dedupe_candidates(uid, norm, memory.text)
         decision = dedupe.decide(
             memory.text,
-            await self._dedupe_candidates(uid, norm, memory.text),
+            # Only memories about the same person (the same text always: one active copy).
+            [c for c in known if same_person(c.about, memory.about) or normalize(c.text) == norm],
             replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
@@ -303,19 +307,22 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         """In one query: the active memory with the same normalised text, if any, then the
         ``DEDUPE_CANDIDATES`` best BM25 neighbours (FTS5's order is enough for Jaccard)."""
         terms = query_terms(uid, text)
-        exact = "SELECT id, text FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL"
+        exact = (
+            "SELECT id, text, about FROM memories WHERE uid = ? AND norm = ?"
+            " AND superseded_by IS NULL"
+        )
         if not terms:
             rows = await self._fetchall(exact, (uid, norm))
         else:
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = fts_table(uid)
             rows = await self._fetchall(
-                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text FROM ("
+                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text, m.about FROM ("
                 f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
                 f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
                 (uid, norm, match, DEDUPE_CANDIDATES),
             )
-        return [_Candidate(r[0], r[1]) for r in rows]
+        return [_Candidate(r[0], r[1], r[2]) for r in rows]
 
     async def _supersede(
         self, uid: int, old_id: int, new_id: int, conversation_key: str | None

@@ -323,3 +323,28 @@ def test_listings_show_a_past_memory_as_past(db_path: Path, tmp_path: Path) -> N
     rows = {r["text"]: r for r in json.loads(out)}
     assert rows["The user is on call until 2026-01-04."]["valid_until"] == "2026-01-04"
     assert rows["The user's manager prefers short emails."]["about"] == "the user's manager"
+
+
+async def test_another_persons_fact_never_merges_with_the_users(store: Store) -> None:
+    service = service_at(store)
+    own = await service.remember(user_key=ALICE, text="I prefer short emails")
+    boss = await service.remember(user_key=ALICE, text="my manager prefers short emails")
+    # Neither a more specific version of the user's preference nor a duplicate of it.
+    assert boss.status == "added" and boss.superseded == ()
+    again = await service.remember(user_key=ALICE, text="I prefer short emails")
+    assert again.status == "duplicate" and again.id == own.id
+    texts = {m.text for m in await store.list_memories(user_key=ALICE)}
+    assert texts == {"The user prefers short emails.", "The user's manager prefers short emails."}
+    # The same through an import, both ways round.
+    lines = [
+        '{"text": "my wife is vegetarian"}',
+        '{"text": "I am vegetarian"}',
+        '{"text": "The user\'s wife is vegetarian."}',
+    ]
+    result = await service.import_lines(user_key="cli:bob", lines=lines)
+    assert (result.added, result.duplicates, result.superseded) == (2, 1, 0)
+    bob = {(m.text, m.about) for m in await store.list_memories(user_key="cli:bob")}
+    assert bob == {
+        ("The user's wife is vegetarian.", "the user's wife"),
+        ("The user is vegetarian.", None),
+    }
