@@ -348,3 +348,41 @@ async def test_another_persons_fact_never_merges_with_the_users(store: Store) ->
         ("The user's wife is vegetarian.", "the user's wife"),
         ("The user is vegetarian.", None),
     }
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("  the user ", None),
+        ("User", None),
+        ("null", None),
+        ("Sarah", "Sarah"),
+        ("the user's manager\n\u0000", "the user's manager"),
+        ("x" * 101, None),
+    ],
+)
+def test_a_reflections_about_is_cleaned(raw: str | None, expected: str | None) -> None:
+    from core.memory.reflection import candidate_about
+
+    assert candidate_about(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "expected"),
+    [
+        ("2026-12-10", "2026-12-14", (date(2026, 12, 10), date(2026, 12, 14))),
+        ("2026-12-10T00:00:00Z", None, (date(2026, 12, 10), None)),
+        ("next week", "2026-12-14", (None, date(2026, 12, 14))),
+        ("2026-02-30", "", (None, None)),
+        ("2026-12-14", "2026-12-10", (None, None)),  # ends before it begins
+        ("\u202e", "9" * 5000, (None, None)),
+    ],
+)
+def test_a_reflections_dates_are_checked(
+    first: str | None, last: str | None, expected: tuple[date | None, date | None]
+) -> None:
+    from core.memory.reflection import candidate_days
+
+    assert candidate_days(first, last) == expected
