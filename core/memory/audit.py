@@ -52,6 +52,7 @@ from typing import Any, Literal, Protocol, get_args
 from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
 from core.memory.profile import is_standing
 from core.memory.reflection import addressed_or_asked
+from core.rules.about import same_person
 from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
 from core.rules.contradict import contradicted
 from core.rules.dedupe import Deduper
@@ -192,11 +193,14 @@ def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
     the older ones its screen passes (as a write of it today would be)."""
     ordered = sorted(memories, key=lambda m: (m.created_at, m.id))
     index = DedupeIndex(deduper, [m.text for m in ordered])
+    about = {m.id: m.about for m in ordered}
     out: list[Finding] = []
     for m in ordered:
         twin: int | None = None
         for known in index.candidates(m.text):
             assert known.id is not None
+            if not same_person(about[known.id], m.about):  # as the writer compares them
+                continue
             judgement = deduper.judge(m.text, known.text)
             if judgement.outcome == "duplicate":
                 twin = twin if twin is not None else known.id

@@ -123,3 +123,24 @@ async def test_audit_lists_contradictions_and_fix_keeps_the_newer(store: Store) 
         "The user lives in Berlin.",
         "The user prefers light mode.",
     }
+
+
+async def test_audit_never_merges_another_persons_fact_with_the_users(store: Store) -> None:
+    texts = [
+        ("The user prefers short emails.", None),
+        ("The user's manager prefers short emails.", "the user's manager"),
+        ("The user lives in Paris.", None),
+        ("The user's manager lives in Berlin.", "the user's manager"),
+    ]
+    await store.add_many(
+        user_key=ALICE,
+        memories=[
+            NewMemory(text=t, about=a, created_at=DAY + timedelta(hours=i))
+            for i, (t, a) in enumerate(texts)
+        ],
+        dedupe=None,
+    )
+    report = await run_audit(store, deduper=Deduper(), now=DAY + timedelta(days=30), fix=True)
+    [alice] = report.users
+    assert alice.findings == []
+    assert len(await store.list_memories(user_key=ALICE)) == 4
