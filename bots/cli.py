@@ -323,17 +323,22 @@ def _row(m: Memory) -> dict[str, Any]:
         "category": m.category,
         "origin": m.origin,
         "created_at": m.created_at.isoformat(),
+        "about": m.about,
+        "valid_from": m.valid_from and m.valid_from.isoformat(),
+        "valid_until": m.valid_until and m.valid_until.isoformat(),
     }
 
 
 def _print_memories(rows: list[Memory], as_json: bool) -> None:
+    from core.memory.profile import listed_text
+
     if as_json:
         typer.echo(json.dumps([_row(m) for m in rows], ensure_ascii=False))
         return
     if not rows:
         typer.echo("no memories")
     for m in rows:
-        typer.echo(f"#{m.id}  [{m.kind}/{m.category}/{m.origin}]  {m.text}")
+        typer.echo(f"#{m.id}  [{m.kind}/{m.category}/{m.origin}]  {listed_text(m)}")
 
 
 @memories_app.command("remember")
@@ -404,8 +409,10 @@ def memories_search(
         return
     if not found:
         typer.echo("no memories match")
+    from core.memory.profile import listed_text
+
     for f in found:
-        typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {f.memory.text}")
+        typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {listed_text(f.memory)}")
 
 
 def stdin_is_terminal() -> bool:

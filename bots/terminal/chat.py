@@ -19,6 +19,7 @@ from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindEr
 from core.files import FileReader, FileRef, placeholder
 from core.files.prepare import HEAD_BYTES, refused_type
 from core.memory import replies
+from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import utcnow
@@ -317,7 +318,7 @@ class TerminalChat:
         if not rows:
             self.screen.say(replies.NO_MATCH if query else replies.NO_MEMORIES_YET)
         for m in rows:
-            self.screen.say(f"#{m.id} {m.text}")
+            self.screen.say(f"#{m.id} {listed_text(m)}")
 
 
 async def read_line(stream: TextIO, prompt: str | None, out: TextIO) -> str | None:

@@ -62,7 +62,11 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
     rows = json.loads(out)
     assert code == 0 and [r["text"] for r in rows] == ["The user prefers tabs over spaces."]
-    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"}
+    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"} | {
+        "about",
+        "valid_from",
+        "valid_until",
+    }
 
     code, out, _ = cli(
         db_path, "memories", "search", "--user", "alice", "tabs?", "--json", "--k", "3"

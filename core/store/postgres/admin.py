@@ -32,7 +32,7 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,8 @@ def _clean_memory(row: list[Any]) -> None:
     # clean), which keeps the BM25 totals the copy compares equal on both sides.
     new = memory_text(int(row[1]), row[2])
     row[2:4] = [new.text, new.norm]
+    # valid_from, valid_until: ISO days in SQLite, date in PostgreSQL.
+    row[-2:] = [None if v is None else date.fromisoformat(v) for v in row[-2:]]
 
 
 def _clean_turn(row: list[Any]) -> None:
@@ -103,6 +105,9 @@ TABLES: tuple[_Table, ...] = (
             "updated_at",
             "superseded_by",
             "superseded_at",
+            "about",
+            "valid_from",
+            "valid_until",
         ),
         ("created_at", "updated_at", "superseded_at"),
         "id",

@@ -329,6 +329,15 @@ CREATE TABLE memory_uses (
 ) WITH (fillfactor = 80);
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """
+M019_MEMORY_ABOUT_DATES = """
+-- Whose fact a memory is and the days it holds (core.rules.about, core.rules.when):
+-- about NULL is the user, else the other person as the text names them ("the user's
+-- manager", "Sarah"); valid_from / valid_until, NULL: no bound. Existing memories stay
+-- about the user with no dates (nothing is guessed). Nullable, no default: no rewrite.
+ALTER TABLE memories ADD COLUMN about text;
+ALTER TABLE memories ADD COLUMN valid_from date;
+ALTER TABLE memories ADD COLUMN valid_until date;
+"""
 
 Migration = str | Callable[[asyncpg.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
@@ -348,6 +357,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (19, "m019_memory_about_dates", M019_MEMORY_ABOUT_DATES),
 ]
 
 EFFECTS: dict[str, Effect] = {

@@ -55,7 +55,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
@@ -65,7 +65,7 @@ from core.errors import MigrationError, StoreError
 from core.store.effects import Notes, Notify
 from core.store.schema import check_schema, first_version, state_of_rows
 from core.store.sqlite.migrations import EFFECTS, MIGRATIONS, fts_table
-from core.types import utcnow
+from core.types import NewMemory, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,21 @@ def ts(value: datetime) -> str:
 
 def dt(value: str) -> datetime:
     return datetime.fromisoformat(value)
+
+
+def day(value: str | None) -> date | None:
+    """A stored ISO day (``YYYY-MM-DD``), None as None."""
+    return None if value is None else date.fromisoformat(value)
+
+
+def day_columns(memory: NewMemory) -> tuple[str | None, str | None, str | None]:
+    """``about``, ``valid_from``, ``valid_until`` of ``memory`` as SQLite stores them."""
+    first, last = memory.valid_from, memory.valid_until
+    return (
+        memory.about,
+        None if first is None else first.isoformat(),
+        None if last is None else last.isoformat(),
+    )
 
 
 class SQLiteBase:

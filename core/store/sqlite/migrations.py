@@ -515,6 +515,17 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+M022_MEMORY_ABOUT_DATES = """
+-- Whose fact a memory is and the days it holds (core.rules.about, core.rules.when):
+-- about NULL is the user, else the other person as the text names them ("the user's
+-- manager", "Sarah"); valid_from / valid_until ISO days (YYYY-MM-DD), NULL: no bound.
+-- Existing memories stay about the user with no dates (nothing is guessed).
+ALTER TABLE memories ADD COLUMN about TEXT;
+ALTER TABLE memories ADD COLUMN valid_from TEXT;
+ALTER TABLE memories ADD COLUMN valid_until TEXT;
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
 :class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
@@ -536,6 +547,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
 ]
 
 EFFECTS: dict[str, Effect] = {
