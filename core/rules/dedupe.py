@@ -487,6 +487,14 @@ def screen_tokens(text: str, rephrase: bool = True) -> frozenset[str]:
     return _parse(text, rephrase).stem_set
 
 
+def info_words(text: str) -> frozenset[str]:
+    """The stems (and markers) of ``text`` that carry information. A candidate whose set is
+    not inside the known memory's is never its duplicate (:func:`compare` calls a pair a
+    duplicate only when the candidate has no information word of its own): a cheap filter
+    before the rule."""
+    return _parse(text).info
+
+
 def similarity(a: str, b: str, rephrase: bool = True) -> float:
     """The screen's score: Jaccard of the two texts' stem sets, in [0, 1]."""
     return jaccard(_parse(a, rephrase).stem_set, _parse(b, rephrase).stem_set)

@@ -646,3 +646,22 @@ def test_remember_reply_names_what_a_specific_fact_replaces() -> None:
     )
     assert remembered(AddResult(5, "added", (), text), code=str) == f"Remembered (#5): {text}"
     assert remembered(AddResult(3, "duplicate")) == "I already knew that (`#3`)."
+
+
+def test_redundant_keeps_the_newest_twin_and_the_specific_fact() -> None:
+    from core.rules.dedupe_index import redundant
+
+    texts = [
+        "The user prefers tabs over spaces.",  # 0: older twin of 2
+        "The user has a younger brother.",  # 1: the specific fact stays
+        "The user prefers tabs to spaces.",  # 2: the newer twin stands for both
+        "The user has a brother.",  # 3: general, newer, still out for 1
+        "The user likes jazz.",  # 4, 5, 6: three twins, the newest stays
+        "The user enjoys jazz.",
+        "The user enjoys jazz!",
+        "The user works every day.",  # 7, 8: not twins
+        "The user works all day.",
+        "",
+    ]
+    assert redundant(texts, Deduper()) == {0, 3, 4, 5}
+    assert redundant([], Deduper()) == set()
