@@ -136,10 +136,19 @@ class CleanupRun:
     texts: dict[int, str] = field(default_factory=dict)
     applied: AppliedChange | None = None
     after: int | None = None
+    stopped: bool = False
+    """Batches were left unplanned: the run's token budget was spent (``plan(token_budget=)``)."""
 
     def lines(self) -> list[str]:
         """The plan, one line per operation."""
         return [p.describe(self.texts) for p in self.planned]
+
+
+def _total(u: Usage) -> int:
+    """Every token of ``u``: input, cache reads and writes, output."""
+    return (
+        u.input_tokens + u.output_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+    )
 
 
 def _add_usage(a: Usage, b: Usage) -> Usage:
@@ -216,12 +225,19 @@ class Cleaner:
             groups.append(leftovers[i : i + self.batch_size])
         return groups
 
-    async def plan(self, *, user_key: str) -> CleanupRun:
-        """Read the user's memories and propose a plan (nothing is changed)."""
+    async def plan(self, *, user_key: str, token_budget: int | None = None) -> CleanupRun:
+        """Read the user's memories and propose a plan (nothing is changed).
+
+        ``token_budget``: no further batch is sent once the run's calls used this many
+        tokens (input, cache and output; the run is marked ``stopped``; the batches planned
+        so far stand)."""
         memories = await self.store.export(user_key=user_key)
         run = CleanupRun(user_key=user_key, before=len(memories))
         run.texts = {m.id: m.text for m in memories}
         for batch in (await self.batches(memories))[: self.max_batches]:
+            if token_budget is not None and _total(run.usage) >= token_budget:
+                run.stopped = True
+                break
             run.batches.append(len(batch))
             try:
                 extraction = await self.model.extract(
@@ -274,13 +290,16 @@ class ApplyStore(MemoryStore, CleanupStore, Protocol):
     """What applying a plan uses of the store: the change, then the count."""
 
 
-async def apply_run(store: ApplyStore, run: CleanupRun) -> CleanupRun:
+async def apply_run(
+    store: ApplyStore, run: CleanupRun, *, change_id: str | None = None
+) -> CleanupRun:
     """Apply a planned run (a model's cleanup plan, or the audit's, :mod:`core.memory.audit`)
-    as one undoable change; sets ``applied`` and ``after``."""
+    as one undoable change (``change_id``: its id, default 12 random hex digits); sets
+    ``applied`` and ``after``."""
     if run.planned:
         run.applied = await store.apply_change(
             user_key=run.user_key,
-            change_id=uuid.uuid4().hex[:12],
+            change_id=change_id or uuid.uuid4().hex[:12],
             ops=[p.op for p in run.planned],
         )
     run.after = await store.count(user_key=run.user_key)
