@@ -329,7 +329,7 @@ async def last_tidy(store: MemoryStore, *, user_key: str, now: datetime) -> Tidy
     return TidyNote(change, len(taken), newest.at)
 
 
-async def undo_tidy(store: ConsolidationStore, *, user_key: str, change_id: str) -> int:
+async def undo_tidy(store: CleanupStore, *, user_key: str, change_id: str) -> int:
     """Undo the user's consolidation change ``change_id``; the memories restored. Raises
     ``StoreError`` for an id that is not a consolidation change (or not this user's, or
     already undone: :meth:`core.store.seams.CleanupStore.undo_change`)."""
