@@ -143,7 +143,8 @@ def tidy_undone(restored: int | None) -> str:
     """The answer to ``/memory undo``: what came back (None: nothing to undo)."""
     if restored is None:
         return "Nothing was tidied last night, so there is nothing to undo."
-    return f"Put back {_memories(restored)} as they were before last night's tidy."
+    were = "it was" if restored == 1 else "they were"
+    return f"Put back {_memories(restored)} as {were} before last night's tidy."
 
 
 SOMETHING_WRONG = "Something went wrong on my side; please try again."
