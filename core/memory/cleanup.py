@@ -199,7 +199,10 @@ class Cleaner:
         )
 
     async def batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
-        """Groups of related memories: each seed with its nearest unassigned neighbours."""
+        """Groups of related memories: each seed with its nearest unassigned neighbours, small
+        groups packed together up to ``batch_size`` (a group is never split): one call per
+        full batch, not per group (issue 37: a user of 25 unrelated memories took 6 calls,
+        now 1-2; ``bench/consolidation.py``)."""
         by_id = {m.id: m for m in memories}
         unassigned = dict(by_id)
         groups: list[list[Memory]] = []
@@ -223,7 +226,7 @@ class Cleaner:
                 leftovers.append(memory)
         for i in range(0, len(leftovers), self.batch_size):
             groups.append(leftovers[i : i + self.batch_size])
-        return groups
+        return _packed(groups, self.batch_size)
 
     async def plan(self, *, user_key: str, token_budget: int | None = None) -> CleanupRun:
         """Read the user's memories and propose a plan (nothing is changed).
@@ -304,6 +307,17 @@ async def apply_run(
         )
     run.after = await store.count(user_key=run.user_key)
     return run
+
+
+def _packed(groups: list[list[Memory]], size: int) -> list[list[Memory]]:
+    """``groups`` in order, consecutive ones joined while they fit ``size`` together."""
+    out: list[list[Memory]] = []
+    for group in groups:
+        if out and len(out[-1]) + len(group) <= size:
+            out[-1] = out[-1] + group
+        else:
+            out.append(list(group))
+    return out
 
 
 def _batch_prompt(batch: Sequence[Memory]) -> str:

@@ -5,8 +5,10 @@ the fake Anthropic API, a virtual clock (no real waiting)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +211,17 @@ async def test_one_process_runs_the_night(fake: FakeAnthropic, db_url: str) -> N
         ran = [r for r in reports if r is not None]
         assert len(ran) == 1 and len(ran[0].users) == 1
         assert len(fake.requests_of("extract")) == ran[0].calls
+
+
+def test_bench_prints_the_cost_and_the_baseline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from bench import consolidation as bench
+
+    assert bench.main(["--users", "3", "--one", "30", "--data", str(tmp_path), "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    data = json.loads(out[-1])
+    one, many = data["one_user"], data["many_users"]
+    assert one["memories"] == 30 and 1 <= one["calls"] <= 2 and one["tokens"] > 0
+    assert many["users"] == 3 and many["consolidation_calls"] == many["baseline_calls"] == 3
+    assert any(line.strip().startswith("ratio (night / old pass)") for line in out)
