@@ -225,3 +225,33 @@ def test_bench_prints_the_cost_and_the_baseline(
     assert one["memories"] == 30 and 1 <= one["calls"] <= 2 and one["tokens"] > 0
     assert many["users"] == 3 and many["consolidation_calls"] == many["baseline_calls"] == 3
     assert any(line.strip().startswith("ratio (night / old pass)") for line in out)
+
+
+async def test_the_scheduler_checks_each_tick_and_runs_a_night_once(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """``serve`` with a virtual sleep: every tick checks, only the first of the night runs."""
+    from core.memory import consolidation
+
+    async with harness(fake, db_url) as h:
+        await seed(h.store, ALICE)
+        now = utcnow()
+        night = consolidator(h.store, h.model, clock=lambda: now)
+        ticks: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            ticks.append(seconds)
+            if len(ticks) == 3:
+                raise asyncio.CancelledError
+
+        with pytest.raises(asyncio.CancelledError):
+            await night.serve(sleep=sleep)
+        assert ticks == [consolidation.TICK_S] * 3
+        calls = len(fake.requests_of("extract"))
+        assert calls >= 1
+        assert (await last_tidy(h.store, user_key=ALICE, now=now)) is not None
+        # another tick the same night: nothing more is sent
+        ticks.clear()
+        with pytest.raises(asyncio.CancelledError):
+            await night.serve(sleep=sleep)
+        assert len(fake.requests_of("extract")) == calls
