@@ -34,6 +34,11 @@ or id, or a workspace id):
 ``selfmind_recall_records_dropped_total``      delivered answers whose recalls (the memories
                                                their prompt carried) were not recorded: the
                                                answer was stored all the same
+``selfmind_consolidation_changes_total{op}``   memories consolidation while quiet took out
+                                               of recall (``op``: merged, superseded,
+                                               retired) and users tidied (``op``: users)
+``selfmind_consolidation_stops_total{reason}`` nights a consolidation stopped early
+                                               (``reason``: budget, window, error)
 ``selfmind_ready``                             1 when :class:`Readiness` says ready, else 0
 ``selfmind_platform_connected``                1 while connected to Slack or Discord
 ``selfmind_platform_reconnects_total``         connections after the first one
@@ -268,6 +273,18 @@ class Metrics:
         self._forgotten = Counter(
             "selfmind_memories_forgotten", "Memories users forgot.", registry=registry
         )
+        self._tidied = Counter(
+            "selfmind_consolidation_changes",
+            "Memories consolidation took out of recall, by operation (and users tidied).",
+            ["op"],
+            registry=registry,
+        )
+        self._tidy_stops = Counter(
+            "selfmind_consolidation_stops",
+            "Nights a consolidation stopped early, by reason.",
+            ["reason"],
+            registry=registry,
+        )
         self._refused = Counter(
             "selfmind_memories_refused",
             "Memories not stored because they carry a secret, by source.",
@@ -349,6 +366,21 @@ class Metrics:
         """``count`` memories from ``source`` not stored because they carry a secret."""
         if self.registry is not None and count > 0:
             self._refused.labels(source=source).inc(count)
+
+    def consolidated(self, *, merged: int, superseded: int, retired: int) -> None:
+        """One user tidied by consolidation: memories merged into others, superseded and
+        retired (each counted under its ``op``), and one under ``users``."""
+        if self.registry is None:
+            return
+        self._tidied.labels(op="users").inc()
+        for op, count in (("merged", merged), ("superseded", superseded), ("retired", retired)):
+            if count > 0:
+                self._tidied.labels(op=op).inc(count)
+
+    def consolidation_stopped(self, reason: str) -> None:
+        """A night's consolidation stopped early: ``budget``, ``window`` or ``error``."""
+        if self.registry is not None:
+            self._tidy_stops.labels(reason=reason).inc()
 
     def memories_forgotten(self, count: int = 1) -> None:
         """``count`` memories forgotten by their user."""

@@ -21,6 +21,7 @@ from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
 from core.memory.cleanup import Cleaner
 from core.memory.cleanup_review import CleanupReviews
+from core.memory.consolidation import Consolidator, Window
 from core.memory.hybrid import HybridRecaller
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
@@ -58,8 +59,9 @@ class MemoryRuntime:
 class ChatRuntime(MemoryRuntime):
     """A runtime with Claude: the model, the reflector, the turn loop, the cleaner and the
     cleanup reviews, none of them optional. :meth:`start` starts the turn loop's start-up
-    work, the embeddings backfill (:func:`backfill`) and the cleanup scheduler
-    (``cleanup_interval_hours > 0``), once; the runtime stops them on exit."""
+    work, the embeddings backfill (:func:`backfill`), the cleanup scheduler
+    (``cleanup_interval_hours > 0``) and consolidation while quiet (``consolidation``, off by
+    default: :mod:`core.memory.consolidation`), once; the runtime stops them on exit."""
 
     model: ChatModel
     reflector: Reflector
@@ -68,6 +70,7 @@ class ChatRuntime(MemoryRuntime):
     reviews: CleanupReviews
     _started: bool = field(default=False, init=False, repr=False)
     _scheduler: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _consolidation: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _backfill: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
@@ -87,10 +90,14 @@ class ChatRuntime(MemoryRuntime):
             self._scheduler = asyncio.create_task(
                 scheduled_cleanups(self), name="cleanup-scheduler"
             )
+        if self.settings.consolidation:  # off by default: then no task at all
+            self._consolidation = asyncio.create_task(
+                consolidator(self).serve(), name="consolidation"
+            )
 
     async def stop(self) -> None:
         """Stop the scheduler and drain the turn loop (bounded by ``shutdown_timeout_s``)."""
-        for task in (self._scheduler, self._backfill):
+        for task in (self._scheduler, self._backfill, self._consolidation):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -138,6 +145,20 @@ async def scheduled_cleanups(rt: ChatRuntime) -> None:
                     run.before,
                     run.after,
                 )
+
+
+def consolidator(rt: ChatRuntime) -> Consolidator:
+    """The runtime's :class:`core.memory.consolidation.Consolidator`, from its settings."""
+    s = rt.settings
+    return Consolidator(
+        store=rt.store,
+        cleaner=rt.cleaner,
+        enabled=s.consolidation,
+        window=Window.parse(s.consolidation_window),
+        daily_tokens=s.consolidation_daily_tokens,
+        min_memories=s.cleanup_min_memories,
+        metrics=rt.metrics,
+    )
 
 
 def chat_runtime(base: MemoryRuntime, model: ChatModel) -> ChatRuntime:

@@ -60,6 +60,10 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(name, name.lower())
 
 
+_WINDOW = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
+"""``HH:MM-HH:MM`` in UTC (a window may span midnight: ``23:00-04:00``)."""
+
+
 class Settings(BaseSettings):
     """All of SelfMind's settings. Immutable; units are in the names."""
 
@@ -164,6 +168,11 @@ class Settings(BaseSettings):
     cleanup_max_batches: int = Field(default=20, ge=1, le=1000)
     cleanup_interval_hours: float = Field(default=0.0, ge=0)
     cleanup_min_memories: int = Field(default=20, ge=2)
+
+    # --- consolidation while quiet (off by default; core.memory.consolidation)
+    consolidation: bool = False
+    consolidation_window: str = Field(default="02:00-05:00", pattern=_WINDOW)
+    consolidation_daily_tokens: int = Field(default=2_000_000, ge=1)
 
     # --- team controls (empty allow-list = everyone; 0 = no cap; days are UTC)
     allowed_slack_teams: CommaList = ()

@@ -422,6 +422,11 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
     async def memory_on(interaction: Interaction) -> None:
         await set_mode(interaction, "on")
 
+    @memory.command(name="undo", description="Put back what I tidied last night.")
+    async def memory_undo(interaction: Interaction) -> None:
+        restored = await service.undo_tidy(user_key=user_key_of(interaction.user))
+        await reply(interaction, replies.tidy_undone(restored))
+
     tree.add_command(memories)
     tree.add_command(memory)
 

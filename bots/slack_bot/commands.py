@@ -393,7 +393,15 @@ class SlackCommands:
         word = arg.lower()
         if not word:
             current = await self.service.get_mode(user_key=key)
-            await respond(text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}", response_type="ephemeral")
+            note = await self.service.last_tidy(user_key=key)
+            tidy = f"\n{replies.tidied(note.tidied)}" if note is not None and note.tidied else ""
+            await respond(
+                text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}{tidy}", response_type="ephemeral"
+            )
+            return
+        if word == "undo":  # last night's consolidation (core.memory.consolidation)
+            restored = await self.service.undo_tidy(user_key=key)
+            await respond(text=replies.tidy_undone(restored), response_type="ephemeral")
             return
         mode = MODE_WORDS.get(word)
         if mode is None:

@@ -45,8 +45,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.blocks import JsonDict, button, clip_mrkdwn, context, escape_mrkdwn, section
 from bots.slack_bot.commands import Spawn, slack_place, user_key
 from core.chat.controls import NOT_ENABLED, Controls
-from core.errors import MemoryNotFound, PlanNotPending, StaleButton
+from core.errors import MemoryNotFound, PlanNotPending, StaleButton, StoreError
 from core.memory import replies
+from core.memory.consolidation import TidyNote
 from core.memory.profile import listed_text
 from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
@@ -75,7 +76,8 @@ SEARCH = "selfmind_home_search"
 MODE = "selfmind_home_mode"
 EXPORT = "selfmind_home_export"
 FORGET_ALL = "selfmind_home_forget_all"
-ACTIONS = (FORGET, PAGE, SEARCH, MODE, EXPORT, FORGET_ALL)
+UNDO_TIDY = "selfmind_home_undo_tidy"
+ACTIONS = (FORGET, PAGE, SEARCH, MODE, EXPORT, FORGET_ALL, UNDO_TIDY)
 
 SendExport = Callable[[str, str], Awaitable[int]]
 """``(user_key, user_id) -> count``: the JSON Lines export to the user's DM."""
@@ -153,12 +155,14 @@ def home_view(
     more: bool,
     forget_all_token: str = "",
     notice: str | None = None,
+    tidy: TidyNote | None = None,
 ) -> JsonDict:
     """The Home tab view (``{"type": "home", "blocks": [...], ...}``) of ``state.owner``:
     ``memories`` is the page shown (newest first, or a search's best first) and ``more``
     whether an *Older* page follows; ``forget_all_token`` the single-use token behind its
     *Forget everything* button (:meth:`MemoryService.confirm_forget_all`, shown when
-    ``stats.total``). At most :data:`MAX_VIEW_BLOCKS` blocks."""
+    ``stats.total``); ``tidy``: last night's consolidation change, said with an *Undo*
+    button. At most :data:`MAX_VIEW_BLOCKS` blocks."""
     kinds = ", ".join(_plural(n, kind) for kind, n in sorted(stats.by_kind.items()) if n)
     summary = f"*{_plural(stats.total, 'memory')}*" + (f": {kinds}" if kinds else "")
     blocks: list[JsonDict] = [
@@ -177,6 +181,10 @@ def home_view(
                 ],
             }
         )
+    if tidy is not None and tidy.tidied:
+        block = section(escape_mrkdwn(replies.tidied(tidy.tidied, command=False)))
+        block["accessory"] = button("Undo", UNDO_TIDY, tidy.change_id)
+        blocks.append(block)
     if notice:
         blocks.append(context(escape_mrkdwn(notice)))
     blocks += [
@@ -219,7 +227,7 @@ def home_view(
     if paging:
         blocks.append({"type": "actions", "elements": paging})
     blocks.append(context("Only you can see this page."))
-    assert len(blocks) <= MAX_VIEW_BLOCKS  # 9 + PAGE_SIZE + 3 at most
+    assert len(blocks) <= MAX_VIEW_BLOCKS  # 10 + PAGE_SIZE + 3 at most
     return {
         "type": "home",
         "callback_id": "selfmind_home",
@@ -316,6 +324,7 @@ class SlackHome:
             more=len(rows) > PAGE_SIZE,
             forget_all_token=token,
             notice=notice,
+            tidy=await self.service.last_tidy(user_key=key),
         )
         await self._publish(user, view, key=key, memories=stats.total)
 
@@ -396,6 +405,12 @@ class SlackHome:
             notice = (
                 f"Sent {_plural(count, 'memory')} to our DM." if count else "Nothing to export."
             )
+        elif action_id == UNDO_TIDY:
+            try:
+                restored = await self.service.undo_tidy(user_key=key, change_id=value)
+                notice = replies.tidy_undone(restored)
+            except StoreError as exc:
+                notice = replies.sentence(str(exc))
         elif action_id == FORGET_ALL:
             try:
                 count = await self.service.forget_all_confirmed(

@@ -55,6 +55,7 @@ from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.dedupe import Deduper
 from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
@@ -205,6 +206,7 @@ class TurnLoop:
         self.settings = settings
         self.clock = clock
         self.controls = Controls(settings, store)
+        self._deduper = Deduper(settings.dedupe_threshold)
         self._last_prune: datetime | None = None
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
@@ -252,6 +254,7 @@ class TurnLoop:
             budget_tokens=self.settings.profile_tokens,
             mode=mode,
             today=self.clock().date(),
+            deduper=self._deduper,
         )
 
     async def seed_context(

@@ -34,7 +34,13 @@ memories (nothing is changed unless ``--fix``) and reports, per memory, the rule
 ``--fix`` hands the findings to the cleanup review as one change (the same plan, apply and
 undo as ``memories cleanup``, :func:`core.memory.cleanup.apply_run`): a duplicate is
 superseded by the memory it duplicates, a less specific or contradicted memory by the newer
-one, and a secret, first-person, over-long, suggestion or not-recalled memory is retired.
+one; a first-person memory is **mended** (issue 37): reworded by the offline rule
+``/remember`` and import use (:func:`core.memory.service.in_third_person`: "I prefer tabs
+over spaces" becomes "The user prefers tabs over spaces.", same kind, category, source,
+place and date; the old row superseded by the new one), or superseded by an active memory
+the reworded text duplicates; only one the rule cannot reword ("You are a helpful
+assistant.", a question) is retired, with the secret, over-long, suggestion and
+not-recalled ones. The report says what each operation did (ids only) and how to undo it.
 Nothing is deleted at once: ``memories undo`` restores the change within the undo window
 (after it, retired memories are erased as a forget erases them).
 """
@@ -53,7 +59,7 @@ from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
 from core.memory.profile import is_standing
 from core.memory.reflection import addressed_or_asked
 from core.rules.about import same_person
-from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
+from core.rules.cleanup_ops import ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.rules.contradict import contradicted
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
@@ -230,20 +236,31 @@ def _contradictions(memories: Sequence[Memory], found: Sequence[Finding]) -> lis
 _RETIRED: tuple[Rule, ...] = ("secret", "first_person", "too_long", "suggestion", "not_recalled")
 
 
-def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
+def fix_plan(
+    audit: UserAudit, memories: Sequence[Memory], deduper: Deduper | None = None
+) -> CleanupRun:
     """The audit's findings as a cleanup plan (:class:`core.memory.cleanup.CleanupRun`), for
-    :func:`core.memory.cleanup.apply_run`: retire what breaks a text rule, supersede
-    duplicates by their twin and less specific or contradicted memories by the newer one.
+    :func:`core.memory.cleanup.apply_run`: reword first-person memories the offline rule can
+    reword (a one-memory merge into the reworded sentence, or a supersede by an active
+    memory it duplicates by ``deduper``'s rule), retire what breaks a text rule otherwise,
+    supersede duplicates by their twin and less specific or contradicted memories by the
+    newer one.
 
     Each memory is in one operation at most and a memory another one is superseded by stays
     active (the change's rules, :func:`core.store.cleanup.check_disjoint`); a finding that
     would break that is left for the next audit.
     """
+    from core.memory.service import in_third_person  # the service imports the cleanup
+
+    rule = deduper or Deduper()
     by_id = {m.id: m for m in memories}
     run = CleanupRun(user_key=audit.user_key, before=len(memories))
     run.texts = {m.id: m.text for m in memories}
     taken: set[int] = set()  # out of recall by an operation
     keepers: set[int] = set()  # another memory is superseded by these
+    rules_of: dict[int, set[Rule]] = {}
+    for f in audit.findings:
+        rules_of.setdefault(f.memory_id, set()).add(f.rule)
 
     def plan(op: ChangeOp, memory_id: int, reason: str) -> None:
         user_added = tuple(
@@ -253,10 +270,37 @@ def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
         )
         run.planned.append(PlannedOp(op, reason, tuple(sorted(user_added))))
 
+    def mend(m: Memory) -> bool:
+        """Reword ``m`` (or supersede it by the memory its rewording duplicates); False
+        when the rule cannot reword it."""
+        text = in_third_person(m.text)
+        if text == m.text or addressed_or_asked(text.strip()):
+            return False
+        others = [o for o in memories if o.id != m.id]
+        twin = rule.match(text, others)
+        if twin is not None:
+            if twin.id in taken:
+                return True  # left for the next audit, not retired meanwhile
+            keepers.add(twin.id)
+            plan(
+                SupersedeOp(m.id, twin.id), m.id, f"audit: first_person, reworded it is #{twin.id}"
+            )
+        else:
+            plan(MergeOp((m.id,), text, m.kind, m.category), m.id, "audit: first_person, reworded")
+        taken.add(m.id)
+        return True
+
     for f in audit.findings:
-        if f.rule in _RETIRED and f.memory_id not in taken:
-            taken.add(f.memory_id)
-            plan(RetireOp(f.memory_id), f.memory_id, f"audit: {f.rule}")
+        if f.rule not in _RETIRED or f.memory_id in taken:
+            continue
+        others = rules_of[f.memory_id] - {"first_person"}
+        if f.rule == "first_person" and not others & set(_RETIRED):
+            if "duplicate" in others:
+                continue  # superseded by its twin below: the twin already says it
+            if mend(by_id[f.memory_id]):
+                continue
+        taken.add(f.memory_id)
+        plan(RetireOp(f.memory_id), f.memory_id, f"audit: {f.rule}")
     for f in audit.findings:
         new = f.related_id
         if f.rule in _RETIRED or new is None:
@@ -267,6 +311,27 @@ def fix_plan(audit: UserAudit, memories: Sequence[Memory]) -> CleanupRun:
         keepers.add(new)
         plan(SupersedeOp(f.memory_id, new), f.memory_id, f"audit: {f.rule}, {f.detail}")
     return run
+
+
+def change_lines(run: CleanupRun) -> list[str]:
+    """What an applied fix did, one line per operation, ids only (never a memory's text):
+    ``reworded #3 as #15 (first person to third)``, ``superseded #4 by #9 (duplicate, adds
+    nothing to #9)``, ``retired #7 (secret)``."""
+    if run.applied is None:
+        return []
+    added = iter(run.applied.added)
+    out = []
+    for p in run.planned:
+        why = p.reason.removeprefix("audit: ")
+        if isinstance(p.op, MergeOp):
+            new_id = next(added, None)
+            old = ", ".join(f"#{i}" for i in p.op.ids)
+            out.append(f"reworded {old} as #{new_id} (first person to third)")
+        elif isinstance(p.op, SupersedeOp):
+            out.append(f"superseded #{p.op.old_id} by #{p.op.new_id} ({why})")
+        else:
+            out.append(f"retired #{p.op.memory_id} ({why})")
+    return out
 
 
 class AuditStore(ApplyStore, RecallLog, Protocol):
@@ -368,7 +433,7 @@ async def run_audit(
         )
         report.users.append(audit)
         if fix:
-            plan = fix_plan(audit, memories)
+            plan = fix_plan(audit, memories, deduper)
             if plan.planned:
                 report.fixed[key] = await apply_run(store, plan)
         logger.info(
@@ -411,6 +476,7 @@ def format_report(report: AuditReport) -> list[str]:
             rows.append(f"{u.user_key}  #{f.memory_id}  {f.rule}: {f.detail}")
         run = report.fixed.get(u.user_key)
         if run is not None and run.applied is not None:
+            rows.extend(f"{u.user_key}: {line}" for line in change_lines(run))
             rows.append(
                 f"{u.user_key}: fixed as change {run.applied.change_id}, {run.before} ->"
                 f" {run.after} memories (undo: selfmind memories undo --user {u.user_key}"

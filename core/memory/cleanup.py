@@ -136,10 +136,19 @@ class CleanupRun:
     texts: dict[int, str] = field(default_factory=dict)
     applied: AppliedChange | None = None
     after: int | None = None
+    stopped: bool = False
+    """Batches were left unplanned: the run's token budget was spent (``plan(token_budget=)``)."""
 
     def lines(self) -> list[str]:
         """The plan, one line per operation."""
         return [p.describe(self.texts) for p in self.planned]
+
+
+def _total(u: Usage) -> int:
+    """Every token of ``u``: input, cache reads and writes, output."""
+    return (
+        u.input_tokens + u.output_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+    )
 
 
 def _add_usage(a: Usage, b: Usage) -> Usage:
@@ -190,7 +199,10 @@ class Cleaner:
         )
 
     async def batches(self, memories: Sequence[Memory]) -> list[list[Memory]]:
-        """Groups of related memories: each seed with its nearest unassigned neighbours."""
+        """Groups of related memories: each seed with its nearest unassigned neighbours, small
+        groups packed together up to ``batch_size`` (a group is never split): one call per
+        full batch, not per group (issue 37: a user of 25 unrelated memories took 6 calls,
+        now 1-2; ``bench/consolidation.py``)."""
         by_id = {m.id: m for m in memories}
         unassigned = dict(by_id)
         groups: list[list[Memory]] = []
@@ -214,14 +226,21 @@ class Cleaner:
                 leftovers.append(memory)
         for i in range(0, len(leftovers), self.batch_size):
             groups.append(leftovers[i : i + self.batch_size])
-        return groups
+        return _packed(groups, self.batch_size)
 
-    async def plan(self, *, user_key: str) -> CleanupRun:
-        """Read the user's memories and propose a plan (nothing is changed)."""
+    async def plan(self, *, user_key: str, token_budget: int | None = None) -> CleanupRun:
+        """Read the user's memories and propose a plan (nothing is changed).
+
+        ``token_budget``: no further batch is sent once the run's calls used this many
+        tokens (input, cache and output; the run is marked ``stopped``; the batches planned
+        so far stand)."""
         memories = await self.store.export(user_key=user_key)
         run = CleanupRun(user_key=user_key, before=len(memories))
         run.texts = {m.id: m.text for m in memories}
         for batch in (await self.batches(memories))[: self.max_batches]:
+            if token_budget is not None and _total(run.usage) >= token_budget:
+                run.stopped = True
+                break
             run.batches.append(len(batch))
             try:
                 extraction = await self.model.extract(
@@ -274,17 +293,31 @@ class ApplyStore(MemoryStore, CleanupStore, Protocol):
     """What applying a plan uses of the store: the change, then the count."""
 
 
-async def apply_run(store: ApplyStore, run: CleanupRun) -> CleanupRun:
+async def apply_run(
+    store: ApplyStore, run: CleanupRun, *, change_id: str | None = None
+) -> CleanupRun:
     """Apply a planned run (a model's cleanup plan, or the audit's, :mod:`core.memory.audit`)
-    as one undoable change; sets ``applied`` and ``after``."""
+    as one undoable change (``change_id``: its id, default 12 random hex digits); sets
+    ``applied`` and ``after``."""
     if run.planned:
         run.applied = await store.apply_change(
             user_key=run.user_key,
-            change_id=uuid.uuid4().hex[:12],
+            change_id=change_id or uuid.uuid4().hex[:12],
             ops=[p.op for p in run.planned],
         )
     run.after = await store.count(user_key=run.user_key)
     return run
+
+
+def _packed(groups: list[list[Memory]], size: int) -> list[list[Memory]]:
+    """``groups`` in order, consecutive ones joined while they fit ``size`` together."""
+    out: list[list[Memory]] = []
+    for group in groups:
+        if out and len(out[-1]) + len(group) <= size:
+            out[-1] = out[-1] + group
+        else:
+            out.append(list(group))
+    return out
 
 
 def _batch_prompt(batch: Sequence[Memory]) -> str:

@@ -43,6 +43,18 @@ cache reads it on every other turn. (Recalls are recorded for the audit's ``not_
 rule.) A user whose standing memories all fit the budget gets all of them (no counts are
 read).
 
+**Never two near-identical memories in one prompt** (issue 37, :func:`without_twins`): of
+two memories the dedupe rule finds near-identical (one adds nothing to the other,
+:func:`core.rules.dedupe_index.redundant`), the newer stands for both (a general fact is
+left out for its specific twin, whatever their ages). Twins leave the chosen profile and
+the budget they held is filled again from the candidates (so the profile's bytes still
+depend on the store alone; judging the chosen lines, not all 200 candidates, keeps the cost
+to the profile's size), then recall's results are judged against the profile and each
+other: a recalled memory near-identical to a profile
+line is left out (the profile's line stands, whichever is newer, so the profile block never
+changes with the message), of two recalled twins the newer stays. The same rule the writer
+uses, so it only matters for memories stored before it (or merged by nothing since).
+
 **Memory questions** ("what do you remember about me?", :mod:`core.rules.memory_questions`)
 get the profile and then the user's most recent other memories, newest first, up to the same
 budget again, in place of recall (such a message shares no words with what it asks about).
@@ -58,6 +70,8 @@ from typing import Protocol
 
 from core.memory.recall import Recaller
 from core.rules.contradict import contradicted, newest_first
+from core.rules.dedupe import Deduper
+from core.rules.dedupe_index import redundant
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
 from core.rules.when import as_past
@@ -75,6 +89,10 @@ WHOLE_STORE_MAX = PROFILE_CANDIDATES
 fit the budget, the profile is the whole store (nothing is left for recall to miss)."""
 
 _RANKS = {"context": 0, "correction": 3}
+
+_TWIN_ROUNDS = 3
+"""How often the profile is chosen again after twins leave it (their budget refilled);
+after that the twins still in it just leave."""
 
 
 def is_standing(memory: Memory) -> bool:
@@ -162,6 +180,46 @@ def select_profile(
     return sorted(chosen, key=lambda m: (profile_rank(m), m.id))
 
 
+def without_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Memory]:
+    """``memories`` (any order, returned in it) less the ones another of them stands for
+    (:func:`core.rules.dedupe_index.redundant`, ages by ``created_at`` then id)."""
+    by_age = sorted(memories, key=lambda m: (m.created_at, m.id))
+    gone = _twins(by_age, deduper)
+    return [m for m in memories if m.id not in gone]
+
+
+def _twins(by_age: Sequence[Memory], deduper: Deduper) -> set[int]:
+    """The ids of ``by_age`` (oldest first) that a newer one stands for, judged only among
+    memories about the same person (:func:`core.rules.about.same_person`, as the writer
+    does): the user's own preference is no twin of their manager's."""
+    people: dict[str, list[Memory]] = {}
+    for memory in by_age:
+        people.setdefault((memory.about or "").casefold(), []).append(memory)
+    return {
+        group[i].id
+        for group in people.values()
+        for i in redundant([m.text for m in group], deduper)
+    }
+
+
+def _recalled_without_twins(
+    found: Sequence[ScoredMemory], profile: Sequence[Memory], deduper: Deduper
+) -> list[ScoredMemory]:
+    """Recall's results less those near-identical to a profile line, and of recalled twins
+    all but the newest (at its own rank)."""
+    if not found:
+        return []
+    everything = [*profile, *(s.memory for s in found)]
+    by_age = sorted(everything, key=lambda m: (m.created_at, m.id))
+    in_profile = {m.id for m in profile}
+    # Profile lines are "newest" for this purpose: they always stand.
+    by_age = [m for m in by_age if m.id not in in_profile] + [
+        m for m in by_age if m.id in in_profile
+    ]
+    gone = _twins(by_age, deduper)
+    return [s for s in found if s.memory.id not in gone]
+
+
 def fill_budget(memories: Sequence[Memory], *, budget_tokens: int) -> list[Memory]:
     """The first of ``memories`` whose dated lines fit ``budget_tokens``, in their order."""
     kept: list[Memory] = []
@@ -232,8 +290,10 @@ async def build_context(
     budget_tokens: int,
     mode: MemoryMode = "on",
     today: date | None = None,
+    deduper: Deduper | None = None,
 ) -> MemoryContext:
-    """The profile and recall for one message of ``user_key``.
+    """The profile and recall for one message of ``user_key``, never two near-identical
+    memories (:func:`without_twins`, by ``deduper``'s rule; default the product's).
 
     ``message`` decides whether this is a memory question; ``query`` (default ``message``)
     is what recall searches; ``k`` is recall's ``top_k``, filled with memories the profile
@@ -261,16 +321,32 @@ async def build_context(
             user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
         )
         candidates = newest_first([m for m in candidates if in_profile(m, today)])
+    rule = deduper or Deduper()
     uses: dict[int, MemoryUse] = {}
     if not fits and profile_cost(candidates) > budget_tokens:  # a choice: read the counts
         uses = await store.memory_uses(user_key=user_key, memory_ids=[m.id for m in candidates])
     profile = select_profile(candidates, budget_tokens=budget_tokens, uses=uses)
+    for _ in range(_TWIN_ROUNDS):  # twins out, the budget they held filled again
+        kept = without_twins(profile, rule)
+        if len(kept) == len(profile):
+            break
+        gone = {m.id for m in profile} - {m.id for m in kept}
+        candidates = [m for m in candidates if m.id not in gone]
+        profile = select_profile(candidates, budget_tokens=budget_tokens, uses=uses)
+    else:
+        profile = without_twins(profile, rule)
     held = {m.id for m in profile}
     if question:
         recent = await store.list_memories(
             user_key=user_key, limit=RECENT_CANDIDATES, origins=origins
         )
         others = [m for m in recent if m.id not in held]
+        others = [
+            s.memory
+            for s in _recalled_without_twins(
+                [ScoredMemory(memory=m, score=0.0) for m in others], profile, rule
+            )
+        ]
         recalled = [
             ScoredMemory(memory=m, score=0.0)
             for m in fill_budget(others, budget_tokens=budget_tokens)
@@ -282,11 +358,13 @@ async def build_context(
             k=k + len(held),
             origins=origins,
         )
-        recalled = [s for s in found if s.memory.id not in held][:k]
-    gone = contradicted([*profile, *(s.memory for s in recalled)])
-    if gone:  # two that contradict each other: the newer one stands
-        profile = [m for m in profile if m.id not in gone]
-        recalled = [s for s in recalled if s.memory.id not in gone]
+        recalled = _recalled_without_twins(
+            [s for s in found if s.memory.id not in held], profile, rule
+        )[:k]
+    lost = contradicted([*profile, *(s.memory for s in recalled)])
+    if lost:  # two that contradict each other: the newer one stands
+        profile = [m for m in profile if m.id not in lost]
+        recalled = [s for s in recalled if s.memory.id not in lost]
     return MemoryContext(
         profile=profile,
         recalled=recalled,

@@ -129,6 +129,24 @@ MODE_REPLIES: dict[MemoryMode, str] = {
 """What ``/memory`` answers once a mode is set (or to say the current one)."""
 MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
 
+
+def tidied(count: int, *, command: bool = True) -> str:
+    """What ``/memory`` and the Home tab say after a night's consolidation took ``count``
+    memories out of recall (merged, superseded or retired): "Tidied 3 memories last night
+    — `/memory undo` puts them back." (``command`` False: the Home tab's button does)."""
+    them = "it" if count == 1 else "them"
+    undo = f" — `/memory undo` puts {them} back." if command else "."
+    return f"Tidied {_memories(count)} last night{undo}"
+
+
+def tidy_undone(restored: int | None) -> str:
+    """The answer to ``/memory undo``: what came back (None: nothing to undo)."""
+    if restored is None:
+        return "Nothing was tidied last night, so there is nothing to undo."
+    were = "it was" if restored == 1 else "they were"
+    return f"Put back {_memories(restored)} as {were} before last night's tidy."
+
+
 SOMETHING_WRONG = "Something went wrong on my side; please try again."
 
 

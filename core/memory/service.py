@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from core.errors import (
     ImportFormatError,
@@ -33,7 +33,7 @@ from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.rules.when import dated
-from core.store.seams import MemoryStore, PlanStore
+from core.store.seams import CleanupStore, MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
     KINDS,
@@ -53,6 +53,9 @@ from core.types import (
     Source,
     utcnow,
 )
+
+if TYPE_CHECKING:
+    from core.memory.consolidation import TidyNote
 
 logger = logging.getLogger(__name__)
 
@@ -537,6 +540,29 @@ class MemoryService:
     async def history(self, *, user_key: str) -> list[MemoryEvent]:
         """Memory events, oldest first."""
         return await self.store.history(user_key=user_key)
+
+    async def last_tidy(self, *, user_key: str) -> TidyNote | None:
+        """The user's consolidation change of last night not undone, if any
+        (:func:`core.memory.consolidation.last_tidy`)."""
+        from core.memory.consolidation import last_tidy
+
+        return await last_tidy(self.store, user_key=user_key, now=self.clock())
+
+    async def undo_tidy(self, *, user_key: str, change_id: str | None = None) -> int | None:
+        """Undo the user's consolidation change ``change_id`` (default: last night's); the
+        memories put back, or None when there is none to undo. Raises ``StoreError`` for
+        an id that is not the user's consolidation change, or one already undone."""
+        from core.memory.consolidation import undo_tidy
+
+        if change_id is None:
+            note = await self.last_tidy(user_key=user_key)
+            if note is None:
+                return None
+            change_id = note.change_id
+        store = cast(CleanupStore, self.store)  # every store is one (core.store.seams.Store)
+        restored = await undo_tidy(store, user_key=user_key, change_id=change_id)
+        logger.info("tidy undone user=%s change=%s restored=%d", user_key, change_id, restored)
+        return restored
 
     async def export(self, *, user_key: str) -> list[dict[str, Any]]:
         """Active memories as export records, oldest first."""

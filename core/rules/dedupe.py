@@ -16,7 +16,11 @@ Order decides: the same two sentences are a supersede one way and a duplicate th
 
 How. The two texts become dedupe tokens (:func:`core.rules.text.fact_tokens`: words plus
 symbols, currencies, signs, versions, URLs and addresses, so 🍕/🍣, €/$, UTC+1/UTC-1 and
-a@/b@example.com differ) and then stems. The **screen** first: the Jaccard similarity
+a@/b@example.com differ), rephrasings are made one form (:func:`_rephrase`, issue 37: "every
+editor" / "all editors", "tabs to spaces" / "tabs over spaces" after "prefer", "works with" /
+"uses", "works for" / "works at", "enjoys" / "likes", "dislikes" / "does not like", "goes
+swimming" / "swims", "kids" / "children", from a table of a few words, :data:`REPHRASINGS`)
+and then stems. The **screen** first: the Jaccard similarity
 ``|A ∩ B| / |A ∪ B|`` of the two stem sets must reach ``threshold`` (setting
 ``dedupe_threshold``, default :data:`DEFAULT_THRESHOLD`), or the pair is distinct. Then what
 differs decides. A word present on one side only is **information** unless it is a function
@@ -24,6 +28,11 @@ word (articles, pronouns, auxiliaries: :data:`FUNCTION_WORDS`) or a known filler
 (:data:`FILLERS`: "really", "currently", "also", ...). Scope and degree words ("only",
 "all", "very", "mildly") are information, not stop words, here.
 
+- the user and another word trading places before the same word ("The user teaches Sam."
+  / "Sam teaches the user.", "The user's manager is Priya." / "The user is Priya's
+  manager."; not judged in a passive sentence): distinct;
+- a regular past tense right after "the user" ("liked", "lived") is a past tense, like
+  "was" and the irregular ones;
 - a negation on one side only ("not", "never", "no", "without"; "doesn't" counts as "does
   not"), a hedge or plan ("might", "wants to", :data:`HEDGES`), or an "or" ("tea or
   coffee"): distinct;
@@ -42,8 +51,9 @@ word (articles, pronouns, auxiliaries: :data:`FUNCTION_WORDS`) or a known filler
 - nothing but function words, fillers, order and inflections differ: duplicate.
 
 Erring on the side of "distinct" costs one near-twin row that a cleanup can merge later; a
-false merge loses what the user said and tells them "I already knew that". Synonyms
-("likes" / "enjoys") and irregular verbs stay apart for that reason.
+false merge loses what the user said and tells them "I already knew that". Synonyms beyond
+the short table (:data:`REPHRASINGS`: words that mean the same in any third-person fact)
+stay apart for that reason: "loves" is not "likes", "owns" is not "has" (see the table).
 
 Measured on the labelled pairs shipped in ``core/data/dedupe_pairs.jsonl`` by
 :mod:`core.evaluation.dedupe` (``selfmind eval dedupe``, ``python bench/dedupe.py``).
@@ -56,6 +66,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from typing import Generic, Literal, Protocol, TypeVar
 
 from core.rules.text import STOP_WORDS, fact_tokens, normalize, stem
@@ -140,7 +151,9 @@ _INFO_STOP = frozenset(
     further no nor not off out up down over under above below before after against during
     until than""".split()
 )
-FUNCTION_WORDS = (STOP_WORDS - _INFO_STOP) | frozenset("is am are be been being".split())
+FUNCTION_WORDS = (STOP_WORDS - _INFO_STOP - frozenset("some most many several few".split())) | (
+    frozenset("is am are be been being".split())
+)
 """Words that carry no fact on their own: the recall stop words less scope, degree,
 negation and relation words (which are information here)."""
 _PAST = frozenset("was were".split())
@@ -186,6 +199,7 @@ class _Parsed:
     negations: tuple[str, ...]  # negation words, sorted, contractions as "not"
     relations: frozenset[str]  # prepositions present
     seq: tuple[str, ...]  # info stems and "@"-marked directed words, in order
+    roles: frozenset[tuple[str, str, str]] = frozenset()  # (who, "does"|"of", what)
 
 
 # Irregular verb forms as their verb, so "kept" and "keeps", "written" and "writes" meet;
@@ -258,13 +272,159 @@ def _token_stem(token: str) -> str:
     return stem(token)
 
 
+REPHRASINGS: dict[str, str] = {
+    # Same verb, other word: "enjoys jazz" says what "likes jazz" says; "resides in" is
+    # "lives in"; "named" and "called" both name a thing. Degree words stay apart ("loves"
+    # is not "likes"). Not "owns" as "has": "has" is a function word, so "rents a car"
+    # after "owns a car" would read as more specific (a false supersede).
+    **dict.fromkeys(("enjoy", "enjoys"), "likes"),
+    "enjoyed": "liked",
+    "enjoying": "liking",
+    **dict.fromkeys(("reside", "resides"), "lives"),
+    "resided": "lived",
+    "residing": "living",
+    "named": "called",
+    # Plural forms the stemmer does not fold, and their everyday synonym ("kids").
+    "children": "child",
+    "kids": "child",
+    "kid": "child",
+    "people": "person",
+    "men": "man",
+    "women": "woman",
+    "feet": "foot",
+    "teeth": "tooth",
+    "mice": "mouse",
+}
+"""Word for word rephrasings (:func:`_rephrase`): a word on the left says nothing its
+right-hand word does not, in every sentence a memory is written as (a third-person fact
+about the user). Kept small on purpose: a synonym that is only sometimes one ("loves",
+"adores", "uses" for "likes") would merge distinct facts."""
+_WORK = {"work": "use", "works": "uses", "worked": "used", "working": "using"}
+_PREFER = frozenset("prefer prefers preferred preferring".split())
+_QUANTIFIERS = frozenset("some most many several few".split())
+"""Quantifiers that are information (not stop words): "some pull requests" is not "every
+pull request"."""
+_EVERY = frozenset("every each".split())
+_GO = frozenset("go goes going".split())
+_AUX_BE = frozenset("is are am was were be been being".split())
+_SKIP_ALL = frozenset("of the my their his her our your its these those".split())
+
+
+def _rephrase(toks: tuple[str, ...]) -> tuple[str, ...]:
+    """``toks`` with the rephrasings that say the same fact in other words made one form.
+
+    - :data:`REPHRASINGS`, word for word; "dislikes" as "does not like" (a negation);
+    - "works with X" as "uses X" ("works for X" stays its own relation), and "works for X"
+      as "works at X" (the employer either way; "works with" / "for" / "on" / "under" stay
+      distinct), "is employed at/by" as "works at/for";
+    - "every" / "each" / "all" before a plural ("every editor", "all editors", "all of the
+      user's editors") as one quantifier; "all" before a singular ("all day") is not
+      "every day" and stays "all"; "some" before a plural is a quantifier ("some pull
+      requests" is not "every pull request", nor "some of" "all"), before a mass noun an
+      article ("learning some Spanish");
+    - after "prefer", a comparison's "to" or "rather than" as "over" ("tabs to spaces" is
+      "tabs over spaces"; "prefers to use" is an infinitive and stays);
+    - "goes swimming" as "swims" (a verb of going before an -ing activity adds nothing;
+      "went" keeps its past tense).
+    """
+    out: list[str] = []
+    preferred = -1  # index in ``out`` of the last "prefer" form
+    n = len(toks)
+    i = 0
+    while i < n:
+        w = toks[i]
+        nxt = toks[i + 1] if i + 1 < n else ""
+        if w in _WORK and nxt == "with":
+            out.append(_WORK[w])
+            i += 2
+            continue
+        if w in _WORK and nxt == "for":
+            out += [w, "at"]
+            i += 2
+            continue
+        if w == "employed" and out and out[-1] in _AUX_BE and nxt in ("at", "by"):
+            out += ["works", "at"]  # the aux stays: "was employed" keeps its past tense
+            i += 2
+            continue
+        if w in ("dislike", "dislikes", "disliked"):
+            out += ["not", {"dislike": "like", "dislikes": "likes"}.get(w, "liked")]
+            i += 1
+            continue
+        if w in _GO and nxt.endswith("ing") and len(nxt) > 5:
+            i += 1  # "goes swimming" -> "swimming" (stems as "swim")
+            continue
+        if w in _EVERY or (w == "all" and _plural_follows(toks, i + 1)):
+            out.append("every")
+        elif w == "some" and nxt != "of" and not _plural_follows(toks, i + 1):
+            out.append("a")  # "learning some Spanish": not a count
+        elif w == "to" and preferred >= 0 and len(out) - preferred > 1:
+            out.append("over")
+        elif w == "rather" and nxt == "than" and preferred >= 0:
+            out.append("over")
+            i += 1
+        else:
+            out.append(REPHRASINGS.get(w, w))
+        if w in _PREFER:
+            preferred = len(out) - 1
+        i += 1
+    return tuple(out)
+
+
+def _plural_follows(toks: tuple[str, ...], start: int) -> bool:
+    """True when the noun phrase from ``start`` (past determiners, "of" and "user('s)")
+    ends in a plural noun: its last word before a function word or a preposition ends in a
+    plain ``s`` the stemmer removes ("all pull requests", "all of the user's editors",
+    "all IDEs"; not "all day", "all their data")."""
+    head = ""
+    for w in toks[start:]:
+        if not head and (w in _SKIP_ALL or w in ("user", "s")):
+            continue
+        if w in FUNCTION_WORDS or w in PREPOSITIONS or w in STOP_WORDS:
+            break
+        head = w
+    return len(head) > 3 and head.endswith("s") and not head.endswith("ss") and stem(head) != head
+
+
+def _passive(toks: tuple[str, ...]) -> bool:
+    """True when a form of "be" comes right before a participle ("is enabled", "are kept",
+    "is written"): the subject is not the doer, so word order says nothing of roles."""
+    return any(w in _AUX_BE and (n.endswith("ed") or n in _IRREGULAR) for w, n in pairwise(toks))
+
+
+def _regular_past(toks: tuple[str, ...]) -> bool:
+    """True when the user's own verb is a regular past tense: the first word after "user"
+    (past fillers and -ly adverbs) ends in "ed" ("The user lived in Toronto."), not "eed"."""
+    for i, w in enumerate(toks):
+        if w != "user":
+            continue
+        for v in toks[i + 1 :]:
+            if v in FILLERS or (v.endswith("ly") and len(v) > 4):
+                continue
+            return len(v) > 4 and v.endswith("ed") and not v.endswith("eed")
+    return False
+
+
+def _roles(
+    toks: tuple[str, ...], sts: tuple[str, ...], info: frozenset[str]
+) -> frozenset[tuple[str, str, str]]:
+    """Who comes before what: ``(before, "<", word)`` for each information word and the
+    content word (or "user", or a possessive "s") right before it, function words skipped.
+    Two texts that both have "user" and a word X, where one puts "user" and the other X
+    right before the same word, give them different roles ("The user teaches Sam." /
+    "Sam teaches the user."; "The user's manager is Priya." / "The user is Priya's
+    manager.")."""
+    seq = [s for w, s in zip(toks, sts, strict=True) if s in info or w in ("user", "s")]
+    return frozenset((seq[i - 1], "<", seq[i]) for i in range(1, len(seq)))
+
+
 _STATE_STEMS = frozenset(_token_stem(w) for w in STATE_WORDS)
 _HEDGE_STEMS = frozenset(_token_stem(w) for w in HEDGES)
 
 
 @lru_cache(maxsize=8192)
-def _parse(text: str) -> _Parsed:
-    toks = fact_tokens(text)
+def _parse(text: str, rephrase: bool = True) -> _Parsed:
+    raw = fact_tokens(text)
+    toks = _rephrase(raw) if rephrase else raw
     sts = tuple(_token_stem(w) for w in toks)
     markers: set[str] = set()
     dropped: set[int] = set()  # negation words that are part of a state marker
@@ -283,7 +443,7 @@ def _parse(text: str) -> _Parsed:
         w in _SIMPLE_PAST and (i == 0 or toks[i - 1] not in _AUXILIARIES)
         for i, w in enumerate(toks)
     )
-    if past or _PAST & set(toks):
+    if past or _PAST & set(toks) or (rephrase and _regular_past(raw)):
         markers.add("~past")
     numbers = tuple(_CARDINALS.get(w, w) for w in toks if _is_number(w))
     info = frozenset(
@@ -310,7 +470,8 @@ def _parse(text: str) -> _Parsed:
         if w in _DIRECTED or s in info
     )
     relations = frozenset(w for w in toks if w in PREPOSITIONS)
-    return _Parsed(toks, frozenset(sts), info, numbers, negations, relations, seq)
+    roles = _roles(toks, sts, info) if rephrase and not _passive(raw) else frozenset()
+    return _Parsed(toks, frozenset(sts), info, numbers, negations, relations, seq, roles)
 
 
 def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float:
@@ -320,14 +481,23 @@ def jaccard(a: set[str] | frozenset[str], b: set[str] | frozenset[str]) -> float
     return len(a & b) / len(a | b)
 
 
-def screen_tokens(text: str) -> frozenset[str]:
-    """The token set the Jaccard screen compares: the stems of ``text``'s dedupe tokens."""
-    return _parse(text).stem_set
+def screen_tokens(text: str, rephrase: bool = True) -> frozenset[str]:
+    """The token set the Jaccard screen compares: the stems of ``text``'s dedupe tokens
+    (after :data:`REPHRASINGS` unless ``rephrase`` is False)."""
+    return _parse(text, rephrase).stem_set
 
 
-def similarity(a: str, b: str) -> float:
+def info_words(text: str) -> frozenset[str]:
+    """The stems (and markers) of ``text`` that carry information. A candidate whose set is
+    not inside the known memory's is never its duplicate (:func:`compare` calls a pair a
+    duplicate only when the candidate has no information word of its own): a cheap filter
+    before the rule."""
+    return _parse(text).info
+
+
+def similarity(a: str, b: str, rephrase: bool = True) -> float:
     """The screen's score: Jaccard of the two texts' stem sets, in [0, 1]."""
-    return jaccard(_parse(a).stem_set, _parse(b).stem_set)
+    return jaccard(_parse(a, rephrase).stem_set, _parse(b, rephrase).stem_set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,14 +508,17 @@ class Judgement:
     reason: Reason
 
 
-def compare(candidate: str, known: str) -> Judgement:
+def compare(candidate: str, known: str, rephrase: bool = True) -> Judgement:
     """What ``candidate`` is to ``known`` by what differs, without the screen (see the
-    module docstring). Total: any two texts, empty ones included."""
+    module docstring; ``rephrase`` False: without :func:`_rephrase` and the role check, the
+    rule before issue 37). Total: any two texts, empty ones included."""
     if normalize(candidate) == normalize(known):
         return Judgement("duplicate", "same")
-    a, b = _parse(candidate), _parse(known)
+    a, b = _parse(candidate, rephrase), _parse(known, rephrase)
     if a.negations != b.negations:
         return Judgement("distinct", "negation")
+    if _swapped_roles(a, b):
+        return Judgement("distinct", "order")
     only_a, only_b = a.info - b.info, b.info - a.info
     # Numbers as a multiset on both sides: "number 8 on shelf 1" / "number 1 on shelf 1".
     if Counter(a.numbers) - Counter(b.numbers) and Counter(b.numbers) - Counter(a.numbers):
@@ -372,6 +545,23 @@ def compare(candidate: str, known: str) -> Judgement:
     return Judgement("duplicate", "same")
 
 
+def _swapped_roles(a: _Parsed, b: _Parsed) -> bool:
+    """True when the user and another word both texts have trade places before the same
+    word (:func:`_roles`): one is the subject or owner in one text, the other in the
+    other."""
+    shared = a.stem_set & b.stem_set
+    if "user" not in shared:
+        return False
+    before_a: dict[str, set[str]] = {}
+    for x, _, w in a.roles:
+        before_a.setdefault(w, set()).add(x)
+    for y, _, w in b.roles:
+        for x in before_a.get(w, ()):
+            if x != y and "user" in (x, y) and x in shared and y in shared:
+                return True
+    return False
+
+
 def _directions(a: _Parsed, b: _Parsed) -> set[tuple[str, str, str]]:
     """The neighbours of ``a``'s directed words that both texts have: ("over", "->",
     "space") for "tabs over spaces"; only words ``b`` has as well count."""
@@ -392,15 +582,17 @@ def _directions(a: _Parsed, b: _Parsed) -> set[tuple[str, str, str]]:
     return out
 
 
-def judge(candidate: str, known: str, threshold: float = DEFAULT_THRESHOLD) -> Judgement:
+def judge(
+    candidate: str, known: str, threshold: float = DEFAULT_THRESHOLD, rephrase: bool = True
+) -> Judgement:
     """The whole rule for one pair, ``candidate`` proposed with ``known`` stored: equal
     after normalisation is a duplicate; below the screen at ``threshold``, distinct; else
-    :func:`compare`."""
+    :func:`compare` (``rephrase``: see there)."""
     if normalize(candidate) == normalize(known):
         return Judgement("duplicate", "same")
-    if similarity(candidate, known) < threshold:
+    if similarity(candidate, known, rephrase) < threshold:
         return Judgement("distinct", "screen")
-    return compare(candidate, known)
+    return compare(candidate, known, rephrase)
 
 
 def is_duplicate(candidate: str, known: str, threshold: float = DEFAULT_THRESHOLD) -> bool:

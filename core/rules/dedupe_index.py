@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from core.rules.dedupe import Decision, Deduper, screen_tokens
+from core.rules.dedupe import Decision, Deduper, info_words, screen_tokens
 from core.rules.text import normalize
 
 LONG_LIST = 256
@@ -112,3 +112,36 @@ class DedupeIndex:
         for order, known in self._by_norm_all.get(norm, []):
             passed.setdefault(id(known), (order, known))
         return [known for _, known in sorted(passed.values(), key=lambda p: p[0])]
+
+
+def redundant(texts: Sequence[str], deduper: Deduper) -> set[int]:
+    """The positions in ``texts`` (oldest first) that another text of the list stands for:
+    ``i`` is redundant when it adds nothing to some ``j`` (:meth:`Deduper.judge` of ``i``
+    against ``j`` is a duplicate) and ``j`` is newer, or ``i`` is only the general fact of
+    ``j`` (reason ``general``: the specific one says all it says, whatever their ages). A
+    text already redundant stands for nothing, so of two or more twins exactly the newest
+    stays.
+
+    Only pairs where every information word of ``i`` is in ``j`` can be duplicates
+    (:func:`core.rules.dedupe.info_words`), so ``i`` is judged only against the texts
+    holding its rarest information word (an inverted index): about a millisecond for 200
+    memories, where judging all pairs took 300 (``redundant``'s test)."""
+    infos = [info_words(t) for t in texts]
+    freq: Counter[str] = Counter(w for info in infos for w in info)
+    posting: dict[str, list[int]] = {}
+    for j, info in enumerate(infos):
+        for w in info:
+            posting.setdefault(w, []).append(j)
+    dropped: set[int] = set()
+    for i in range(len(texts) - 1, -1, -1):  # newest first: a newer twin is judged first
+        if not infos[i]:
+            continue
+        rarest = min(infos[i], key=lambda w: (freq[w], w))
+        for j in posting[rarest]:
+            if j == i or j in dropped or not infos[i] <= infos[j]:
+                continue
+            judgement = deduper.judge(texts[i], texts[j])
+            if judgement.outcome == "duplicate" and (j > i or judgement.reason == "general"):
+                dropped.add(i)
+                break
+    return dropped

@@ -130,8 +130,11 @@ class MemoryStore(Protocol):
         """Erase all of the user's memories and conversation history; returns memories erased."""
         ...
 
-    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
-        """The user's memory events, oldest first."""
+    async def history(
+        self, *, user_key: str, limit: int = 1000, newest_first: bool = False
+    ) -> list[MemoryEvent]:
+        """The user's memory events, oldest first (the first ``limit``); ``newest_first``:
+        the newest ``limit``, newest first."""
         ...
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:

@@ -441,13 +441,16 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         )
         return [memory_from_row(r, user_key) for r in rows]
 
-    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
+    async def history(
+        self, *, user_key: str, limit: int = 1000, newest_first: bool = False
+    ) -> list[MemoryEvent]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
         rows = await self._fetch(
             "SELECT memory_id, event, at, conversation_key, related_id, change_id"
-            " FROM memory_events WHERE uid = $1 ORDER BY id LIMIT $2",
+            f" FROM memory_events WHERE uid = $1 ORDER BY id{' DESC' if newest_first else ''}"
+            " LIMIT $2",
             uid,
             limit,
         )

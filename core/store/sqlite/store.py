@@ -456,14 +456,16 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         )
         return [_memory(r) for r in rows]
 
-    async def history(self, *, user_key: str, limit: int = 1000) -> list[MemoryEvent]:
+    async def history(
+        self, *, user_key: str, limit: int = 1000, newest_first: bool = False
+    ) -> list[MemoryEvent]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
         rows = await self._fetchall(
             "SELECT memory_id, event, at, conversation_key, related_id, change_id"
             " FROM memory_events"
-            " WHERE uid = ? ORDER BY id LIMIT ?",
+            f" WHERE uid = ? ORDER BY id{' DESC' if newest_first else ''} LIMIT ?",
             (uid, limit),
         )
         return [

@@ -13,6 +13,7 @@ from bots.discord_bot.commands import PAGE_SIZE
 from core.chat.controls import NOT_ENABLED
 from core.memory.refs import STALE_BUTTON, created_stamp, memory_ref
 from core.memory.replies import exported
+from core.rules.cleanup_ops import RetireOp
 from tests.discord_helpers import (
     NO_PINGS,
     World,
@@ -31,7 +32,7 @@ async def test_commands_are_synced_globally(w: World, bot: SelfMindBot) -> None:
     names = {c["name"]: c for c in w.discord.global_commands}
     assert set(names) == {"remember", "forget", "memories", "memory"}
     subcommands = {o["name"] for o in names["memory"]["options"]}
-    assert subcommands == {"pause", "resume", "off", "on"}
+    assert subcommands == {"pause", "resume", "off", "on", "undo"}
     assert {o["name"] for o in names["memories"]["options"]} == {
         "list",
         "search",
@@ -313,6 +314,25 @@ async def test_memory_modes_are_per_user(
     assert response.ephemeral and (response.content or "").startswith(says)
     assert await store.get_mode(user_key=key(w.alice)) == mode
     assert await store.get_mode(user_key=key(w.bob)) == "on"
+
+
+async def test_memory_undo_puts_back_last_nights_tidy_only(w: World, bot: SelfMindBot) -> None:
+    """Issue 37: consolidation's change (``tidy-`` ids) is undone by ``/memory undo``."""
+    store = bot.rt.store
+    _, response = await command(w.discord, "memory undo", w.alice)
+    assert response.ephemeral and "nothing to undo" in (response.content or "")
+    added = await bot.rt.service.remember(user_key=key(w.alice), text="The user drinks tea.")
+    await store.apply_change(
+        user_key=key(w.alice), change_id="tidy-20261205-abcdef", ops=[RetireOp(added.id)]
+    )
+    assert await store.count(user_key=key(w.alice)) == 0
+    _, response = await command(w.discord, "memory undo", w.bob)  # not Bob's
+    assert "nothing to undo" in (response.content or "")
+    _, response = await command(w.discord, "memory undo", w.alice)
+    assert response.content == "Put back 1 memory as it was before last night's tidy."
+    assert await store.count(user_key=key(w.alice)) == 1
+    _, response = await command(w.discord, "memory undo", w.alice)
+    assert "nothing to undo" in (response.content or "")
 
 
 async def test_commands_outside_the_allow_lists_say_so(w: World) -> None:

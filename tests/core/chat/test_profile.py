@@ -375,3 +375,38 @@ async def test_profile_ties_break_by_confirmations_then_newest_changing_only_at_
     assert memory_lines(second[1]["text"]) == first  # same bytes: recalls re-rank nothing
     assert PREFS[0] in third and len(third) == len(first)
     assert new in fourth and PREFS[0] in fourth
+
+
+TABS_OLD = "The user prefers tabs over spaces."
+TABS_NEW = "The user prefers tabs to spaces."
+TABS_FACT = "The user prefers tabs rather than spaces."
+PG_OLD = "The user uses PostgreSQL for analytics."
+PG_NEW = "The user works with PostgreSQL for analytics."
+
+
+async def test_never_two_near_identical_memories_in_one_prompt(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """Issue 37: twins stored before the rule (a bulk load without dedupe) were recalled side
+    by side. The newer stands for both, in the profile and in recall; a recalled twin of a
+    profile line is left out (the profile's bytes never change with the message)."""
+    async with harness(fake, db_url) as h:
+        rows = [
+            NewMemory(text=TABS_OLD, kind="preference", category="code"),
+            NewMemory(text=PG_OLD, kind="fact", category="general"),
+            NewMemory(text=TABS_NEW, kind="preference", category="code"),
+            NewMemory(text=PG_NEW, kind="fact", category="general"),
+            NewMemory(text=TABS_FACT, kind="fact", category="general"),
+            *(NewMemory(text=t, kind="fact") for t in MUSEUMS),
+        ]
+        added = await h.store.add_many(user_key=ALICE, memories=rows, dedupe=None)
+        assert [r.status for r in added] == ["added"] * len(rows)
+        _, profile, volatile = await ask(
+            h, fake, dm(ALICE, "Tabs or spaces? And which analytics database, PostgreSQL?")
+        )
+    in_profile, recalled = memory_lines(profile["text"]), memory_lines(volatile["text"])
+    assert in_profile == [TABS_NEW]
+    assert PG_NEW in recalled and PG_OLD not in recalled
+    assert TABS_OLD not in recalled and TABS_FACT not in recalled
+    everything = in_profile + recalled
+    assert len(everything) == len(set(everything))

@@ -89,9 +89,14 @@ async def test_fix_is_one_undoable_cleanup_change(store: Store) -> None:
     report = await run_audit(store, deduper=Deduper(), now=NOW, fix=True)
     run = report.fixed[ALICE]
     assert run.applied is not None and BOB not in report.fixed
-    active = {m.id for m in await store.list_memories(user_key=ALICE, limit=100)}
+    active = {m.id: m for m in await store.list_memories(user_key=ALICE, limit=100)}
     kept = {"specific", "no_coffee", "tea", "fine", "old"}
-    assert active == {ids[k] for k in kept}
+    # issue 37: the first-person preference is reworded (a new row), not retired
+    (reworded,) = set(active) - {ids[k] for k in kept}
+    assert active[reworded].text == "The user prefers tabs over spaces."
+    assert run.applied.added == (reworded,)
+    first = await store.get(user_key=ALICE, memory_id=ids["first"])
+    assert first is not None and first.superseded_by == reworded
     general = await store.get(user_key=ALICE, memory_id=ids["general"])
     assert general is not None and general.superseded_by == ids["specific"]
     # a /remember memory touched is flagged, as cleanup flags it
@@ -103,6 +108,61 @@ async def test_fix_is_one_undoable_cleanup_change(store: Store) -> None:
     assert again.users[0].findings == []
     restored = await store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
     assert restored == 8 and await store.count(user_key=ALICE) == 13
+    assert await store.get(user_key=ALICE, memory_id=reworded) is None
+
+
+async def test_audit_mends_first_person_and_finds_rephrasings_by_the_writers_rule(
+    store: Store,
+) -> None:
+    """Issue 37: ``--fix`` retired "I prefer tabs over spaces" (stored before /remember
+    reworded), and the audit found no duplicate in "tabs to spaces" / "tabs over spaces"."""
+    day = NOW - timedelta(days=3)
+    rows = [
+        NewMemory(text="I prefer dark mode in every editor", kind="preference",
+                  category="tools", source="remember", created_at=day),
+        NewMemory(text="The user prefers tabs over spaces.", created_at=day),
+        NewMemory(text="My manager is called Priya", kind="context", category="general",
+                  source="remember", created_at=day),
+        NewMemory(text="I prefer tabs to spaces", source="remember", created_at=day),
+        NewMemory(text="You are a helpful assistant.", source="import", created_at=day),
+        NewMemory(text="The user prefers dark mode in all editors.", created_at=day),
+    ]  # fmt: skip
+    ids = [r.id for r in await store.add_many(user_key=ALICE, memories=rows, dedupe=None)]
+    audit = await run_audit(store, deduper=Deduper(), now=NOW)
+    found = {(f.memory_id, f.rule, f.related_id) for f in audit.users[0].findings}
+    # the writer's rule: each later rephrasing adds nothing to the earlier one
+    assert (ids[3], "duplicate", ids[1]) in found
+    assert (ids[5], "duplicate", ids[0]) in found
+    report = await run_audit(store, deduper=Deduper(), now=NOW, fix=True)
+    run = report.fixed[ALICE]
+    assert run.applied is not None
+    active = {m.text: m for m in await store.list_memories(user_key=ALICE, limit=100)}
+    assert set(active) == {
+        "The user prefers dark mode in all editors.",  # the reworded twin of #0 stands
+        "The user prefers tabs over spaces.",  # #3 adds nothing to it
+        "The user's manager is called Priya.",  # reworded, its labels kept
+    }
+    priya = active["The user's manager is called Priya."]
+    assert (priya.kind, priya.category, priya.source) == ("context", "general", "remember")
+    assert priya.created_at == day and priya.id not in ids
+    # only what the rule cannot reword is retired
+    retired = await store.get(user_key=ALICE, memory_id=ids[4])
+    assert retired is not None and retired.superseded_by == ids[4]
+    lines = format_report(report)
+    change = run.applied.change_id
+    assert f"{ALICE}: reworded #{ids[2]} as #{priya.id} (first person to third)" in lines
+    assert f"{ALICE}: retired #{ids[4]} (first_person)" in lines
+    assert (
+        f"{ALICE}: superseded #{ids[0]} by #{ids[5]} (first_person, reworded it is #{ids[5]})"
+        in lines
+    )
+    assert any(line.startswith(f"{ALICE}: superseded #{ids[3]} by #{ids[1]}") for line in lines)
+    assert any(f"undo: selfmind memories undo --user {ALICE} {change}" in x for x in lines)
+    assert not any("helpful assistant" in x or "Priya" in x for x in lines)
+    assert await store.undo_change(user_key=ALICE, change_id=change) == 4
+    assert {m.text for m in await store.list_memories(user_key=ALICE, limit=100)} == {
+        r.text for r in rows
+    }
 
 
 async def test_audit_of_600_near_copies_is_one_finding_each(store: Store) -> None:

@@ -49,11 +49,16 @@ def test_rule_holds_to_the_labelled_set() -> None:
     assert everything.false_merges == 0, everything.false_merge_ids
     assert everything.recall >= 0.90, everything.missed_ids
     holdout = report.score(rule, "holdout")
-    assert holdout.false_merges == 0 and holdout.recall >= 0.90, holdout.missed_ids
+    assert holdout.false_merges == 0 and holdout.recall >= 0.93, holdout.missed_ids
+    # Issue 37: the rephrasings lift held-out recall well above the rule without them
+    # (0.609 on the same pairs), with no false merge where the baseline has some.
+    base = report.score(f"base@{DEFAULT_THRESHOLD:g}", "holdout")
+    assert holdout.recall - base.recall >= 0.25
+    assert report.score(f"base@{DEFAULT_THRESHOLD:g}", "all").false_merges > 0
     # A specific fact after the general one is mostly found; a distinct fact is (nearly)
     # never taken for one.
     assert everything.found_supersedes / everything.supersedes >= 0.9
-    assert everything.false_supersedes <= 1, everything.false_supersede_ids
+    assert everything.false_supersedes <= 2, everything.false_supersede_ids
     # The pairs discriminate: plain Jaccard at the old threshold merges many distinct ones.
     assert report.score("jaccard@0.7", "all").false_merges > 50
 
@@ -90,16 +95,34 @@ def test_labelled_set_shape() -> None:
     assert len({p.id for p in pairs}) == len(pairs)
 
 
+def test_issue_37_pairs_cover_each_rephrasing_and_its_negatives() -> None:
+    """Issue 37's 150 pairs: rephrasings of each kind and hard negatives on the same words,
+    a third held out."""
+    new = [p for p in load_pairs() if p.id >= 455]
+    assert len(new) >= 150
+    assert 0.30 <= sum(p.split == "holdout" for p in new) / len(new) <= 0.36
+    labels = Counter(p.label for p in new)
+    assert labels["duplicate"] >= 70 and labels["distinct"] >= 60
+    for case in ("quantifier", "comparative", "verb", "synonym", "order"):
+        assert ("duplicate", case) in {(p.label, p.case) for p in new}
+        assert {p.split for p in new if p.case == case and p.label == "duplicate"} == {
+            "tune",
+            "holdout",
+        }
+    for case in ("quantifier", "order", "relation", "negation"):
+        assert ("distinct", case) in {(p.label, p.case) for p in new}
+
+
 def test_report_per_split_and_json() -> None:
     pairs = load_pairs()
     report = evaluate(pairs, threshold=0.7, jaccard_thresholds=(0.6, 0.8))
-    assert report.methods == ("rule@0.7", "jaccard@0.6", "jaccard@0.8")
+    assert report.methods == ("rule@0.7", "base@0.7", "jaccard@0.6", "jaccard@0.8")
     for method in report.methods:
         tune, hold, every = (report.score(method, s) for s in ("tune", "holdout", "all"))
         assert tune.false_merges + hold.false_merges == every.false_merges
         assert tune.duplicates + hold.duplicates == every.duplicates
     data = json.loads(json.dumps(report.as_dict()))
-    assert data["pairs"] == len(pairs) and len(data["scores"]) == 9
+    assert data["pairs"] == len(pairs) and len(data["scores"]) == 12
     table = format_table(report)
     assert "duplicate recall" in table and "jaccard@0.8" in table
     assert any(line.startswith("rule@0.7") and " holdout " in line for line in table.splitlines())
@@ -116,6 +139,7 @@ def test_bench_prints_the_table_then_json(capsys: pytest.CaptureFixture[str]) ->
     assert [s["method"] for s in last["scores"]][::3] == last["methods"]
     assert last["methods"] == [
         f"rule@{DEFAULT_THRESHOLD:g}",
+        f"base@{DEFAULT_THRESHOLD:g}",
         "jaccard@0.6",
         "jaccard@0.7",
         "jaccard@0.8",
@@ -221,6 +245,51 @@ def test_wheel_ships_the_labelled_set(tmp_path: Path) -> None:
         ("The user uses Rust at work.", "The user wants to use Rust at work.", "distinct"),
         ("The user drinks tea.", "The user drinks tea or coffee.", "distinct"),
         ("The user has a younger brother.", "The user has an older brother.", "distinct"),
+        # issue 37: the same fact in other words ...
+        (
+            "The user prefers dark mode in every editor.",
+            "The user prefers dark mode in all editors.",
+            "duplicate",
+        ),
+        ("The user prefers tabs over spaces.", "The user prefers tabs to spaces.", "duplicate"),
+        ("The user uses PostgreSQL.", "The user works with PostgreSQL.", "duplicate"),
+        (
+            "The user reviews every pull request.",
+            "The user reviews all pull requests.",
+            "duplicate",
+        ),
+        ("The user likes jazz.", "The user enjoys jazz.", "duplicate"),
+        ("The user dislikes olives.", "The user does not like olives.", "duplicate"),
+        ("The user works at Acme.", "The user works for Acme.", "duplicate"),
+        ("The user is employed at Stripe.", "The user works at Stripe.", "duplicate"),
+        ("The user swims on weekends.", "The user goes swimming on weekends.", "duplicate"),
+        ("The user has three children.", "The user has three kids.", "duplicate"),
+        ("The user's cat is named Miso.", "The user's cat is called Miso.", "duplicate"),
+        ("The user is learning Spanish.", "The user is learning some Spanish.", "duplicate"),
+        # ... and the hard negatives built on the same words
+        ("The user works every day.", "The user works all day.", "distinct"),
+        (
+            "The user reviews every pull request.",
+            "The user reviews some pull requests.",
+            "distinct",
+        ),
+        (
+            "The user has all their data in S3.",
+            "The user has some of their data in S3.",
+            "distinct",
+        ),
+        ("The user prefers tabs to spaces.", "The user prefers spaces to tabs.", "distinct"),
+        ("The user prefers tabs over spaces.", "The user prefers spaces to tabs.", "distinct"),
+        ("The user walks to the bridge.", "The user walks over the bridge.", "distinct"),
+        ("The user works with Sarah.", "The user works for Sarah.", "distinct"),
+        ("The user works with Google.", "The user works at Google.", "distinct"),
+        ("The user likes hiking.", "The user dislikes hiking.", "distinct"),
+        ("The user's manager is Priya.", "The user is Priya's manager.", "distinct"),
+        ("Sarah reports to the user.", "The user reports to Sarah.", "distinct"),
+        ("The user teaches Sam Spanish.", "Sam teaches the user Spanish.", "distinct"),
+        ("The user likes jazz.", "The user liked jazz.", "supersede"),
+        ("The user lived in Toronto.", "The user lives in Toronto.", "distinct"),
+        ("The user owns a car.", "The user rents a car.", "distinct"),
     ],
 )
 def test_judge_cases(known: str, candidate: str, outcome: str) -> None:
@@ -336,6 +405,28 @@ async def test_remember_knows_the_same_fact(
 def product(store: Store) -> MemoryService:
     """The service at the product's dedupe threshold (the shared fixture uses 0.7)."""
     return MemoryService(store, dedupe_threshold=DEFAULT_THRESHOLD)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            "The user prefers dark mode in every editor.",
+            "The user prefers dark mode in all editors.",
+        ),
+        ("The user prefers tabs over spaces.", "I prefer tabs to spaces"),
+        ("The user uses PostgreSQL for analytics.", "I work with PostgreSQL for analytics"),
+    ],
+)
+async def test_remember_merges_issue_37_rephrasings(
+    product: MemoryService, first: str, second: str
+) -> None:
+    """Issue 37: these were stored twice (``/remember``'s text goes through the offline
+    third-person rule first)."""
+    one = await product.remember(user_key=ALICE, text=first)
+    two = await product.remember(user_key=ALICE, text=second)
+    assert one.status == "added" and (two.status, two.id) == ("duplicate", one.id)
+    assert [m.text for m in await product.store.list_memories(user_key=ALICE)] == [first]
 
 
 ISSUE_26_PAIRS = [
@@ -555,3 +646,22 @@ def test_remember_reply_names_what_a_specific_fact_replaces() -> None:
     )
     assert remembered(AddResult(5, "added", (), text), code=str) == f"Remembered (#5): {text}"
     assert remembered(AddResult(3, "duplicate")) == "I already knew that (`#3`)."
+
+
+def test_redundant_keeps_the_newest_twin_and_the_specific_fact() -> None:
+    from core.rules.dedupe_index import redundant
+
+    texts = [
+        "The user prefers tabs over spaces.",  # 0: older twin of 2
+        "The user has a younger brother.",  # 1: the specific fact stays
+        "The user prefers tabs to spaces.",  # 2: the newer twin stands for both
+        "The user has a brother.",  # 3: general, newer, still out for 1
+        "The user likes jazz.",  # 4, 5, 6: three twins, the newest stays
+        "The user enjoys jazz.",
+        "The user enjoys jazz!",
+        "The user works every day.",  # 7, 8: not twins
+        "The user works all day.",
+        "",
+    ]
+    assert redundant(texts, Deduper()) == {0, 3, 4, 5}
+    assert redundant([], Deduper()) == set()

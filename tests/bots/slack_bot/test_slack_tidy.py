@@ -1,0 +1,86 @@
+"""Consolidation while quiet on Slack (issue 37): ``/memory`` says what last night's tidy
+did and ``/memory undo`` puts it back; the Home tab says it with an *Undo* button, for its
+owner only. The real bot against the fake Slack and the fake Anthropic API."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bots.slack_bot import home
+from bots.slack_bot.app import RunningSlackBot
+from core.memory.consolidation import Consolidator, Window
+from core.types import utcnow
+from tests.bots.slack_bot.test_slack_home import click_view, open_home, texts, view_buttons
+from tests.cleanup_helpers import DARK, MERGED, planner, seed
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.fakes.slack_server import FakeSlack
+from tests.slack_helpers import command, key
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic(responder=planner) as fake:
+        yield fake
+
+
+async def tidy_night(bot: RunningSlackBot) -> str:
+    rt = bot.runtime
+    now = utcnow()
+    night = Consolidator(
+        store=rt.store,
+        cleaner=rt.cleaner,
+        enabled=True,
+        window=Window.parse("00:00-00:00"),
+        daily_tokens=10**9,
+        min_memories=2,
+        clock=lambda: now,
+    )
+    report = await night.run_night()
+    assert report is not None
+    (user,) = report.users
+    assert user.change_id is not None and user.tidied == 4
+    return user.change_id
+
+
+async def test_memory_says_last_nights_tidy_and_undoes_it(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    assert "Tidied" not in (await command(slack, bot, "/memory", user="U1"))["text"]
+    assert "nothing to undo" in (await command(slack, bot, "/memory", "undo", user="U1"))["text"]
+    await seed(bot.runtime.store, key("U1"))
+    await tidy_night(bot)
+    said = (await command(slack, bot, "/memory", user="U1"))["text"]
+    assert "Tidied 4 memories last night — `/memory undo` puts them back." in said
+    assert "Tidied" not in (await command(slack, bot, "/memory", user="U2"))["text"]
+    assert "nothing to undo" in (await command(slack, bot, "/memory", "undo", user="U2"))["text"]
+    undone = (await command(slack, bot, "/memory", "UNDO", user="U1"))["text"]
+    assert undone == "Put back 4 memories as they were before last night's tidy."
+    texts_now = {m.text for m in await bot.runtime.store.list_memories(user_key=key("U1"))}
+    assert set(DARK) <= texts_now and MERGED not in texts_now
+    assert "Tidied" not in (await command(slack, bot, "/memory", user="U1"))["text"]
+
+
+async def test_home_tab_lists_the_tidy_with_an_undo_for_its_owner(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    await seed(bot.runtime.store, key("U1"))
+    change = await tidy_night(bot)
+    view = await open_home(slack, bot, "U1")
+    assert "Tidied 4 memories last night." in texts(view)
+    assert ("Undo", home.UNDO_TIDY, change) in view_buttons(view)
+    assert "Tidied" not in texts(await open_home(slack, bot, "U2"))
+    # Another user's forged click on U1's view changes nothing; a forged id is refused.
+    await click_view(slack, bot, view, home.UNDO_TIDY, change, user="U2")
+    assert await bot.runtime.store.count(user_key=key("U1")) == 3
+    await click_view(slack, bot, view, home.UNDO_TIDY, "0123456789ab", user="U1")
+    assert await bot.runtime.store.count(user_key=key("U1")) == 3
+    assert "not a change of mine" in texts(slack.home_views["U1"])
+    await click_view(slack, bot, view, home.UNDO_TIDY, change, user="U1")
+    after = slack.home_views["U1"]
+    assert "Put back 4 memories" in texts(after) and "Tidied" not in texts(after)
+    assert await bot.runtime.store.count(user_key=key("U1")) == 6
+    # a replayed click: already undone, said so
+    await click_view(slack, bot, view, home.UNDO_TIDY, change, user="U1")
+    assert "already undone" in texts(slack.home_views["U1"])
