@@ -13,11 +13,12 @@ before/after in one run on one machine.
 
 Target: a read-only command within :data:`TARGET_RATIO` of ``--version`` (commands that
 never call Claude never import its SDK, over a second of imports; tests/bots/
-test_cli_imports.py checks the imports themselves). Processes run with ``HOME`` and the
+test_cli_imports.py checks the imports themselves); ``doctor`` is shown but not held to it
+(it loads the Slack adapter to check the Slack settings). Processes run with ``HOME`` and the
 working directory in a temporary folder (no ``.env``, no ``SELFMIND_``/``ANTHROPIC_``
 variables), on the interpreter running this script. The last line is JSON: ``{"rows":
 [{"tree", "command", "median_s", "ratio"}], "within_target": bool}`` (``within_target``
-of this tree's rows).
+of this tree's rows but doctor).
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def main() -> int:
                 "ratio": round(median / version, 2),
             }
         )
-    within = all(r["ratio"] <= TARGET_RATIO for r in rows if r["tree"] == "this")
+    held = [r for r in rows if r["tree"] == "this" and r["command"] != "selfmind doctor"]
+    within = all(r["ratio"] <= TARGET_RATIO for r in held)
     if not args.json:
         print(f"{'tree':<6}{'command':<28}{'median s':>10}{'x --version':>13}")
         for r in rows:
