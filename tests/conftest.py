@@ -61,6 +61,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="selfmind-test-config-")
     os.environ.pop("SELFMIND_ENV_FILE", None)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist's workers get COLUMNS=80 LINES=24: processes on a pseudo-terminal would
+        # wrap at 80 columns instead of the terminal's width, as in a serial run.
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
     config.addinivalue_line(
         "markers", "sqlite_only: run the store/db_url variants of this test on SQLite only"
     )
