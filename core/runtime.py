@@ -17,22 +17,25 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, overload
 
-from core.chat.loop import TurnLoop
 from core.errors import ConfigError, SelfMindError
-from core.memory.cleanup import Cleaner
-from core.memory.cleanup_review import CleanupReviews
-from core.memory.consolidation import Consolidator, Window
-from core.memory.hybrid import HybridRecaller
-from core.memory.recall import BM25Recaller, Recaller
-from core.memory.reflection import LearnedCallback, Reflector
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
-from core.model.claude import ChatModel, ClaudeChatModel
-from core.settings import Settings
-from core.store.seams import Store
 
 if TYPE_CHECKING:
+    # The chat side (the Anthropic SDK, files, numpy) is imported where a runtime with
+    # Claude is built: memory commands, `selfmind users` and `db` never load it
+    # (tests/bots/test_cli_imports.py; bench/startup.py measures the difference).
+    from core.chat.loop import TurnLoop
     from core.health import HealthServer
+    from core.memory.cleanup import Cleaner
+    from core.memory.cleanup_review import CleanupReviews
+    from core.memory.consolidation import Consolidator
+    from core.memory.hybrid import HybridRecaller
+    from core.memory.recall import Recaller
+    from core.memory.reflection import LearnedCallback, Reflector
+    from core.model.claude import ChatModel, ClaudeChatModel
+    from core.settings import Settings
+    from core.store.seams import Store
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,8 @@ class ChatRuntime(MemoryRuntime):
             return
         self._started = True
         await self.loop.start(on_learned=on_learned)
+        from core.memory.hybrid import HybridRecaller
+
         if isinstance(self.service.recaller, HybridRecaller):
             self._backfill = asyncio.create_task(
                 backfill(self.service.recaller), name="embeddings-backfill"
@@ -149,6 +154,8 @@ async def scheduled_cleanups(rt: ChatRuntime) -> None:
 
 def consolidator(rt: ChatRuntime) -> Consolidator:
     """The runtime's :class:`core.memory.consolidation.Consolidator`, from its settings."""
+    from core.memory.consolidation import Consolidator, Window
+
     s = rt.settings
     return Consolidator(
         store=rt.store,
@@ -163,6 +170,11 @@ def consolidator(rt: ChatRuntime) -> Consolidator:
 
 def chat_runtime(base: MemoryRuntime, model: ChatModel) -> ChatRuntime:
     """The chat collaborators over ``base``'s store, each built once from its settings."""
+    from core.chat.loop import TurnLoop
+    from core.memory.cleanup import Cleaner
+    from core.memory.cleanup_review import CleanupReviews
+    from core.memory.reflection import Reflector
+
     settings, store, metrics = base.settings, base.store, base.metrics
     reflector = Reflector(
         store=store,
@@ -294,6 +306,8 @@ async def _open_runtime(
             metrics.watch(readiness=readiness, queue_depth=None)
             yield base
             return
+        from core.model.claude import ClaudeChatModel
+
         model = ClaudeChatModel.from_settings(settings, metrics=metrics)
         rt = chat_runtime(base, model)
         reflector = rt.reflector
@@ -366,6 +380,9 @@ def open_recaller(store: Store, settings: Settings | None = None) -> Recaller:
     (:mod:`core.memory.static`, numpy only); ``bm25`` BM25 alone; ``hybrid`` BM25 fused with
     MiniLM embeddings (:mod:`core.memory.hybrid`; ``ConfigError`` when the semantic extra
     is missing)."""
+    from core.memory.hybrid import HybridRecaller
+    from core.memory.recall import BM25Recaller
+
     if settings is not None and settings.recall == "bm25":
         return BM25Recaller(store)
     if settings is not None and settings.recall == "hybrid":

@@ -10,6 +10,18 @@ run instead of skipping it.
 Tests about SQLite itself (file bytes, PRAGMAs, SIGKILL of a SQLite writer) take
 ``sqlite_store`` / ``db_path``, or carry ``@pytest.mark.sqlite_only`` to keep ``store`` and
 ``db_url`` on SQLite.
+
+A new SQLite store opened in a test's process (any ``SQLiteStore.open`` of a file that does not
+exist yet: the fixtures, ``open_store``, a command run in process) starts as a copy of a
+template migrated once per run (per xdist worker), not by running every migration (0.2-0.3 s
+a store); its schema is the same, only ``store.migrated`` is empty. A test that patches the
+migration list (an old store) gets it run for real; a test about migrating a new file carries
+``@pytest.mark.real_migrations``. Processes a test starts (``selfmind``
+commands) migrate for real.
+
+Parallel runs (``pytest -n 2 --dist loadgroup``, scripts/check): tests that start processes,
+terminals or servers that share ports or much CPU may carry ``@pytest.mark.xdist_group(name)``
+to run on one worker; every worker has its own PostgreSQL database and SQLite template.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import asyncio
 import logging
 import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,6 +43,9 @@ import pytest
 from core.memory.service import MemoryService
 from core.runtime import open_store
 from core.store.seams import Store
+from core.store.sqlite import base as sqlite_base
+from core.store.sqlite.base import SQLiteBase
+from core.store.sqlite.migrations import MIGRATIONS
 from core.store.sqlite.store import SQLiteStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -45,9 +61,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="selfmind-test-config-")
     os.environ.pop("SELFMIND_ENV_FILE", None)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # xdist's workers get COLUMNS=80 LINES=24: processes on a pseudo-terminal would
+        # wrap at 80 columns instead of the terminal's width, as in a serial run.
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
     config.addinivalue_line(
         "markers", "sqlite_only: run the store/db_url variants of this test on SQLite only"
     )
+    config.addinivalue_line(
+        "markers",
+        "real_migrations: new SQLite stores run every migration (no migrated template copy)",
+    )
+    config.addinivalue_line(  # pytest-xdist's own (registered here too for runs without it)
+        "markers", "xdist_group(name): run on one worker with the group's other tests"
+    )
+
+
+PROCESS_TESTS = (
+    "tests/bots/terminal/",
+    "tests/bots/slack_bot/test_slack_process.py",
+    "tests/bots/slack_bot/test_reconnect_slack.py",
+    "tests/bots/slack_bot/test_revoked_token_slack.py",
+    "tests/bots/discord_bot/test_discord_fake_process.py",
+    "tests/bots/discord_bot/test_reconnect_discord.py",
+    "tests/bots/discord_bot/test_reconnect_discord_process.py",
+    "tests/bots/discord_bot/test_revoked_token_discord.py",
+    "tests/bots/test_eval_cli.py",
+    "tests/core/store/test_durability.py",
+    "tests/core/store/test_postgres_replicas.py",
+)
+"""Tests that run bots, terminals or writers as processes against deadlines: in a parallel
+run (``--dist loadgroup``) they share one worker (``xdist_group("processes")``), one at a
+time, as in a serial run; the other worker runs everything else."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.nodeid.split("::")[0]
+        if where.startswith(PROCESS_TESTS) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("processes"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -143,6 +196,52 @@ def _restore_root_logging() -> Iterator[None]:
         if handler not in root.handlers:
             root.addHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store migrated once for this run (per xdist worker), closed: new stores in
+    tests start as a copy of it (:func:`_new_sqlite_stores_from_template`)."""
+    path = tmp_path_factory.mktemp("template") / "migrated.db"
+
+    async def create() -> None:
+        store = await _ORIGINAL_OPEN(SQLiteStore, str(path))
+        await store.close()
+
+    run_sync(create())
+    return path
+
+
+_ORIGINAL_OPEN = SQLiteBase.open.__func__
+
+
+@pytest.fixture(autouse=True)
+def _new_sqlite_stores_from_template(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SQLiteStore.open`` of a file that does not exist copies the migrated template there
+    first (0.01 s instead of 0.2-0.3 s of migrations); off under ``real_migrations``."""
+    if request.node.get_closest_marker("real_migrations") is not None:
+        return
+    template = str(request.getfixturevalue("sqlite_template"))
+
+    async def open_from_template(
+        cls: type[SQLiteBase], path: str, *args: object, **kwargs: object
+    ) -> SQLiteBase:
+        db = Path(path).expanduser()
+        # A test that patched the migrations (an old store's list) gets them run for real.
+        if path != ":memory:" and not db.exists() and sqlite_base.MIGRATIONS == MIGRATIONS:
+            try:
+                if not db.parent.exists():  # as the store makes it: 0700
+                    db.parent.mkdir(parents=True)
+                    db.parent.chmod(0o700)
+                shutil.copy(template, db)  # its bytes and its mode (0600, as a new store's)
+            except OSError:
+                pass  # the store's own open says what is wrong with the path
+        store: SQLiteBase = await _ORIGINAL_OPEN(cls, path, *args, **kwargs)
+        return store
+
+    monkeypatch.setattr(SQLiteBase, "open", classmethod(open_from_template))
 
 
 @pytest.fixture(scope="session")

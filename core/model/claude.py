@@ -45,26 +45,27 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
-import anthropic
-import httpx2
 import pydantic
-from anthropic.types import (
-    AssistantMessageParam,
-    Base64PDFSourceParam,
-    ContentBlockParam,
-    MessageParam,
-    PlainTextSourceParam,
-    TextBlockParam,
-    UserMessageParam,
-)
-from anthropic.types import Usage as ApiUsage
 
 from core.errors import MalformedOutput, ModelError, StreamCutError
 from core.metrics import Metrics
 from core.model.body import FileMarkers, RequestBody
 
 if TYPE_CHECKING:
+    # The SDK (over a second of imports) is loaded by the code that calls the API, not by
+    # importing this module: the data types here (Usage, ChatMessage, ...) are imported by
+    # commands that never call Claude (`selfmind usage`, memory commands; bench/startup.py).
     from types import TracebackType
+
+    import anthropic
+    from anthropic.types import (
+        Base64PDFSourceParam,
+        ContentBlockParam,
+        MessageParam,
+        PlainTextSourceParam,
+        TextBlockParam,
+    )
+    from anthropic.types import Usage as ApiUsage
 
     from core.settings import Settings
 
@@ -212,6 +213,8 @@ class ClaudeChatModel:
         timeout_s: float = 600.0,
         metrics: Metrics | None = None,
     ) -> None:
+        import anthropic
+
         self.metrics = metrics or Metrics()
         # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 % less
         # bot CPU per turn (the `aiohttp` extra; the transport is vendored in the SDK).
@@ -256,6 +259,8 @@ class ClaudeChatModel:
         """Ask the API to count a one-word prompt's tokens for ``model`` (free; once, no
         retry): proves the key, the base URL and the model name. Returns the count;
         ``ModelError`` as in the module docstring."""
+        import anthropic
+
         client = self._client.with_options(max_retries=0, timeout=timeout_s)
         try:
             counted = await client.messages.count_tokens(
@@ -296,6 +301,8 @@ class ClaudeChatModel:
         Raises ``MalformedOutput`` if the text is not valid JSON for ``output``, else
         ``ModelError`` as in the module docstring.
         """
+        import anthropic
+
         logger.debug("extract prompt (%d chars): %s", len(prompt), prompt)
         try:
             # The reply as plain JSON (``parse(to=object)``), not the SDK's ``Message``
@@ -374,6 +381,9 @@ class _ClaudeAnswerStream:
         await self._gen.aclose()
 
     async def _run(self) -> AsyncGenerator[str, None]:
+        import anthropic
+        import httpx2
+
         model = self._model
         parts: list[str] = []
         stopped = False
@@ -445,6 +455,8 @@ class _ClaudeAnswerStream:
         base64-encoded as they go (:class:`core.model.body.RequestBody`), and dropped once
         the response has begun.
         """
+        import anthropic
+
         model = self._model
         body = RequestBody(
             {
@@ -519,9 +531,9 @@ def _message_param(message: ChatMessage, files: FileMarkers) -> MessageParam:
             for file in message.files:
                 blocks += _file_params(file, files)
             blocks.append({"type": "text", "text": message.content})
-            return UserMessageParam(role="user", content=blocks)
-        return UserMessageParam(role="user", content=message.content)
-    return AssistantMessageParam(role="assistant", content=message.content)
+            return {"role": "user", "content": blocks}
+        return {"role": "user", "content": message.content}
+    return {"role": "assistant", "content": message.content}
 
 
 def _file_params(file: FileBlock, files: FileMarkers) -> list[ContentBlockParam]:
@@ -582,6 +594,8 @@ def _system_param(block: SystemBlock) -> TextBlockParam:
 @functools.cache
 def _schema(output: type[pydantic.BaseModel]) -> dict[str, Any]:
     """The JSON schema sent for ``output``, in the subset the API accepts."""
+    import anthropic
+
     return anthropic.transform_schema(output)
 
 
@@ -603,6 +617,8 @@ _REFUSED = "Claude refused the request."
 
 def _model_error(exc: anthropic.APIError, *, call: str) -> ModelError:
     """Map an SDK error (after its own retries) to a ``ModelError`` with a true user message."""
+    import anthropic
+
     if isinstance(exc, anthropic.APITimeoutError):
         user_message = "Claude timed out."
     elif isinstance(exc, anthropic.APIConnectionError):

@@ -1,5 +1,6 @@
 """``selfmind eval reflection`` as a user runs it: a child process against the fake Anthropic
-server (in this process) with scripted models."""
+server (in this process) with scripted models; its refusals in this process (typer's runner:
+the same command, without a second of start-up each)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from bots.cli import app
 from core.evaluation.locomo import load_all
 from tests.conftest import REPO_ROOT
 from tests.eval_helpers import ScriptedModels, write_synthetic
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic, slow
 
 KEY = "sk-ant-eval-cli"
+PREFIXES = ("SELFMIND_", "ANTHROPIC_", "SLACK_", "DISCORD_")
 
 
 def env_for(fake: FakeAnthropic | None, **extra: str) -> dict[str, str]:
@@ -51,6 +55,15 @@ async def selfmind(
     out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def in_process(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """``selfmind ARGS`` run by typer's runner in a thread (the command runs its own event
+    loop), with ``env``'s settings and no other SelfMind variable; the test's cwd."""
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith(PREFIXES)}
+    overrides.update({k: v for k, v in env.items() if k.startswith(PREFIXES)})
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=overrides)
+    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.fixture
@@ -129,46 +142,47 @@ async def test_interrupt_then_resume_gives_the_totals_of_one_run(
     assert code == 1 and "other options" in err
 
 
-async def test_refusals(data: Path, tmp_path: Path) -> None:
+async def test_refusals(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     async with running_fake_anthropic(responder=ScriptedModels()) as fake:
         base = ["eval", "reflection", "--offline-match"]
-        code, _, err = await selfmind(*base, "--data", str(data), env=env_for(None), cwd=tmp_path)
+        code, _, err = await in_process(*base, "--data", str(data), env=env_for(None))
         assert code == 1 and "ANTHROPIC_API_KEY is not set" in err
-        code, _, err = await selfmind(*base, env=env_for(fake), cwd=tmp_path)
+        code, _, err = await in_process(*base, env=env_for(fake))
         assert code == 2 and "--data" in err
         empty = tmp_path / "empty"
         empty.mkdir()
-        code, _, err = await selfmind(*base, "--data", str(empty), env=env_for(fake), cwd=tmp_path)
+        code, _, err = await in_process(*base, "--data", str(empty), env=env_for(fake))
         assert code == 1 and "no LoCoMo conversations" in err
-        code, _, err = await selfmind(
+        code, _, err = await in_process(
             *base, "--data", str(data), "--conversations", "conv-99", "--yes",
-            env=env_for(fake), cwd=tmp_path,
+            env=env_for(fake),
         )  # fmt: skip
         assert code == 1 and "no LoCoMo conversations" in err
         broken = tmp_path / "broken"
         broken.mkdir()
         (broken / "conv-1.json").write_text('{"speaker_a": "A"', encoding="utf-8")
-        code, _, err = await selfmind(*base, "--data", str(broken), env=env_for(fake), cwd=tmp_path)
+        code, _, err = await in_process(*base, "--data", str(broken), env=env_for(fake))
         assert code == 1 and "cannot load" in err
-        code, _, err = await selfmind(
+        code, _, err = await in_process(
             *base, "--data", str(data), "--conversations", "conv-90,conv-91", "--yes",
-            env=env_for(fake), cwd=tmp_path,
+            env=env_for(fake),
         )  # fmt: skip
         assert code == 2 and "not in" in err and "conv-91" in err
-        code, _, err = await selfmind(
+        code, _, err = await in_process(
             *base, "--data", str(data), "--yes", "--out", str(tmp_path / "no" / "such" / "f"),
-            env=env_for(fake), cwd=tmp_path,
+            env=env_for(fake),
         )  # fmt: skip
         assert code == 1 and "--out" in err
         # Not a terminal and no --yes: estimate shown, nothing run.
-        code, _, err = await selfmind(*base, "--data", str(data), env=env_for(fake), cwd=tmp_path)
+        code, _, err = await in_process(*base, "--data", str(data), env=env_for(fake))
         assert code == 1 and "pass --yes" in err and "estimate" in err
         assert fake.totals.requests == 0 and fake.count_requests
     # A refused key fails in one line, before anything is reflected.
     async with running_fake_anthropic(api_key=KEY) as fake:
-        code, _, err = await selfmind(
+        code, _, err = await in_process(
             *base, "--data", str(data), "--yes",
-            env=env_for(fake, ANTHROPIC_API_KEY="sk-wrong"), cwd=tmp_path,
+            env=env_for(fake, ANTHROPIC_API_KEY="sk-wrong"),
         )  # fmt: skip
         assert code == 1 and "AuthenticationError" in err and "sk-wrong" not in err
         assert fake.totals.requests == 0

@@ -56,6 +56,20 @@ def selfmind(
     )
 
 
+def in_process(
+    *args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """:func:`selfmind` in this process (typer's runner): the same environment (only ``env``
+    of the settings, HOME in ``cwd``), run from ``cwd``; for errors found before any work."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(cwd / "home"))
+    overrides: dict[str, str | None] = {
+        k: None for k in os.environ if k.startswith(SETTINGS_PREFIXES)
+    }
+    result = runner.invoke(app, list(args), env=overrides | (env or {}))
+    return result.exit_code, result.stdout, result.stderr
+
+
 # --------------------------------------------------------------------- version, users
 
 
@@ -302,7 +316,9 @@ def test_importing_the_cli_loads_no_model_or_platform_sdk() -> None:
     assert (proc.returncode, proc.stdout) == (0, "[]\n"), proc.stderr
 
 
-def test_bots_check_the_anthropic_key_before_network_and_database(tmp_path: Path) -> None:
+def test_bots_check_the_anthropic_key_before_network_and_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "never.db"
     unreachable = {
         "SLACK_API_URL": "http://127.0.0.1:9/",
@@ -316,11 +332,11 @@ def test_bots_check_the_anthropic_key_before_network_and_database(tmp_path: Path
     for command, env in runs:
         flags = [k for k in env if k.startswith("--")]
         env = {k: v for k, v in env.items() if not k.startswith("--")}
-        proc = selfmind("--db", str(db), command, *flags, cwd=tmp_path,
-                        env=unreachable | env | {"ANTHROPIC_API_KEY": ""})  # fmt: skip
-        assert proc.returncode == 1
-        assert proc.stderr.startswith("error: ANTHROPIC_API_KEY is not set: ")
-        assert proc.stderr.count("\n") == 1
+        code, _, err = in_process("--db", str(db), command, *flags, cwd=tmp_path,
+            monkeypatch=monkeypatch, env=unreachable | env | {"ANTHROPIC_API_KEY": ""})  # fmt: skip
+        assert code == 1
+        assert err.startswith("error: ANTHROPIC_API_KEY is not set: ")
+        assert err.count("\n") == 1
     assert not db.exists()
 
 
@@ -345,11 +361,13 @@ def test_port_out_of_range_is_a_usage_error_before_anything(tmp_path: Path) -> N
     ],
 )
 def test_setting_errors_name_the_variable_in_one_line(
-    tmp_path: Path, variable: str, value: str, named: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, named: str
 ) -> None:
-    proc = selfmind("memories", "stats", cwd=tmp_path, env={variable: value})
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {named}: ") and proc.stderr.count("\n") == 1
+    code, out, err = in_process(
+        "memories", "stats", cwd=tmp_path, monkeypatch=monkeypatch, env={variable: value}
+    )
+    assert code == 1 and out == ""
+    assert err.startswith(f"error: {named}: ") and err.count("\n") == 1
 
 
 async def test_unreachable_slack_names_slack_api_url_only_when_it_was_set() -> None:

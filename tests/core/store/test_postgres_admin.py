@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import asyncpg
+import pytest
 from typer.testing import CliRunner
 
 from bots.cli import app
@@ -356,6 +357,7 @@ async def test_migrate_is_idempotent_and_safe_to_race() -> None:
         assert sorted(applied_now) == sorted(first["applied"])  # each exactly once
 
 
+@pytest.mark.real_migrations
 async def test_migrate_sqlite_too(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
     code, out, _ = await asyncio.to_thread(cli, "--db", url, "db", "migrate")
