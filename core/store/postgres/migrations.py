@@ -328,6 +328,15 @@ CREATE TABLE memory_uses (
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """
 
+
+async def m017_redact_secret_forms(conn: asyncpg.Connection) -> None:
+    """m012 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
+    and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
+    2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
+    user name and Slack tokens split by spaces. Counts logged, never text."""
+    await m012_redact_secrets(conn)
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -345,4 +354,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (17, "m017_redact_secret_forms", m017_redact_secret_forms),
 ]

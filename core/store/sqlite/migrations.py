@@ -513,6 +513,14 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def m020_redact_secret_forms(conn: aiosqlite.Connection) -> None:
+    """m014 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
+    and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
+    2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
+    user name and Slack tokens split by spaces. Counts logged, never text."""
+    await m014_redact_secrets(conn)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -533,4 +541,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (20, "m020_redact_secret_forms", m020_redact_secret_forms),
 ]
