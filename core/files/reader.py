@@ -74,6 +74,8 @@ def gone_note(names: Sequence[str]) -> str:
     )
 
 
+UNEXPECTED = "an unexpected error"
+"""What the note says of an error no rule above expected (its type is logged)."""
 _OVER_REQUEST = "it would pass the 32 MB Claude takes in one request (files and text together)"
 
 
@@ -151,6 +153,11 @@ class FileReader:
                     logger.info("file not read (%s): %s", ref.kind, problem.reason)
                     notes.append(not_read(ref.name, problem.reason))
                     _drop_frames(problem)
+                    continue
+                except Exception as exc:  # a bug or a library's surprise: still one note
+                    logger.warning("file not read (%s): %s", ref.kind, type(exc).__name__)
+                    notes.append(not_read(ref.name, f"it could not be read ({UNEXPECTED})"))
+                    _drop_frames(exc)
                     continue
                 budget -= cost
                 blocks.append(prepared.block)

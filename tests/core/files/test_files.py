@@ -76,6 +76,12 @@ async def host() -> AsyncIterator[str]:
     async def elsewhere(request: web.Request) -> web.Response:
         raise web.HTTPFound("http://127.0.0.2:9/steal")
 
+    async def to_userinfo(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://x@{request.host}/ok")
+
+    async def to_bad_port(request: web.Request) -> web.Response:
+        return web.Response(status=302, headers={"Location": "http://127.0.0.1:99999/ok"})
+
     async def status(request: web.Request) -> web.Response:
         return web.Response(status=int(request.match_info["code"]))
 
@@ -97,6 +103,8 @@ async def host() -> AsyncIterator[str]:
     app.router.add_get("/ok", ok)
     app.router.add_get("/same", same)
     app.router.add_get("/elsewhere", elsewhere)
+    app.router.add_get("/to-userinfo", to_userinfo)
+    app.router.add_get("/to-bad-port", to_bad_port)
     app.router.add_get("/status/{code}", status)
     app.router.add_get("/page", page)
     app.router.add_get("/endless", endless)
@@ -157,6 +165,58 @@ async def test_download_never_leaves_the_allowed_origins_and_times_out(host: str
         await _get(f"{host}/ok", origins=frozenset({"https://files.slack.com:443"}))
     with pytest.raises(FileProblem, match=r"longer than 0\.2 s"):
         await _get(f"{host}/slow", timeout_s=0.2)
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "http://x@{hostport}/ok",
+        "http://user:pw@{hostport}/ok",
+        "http://127.0.0.1:99999/ok",
+        "http://127.0.0.1:port/ok",
+        "http://[::1/ok",
+        "{host}/to-userinfo",
+        "{host}/to-bad-port",
+    ],
+)
+async def test_a_link_with_user_info_or_a_bad_port_is_a_file_problem(host: str, link: str) -> None:
+    """Never a ValueError out of fetch: the link (or a redirect to one) is refused with the
+    one sentence, and the token goes nowhere."""
+    url = link.format(host=host, hostport=host.removeprefix("http://"))
+    with pytest.raises(FileProblem, match="its link is not a valid address"):
+        await _get(url, origins=frozenset({origin(host)}))
+    assert SEEN == []
+
+
+async def test_every_error_of_a_file_ends_in_its_note_and_the_rest_is_read(
+    host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad link, and a parser raising what no rule expects, each end in one note; the
+    other files are read all the same."""
+    allowed = frozenset({origin(host)})
+    refs = [
+        FileRef("a.txt", url=f"{host}/ok", allowed_origins=allowed),
+        FileRef("b.txt", url="http://x@files.slack.com/b.txt", allowed_origins=allowed),
+        FileRef("c.txt", url=f"{host}/to-bad-port", allowed_origins=allowed),
+        FileRef("d.txt", url=f"{host}/ok", allowed_origins=allowed),
+    ]
+    reader = FileReader(
+        max_file_bytes=1 << 20, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 24
+    )
+    read = await reader.read(refs)
+    assert [b.name for b in read.blocks] == ["a.txt", "d.txt"]
+    assert read.notes == (
+        "I couldn't read b.txt: its link is not a valid address, so I did not open it.",
+        "I couldn't read c.txt: its link is not a valid address, so I did not open it.",
+    )
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a parser's surprise")
+
+    monkeypatch.setattr("core.files.reader.prepare", broken)
+    read = await reader.read(refs[:1])
+    assert read.blocks == ()
+    assert read.notes == ("I couldn't read a.txt: it could not be read (an unexpected error).",)
 
 
 async def test_declared_size_is_refused_before_any_download(host: str) -> None:
