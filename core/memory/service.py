@@ -76,6 +76,14 @@ def in_third_person(text: str) -> str:
     return rewritten if len(rewritten) < MAX_MEMORY_CHARS else text
 
 
+def remembered_text(text: str) -> str:
+    """What ``/remember TEXT`` stores: ``text`` cleaned (:func:`clean_memory_text`, which
+    raises as it does) and written in the third person (:func:`in_third_person`). The one
+    rule, so whoever holds the typed words (the terminal's input history) can tell the
+    memory they became."""
+    return in_third_person(clean_memory_text(text))
+
+
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
     ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
@@ -347,7 +355,7 @@ class MemoryService:
         secret.
         """
         try:
-            cleaned = in_third_person(clean_memory_text(text))
+            cleaned = remembered_text(text)
         except SecretInMemory as exc:
             logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
             self.metrics.secrets_refused(source)
