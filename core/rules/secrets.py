@@ -64,6 +64,7 @@ Cost per call, and caught / missed / false positives on the labelled set
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import re
@@ -871,9 +872,15 @@ def _find(text: str, detectors: Sequence[_Detector]) -> list[SecretFinding]:
         if not detector.applies(text, lower):
             continue
         for start, end in detector.find(text):
-            if not any(start < f.end and f.start < end for f in taken):
-                taken.append(SecretFinding(detector.kind, start, end))
-    return sorted(taken, key=lambda f: f.start)
+            # ``taken`` stays sorted and without overlaps: only its neighbours can overlap
+            # (a scan of all of it would be quadratic in a text of thousands of findings)
+            at = bisect.bisect_left(taken, start, key=lambda f: f.start)
+            if at > 0 and taken[at - 1].end > start:
+                continue
+            if at < len(taken) and taken[at].start < end:
+                continue
+            taken.insert(at, SecretFinding(detector.kind, start, end))
+    return taken
 
 
 def has_secret(text: str) -> bool:

@@ -304,7 +304,18 @@ def test_wordlike_share_of_names_and_random_strings() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["\x00" * 50, "a" * 20_000, "password: " * 500, "-----BEGIN " * 300, "eyJ" * 2000, "::@" * 900],
+    [
+        "\x00" * 50,
+        "a" * 20_000,
+        "password: " * 500,
+        "-----BEGIN " * 300,
+        "eyJ" * 2000,
+        "::@" * 900,
+        "password '" * 4000,  # thousands of findings: kept apart without a quadratic scan
+        "backup codes " + "1234 " * 5000,
+        "4111 " * 5000,
+        "xoxb 1234567 " * 2000,
+    ],
 )
 def test_hostile_input_finishes_and_never_raises(text: str) -> None:
     find_secrets(text)
