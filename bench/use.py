@@ -8,14 +8,18 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
 ``static`` (the default: BM25 fused with static embeddings and query expansion) and
 ``hybrid`` (the semantic extra: BM25 and MiniLM by RRF; skipped when the extra is missing).
 
-1. **Use cases** (``core/data/use_cases.jsonl``, 331 cases written for this project, a third
-   marked ``held_out`` and reported apart): each case's user gets its memories (another
-   user's, a superseded one, DM and channel ones as labelled) in a fresh SQLite store; the
-   message is recalled for as the turn loop does (``recall_query`` with the previous user
-   message, channel messages only recall ``shared`` memories, ``top_k`` 6). A case passes
-   when every memory it needs is among the memories the prompt holds and none it must not
-   hold is. "The prompt holds" is what the turn loop puts in its memory block: the
-   recalled memories (and the standing profile, once ``TurnLoop.memory_context`` exists).
+1. **Use cases** (``core/data/use_cases.jsonl``, 391 cases written for this project, a third
+   marked ``held_out`` and reported apart; ``about_other``: another person's fact, which must
+   never stand in the profile as the user's and must be recalled when the message asks
+   about them; ``dated``: a memory whose last day passed before the message (``today``),
+   out of the profile and recalled when the message asks about the past): each case's user
+   gets its memories (another user's, a superseded one, DM and channel ones as labelled) in
+   a fresh SQLite store; the message is recalled for as the turn loop does
+   (``recall_query`` with the previous user message, channel messages only recall
+   ``shared`` memories, ``top_k`` 6). A case passes when every memory it needs is among the
+   memories the prompt holds and none it must not hold is (nor, in the standing profile,
+   any it keeps out of it: ``must_not_profile``). "The prompt holds" is what the turn loop
+   puts in its memory block: the standing profile and the recalled memories.
 2. **LoCoMo Hit@6** on the shared conversations, as ``bench/retrieval.py`` measures it.
 3. **Memory-block tokens** p50/p95 over the use cases: the profile block and the memory
    block, by the profile's estimator (:func:`core.memory.profile.estimate_tokens`).
@@ -43,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -102,6 +106,23 @@ class Loaded:
     ids: dict[int, str] = field(default_factory=dict)  # memory id -> case key
 
 
+def day(value: str | None) -> date | None:
+    return None if value is None else date.fromisoformat(value)
+
+
+def new_memory(m: dict[str, Any]) -> NewMemory:
+    """One labelled memory as stored: its labels, whose fact it is and the days it holds."""
+    return NewMemory(
+        text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"],
+        about=m.get("about"), valid_from=day(m.get("valid_from")),
+        valid_until=day(m.get("valid_until")),
+    )  # fmt: skip
+
+
+TODAY = date(2026, 12, 2)
+"""The day the cases' messages are sent, unless a case says (``today``)."""
+
+
 async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
     """Store one case's memories: the user's own, another user's, superseded ones replaced
     by the memory that supersedes them."""
@@ -113,12 +134,7 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
         group = [m for m in plain if m["owner"] == owner]
         results = await store.add_many(
             user_key=key,
-            memories=[
-                NewMemory(
-                    text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"]
-                )
-                for m in group
-            ],
+            memories=[new_memory(m) for m in group],
             dedupe=None,
         )
         if owner == "self":
@@ -129,10 +145,7 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
             new = next(x for x in mems if x["key"] == m["superseded_by"])
             result = await store.add(
                 user_key=loaded.user_key,
-                memory=NewMemory(
-                    text=new["text"], kind=new["kind"], category=new["category"],
-                    origin=new["origin"],
-                ),
+                memory=new_memory(new),
                 dedupe=Deduper(),
                 supersedes=[by_key[m["key"]]],
             )  # fmt: skip
@@ -154,6 +167,7 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
         k=SETTINGS.top_k,
         origins=origins,
         budget_tokens=SETTINGS.profile_tokens,
+        today=day(loaded.case.get("today")) or TODAY,
     )
 
 
@@ -169,9 +183,14 @@ def in_prompt(context: MemoryContext) -> list[Memory]:
     return [*context.profile, *(s.memory for s in context.recalled)]
 
 
-def passes(loaded: Loaded, found: Sequence[Memory]) -> bool:
+def passes(loaded: Loaded, found: Sequence[Memory], profile: Sequence[Memory] = ()) -> bool:
+    """Every memory the case needs is in ``found`` and none it must not hold; none of
+    ``profile`` (the standing profile, when judged) is one the case keeps out of it
+    (``must_not_profile``: another person's fact, a past one)."""
     keys = {loaded.ids.get(m.id) for m in found}
     if any(m.user_key != loaded.user_key for m in found):
+        return False
+    if {loaded.ids.get(m.id) for m in profile} & set(loaded.case.get("must_not_profile", [])):
         return False
     return set(loaded.case["must"]) <= keys and not keys & set(loaded.case["must_not"])
 
@@ -196,7 +215,7 @@ async def measure_cases(names: Sequence[str], cases: Sequence[dict[str, Any]]) -
                 tokens = []
                 for item in loaded:
                     context = await prompt_context(recaller, store, item)
-                    ok = passes(item, in_prompt(context))
+                    ok = passes(item, in_prompt(context), context.profile)
                     alone = passes(item, [s.memory for s in await recall_alone(recaller, item)])
                     split = item.case["split"]
                     cat = item.case["category"]
@@ -288,15 +307,39 @@ async def measure_block_tokens(
     return out
 
 
-async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, float]:
+LOCOMO_CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
+"""LoCoMo's question categories (Maharana et al. 2024), reported apart."""
+
+
+async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, Any]:
+    """LoCoMo Hit@6 per recall: of recall alone, and by question category of what the
+    prompt holds (``build_context``: the profile and recall, a contradicted memory left
+    out), on the day after the conversations (:data:`TODAY`)."""
     convs = load_all(data)
-    out = {}
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = await SQLiteStore.open(str(Path(tmp) / "locomo.db"), synchronous="normal")
         try:
             users = await load_users(store, convs)
             for name in names:
-                out[name] = (await measure_selfmind(recaller_of(name, store), users))["hit@6"]
+                recaller = recaller_of(name, store)
+                tally: dict[str, list[int]] = {}
+                for u in users:
+                    for q in u.conv.questions:
+                        context = await build_context(
+                            store=store, recaller=recaller, user_key=u.user_key,
+                            message=q.text, k=TOP_K, origins=None,
+                            budget_tokens=SETTINGS.profile_tokens, today=TODAY,
+                        )  # fmt: skip
+                        hit = any(u.evidence[m.id] & q.evidence for m in in_prompt(context))
+                        for cat in (LOCOMO_CATEGORIES[q.category], "all"):
+                            tally.setdefault(cat, [0, 0])
+                            tally[cat][0] += 1
+                            tally[cat][1] += hit
+                out[name] = {
+                    "recall": (await measure_selfmind(recaller, users))["hit@6"],
+                    "prompt": {c: round(h / n, 3) for c, (n, h) in sorted(tally.items())},
+                }
         finally:
             await store.close()
     return out
@@ -423,7 +466,16 @@ def print_table(result: dict[str, Any]) -> None:
             for n in names
         )
     )
-    print("LoCoMo Hit@6: " + ", ".join(f"{n} {v:.3f}" for n, v in result["locomo_hit@6"].items()))
+    loco = result["locomo_hit@6"]
+    print(
+        "LoCoMo Hit@6, recall alone: "
+        + ", ".join(f"{n} {v['recall']:.3f}" for n, v in loco.items())
+    )
+    for n, v in loco.items():
+        print(
+            f"LoCoMo Hit@6 in the prompt by category, {n}: "
+            + ", ".join(f"{c} {h:.3f}" for c, h in v["prompt"].items())
+        )
     lat = result.get("latency")
     if lat:
         print(

@@ -3,6 +3,7 @@
     selfmind [--db DB] [--log-level LEVEL] chat [--user NAME]
     selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
     selfmind [--db DB] users [--json]
+    selfmind [--db DB] memory [pause|resume|off|on] --user KEY
     selfmind [--db DB] db migrate | db backup PATH
     selfmind db copy --from sqlite:///PATH --to postgresql://USER@HOST/DB
     selfmind --version
@@ -178,12 +179,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from core import __version__  # the package's version too (pyproject reads it)
 
-        try:
-            typer.echo(f"selfmind {version('selfmind')}")
-        except PackageNotFoundError:
-            typer.echo("selfmind (not installed: no package metadata)")
+        typer.echo(f"selfmind {__version__}")
         raise typer.Exit()
 
 
@@ -224,7 +222,10 @@ def main_options(
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
     # doctor's report says what failed; its calls' own warnings would say it twice.
-    quiet = ctx.invoked_subcommand in ("memories", "chat", "db", "users") and log_level is None
+    quiet = (
+        ctx.invoked_subcommand in ("memories", "memory", "chat", "db", "users")
+        and log_level is None
+    )
     level = "ERROR" if ctx.invoked_subcommand == "doctor" and log_level is None else None
     configure_logging(
         level=level or ("WARNING" if quiet else settings.log_level), fmt=settings.log_format
@@ -322,17 +323,22 @@ def _row(m: Memory) -> dict[str, Any]:
         "category": m.category,
         "origin": m.origin,
         "created_at": m.created_at.isoformat(),
+        "about": m.about,
+        "valid_from": m.valid_from and m.valid_from.isoformat(),
+        "valid_until": m.valid_until and m.valid_until.isoformat(),
     }
 
 
 def _print_memories(rows: list[Memory], as_json: bool) -> None:
+    from core.memory.profile import listed_text
+
     if as_json:
         typer.echo(json.dumps([_row(m) for m in rows], ensure_ascii=False))
         return
     if not rows:
         typer.echo("no memories")
     for m in rows:
-        typer.echo(f"#{m.id}  [{m.kind}/{m.category}/{m.origin}]  {m.text}")
+        typer.echo(f"#{m.id}  [{m.kind}/{m.category}/{m.origin}]  {listed_text(m)}")
 
 
 @memories_app.command("remember")
@@ -403,8 +409,36 @@ def memories_search(
         return
     if not found:
         typer.echo("no memories match")
+    from core.memory.profile import listed_text
+
     for f in found:
-        typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {f.memory.text}")
+        typer.echo(f"#{f.memory.id}  {f.score:6.2f}  {listed_text(f.memory)}")
+
+
+def stdin_is_terminal() -> bool:
+    """Whether someone can answer a question on standard input (a terminal, not a pipe)."""
+    return sys.stdin.isatty()
+
+
+YesFlag = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask (scripts): erase without a question.")
+]
+
+
+def confirm_erase(what: str, *, yes: bool, command: str) -> bool:
+    """Ask before a command erases more than one memory: ``what`` is the question's subject
+    (``all 12 memories of cli:carol``). True to go on: ``yes`` (``--yes``), or "y" answered
+    on a terminal (the default is no). With no terminal and no ``--yes``, a usage error
+    (exit 2) saying to add ``--yes``; nothing is erased."""
+    if yes:
+        return True
+    if not stdin_is_terminal():
+        raise fail(
+            f"{command} would erase {what}: it asks first, and there is no terminal to ask on;"
+            " add --yes to erase without a question (nothing was erased)",
+            2,
+        )
+    return typer.confirm(f"Erase {what}? This cannot be undone", default=False)
 
 
 @memories_app.command("forget")
@@ -413,16 +447,28 @@ def memories_forget(
     user: UserKey,
     memory_id: Annotated[int | None, typer.Argument(metavar="ID", help="Memory id.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
+    yes: YesFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Forget one memory (ID) or all of them (--all): the text is erased, and so is what of
-    it the user's terminal input history holds (--all: that whole file)."""
+    """Forget one memory (ID) or all of them (--all, which asks first on a terminal; --yes
+    for scripts): the text is erased, and so is what of it the user's terminal input history
+    holds (--all: that whole file)."""
     from bots.terminal.history import forget_in_history
 
     key = _key(user)
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
+        if not yes:
+            total = run(with_service(ctx.obj, lambda s: s.stats(user_key=key))).total
+            what = f"all {total} memories of {key}" if total != 1 else f"the 1 memory of {key}"
+            if not confirm_erase(what, yes=yes, command="memories forget --all"):
+                kept = f"{total} {'memory' if total == 1 else 'memories'}"
+                if as_json:
+                    typer.echo(json.dumps({"forgotten": 0}))
+                else:
+                    typer.echo(f"nothing forgotten: {key} keeps {kept}")
+                return
         count = run(with_service(ctx.obj, lambda s: s.forget_all(user_key=key)))
         texts: list[str] | None = None
     else:
@@ -522,9 +568,23 @@ def memories_stats(
     if as_json:
         typer.echo(json.dumps(data))
     else:
-        typer.echo(f"total {stats.total}")
-        for name, count in sorted({**stats.by_kind, **stats.by_category}.items()):
-            typer.echo(f"  {name}: {count}")
+        for line in stats_lines(stats.total, stats.by_kind, stats.by_category, key):
+            typer.echo(line)
+
+
+def stats_lines(
+    total: int, by_kind: dict[str, int], by_category: dict[str, int], user_key: str | None
+) -> list[str]:
+    """``memories stats`` as text: the total, then the kinds and the categories each under
+    its own label, names aligned, largest first (ties by name)."""
+    whose = f"of {user_key}" if user_key else "in the store"
+    lines = [f"{total} active {'memory' if total == 1 else 'memories'} {whose}"]
+    for label, counts in (("by kind", by_kind), ("by category", by_category)):
+        lines.append(f"{label}:")
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        width = max((len(name) for name, _ in ranked), default=0)
+        lines += [f"  {name:<{width}}  {count:>6,}" for name, count in ranked] or ["  none"]
+    return lines
 
 
 @memories_app.command("history")
@@ -954,8 +1014,9 @@ def slack(
 
 @app.command("doctor", rich_help_panel="Set up and look after")
 def doctor(ctx: typer.Context) -> None:
-    """Check this installation: the settings files read, every setting that is set and where
-    it came from (secrets cut short), the database and its schema, and what Anthropic,
+    """Check this installation: its version, the settings files read, every setting that
+    differs from its default and where it came from (secrets cut short; how many more are
+    set to their defaults), the database and its schema, and what Anthropic,
     Slack, Discord and PostgreSQL answer. Exit 1 with the line to fix when one fails."""
     from bots.doctor import header, report_settings, run_checks
     from core.settings import setting_sources, settings_files
@@ -963,7 +1024,7 @@ def doctor(ctx: typer.Context) -> None:
     obj: Context = ctx.obj
     files = settings_files()
     typer.echo(header())
-    for line in report_settings(files, setting_sources(files, obj.overrides)):
+    for line in report_settings(files, setting_sources(files, obj.overrides), obj.settings):
         typer.echo(line)
     typer.echo("checks:")
     checks = run(run_checks(obj.settings, obj.db_url))
@@ -992,17 +1053,45 @@ def db_migrate(
             help="Where to back up a SQLite store first (default: beside it, named for now).",
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Say what the migrations would change, on a copy; change nothing."
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Create or update the schema of --db (SQLite or PostgreSQL); safe to run again.
 
-    Prints each migration it applies. A SQLite store with migrations to apply is backed up
-    first (db backup), unless --no-backup: put that file back to roll the upgrade back."""
+    Prints each migration it applies, and for one that changes stored memories, what it
+    will change and why before it runs and what it did after (--dry-run: the same lines,
+    from a copy, and nothing changed). A SQLite store with migrations to apply is backed up
+    first (db backup), unless --no-backup: the line under the backup's name says how to put
+    it back."""
     from core.store.postgres.admin import migrate_database
 
     if no_backup and backup is not None:
         raise fail("--backup and --no-backup exclude each other", 2)
-    report = run(migrate_database(ctx.obj.db_url, backup=not no_backup, backup_path=backup))
+    if dry_run and backup is not None:
+        raise fail("--dry-run takes no backup: leave out --backup", 2)
+    notes: list[str] = []
+
+    def say(line: str) -> None:
+        if dry_run and line.startswith("applied "):
+            line = "would apply " + line.removeprefix("applied ")
+        notes.append(line)
+        if not as_json:
+            typer.echo(line)
+
+    report = run(
+        migrate_database(
+            ctx.obj.db_url,
+            backup=not no_backup,
+            backup_path=backup,
+            notify=say,
+            dry_run=dry_run,
+        )
+    )
     if as_json:
         typer.echo(
             json.dumps(
@@ -1010,14 +1099,15 @@ def db_migrate(
                     "applied_now": report.applied_now,
                     "applied": report.applied,
                     "backup": str(report.backup) if report.backup else None,
+                    "dry_run": dry_run,
+                    "notes": notes,
                 }
             )
         )
         return
-    if report.backup is not None:
-        typer.echo(f"backed up the database to {report.backup}")
-    for name in report.applied_now:
-        typer.echo(f"applied {name}")
+    if dry_run:
+        typer.echo(f"dry run: nothing was changed ({len(report.applied_now)} migrations to apply)")
+        return
     latest = report.applied[-1] if report.applied else "none"
     typer.echo(f"schema up to date: {len(report.applied)} migrations, latest {latest}")
 
@@ -1049,6 +1139,48 @@ async def backup_sqlite(ctx: Context, target: Path) -> int:
 
     await require_database(ctx)
     return await backup_database(ctx.db_url, target)
+
+
+MODE_MEANS = {
+    "on": "it recalls what it knows and learns from conversations",
+    "paused": "it recalls what it knows but learns nothing new",
+    "off": "it neither recalls nor learns (nothing is deleted)",
+}
+"""What each memory mode means, for ``selfmind memory`` (the chat's words are
+:data:`core.memory.replies.MODE_REPLIES`)."""
+
+
+@app.command("memory", rich_help_panel="Memories")
+def memory_mode(
+    ctx: typer.Context,
+    user: UserKey,
+    mode: Annotated[
+        str | None,
+        typer.Argument(metavar="pause|resume|off|on", help="The new mode; none shows it."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Pause, resume, turn off or on a user's memory, as /memory does in the chat: paused
+    recalls but learns nothing new; off neither recalls nor learns; nothing is deleted."""
+    from core.memory.replies import MODE_WORDS
+
+    key = _key(user)
+    word = mode.strip().lower() if mode is not None else None
+    if word is not None and word not in MODE_WORDS:
+        raise fail(f"memory: {mode!r} is not pause, resume, off or on", 2)
+
+    async def work(s: MemoryService) -> str:
+        if word is not None:
+            await s.set_mode(user_key=key, mode=MODE_WORDS[word])
+        return await s.get_mode(user_key=key)
+
+    current = run(with_service(ctx.obj, work, create=word is not None))
+    if as_json:
+        typer.echo(json.dumps({"user": key, "mode": current}))
+        return
+    undo = {"paused": "resume", "off": "on"}.get(current)
+    hint = f"; selfmind memory {undo} --user {key} undoes it" if undo and word else ""
+    typer.echo(f"memory of {key} is {current}: {MODE_MEANS[current]}{hint}")
 
 
 @app.command("users", rich_help_panel="Memories")

@@ -64,8 +64,13 @@ def shown(source: SettingSource) -> str:
     return source.value
 
 
-def report_settings(files: tuple[Path, ...], sources: list[SettingSource]) -> list[str]:
-    """The settings files (read or absent) and every setting that is set, with its source."""
+def report_settings(
+    files: tuple[Path, ...], sources: list[SettingSource], settings: Settings | None = None
+) -> list[str]:
+    """The settings files (read or absent), then every setting that differs from its
+    default with its source, and how many more are set to their default values (a copied
+    ``.env.example`` sets every one of them: listing those would bury the few that matter).
+    Without ``settings``, every setting that is set is listed."""
     named = os.environ.get(ENV_FILE_VARIABLE, "").strip()
     candidates = [Path(named).expanduser()] if named else []
     candidates += [Path(".env"), user_env_file()]
@@ -77,10 +82,21 @@ def report_settings(files: tuple[Path, ...], sources: list[SettingSource]) -> li
         lines.append(f"  {state} {full}{why}")
     if not named:
         lines.append(f"  (${ENV_FILE_VARIABLE} is not set)")
-    lines.append("settings set:")
-    lines += [f"  {s.name}={shown(s)}  ({s.source})" for s in sources] or [
-        "  none (every setting has its default)"
-    ]
+    if not sources:
+        lines += [
+            "settings that differ from their defaults:",
+            "  none (every setting has its default)",
+        ]
+    else:
+        as_default = [s for s in sources if settings is not None and s.is_default(settings)]
+        differ = [s for s in sources if s not in as_default]
+        lines.append("settings that differ from their defaults:")
+        lines += [f"  {s.name}={shown(s)}  ({s.source})" for s in differ] or ["  none"]
+        if as_default:
+            lines.append(
+                f"  ({len(as_default)} more set to their default values, not shown; every"
+                " other setting is not set and has its default)"
+            )
     lines += [f"  warning: {line}" for line in unknown_settings(files)]
     return lines
 

@@ -70,6 +70,27 @@ def eval_dedupe(
         typer.echo(json.dumps(report.as_dict()))
 
 
+@eval_app.command("about")
+def eval_about(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Also print the report as one JSON object, last.")
+    ] = False,
+) -> None:
+    """Score the offline rule for whose fact a memory is on the labelled cases shipped with
+    SelfMind (offline, no key).
+
+    The same table as 'python bench/about.py': the share right on whose fact it is (the
+    user's, another person's, or a hypothetical: no fact) and on the stored text, per split
+    (the held-out third apart) and per kind of case.
+    """
+    from core.evaluation.about import evaluate, format_table, load_cases
+
+    report = evaluate(load_cases())
+    typer.echo(format_table(report))
+    if as_json:
+        typer.echo(json.dumps(report))
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)

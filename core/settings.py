@@ -8,6 +8,13 @@ Where a setting comes from, first found wins (:func:`settings_files`):
 4. ``.env`` in the user's config directory (platformdirs: ``~/.config/selfmind/.env`` on
    Linux, ``$XDG_CONFIG_HOME/selfmind/.env`` when that is set).
 
+The ``.env`` of the checkout SelfMind was installed from is read only as ``./.env``, when
+run from that folder: an installed package has no checkout, and a command run from another
+project's folder must not pick up this one's secrets by chance. The config directory's file
+and ``SELFMIND_ENV_FILE`` are the places for settings that hold wherever it runs; a missing
+key's message (:func:`missing`) names every place in order, and says so when the checkout's
+``.env`` sets the key but is not read.
+
 Every field is listed in ``.env.example``. SelfMind's own settings use the ``SELFMIND_``
 prefix (``top_k`` is ``SELFMIND_TOP_K``); platform secrets keep their usual names
 (``ANTHROPIC_API_KEY``, ``SLACK_BOT_TOKEN``, ``DISCORD_BOT_TOKEN`` ...).
@@ -179,9 +186,9 @@ class Settings(BaseSettings):
         set (an empty value counts as not set)."""
         key = self.anthropic_api_key.get_secret_value().strip() if self.anthropic_api_key else ""
         if not key:
-            raise ConfigError(
-                "ANTHROPIC_API_KEY is not set: put your Anthropic API key (sk-ant-...) in .env"
-                " or the environment (console.anthropic.com, API keys)"
+            raise missing(
+                "ANTHROPIC_API_KEY",
+                "your Anthropic API key (sk-ant-..., console.anthropic.com > API keys)",
             )
         return key
 
@@ -246,15 +253,75 @@ def settings_files() -> tuple[Path, ...]:
     return tuple(found)
 
 
+CHECKOUT_ROOT: Path | None = None
+"""Where :func:`missing` looks for a checkout (None: the folder holding ``core/``)."""
+
+
+def settings_places() -> str:
+    """Every place a setting is read from, in the order they win, as one phrase with this
+    machine's paths: the environment, ``$SELFMIND_ENV_FILE``, ``./.env``, the config
+    directory's ``.env`` (:func:`settings_files`)."""
+    named = os.environ.get(ENV_FILE_VARIABLE, "").strip()
+    env_file = f"the file ${ENV_FILE_VARIABLE} names ({named or 'not set'})"
+    try:
+        here = str(Path.cwd() / ".env")
+    except OSError:  # the working directory was removed
+        here = "./.env"
+    return (
+        f"the environment, then {env_file}, then ./.env in the folder selfmind runs from"
+        f" ({here}), then {user_env_file()}; the first that sets it wins"
+    )
+
+
+def checkout_env_file(root: Path | None = None) -> Path | None:
+    """The ``.env`` of the source checkout this SelfMind runs from (``root``: the folder
+    holding ``core/``; an editable install), when there is one and it is not ``./.env``;
+    None otherwise (an installed package has no checkout)."""
+    root = root or Path(__file__).resolve().parents[1]
+    path = root / ".env"
+    if not (root / "pyproject.toml").is_file() or not path.is_file():
+        return None
+    if Path(".env").is_file() and Path(".env").resolve() == path:
+        return None
+    return path
+
+
+def missing(name: str, what: str) -> ConfigError:
+    """The error for a required setting ``name`` that is not set: put ``what`` there, in one
+    of :func:`settings_places`; and when the checkout's ``.env`` sets it (not read from
+    another folder: module docstring), how to make that count."""
+    message = f"{name} is not set: put {what} in one of the places settings are read from:"
+    message += f" {settings_places()}"
+    checkout = checkout_env_file(CHECKOUT_ROOT)
+    if checkout is not None:
+        value = dotenv_values(checkout).get(name) or dotenv_values(checkout).get(name.lower())
+        if value and value.strip():
+            message += (
+                f" (the checkout's {checkout} sets it, but is read only when selfmind runs from"
+                f" {checkout.parent}: run it there, copy the line to {user_env_file()}, or"
+                f" export {ENV_FILE_VARIABLE}={checkout})"
+            )
+    return ConfigError(message)
+
+
 @dataclass(frozen=True)
 class SettingSource:
-    """A setting that is set: its variable, its value as read, and where it came from
-    (``environment``, a settings file's path, or ``--db`` for an option)."""
+    """A setting that is set: its variable, its value as read, where it came from
+    (``environment``, a settings file's path, or ``--db`` for an option), and its field."""
 
     name: str
     value: str
     source: str
     secret: bool
+    field: str = ""
+
+    def is_default(self, settings: Settings) -> bool:
+        """Whether ``settings`` (built from the same sources) holds this setting's default
+        value: set, but to what it would be anyway (``SELFMIND_TOP_K=6``)."""
+        info = Settings.model_fields.get(self.field)
+        if info is None:
+            return False
+        return bool(getattr(settings, self.field) == info.get_default(call_default_factory=True))
 
 
 def setting_sources(
@@ -273,13 +340,13 @@ def setting_sources(
         name = env_name(field)
         secret = "SecretStr" in str(info.annotation)
         if overrides and field in overrides:
-            found.append(SettingSource(name, str(overrides[field]), f"--{field}", secret))
+            found.append(SettingSource(name, str(overrides[field]), f"--{field}", secret, field))
         elif name in environment:
-            found.append(SettingSource(name, environment[name], "environment", secret))
+            found.append(SettingSource(name, environment[name], "environment", secret, field))
         else:
             source = next(((where, values) for where, values in read if name in values), None)
             if source is not None:
-                found.append(SettingSource(name, source[1][name], source[0], secret))
+                found.append(SettingSource(name, source[1][name], source[0], secret, field))
     return found
 
 
@@ -340,6 +407,7 @@ def load_settings(**overrides: object) -> Settings:
             (n for n in Settings.model_fields if loc in (n, env_name(n), env_name(n).lower())),
             loc,
         )
-        raise ConfigError(
-            f"{env_name(field)}: {err['msg']} (fix it in .env or the environment)"
-        ) from None
+        name = env_name(field)
+        where = next((s.source for s in setting_sources(files, overrides) if s.name == name), None)
+        fix = f"set in {where}: fix it there" if where else "fix it where it is set"
+        raise ConfigError(f"{name}: {err['msg']} ({fix})") from None

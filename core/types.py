@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Literal, get_args
 
 Kind = Literal["fact", "preference", "correction", "context"]
@@ -75,6 +75,22 @@ class Memory:
     updated_at: datetime
     conversation_key: str | None = None
     superseded_by: int | None = None
+    about: str | None = None
+    """Whom the memory is about: None for the user, else the other person as the text
+    names them ("the user's manager", "Sarah"; :mod:`core.rules.about`)."""
+    valid_from: date | None = None
+    """The first day the memory holds (a trip's first day), None: since always."""
+    valid_until: date | None = None
+    """The last day the memory holds (a trip's last day, a deadline), None: no end."""
+
+    @property
+    def about_user(self) -> bool:
+        """True when the memory is about the user, not another person."""
+        return self.about is None
+
+    def past(self, today: date) -> bool:
+        """True once its last day (:attr:`valid_until`) is before ``today``."""
+        return self.valid_until is not None and self.valid_until < today
 
     @property
     def active(self) -> bool:
@@ -99,6 +115,9 @@ class NewMemory:
     conversation_key: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    about: str | None = None
+    valid_from: date | None = None
+    valid_until: date | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,7 @@ def memories_reply(*items: tuple[str, str, str] | dict[str, Any]) -> dict[str, A
     return {"memories": out}
 
 
-_MEMORY_LINE = re.compile(r'^#\d+(?: \d{4}-\d{2}-\d{2})? (".*")$')
+_MEMORY_LINE = re.compile(r'^#\d+(?: \d{4}-\d{2}-\d{2})?(?: \(past\))? (".*")$')
 
 
 def memory_lines(system_text: str) -> list[str]:

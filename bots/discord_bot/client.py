@@ -62,7 +62,7 @@ from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import NOT_SAVED, ConfigError, SelfMindError, storage_failed
 from core.memory.reflection import ReflectionResult, Reflector
 from core.runtime import Runtime, open_runtime
-from core.settings import Settings
+from core.settings import Settings, missing
 from core.store.locks import KeyedLocks
 from core.streaming.reply import StreamConfig, stream_reply
 from core.types import Turn
@@ -592,10 +592,7 @@ async def run_discord(settings: Settings, *, db_url: str) -> int:
     REST 401), or when the MESSAGE CONTENT intent is not enabled for the application.
     """
     if settings.discord_bot_token is None or not settings.discord_bot_token.get_secret_value():
-        raise ConfigError(
-            "DISCORD_BOT_TOKEN is not set: create a bot in the Discord Developer Portal "
-            "and put its token in the environment or .env"
-        )
+        raise missing("DISCORD_BOT_TOKEN", "the token of your bot (Discord Developer Portal > Bot)")
     token = settings.discord_bot_token.get_secret_value()
     settings.require_model_key()  # before the database and the network
     # SelfMind has no voice features: skip discord.py's start-up warnings about voice libraries.

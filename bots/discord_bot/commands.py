@@ -52,6 +52,7 @@ from core.errors import (
     storage_failed,
 )
 from core.memory import replies
+from core.memory.profile import listed_text
 from core.memory.refs import memory_ref, parse_memory_ref
 from core.memory.replies import MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
@@ -131,7 +132,7 @@ def fit_lines(header: str, lines: list[str], limit: int = MAX_CONTENT_CHARS) -> 
 
 
 def memory_line(memory: Memory) -> str:
-    return f"`#{memory.id}` {discord.utils.escape_markdown(memory.text)}"
+    return f"`#{memory.id}` {discord.utils.escape_markdown(listed_text(memory))}"
 
 
 def choice_name(memory: Memory) -> str:

@@ -62,7 +62,7 @@ from core.errors import ConfigError, IntakeFailed
 from core.health import healthz_handler
 from core.memory.reflection import ReflectionResult
 from core.runtime import Runtime, open_runtime
-from core.settings import DEFAULT_SLACK_API_URL, Settings
+from core.settings import DEFAULT_SLACK_API_URL, Settings, missing
 from core.types import Turn
 
 logger = logging.getLogger(__name__)
@@ -368,22 +368,23 @@ def check_settings(settings: Settings, *, http: bool) -> SlackSecrets:
     """The secrets the mode needs (and the Anthropic key, before any network); ``ConfigError``
     naming the first one missing."""
     if settings.slack_bot_token is None or not settings.slack_bot_token.get_secret_value():
-        raise ConfigError(
-            "SLACK_BOT_TOKEN is not set: install the app to your workspace (docs/slack.md) and"
-            " put its Bot User OAuth Token (xoxb-...) in the environment or .env"
+        raise missing(
+            "SLACK_BOT_TOKEN",
+            "the Bot User OAuth Token (xoxb-...) of the app installed to your workspace"
+            " (docs/slack.md)",
         )
     bot_token = settings.slack_bot_token.get_secret_value()
     if http:
         secret = settings.slack_signing_secret
         if secret is None or not secret.get_secret_value():
-            raise ConfigError("SLACK_SIGNING_SECRET is not set (HTTP mode needs it)")
+            raise missing("SLACK_SIGNING_SECRET", "the app's Signing Secret (HTTP mode needs it)")
         settings.require_model_key()
         return SlackSecrets(bot_token, None, secret.get_secret_value())
     app_token = settings.slack_app_token
     if app_token is None or not app_token.get_secret_value():
-        raise ConfigError(
-            "SLACK_APP_TOKEN is not set (Socket Mode needs an app-level xapp- token; "
-            "or run with --http)"
+        raise missing(
+            "SLACK_APP_TOKEN",
+            "an app-level token (xapp-...: Socket Mode needs it; or run with --http)",
         )
     settings.require_model_key()
     return SlackSecrets(bot_token, app_token.get_secret_value(), None)

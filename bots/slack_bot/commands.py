@@ -47,6 +47,7 @@ from core.errors import (
 )
 from core.memory import replies
 from core.memory.cleanup_review import NO_MODEL
+from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.refs import memory_ref
 from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
@@ -98,7 +99,7 @@ def user_key(install_id: str, user_id: str) -> str:
 
 def memory_line(memory: Memory) -> str:
     """``#12 The user prefers …`` as mrkdwn."""
-    return f"`#{memory.id}` {escape_mrkdwn(memory.text)}"
+    return f"`#{memory.id}` {escape_mrkdwn(listed_text(memory))}"
 
 
 def note_blocks(memories: Sequence[Memory]) -> tuple[str, list[JsonDict]]:

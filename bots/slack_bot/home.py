@@ -47,6 +47,7 @@ from bots.slack_bot.commands import Spawn, slack_place, user_key
 from core.chat.controls import NOT_ENABLED, Controls
 from core.errors import MemoryNotFound, PlanNotPending, StaleButton
 from core.memory import replies
+from core.memory.profile import listed_text
 from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
 from core.memory.service import MemoryService
@@ -205,7 +206,7 @@ def home_view(
         empty = "Nothing matches." if state.query else "I don't remember anything about you yet."
         blocks.append(section(empty if not state.offset else "No more memories on this page."))
     for memory in memories[:PAGE_SIZE]:
-        block = section(clip_mrkdwn(f"`#{memory.id}` {escape_mrkdwn(memory.text)}"))
+        block = section(clip_mrkdwn(f"`#{memory.id}` {escape_mrkdwn(listed_text(memory))}"))
         block["accessory"] = button("Forget", FORGET, memory_ref(memory))
         blocks.append(block)
     paging = []

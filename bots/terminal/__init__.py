@@ -2,7 +2,8 @@
 
 Inputs starting with ``/`` are memory commands and need no API key::
 
-    /remember TEXT   /forget ID   /forget all   /memories [QUERY]   /stats   /help   /quit
+    /remember TEXT   /forget ID   /forget all   /memories [QUERY]   /stats
+    /memory pause|resume|off|on   /attach PATH   /help   /quit
 
 Anything else is a chat message for Claude.
 

@@ -16,20 +16,37 @@ from typing import Protocol, TextIO
 from bots.terminal.history import forget_in_file
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
-from core.files import FileRef, placeholder
+from core.files import FileReader, FileRef, placeholder
+from core.files.prepare import HEAD_BYTES, refused_type
 from core.memory import replies
+from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
 from core.types import utcnow
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
+    "/memory pause|resume|off|on (pause: I use what I know but learn nothing new; off: "
+    "neither), "
     "/attach PATH (a file for your next message; repeat it for more: images, PDFs, text "
     "files, read for that answer and never kept), /help, /quit. Anything else is a message "
     "for Claude."
 )
 ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
-NO_KEY = "Chat needs ANTHROPIC_API_KEY (set it in the environment or .env); /commands work now."
+
+
+def no_key() -> str:
+    """What a chat message gets without an Anthropic key: where to set it, and that the
+    / commands work without one."""
+    from core.settings import missing
+
+    why = missing("ANTHROPIC_API_KEY", "your Anthropic API key")
+    return f"Chat needs an API key: {why}. /commands work now."
+
+
+def plain(text: str) -> str:
+    """A chat reply written for Slack and Discord (inline code in backticks) as plain text."""
+    return text.replace("`", "")
 
 
 def count(n: int, one: str, many: str) -> str:
@@ -126,8 +143,11 @@ class TerminalChat:
         screen: Screen,
         loop: TurnLoop | None = None,
         session: str | None = None,
+        files: FileReader | None = None,
     ) -> None:
         self.service = service
+        self.files = files
+        """The limits ``/attach`` checks at once (default: the chat loop's reader's)."""
         self.user_key = user_key
         self.screen = screen
         self.loop = loop
@@ -159,8 +179,9 @@ class TerminalChat:
         """A chat message: run the turn loop and show the answer as it streams."""
         self.messages += 1
         if self.loop is None:
-            self.screen.say(NO_KEY)
-            self._unanswered(NO_KEY)
+            said = no_key()
+            self.screen.say(said)
+            self._unanswered(said)
             return
         files, self.attached = tuple(self.attached), []
         message = IncomingMessage(
@@ -200,6 +221,21 @@ class TerminalChat:
             self.screen.say(f"No such file: {path}")
             return
         ref = FileRef(local.name, size=local.stat().st_size, path=str(local.resolve()))
+        try:
+            with local.open("rb") as f:
+                head = f.read(HEAD_BYTES)
+        except OSError as exc:
+            self.screen.say(f"Not attached: {ref.name}: it could not be read ({exc.strerror}).")
+            return
+        reader = self.files or (self.loop.files if self.loop is not None else None)
+        refused = (
+            reader.refusal(ref, head, attached=len(self.attached))
+            if reader is not None
+            else refused_type(ref, head)
+        )
+        if refused is not None:  # it would never be sent: said now, not with the message
+            self.screen.say(f"Not attached: {ref.name}: {refused}.")
+            return
         self.attached.append(ref)
         self.screen.say(f"Attached {placeholder(ref)}; it goes with your next message.")
 
@@ -225,6 +261,8 @@ class TerminalChat:
                     await self.forget(arg)
                 case "/memories":
                     await self.memories(arg)
+                case "/memory":
+                    await self.memory_mode(arg)
                 case "/attach":
                     self.attach(arg)
                 case "/stats":
@@ -256,6 +294,21 @@ class TerminalChat:
         await self.screen.forget_history(texts=[memory.text])
         self.screen.say(replies.forgot(memory.id, code=str))
 
+    async def memory_mode(self, arg: str) -> None:
+        """``/memory pause | resume | off | on`` as in Slack and Discord (the same words and
+        answers, :data:`core.memory.replies.MODE_WORDS`); ``/memory`` alone says the mode."""
+        word = arg.strip().lower()
+        if not word:
+            current = await self.service.get_mode(user_key=self.user_key)
+            self.screen.say(plain(f"{replies.MODE_REPLIES[current]} {replies.MEMORY_USAGE}"))
+            return
+        mode = replies.MODE_WORDS.get(word)
+        if mode is None:
+            self.screen.say(plain(replies.MEMORY_USAGE))
+            return
+        await self.service.set_mode(user_key=self.user_key, mode=mode)
+        self.screen.say(plain(replies.MODE_REPLIES[mode]))
+
     async def memories(self, query: str) -> None:
         if query:
             found = await self.service.search(user_key=self.user_key, query=query, k=10)
@@ -265,7 +318,7 @@ class TerminalChat:
         if not rows:
             self.screen.say(replies.NO_MATCH if query else replies.NO_MEMORIES_YET)
         for m in rows:
-            self.screen.say(f"#{m.id} {m.text}")
+            self.screen.say(f"#{m.id} {listed_text(m)}")
 
 
 async def read_line(stream: TextIO, prompt: str | None, out: TextIO) -> str | None:

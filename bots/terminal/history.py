@@ -29,6 +29,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 from core.errors import MemoryInputError
@@ -89,11 +90,11 @@ def carries(entry: str, texts: Sequence[str]) -> bool:
     command, _, typed = clean_text(entry, keep_newlines=False).partition(" ")
     if command.lower() != "/remember" or not typed.strip():
         return False
-    try:
-        stored = normalize(remembered_text(typed))
-    except MemoryInputError:  # too long, or a secret: /remember stored nothing from it
+    try:  # as said with no date, and as said today (relative dates written out)
+        stored = {normalize(remembered_text(typed, today=day)) for day in (None, date.today())}
+    except MemoryInputError:  # too long, a supposition or a secret: nothing was stored
         return False
-    return stored in needles
+    return any(text in needles for text in stored)
 
 
 def _entries(data: str) -> list[tuple[list[str], list[str]]]:

@@ -251,6 +251,7 @@ class TurnLoop:
             origins=self._origins(message),
             budget_tokens=self.settings.profile_tokens,
             mode=mode,
+            today=self.clock().date(),
         )
 
     async def seed_context(

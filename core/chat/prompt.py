@@ -201,7 +201,8 @@ def memory_block(
     lines.append(stored_line(context))
     if context.recalled:
         lines.append(QUESTION_NOTICE if context.question else MEMORY_NOTICE)
-        lines += [memory_line(s.memory, dated=True) for s in context.recalled]
+        today = now.date()
+        lines += [memory_line(s.memory, dated=True, today=today) for s in context.recalled]
     lines.append("</memories>")
     return "\n".join(lines)
 

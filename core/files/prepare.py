@@ -164,17 +164,35 @@ def prepare(
         return Prepared(_image(ref.name, data, found, max_side=max_side))
     if found == "application/pdf":
         return Prepared(_pdf(ref.name, data, timeout_s=pdf_timeout_s))
+    refused = refused_type(ref, data)
+    if refused is not None:
+        raise FileProblem(refused)
+    return _text(ref.name, data, max_chars=max_text_chars)
+
+
+HEAD_BYTES = 8192
+"""How much of a file's start :func:`refused_type` needs (the text check reads as much)."""
+
+
+def refused_type(ref: FileRef, head: bytes | bytearray) -> str | None:
+    """Why a file whose bytes start with ``head`` (its first :data:`HEAD_BYTES`, or all of
+    it) is of a kind never read, or None: an image of the four types, a PDF, or text (by its
+    extension or declared type, or bytes that look like UTF-8 text). The one rule of
+    :func:`prepare`, usable before the whole file is read (the terminal's ``/attach``)."""
+    found = sniff(head)
+    if found in IMAGE_TYPES or found == "application/pdf":
+        return None
     kind = ref.kind
     if kind == "image":
         declared = (ref.media_type or "").split(";")[0].strip().lower()
         if declared.startswith("image/") and declared not in IMAGE_TYPES:
-            raise FileProblem("I read PNG, JPEG, GIF and WebP images, not this kind")
-        raise FileProblem("it is not a readable image")
+            return "I read PNG, JPEG, GIF and WebP images, not this kind"
+        return "it is not a readable image"
     if kind == "pdf":
-        raise FileProblem("it is not a readable PDF")
-    if kind == "text" or _looks_like_text(data):
-        return _text(ref.name, data, max_chars=max_text_chars)
-    raise FileProblem("I read images (PNG, JPEG, GIF, WebP), PDFs and text files, not this kind")
+        return "it is not a readable PDF"
+    if kind == "text" or _looks_like_text(head):
+        return None
+    return "I read images (PNG, JPEG, GIF, WebP), PDFs and text files, not this kind"
 
 
 def _image(name: str, data: bytes | bytearray, media_type: str, *, max_side: int) -> FileBlock:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from core.files.budget import ByteBudget, Reservation
-from core.files.fetch import FileProblem, fetch
+from core.files.fetch import FileProblem, fetch, too_big
 from core.files.prepare import (
+    HEAD_BYTES,
     MANY_IMAGES,
     MAX_IMAGE_SIDE,
     MAX_IMAGE_SIDE_MANY,
@@ -42,6 +43,8 @@ from core.files.prepare import (
     REQUEST_RESERVE_BYTES,
     Prepared,
     prepare,
+    refused_type,
+    sniff,
 )
 from core.files.refs import FileRef
 from core.model.body import base64_size
@@ -116,6 +119,23 @@ class FileReader:
             memory_bytes=settings.file_memory_mb * 1024 * 1024,
             parse_timeout_s=settings.file_parse_timeout_s,
         )
+
+    def refusal(self, ref: FileRef, head: bytes | bytearray, *, attached: int = 0) -> str | None:
+        """Why ``ref`` would never be read, known before reading it: ``head`` is its first
+        :data:`~core.files.prepare.HEAD_BYTES` (or all of it), ``attached`` how many files
+        its message already has. Too many files, over the per-file limit (its declared
+        size), a PDF too big for one request, or a kind never read (:func:`refused_type`);
+        None when it may be read. The same limits :meth:`read` applies, told at once (the
+        terminal's ``/attach``)."""
+        if attached >= MAX_MEDIA:
+            return f"I read at most {MAX_MEDIA} files of one message"
+        if ref.size is not None and ref.size > self.max_file_bytes:
+            return too_big(ref.size, self.max_file_bytes).reason
+        budget = MAX_REQUEST_BYTES - REQUEST_RESERVE_BYTES
+        pdf = sniff(head) == "application/pdf" or (ref.kind == "pdf" and sniff(head) is None)
+        if pdf and ref.size is not None and ref.size > (budget - 200) * 3 // 4:
+            return _OVER_REQUEST
+        return refused_type(ref, head[:HEAD_BYTES])
 
     def hold(self, refs: Sequence[FileRef]) -> AbstractAsyncContextManager[Reservation]:
         """Held by a turn from reading ``refs`` until its request is sent: the bytes they may

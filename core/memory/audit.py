@@ -10,8 +10,10 @@ memories (nothing is changed unless ``--fix``) and reports, per memory, the rule
 - ``contradicted``: a newer active memory says the opposite or a new state of the same thing:
   the rule judges the newer one against it as a negation ("The user does not drink coffee."
   after "The user drinks coffee.") or as a new state ("no longer", "used to", "former",
-  "dead"). Contradictions in other words (Paris / Berlin) are not found here: that takes a
-  model (``memories cleanup``);
+  "dead"), or states another value of something that holds once (:mod:`core.rules.contradict`:
+  "lives in Berlin" after "lives in Paris", "light mode" after "dark mode", "spaces over
+  tabs" after "tabs over spaces"; the prompt already carries only the newer). Other
+  contradictions take a model (``memories cleanup``);
 - ``secret``: the secret check every write runs (:func:`core.rules.secrets.find_secrets`)
   finds one (a memory stored before that check, or by an import of an old store); the
   finding names its kinds, never the text;
@@ -50,7 +52,9 @@ from typing import Any, Literal, Protocol, get_args
 from core.memory.cleanup import ApplyStore, CleanupRun, PlannedOp, apply_run
 from core.memory.profile import is_standing
 from core.memory.reflection import addressed_or_asked
+from core.rules.about import same_person
 from core.rules.cleanup_ops import ChangeOp, RetireOp, SupersedeOp
+from core.rules.contradict import contradicted
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import SecretFinding, find_secrets
@@ -144,6 +148,7 @@ def audit_memories(
         if _SUGGESTION.search(m.text):
             found.append(Finding(m.id, "suggestion", "the assistant's advice, not a fact"))
     found.extend(_near_twins(memories, deduper))
+    found.extend(_contradictions(memories, found))
     found.sort(key=lambda f: (f.memory_id, RULES.index(f.rule)))
     return result
 
@@ -188,11 +193,14 @@ def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
     the older ones its screen passes (as a write of it today would be)."""
     ordered = sorted(memories, key=lambda m: (m.created_at, m.id))
     index = DedupeIndex(deduper, [m.text for m in ordered])
+    about = {m.id: m.about for m in ordered}
     out: list[Finding] = []
     for m in ordered:
         twin: int | None = None
         for known in index.candidates(m.text):
             assert known.id is not None
+            if not same_person(about[known.id], m.about):  # as the writer compares them
+                continue
             judgement = deduper.judge(m.text, known.text)
             if judgement.outcome == "duplicate":
                 twin = twin if twin is not None else known.id
@@ -206,6 +214,17 @@ def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
         else:  # a duplicate adds nothing to judge later memories against
             index.add(Known(m.id, m.text))
     return out
+
+
+def _contradictions(memories: Sequence[Memory], found: Sequence[Finding]) -> list[Finding]:
+    """The memories a newer one contradicts by :func:`core.rules.contradict.contradicted`
+    (one finding each, none the near-twin rule made already)."""
+    known = {(f.memory_id, f.rule) for f in found}
+    return [
+        Finding(old, "contradicted", f"#{new} says otherwise", new)
+        for old, new in sorted(contradicted(memories).items())
+        if (old, "contradicted") not in known
+    ]
 
 
 _RETIRED: tuple[Rule, ...] = ("secret", "first_person", "too_long", "suggestion", "not_recalled")

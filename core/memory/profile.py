@@ -5,13 +5,21 @@ standing preference ("The user prefers concise answers in bullet points.") would
 messages that happen to mention it. The profile fixes that: each turn's prompt carries the
 user's standing memories as a system block of their own, before the volatile block.
 
-**The rule** (:func:`select_profile`): a user whose whole store fits ``budget_tokens`` gets all
-of it. Otherwise candidates are the user's active memories of every kind but a plain ``fact``
-of category ``general`` (the store's ``standing`` filter, a partial index), newest
-:data:`PROFILE_CANDIDATES` first. Never superseded or retired ones, and in a shared channel
-only memories learned in shared places (as recall). They are taken by rank, within a rank
-by how often they were confirmed, then newest first, while they fit ``budget_tokens``
-(:func:`estimate_tokens` of their lines):
+**Only the user's facts, only while true** (:func:`in_profile`): a memory about another
+person (``about`` set, :mod:`core.rules.about`: "The user's manager prefers short emails.")
+never stands in the profile, where it would read as the user's own; nor does a memory whose
+last day (``valid_until``) has passed (a trip, a temporary role). Recall finds both when a
+message is about them, a past one shown as past (:func:`shown_text`). Of two memories
+that contradict each other (:mod:`core.rules.contradict`: "lives in Paris" / "lives in
+Berlin"), only the newer is carried, in the profile and in recall.
+
+**The rule** (:func:`select_profile`): a user whose whole store (of such memories) fits
+``budget_tokens`` gets all of it. Otherwise candidates are the user's active memories of
+every kind but a plain ``fact`` of category ``general`` (the store's ``standing`` filter, a
+partial index), newest :data:`PROFILE_CANDIDATES` first. Never superseded or retired ones,
+and in a shared channel only memories learned in shared places (as recall). They are taken
+by rank, within a rank by how often they were confirmed, then newest first, while they fit
+``budget_tokens`` (:func:`estimate_tokens` of their lines):
 
 1. ``context``: who the user is (name, role, team, where they live and work, time zone,
    languages, constraints such as allergies);
@@ -45,12 +53,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Protocol
 
 from core.memory.recall import Recaller
+from core.rules.contradict import contradicted, newest_first
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
-from core.types import Memory, MemoryMode, MemoryUse, Origin, ScoredMemory
+from core.rules.when import as_past
+from core.types import Memory, MemoryMode, MemoryUse, Origin, ScoredMemory, utcnow
 
 PROFILE_CANDIDATES = 200
 """The newest standing memories read per turn (one indexed query); the budget keeps far
@@ -96,12 +107,33 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
 
 
-def memory_line(memory: Memory, *, dated: bool) -> str:
+def in_profile(memory: Memory, today: date) -> bool:
+    """Whether ``memory`` may stand in the profile as the user's: about the user (not
+    another person: their facts are recall's, :mod:`core.rules.about`) and not past (its
+    last day, ``valid_until``, is not before ``today``; recall still finds it)."""
+    return memory.about_user and not memory.past(today)
+
+
+def shown_text(memory: Memory, today: date | None) -> str:
+    """``memory``'s text as the prompt and every listing show it: a past memory (its last
+    day before ``today``) told as past (:func:`core.rules.when.as_past`: "The user was
+    travelling to Singapore in the week of 2026-12-07 to 2026-12-13."), or with "Until
+    2026-12-13: " before it when no verb can say so; any other memory as stored."""
+    if today is None or not memory.past(today):
+        return memory.text
+    told = as_past(memory.text)
+    return told if told != memory.text else f"Until {memory.valid_until}: {memory.text}"
+
+
+def memory_line(memory: Memory, *, dated: bool, today: date | None = None) -> str:
     """One memory in a prompt block: ``#12 2026-11-30 "The user ..."`` (the date only when
-    ``dated``). The text is a JSON string (:func:`core.rules.text.as_data`): a memory can
-    neither end its line nor close a block."""
-    date = f" {memory.created_at.date().isoformat()}" if dated else ""
-    return f"#{memory.id}{date} {as_data(memory.text)}"
+    ``dated``); a memory past on ``today`` reads ``#12 2026-11-30 (past) "The user was
+    ..."`` (:func:`shown_text`). The text is a JSON string
+    (:func:`core.rules.text.as_data`): a memory can neither end its line nor close a
+    block."""
+    day = f" {memory.created_at.date().isoformat()}" if dated else ""
+    past = " (past)" if today is not None and memory.past(today) else ""
+    return f"#{memory.id}{day}{past} {as_data(shown_text(memory, today))}"
 
 
 def select_profile(
@@ -199,14 +231,18 @@ async def build_context(
     origins: Sequence[Origin] | None,
     budget_tokens: int,
     mode: MemoryMode = "on",
+    today: date | None = None,
 ) -> MemoryContext:
     """The profile and recall for one message of ``user_key``.
 
     ``message`` decides whether this is a memory question; ``query`` (default ``message``)
     is what recall searches; ``k`` is recall's ``top_k``, filled with memories the profile
     does not already hold; ``origins`` as for recall (``["shared"]`` in a channel). A user
-    whose memory is ``off`` gets an empty context. Errors are the store's.
+    whose memory is ``off`` gets an empty context. Only memories :func:`in_profile` on
+    ``today`` (default: UTC's today) enter the profile: another person's facts and past
+    ones are left to recall. Errors are the store's.
     """
+    today = today or utcnow().date()
     shared = origins is not None and "private" not in origins
     if mode == "off":
         return MemoryContext(mode=mode, shared=shared)
@@ -217,12 +253,14 @@ async def build_context(
     fits = False
     if stored <= WHOLE_STORE_MAX:
         everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
+        everything = newest_first([m for m in everything if in_profile(m, today)])
         fits = profile_cost(everything) <= budget_tokens
         candidates = everything if fits else [m for m in everything if is_standing(m)]
     else:
         candidates = await store.list_memories(
             user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
         )
+        candidates = newest_first([m for m in candidates if in_profile(m, today)])
     uses: dict[int, MemoryUse] = {}
     if not fits and profile_cost(candidates) > budget_tokens:  # a choice: read the counts
         uses = await store.memory_uses(user_key=user_key, memory_ids=[m.id for m in candidates])
@@ -245,6 +283,10 @@ async def build_context(
             origins=origins,
         )
         recalled = [s for s in found if s.memory.id not in held][:k]
+    gone = contradicted([*profile, *(s.memory for s in recalled)])
+    if gone:  # two that contradict each other: the newer one stands
+        profile = [m for m in profile if m.id not in gone]
+        recalled = [s for s in recalled if s.memory.id not in gone]
     return MemoryContext(
         profile=profile,
         recalled=recalled,
@@ -253,3 +295,12 @@ async def build_context(
         mode=mode,
         shared=shared,
     )
+
+
+def listed_text(memory: Memory, today: date | None = None) -> str:
+    """``memory``'s text in a listing (``/memories``, the Home tab, the CLI, the terminal):
+    :func:`shown_text` on ``today`` (default: UTC's today), with ``(past)`` before a past
+    memory."""
+    today = today or utcnow().date()
+    text = shown_text(memory, today)
+    return f"(past) {text}" if memory.past(today) else text

@@ -32,6 +32,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,7 +46,7 @@ from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
 from core.rules.placeholders import split_placeholders
 from core.rules.secrets import REDACTED_MARK
-from core.rules.text import as_data
+from core.rules.text import as_data, clean_text
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
 from core.store.writes import still_reflecting
 from core.types import Category, Kind, Memory, MemoryWrite, NewMemory, ScoredMemory, Turn
@@ -73,6 +74,21 @@ class MemoryCandidate(BaseModel):
     )
     supersedes: list[int] = Field(
         description="ids of stored memories this one replaces (a correction); else []"
+    )
+    about: str | None = Field(
+        default=None,
+        description="whom the memory is about: null for the user; else the other person as "
+        "the text names them, e.g. 'Sarah' or \"the user's manager\"",
+    )
+    valid_from: str | None = Field(
+        default=None,
+        description="first day it holds (a trip's first day, a temporary role's start) as "
+        "an absolute ISO date YYYY-MM-DD computed from the message time; else null",
+    )
+    valid_until: str | None = Field(
+        default=None,
+        description="last day it holds (a trip's last day, a deadline, the end of a "
+        "temporary state) as an absolute ISO date YYYY-MM-DD; else null",
     )
 
 
@@ -117,8 +133,24 @@ knowledge.
 
 Write each memory as one standalone third-person sentence under 200 characters, \
 understandable with no conversation around it ("The user prefers ...", "The user's team \
-deploys on Fridays."). Resolve relative dates ("tomorrow", "last week") to absolute dates \
-using the message's timestamp. Do not repeat what the stored memories already say. When the \
+deploys on Fridays."). Resolve relative dates ("tomorrow", "next week") to absolute ISO \
+dates using the message's time (message_time, the user's message date); never write \
+"next week" or "tomorrow" in a memory.
+
+Whose fact it is: set "about" to null for a fact about the user (their team, work and \
+environment included). A fact about another person (a manager, partner, child, \
+colleague, customer, a friend) gets "about" naming them ("Sarah", "the user's manager") \
+and text that names them, so no reader can take it as the user's: "my manager prefers \
+short emails" -> "The user's manager prefers short emails." (about "the user's manager"), \
+"Sarah on my team is vegetarian" -> "Sarah, on the user's team, is vegetarian." (about \
+"Sarah"), kind "fact". Words the user quotes are the speaker's. A hypothetical ("if I \
+had ...", "suppose ...", "what if ...") is no fact: keep nothing of it.
+
+When it is true: a plan, a trip, a temporary role or state, or a deadline gets the days \
+it holds in "valid_from" / "valid_until" (ISO dates; either may be null; "until the \
+migration is done" with no date: both null), and its text says the absolute dates \
+("The user is travelling to Singapore from 2026-12-10 to 2026-12-14."). A lasting fact \
+gets both null. Do not repeat what the stored memories already say. When the \
 user corrects or updates a stored memory, write the new fact and list the old memory's id in \
 "supersedes" (e.g. "I moved to Berlin" supersedes "The user lives in Paris."). Most \
 exchanges hold nothing worth keeping: then return {"memories": []}.
@@ -166,6 +198,43 @@ def screen_text(raw: str) -> str:
     if REDACTED_MARK in text:  # about a secret redacted from the message: says nothing
         raise MemoryInputError("a memory cannot name a redacted secret")
     return text
+
+
+_USER_WORDS = {"", "user", "the user", "null", "none", "me", "self", "the user himself"}
+MAX_ABOUT_CHARS = 100
+"""An ``about`` longer than this is not a name or a short description: taken as the user."""
+
+
+_AS_USERS = re.compile(r"^the user\b(?!'s)", re.IGNORECASE)
+"""A text that reads as the user's own ("The user prefers ..."): never another person's."""
+
+
+def candidate_about(raw: str | None) -> str | None:
+    """A candidate's ``about`` as stored: None for the user (null, "user", "the user"),
+    else the person cleaned to one line (:func:`core.rules.text.clean_text`); None too
+    for one over :data:`MAX_ABOUT_CHARS` characters (not a name)."""
+    if raw is None:
+        return None
+    about = clean_text(raw, keep_newlines=False)
+    if about.casefold() in _USER_WORDS or len(about) > MAX_ABOUT_CHARS:
+        return None
+    return about
+
+
+def candidate_days(first: str | None, last: str | None) -> tuple[date | None, date | None]:
+    """A candidate's ``valid_from`` / ``valid_until`` as days; one that is not an ISO date
+    is dropped (the memory is kept, undated), and both when the last is before the first."""
+
+    def day(value: str | None) -> date | None:
+        try:
+            return None if not value else date.fromisoformat(value.strip()[:10])
+        except ValueError:
+            return None
+
+    start, end = day(first), day(last)
+    if start is not None and end is not None and end < start:
+        return None, None
+    return start, end
 
 
 def check_text(raw: str) -> str | None:
@@ -517,13 +586,22 @@ class Reflector:
             except MemoryInputError:
                 rejected += 1
                 continue
+            about = candidate_about(candidate.about)
+            if about is not None and _AS_USERS.match(text):
+                rejected += 1  # another person's fact worded as the user's: misleads
+                continue
+            valid_from, valid_until = candidate_days(candidate.valid_from, candidate.valid_until)
             memory = NewMemory(
                 text=text,
-                kind=candidate.kind,
-                category=candidate.category,
+                # Another person's fact is never a standing one of the user's.
+                kind=candidate.kind if about is None else "fact",
+                category=candidate.category if about is None else "general",
                 source="reflection",
                 origin=turn.origin,
                 conversation_key=turn.conversation_key,
+                about=about,
+                valid_from=valid_from,
+                valid_until=valid_until,
             )
             supersedes = tuple(i for i in dict.fromkeys(candidate.supersedes) if i in allowed)
             writes.append(MemoryWrite(memory=memory, supersedes=supersedes))

@@ -11,7 +11,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Literal, Protocol, cast
 
 from core.errors import (
@@ -25,12 +25,14 @@ from core.errors import (
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
+from core.rules.about import whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
+from core.rules.when import dated
 from core.store.seams import MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
@@ -76,12 +78,56 @@ def in_third_person(text: str) -> str:
     return rewritten if len(rewritten) < MAX_MEMORY_CHARS else text
 
 
-def remembered_text(text: str) -> str:
-    """What ``/remember TEXT`` stores: ``text`` cleaned (:func:`clean_memory_text`, which
-    raises as it does) and written in the third person (:func:`in_third_person`). The one
-    rule, so whoever holds the typed words (the terminal's input history) can tell the
-    memory they became."""
-    return in_third_person(clean_memory_text(text))
+HYPOTHETICAL = (
+    'That reads as a supposition ("if ...", "suppose ...", "what if ..."), not a fact,'
+    " so nothing was stored. Say it as a fact to have it remembered."
+)
+"""What ``/remember`` answers for a hypothetical (:func:`core.rules.about.whose`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Worded:
+    """A memory as the offline rule writes it (:func:`offline_memory`): its text, whose
+    fact it is (None: the user's), the days it holds, and the labels the rule gives it."""
+
+    text: str
+    about: str | None
+    valid_from: date | None
+    valid_until: date | None
+    kind: Kind
+    category: Category
+
+
+def offline_memory(cleaned: str, *, today: date | None) -> Worded:
+    """``cleaned`` (:func:`clean_memory_text`'s output) as the offline rule stores it: in
+    the third person, or another person's fact written as theirs
+    (:func:`core.rules.about.whose`; labelled a plain ``fact``/``general``, so it never
+    enters the standing profile); with ``today`` (the day it was said), its relative dates
+    made absolute and the days it holds (:func:`core.rules.when.dated`); kind and category
+    by :func:`core.rules.classify.classify` (of the text before its dates were written out,
+    so "next week" is still a one-off). A rewording that would break the length rule is
+    not made. Raises ``MemoryInputError`` (:data:`HYPOTHETICAL`) for a supposition."""
+    found = whose(cleaned)
+    if not found.fact:
+        raise MemoryInputError(HYPOTHETICAL)
+    text = found.text if len(found.text) < MAX_MEMORY_CHARS else cleaned
+    kind, category = classify(text)
+    if found.about is not None:
+        kind, category = "fact", "general"
+    valid_from = valid_until = None
+    if today is not None:
+        when = dated(text, today)
+        if len(when.text) < MAX_MEMORY_CHARS:
+            text, valid_from, valid_until = when.text, when.valid_from, when.valid_until
+    return Worded(text, found.about, valid_from, valid_until, kind, category)
+
+
+def remembered_text(text: str, *, today: date | None = None) -> str:
+    """What ``/remember TEXT`` stores when said on ``today``: ``text`` cleaned
+    (:func:`clean_memory_text`, which raises as it does) and worded by
+    :func:`offline_memory`. The one rule, so whoever holds the typed words (the terminal's
+    input history) can tell the memory they became."""
+    return offline_memory(clean_memory_text(text), today=today).text
 
 
 def clean_memory_text(text: str) -> str:
@@ -159,6 +205,9 @@ def memory_to_export(memory: Memory) -> dict[str, Any]:
         "source": memory.source,
         "created_at": memory.created_at.isoformat(),
         "updated_at": memory.updated_at.isoformat(),
+        **({"about": memory.about} if memory.about is not None else {}),
+        **({"valid_from": memory.valid_from.isoformat()} if memory.valid_from else {}),
+        **({"valid_until": memory.valid_until.isoformat()} if memory.valid_until else {}),
     }
 
 
@@ -182,6 +231,27 @@ def _time(obj: dict[str, Any], key: str, line: int) -> datetime | None:
     return parsed
 
 
+def _day(obj: dict[str, Any], key: str, line: int) -> date | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise ImportFormatError(line, f"{key} is not an ISO 8601 day (YYYY-MM-DD)") from None
+
+
+def _about(obj: dict[str, Any], found: str | None, line: int) -> str | None:
+    if "about" not in obj:
+        return found
+    value = obj["about"]
+    if value is None or (isinstance(value, str) and value.strip().casefold() in ("", "user")):
+        return None
+    if not isinstance(value, str) or len(value) > 100 or needs_cleaning(value):
+        raise ImportFormatError(line, "about must be a short name, or null for the user")
+    return value.strip()
+
+
 def parse_import_line(raw: str, line: int) -> NewMemory | None:
     """One JSON Lines record as a :class:`NewMemory` (``source`` kept); None for a blank line.
 
@@ -202,8 +272,15 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         raise ImportFormatError(line, reason, secret=True) from None
     except MemoryInputError as exc:
         raise ImportFormatError(line, str(exc)) from None
-    text = in_third_person(text)
+    found = whose(text)
+    text = found.text if found.fact and len(found.text) < MAX_MEMORY_CHARS else text
     kind, category = classify(text)
+    about = _about(obj, found.about if found.fact else None, line)
+    if about is not None:
+        kind, category = "fact", "general"
+    valid_from, valid_until = _day(obj, "valid_from", line), _day(obj, "valid_until", line)
+    if valid_from and valid_until and valid_until < valid_from:
+        raise ImportFormatError(line, "valid_until is before valid_from")
     return NewMemory(
         text=text,
         kind=cast(Kind, _choice(obj, "kind", KINDS, kind, line)),
@@ -212,6 +289,9 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
         created_at=_time(obj, "created_at", line),
         updated_at=_time(obj, "updated_at", line),
+        about=about,
+        valid_from=valid_from,
+        valid_until=valid_until,
     )
 
 
@@ -348,26 +428,32 @@ class MemoryService:
         """Store ``text`` unless an equivalent memory exists; ``result.text`` is what was
         stored (or, for a duplicate, what was given).
 
-        The text is written in the third person where that is safe ("I prefer tabs" ->
-        "The user prefers tabs."), and ``kind``/``category`` left None are given by the
-        offline rule :func:`core.rules.classify.classify`. Raises ``MemoryInputError`` for
-        empty or over-long text, ``SecretInMemory`` (nothing stored) for a text carrying a
-        secret.
+        The text is written by the offline rule (:func:`offline_memory`): in the third
+        person where that is safe ("I prefer tabs" -> "The user prefers tabs."), another
+        person's fact as theirs ("my manager prefers short emails" -> "The user's manager
+        prefers short emails.", about "the user's manager"), relative dates made absolute
+        against :attr:`clock`'s day with the days the memory holds; ``kind``/``category``
+        left None are given by the rule. Raises ``MemoryInputError`` for empty or over-long
+        text and for a supposition (:data:`HYPOTHETICAL`), ``SecretInMemory`` (nothing
+        stored) for a text carrying a secret.
         """
         try:
-            cleaned = remembered_text(text)
+            worded = offline_memory(clean_memory_text(text), today=self.clock().date())
         except SecretInMemory as exc:
             logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
             self.metrics.secrets_refused(source)
             raise
-        guessed_kind, guessed_category = classify(cleaned)
+        cleaned = worded.text
         memory = NewMemory(
             text=cleaned,
-            kind=kind or guessed_kind,
-            category=category or guessed_category,
+            kind=kind or worded.kind,
+            category=category or worded.category,
             source=source,
             origin=origin,
             conversation_key=conversation_key,
+            about=worded.about,
+            valid_from=worded.valid_from,
+            valid_until=worded.valid_until,
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
         logger.info(
@@ -507,12 +593,19 @@ class MemoryService:
         # Dedupe in memory against the stored memories and the lines before (all candidates
         # of the Jaccard screen, core.rules.dedupe_index), then write the new ones in short batches.
         stored = await self.store.export(user_key=user_key)
-        index = DedupeIndex(self.deduper, [m.text for m in stored] + [m.text for m in memories])
+        # One index per person a memory is about: only theirs are compared (same_person).
+        texts: dict[str, list[str]] = {}
+        for about, text in [(m.about, m.text) for m in stored] + [
+            (m.about, m.text) for m in memories
+        ]:
+            texts.setdefault((about or "").casefold(), []).append(text)
+        indexes = {key: DedupeIndex(self.deduper, group) for key, group in texts.items()}
         for m in stored:
-            index.add(Known(m.id, m.text))
+            indexes[(m.about or "").casefold()].add(Known(m.id, m.text))
         fresh: list[NewMemory] = []
         narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
+            index = indexes[(memory.about or "").casefold()]
             decision = index.decide(memory.text)
             if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))

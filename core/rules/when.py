@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from dataclasses import dataclass
 from datetime import date, timedelta
 
 _MONTHS = {name.casefold(): n for n, name in enumerate(calendar.month_name) if name}
@@ -67,3 +68,213 @@ def stored_spans(text: str) -> list[tuple[date, date]]:
     ``DAYS_BEFORE`` before each span and ``DAYS_AFTER`` after it."""
     before, after = timedelta(days=DAYS_BEFORE), timedelta(days=DAYS_AFTER)
     return [(first - before, last + after) for first, last in named_days(text)]
+
+
+# ---------------------------------------------------------------- the days a memory holds
+# What follows dates a memory (``/remember``'s offline rule, :func:`dated`): a relative
+# expression is resolved against the day the message was sent and written as absolute ISO
+# days, and a plan or a temporary state gets the days it holds (``valid_from`` /
+# ``valid_until``, :class:`core.types.Memory`).
+
+_WEEKDAYS = {name.casefold(): n for n, name in enumerate(calendar.day_name)}
+_WEEKDAY = "|".join(_WEEKDAYS)
+_D = r"(\d{1,2})(?:st|nd|rd|th)?(?!\d)"
+_Y = r"(?:,?\s+((?:19|20)\d\d))?"
+_EXPR = re.compile(
+    r"(?P<rel>the day after tomorrow|next week|this week|next weekend|this weekend|"
+    r"next month|this month|tomorrow|today|tonight|yesterday)\b(?!['’]s)"
+    rf"|(?P<wd>(?:(?:next|this|coming|on)\s+|(?<=by )|(?<=due )|(?<=until )|(?<=till )"
+    rf"|(?<=before ))(?:{_WEEKDAY}))\b(?!s)"
+    r"|in\s+(?P<n>\d{1,3}|a|one|two|three|four)\s+(?P<unit>days?|weeks?)\b"
+    r"|(?P<iso>\d{4}-\d{2}-\d{2})\b"
+    rf"|(?P<my>{_MONTH})\s+(?P<myy>(?:19|20)\d\d)\b"
+    rf"|(?P<rdm>{_D}\s*(?:-|–|to)\s*{_D}\s+({_MONTH}){_Y})\b"
+    rf"|(?P<dm>{_D}\s+(?:of\s+)?({_MONTH}){_Y})\b"
+    rf"|(?P<md>({_MONTH})\s+{_D}{_Y})\b",
+    re.IGNORECASE,
+)
+_UNTIL = re.compile(r"(?:until|till|through|by|before|due)\s+(?:on\s+|the\s+)?$", re.IGNORECASE)
+_FROM = re.compile(r"(?:from|between)\s+$", re.IGNORECASE)
+_TO = re.compile(r"^\s*(?:to|until|till|through|and|-|–)\s+", re.IGNORECASE)
+_STARTS = re.compile(
+    r"\b(start\w*|begin\w*|began|join\w*|mov(?:e|es|ing)|relocat\w*|switch\w*|from now on)\b",
+    re.IGNORECASE,
+)
+_NUMBERS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4}
+# "on Monday" names a day only in a plan ("is presenting on Monday", "has a dentist
+# appointment on Friday", "will ..."); else it is a habit ("the standup is on Monday").
+_PLAN = re.compile(
+    r"\b(?:is|are|am)\s+\w+ing\b|\b(?:will|going to|has an?|have an?|appointment|due)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Dated:
+    """A memory's text with every relative date made absolute, and the days it holds
+    (either or both None: no bound)."""
+
+    text: str
+    valid_from: date | None = None
+    valid_until: date | None = None
+
+
+def _next_on_or_after(today: date, month: int, day: int) -> date:
+    """The ``day`` of ``month`` on or after ``today`` (this year's, else next year's)."""
+    this = date(today.year, month, day) if _valid(today.year, month, day) else None
+    if this is not None and this >= today:
+        return this
+    return date(today.year + 1, month, day)
+
+
+def _valid(year: int, month: int, day: int) -> bool:
+    return 1 <= day <= calendar.monthrange(year, month)[1]
+
+
+def _month_of(first: date) -> tuple[date, date]:
+    return first, first.replace(day=calendar.monthrange(first.year, first.month)[1])
+
+
+def _span(m: re.Match[str], today: date) -> tuple[date, date, str | None] | None:
+    """The first and last day ``m`` names, and how to say it when it was relative (None:
+    absolute, the text keeps it)."""
+    monday = today - timedelta(days=today.weekday())
+    rel = (m.group("rel") or "").casefold()
+    if rel:
+        shift = {"today": 0, "tonight": 0, "tomorrow": 1, "the day after tomorrow": 2}
+        shift["yesterday"] = -1
+        if rel in shift:
+            day = today + timedelta(days=shift[rel])
+            return day, day, f"on {day}"
+        if rel.endswith("weekend"):
+            start = monday + timedelta(days=5 if rel.startswith("this") else 12)
+            return max(today, start), start + timedelta(days=1), f"on the weekend of {start}"
+        if rel.endswith("week"):
+            start = monday + timedelta(days=0 if rel.startswith("this") else 7)
+            end = start + timedelta(days=6)
+            return max(today, start), end, f"in the week of {start} to {end}"
+        first = date(today.year, today.month, 1)
+        if rel == "next month":
+            first = (first + timedelta(days=32)).replace(day=1)
+        first, last = _month_of(first)
+        return max(today, first), last, f"in {calendar.month_name[first.month]} {first.year}"
+    if m.group("wd"):
+        target = _WEEKDAYS[m.group("wd").split()[-1].casefold()]
+        day = today + timedelta(days=(target - today.weekday()) % 7 or 7)
+        return day, day, f"on {day}"
+    if m.group("n"):
+        n = _NUMBERS.get(m.group("n").casefold()) or int(m.group("n"))
+        day = today + timedelta(days=n * (7 if m.group("unit").casefold().startswith("w") else 1))
+        return day, day, f"on {day}"
+    g = m.groups()
+    try:
+        if m.group("iso"):
+            iso = date.fromisoformat(m.group("iso"))
+            return iso, iso, None
+        if m.group("my"):
+            first, last = _month_of(date(int(m.group("myy")), _MONTHS[m.group("my").casefold()], 1))
+            return first, last, None
+        if m.group("rdm"):
+            i = m.re.groupindex["rdm"]
+            d1, d2, mon, year = int(g[i]), int(g[i + 1]), _MONTHS[g[i + 2].casefold()], g[i + 3]
+            first = date(int(year), mon, d1) if year else _next_on_or_after(today, mon, d1)
+            last = first.replace(day=d2)
+            if last < first:
+                return None
+            return first, last, None if year else f"from {first} to {last}"
+        for name, day_at, month_at in (("dm", 0, 1), ("md", 1, 0)):
+            if m.group(name):
+                i = m.re.groupindex[name]
+                parts = g[i : i + 3]
+                day_n, mon = int(parts[day_at]), _MONTHS[parts[month_at].casefold()]
+                if parts[2]:
+                    one = date(int(parts[2]), mon, day_n)
+                    return one, one, None
+                one = _next_on_or_after(today, mon, day_n)
+                return one, one, f"on {one}"
+    except ValueError:  # 31 February
+        return None
+    return None
+
+
+def dated(text: str, today: date) -> Dated:
+    """``text`` with its relative dates resolved against ``today`` (the day the message was
+    sent), and the days it holds.
+
+    "The user is travelling to Singapore next week." sent on Saturday 2026-12-05 ->
+    "The user is travelling to Singapore from 2026-12-07 to 2026-12-13.", valid 2026-12-07
+    to 2026-12-13. Read: today, tonight, tomorrow, yesterday, this/next week, weekend and
+    month, next/this/coming/on + a weekday (the next one after today), "in N days/weeks",
+    ISO days, "10 December", "December 10", "10-14 December" (the next such day when no
+    year is given), "May 2027". The first date named decides: after "until", "till",
+    "through", "by", "before" or "due" it is the last day only (a deadline, "on leave until
+    14 January"); "from A to B" holds A's first day to B's last; the start of a lasting
+    state ("starting", "joins", "moving", "from now on") holds from its day with no end.
+    A date wholly before ``today`` dates nothing (a past event stays a fact: "moved to
+    Berlin in May 2023"), though a relative one is still written out ("yesterday" ->
+    "on 2026-12-04"). Recurring days ("every Monday", "on Mondays", and "on Monday" outside
+    a plan: "the standup is on Monday") are not dates; "today's" is not today.
+    """
+    m = _EXPR.search(text)
+    if m is None:
+        return Dated(text)
+    if (m.group("wd") or "").casefold().startswith("on ") and not _PLAN.search(text):
+        return Dated(text)
+    span = _span(m, today)
+    if span is None:
+        return Dated(text)
+    first, last, said = span
+    start, end = m.start(), m.end()
+    before = text[:start]
+    to = _TO.match(text[end:]) if not m.group("rdm") else None
+    second = _EXPR.match(text, end + to.end()) if to else None
+    second_span = _span(second, today) if second else None
+    if second is not None and second_span is not None and second_span[1] >= first:
+        last, end = second_span[1], second.end()
+        if said or second_span[2]:
+            said = f"{first} to {last}" if _FROM.search(before) else f"from {first} to {last}"
+    valid_from: date | None = first
+    valid_until: date | None = last
+    lead = _UNTIL.search(before)
+    if lead and second_span is None:
+        valid_from = None
+        if lead.group(0).split()[0].casefold() == "before" or (
+            m.group("my") and lead.group(0).split()[0].casefold() in ("until", "till")
+        ):
+            valid_until = first - timedelta(days=1)  # until March: up to its first day
+        if said:
+            said = said.removeprefix("on ")
+    elif _STARTS.search(text):
+        valid_until = None
+    if said:
+        if said.startswith("on ") and re.search(r"\b(on|the)\s+$", before, re.IGNORECASE):
+            said = said.removeprefix("on ")
+        if said.startswith("from ") and _FROM.search(before):
+            said = said.removeprefix("from ")
+        text = f"{before}{said}{text[end:]}"
+    if (valid_until is not None and valid_until < today) or (
+        valid_until is None and valid_from is not None and valid_from < today
+    ):
+        return Dated(text)  # a past event: a fact, not a state with days
+    return Dated(text, valid_from, valid_until)
+
+
+_PRESENT = re.compile(r"\b(is|are|has|have|will be|will|plans to|intends to)\b")
+_PAST_OF = {
+    "is": "was",
+    "are": "were",
+    "has": "had",
+    "have": "had",
+    "will be": "was to be",
+    "will": "was to",
+    "plans to": "planned to",
+    "intends to": "intended to",
+}
+
+
+def as_past(text: str) -> str:
+    """``text`` told as past: its first present-tense verb ("is", "are", "has", "will",
+    "plans to") made past ("The user is travelling to Singapore ..." -> "The user was
+    travelling to Singapore ..."); text with none of them is returned as is (the caller
+    marks it past otherwise)."""
+    return _PRESENT.sub(lambda m: _PAST_OF[m.group(1)], text, count=1)

@@ -15,14 +15,65 @@ have gaps, and branches add migrations in any order):
 
 The check reads only; a backend runs it before it writes anything, then applies
 :attr:`SchemaState.pending` in order when allowed.
+
+Versions: :data:`RELEASES` records, per backend, the newest migration each SelfMind version
+knows, so the first version that knows a migration is looked up in one place. A backend
+writes that version beside each migration it applies (``schema_migrations.selfmind_version``),
+so an older SelfMind refusing the store can say which version it needs
+(``needs SelfMind >= 0.3.0``), although it has never heard of that migration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+from core import __version__
 from core.errors import NewerSchemaError, SchemaBehindError
+
+Backend = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A SelfMind version and the newest migration it knows on each backend (its number in
+    :mod:`core.store.sqlite.migrations` and :mod:`core.store.postgres.migrations`)."""
+
+    version: str
+    sqlite: int
+    postgres: int
+
+
+RELEASES: tuple[Release, ...] = (
+    # 0.1.0 never moved while its 16 schema changes landed: every one of them is "0.1.0".
+    Release("0.1.0", sqlite=16, postgres=13),
+    # where each memory was learned, team memory, exactly-once recovery, secret forms,
+    # dedupe and consolidation, whose fact and when (SQLite m017-m022, PostgreSQL m014-m019)
+    Release("0.2.0", sqlite=22, postgres=19),
+)
+"""Oldest first. A release that adds a migration adds a row (and that row's version is
+:data:`core.__version__`); a migration no row covers fails the tests
+(:func:`unversioned`)."""
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"0.10.2"`` -> ``(0, 10, 2)``, for ordering versions (non-numbers count as 0)."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def first_version(backend: Backend, number: int) -> str | None:
+    """The first SelfMind version that knows migration ``number`` of ``backend``
+    (:data:`RELEASES`), None when no release covers it."""
+    for release in RELEASES:
+        if number <= getattr(release, backend):
+            return release.version
+    return None
+
+
+def unversioned(backend: Backend, numbers: Iterable[int]) -> list[int]:
+    """The migration ``numbers`` of ``backend`` no release in :data:`RELEASES` covers."""
+    return sorted(n for n in numbers if first_version(backend, n) is None)
 
 
 @dataclass(frozen=True)
@@ -32,12 +83,31 @@ class SchemaState:
 
     applied: tuple[tuple[int, str], ...]
     known: tuple[tuple[int, str], ...]
+    versions: Mapping[int, str] = field(default_factory=dict)
+    """The SelfMind version the store recorded beside each applied migration (the first
+    that knows it), where it recorded one."""
 
     @classmethod
     def of(
-        cls, applied: Iterable[tuple[int, str]], known: Iterable[tuple[int, str]]
+        cls,
+        applied: Iterable[tuple[int, str]],
+        known: Iterable[tuple[int, str]],
+        versions: Mapping[int, str] | None = None,
     ) -> SchemaState:
-        return cls(tuple(sorted(applied)), tuple(sorted(known)))
+        return cls(tuple(sorted(applied)), tuple(sorted(known)), dict(versions or {}))
+
+    @property
+    def needs(self) -> str | None:
+        """The oldest SelfMind that knows every migration of the store, as the store
+        recorded it; None when it recorded none for the migrations this one does not know."""
+        recorded = [self.versions[n] for n, _ in self.unknown if self.versions.get(n)]
+        return max(recorded, key=version_key) if recorded else None
+
+    def needs_phrase(self) -> str:
+        """``needs SelfMind >= 0.3.0`` (or ``needs a SelfMind newer than 0.2.0``)."""
+        if self.needs:
+            return f"needs SelfMind >= {self.needs}"
+        return f"needs a SelfMind newer than {app_version()}"
 
     @property
     def fresh(self) -> bool:
@@ -59,7 +129,7 @@ class SchemaState:
     def describe(self) -> str:
         """One phrase for ``selfmind doctor``: up to date, behind, newer or fresh."""
         if self.unknown:
-            return f"written by a newer SelfMind ({_newest(self.unknown)})"
+            return f"written by a newer SelfMind ({_newest(self.unknown)}): {self.needs_phrase()}"
         if self.fresh:
             return "new (no schema yet)"
         if self.pending:
@@ -74,9 +144,10 @@ def check_schema(state: SchemaState, *, where: str, apply: bool) -> None:
     ``SchemaBehindError`` when it is behind and not ``apply``. A fresh store passes."""
     if state.unknown:
         raise NewerSchemaError(
-            f"{where} was written by a newer SelfMind (schema {_newest(state.unknown)}) than"
-            f" this one (selfmind {app_version()}, schema {_newest(state.known)}): install"
-            " the newer version, or restore the backup taken before it upgraded the store"
+            f"{where} was written by a newer SelfMind: {state.needs_phrase()} (the store has"
+            f" schema {_newest(state.unknown)}; this is selfmind {app_version()}, schema"
+            f" {_newest(state.known)}): install that version, or restore the backup taken"
+            " before it upgraded the store"
         )
     if state.pending and not state.fresh and not apply:
         raise SchemaBehindError(
@@ -86,13 +157,22 @@ def check_schema(state: SchemaState, *, where: str, apply: bool) -> None:
 
 
 def app_version() -> str:
-    """This installation's version (package metadata), or ``unknown``."""
-    from importlib.metadata import PackageNotFoundError, version
+    """This SelfMind's version, :data:`core.__version__` (the package's version too)."""
+    return __version__
 
-    try:
-        return version("selfmind")
-    except PackageNotFoundError:
-        return "unknown"
+
+def state_of_rows(
+    rows: Iterable[Mapping[str, Any]], known: Iterable[tuple[int, str]]
+) -> SchemaState:
+    """The state of a store whose ``schema_migrations`` rows (``SELECT *``, as mappings of
+    column to value: ``number``, ``name`` and, where recorded, ``selfmind_version``) are
+    ``rows``, against the ``known`` migrations."""
+    rows = list(rows)
+    return SchemaState.of(
+        ((int(r["number"]), str(r["name"])) for r in rows),
+        known,
+        {int(r["number"]): str(r["selfmind_version"]) for r in rows if r.get("selfmind_version")},
+    )
 
 
 def _newest(migrations: tuple[tuple[int, str], ...]) -> str:

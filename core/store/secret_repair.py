@@ -15,46 +15,42 @@ What a row holding a secret becomes:
   then say the plan is gone).
 
 Rows are read in id order, ``BATCH_ROWS`` at a time, and checked in Python: one linear scan.
-The counts are logged at INFO (``db migrate`` shows them) and returned.
+The counts are logged at INFO and returned; without ``execute`` the same scan only counts
+(:data:`REDACT_SECRETS`: ``db migrate`` says what it will erase before it runs, and after).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from core.rules.secrets import has_secret
-from core.store.text_repair import BATCH_ROWS, Execute, Fetch
+from core.store.effects import Also, Change, Effect, Execute, Fetch
+from core.store.text_repair import BATCH_ROWS
 from core.store.writes import redacted
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SecretRepairCounts:
-    """What the migration changed: memories erased (and of how many users), chat messages
-    redacted, pending actions deleted."""
-
-    memories: int
-    users: int
-    turns: int
-    pending: int
-
-
 async def redact_stored_secrets(
     *,
     fetch: Fetch,
-    execute: Execute,
-    now: object,
+    execute: Execute | None,
+    now: object = None,
     erased: Callable[[set[int]], Awaitable[None]] | None = None,
-) -> SecretRepairCounts:
+) -> Change:
     """Erase every memory, redact every turn and delete every pending action holding a secret.
 
     ``now`` is the backend's timestamp value for the events; ``erased(uids)`` runs after the
-    memories of those users were deleted (SQLite rewrites their FTS5 indexes there). Runs
-    inside the caller's transaction; database errors propagate.
+    memories of those users were deleted (SQLite rewrites their FTS5 indexes there). Returns
+    the memories erased (of how many users), the messages redacted and the pending actions
+    deleted; without ``execute`` only counts them. Runs inside the caller's transaction;
+    database errors propagate.
     """
+    if execute is None:
+        execute = _nothing
+        erased = None
     hits: list[tuple[int, int]] = []
     last = 0
     while rows := await fetch(
@@ -91,13 +87,49 @@ async def redact_stored_secrets(
         if has_secret(payload):
             pending += 1
             await execute("DELETE FROM pending_actions WHERE token = ?", (token,))
-    counts = SecretRepairCounts(len(hits), len(users), turns, pending)
-    logger.info(
-        "secrets removed from the store: %d memories erased (%d users), %d messages redacted,"
-        " %d pending actions deleted",
-        counts.memories,
-        counts.users,
-        counts.turns,
-        counts.pending,
+    if execute is not _nothing:
+        logger.info(
+            "secrets removed from the store: %d memories erased (%d users), %d messages"
+            " redacted, %d pending actions deleted",
+            len(hits),
+            len(users),
+            turns,
+            pending,
+        )
+    return Change(
+        len(hits),
+        len(users),
+        (
+            Also(turns, "chat message", "chat messages", "redacted"),
+            Also(pending, "pending plan", "pending plans", "deleted"),
+        ),
     )
-    return counts
+
+
+async def _nothing(sql: str, args: Sequence[Any]) -> None:
+    """An ``execute`` that changes nothing: the scan only counts."""
+
+
+async def _count_secrets(fetch: Fetch) -> Change:
+    return await redact_stored_secrets(fetch=fetch, execute=None)
+
+
+REDACT_SECRETS = Effect(
+    verb="erase",
+    done="erased",
+    why="memories holding a secret (a password, key or token) stored before the secret check"
+    " are erased as /forget erases one; secrets in stored chat messages are redacted",
+    count=_count_secrets,
+)
+"""SQLite ``m014_redact_secrets``, PostgreSQL ``m012_redact_secrets``."""
+
+REDACT_SECRET_FORMS = Effect(
+    verb="erase",
+    done="erased",
+    why="memories holding a secret the check learned later (a card number, IBAN, SSN, 2FA"
+    " backup codes or seed, a password without a colon) are erased as /forget erases one;"
+    " such secrets in stored chat messages are redacted",
+    count=_count_secrets,
+)
+"""SQLite ``m020_redact_secret_forms``, PostgreSQL ``m017_redact_secret_forms``: the same
+repair with the check of issue 36."""

@@ -13,27 +13,24 @@ What a dirty row becomes:
 - a turn: its text cleaned with newlines kept, its author name as one line.
 
 Rows are read in id order, ``BATCH_ROWS`` at a time, and checked in Python
-(:func:`core.rules.text.needs_cleaning`): the scan is linear and runs once.
+(:func:`core.rules.text.needs_cleaning`): the scan is linear. Without ``execute`` the same
+scan only counts (:data:`CLEAN_TEXT`, what the migration says before it runs).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from core.rules.text import clean_text, index_terms, needs_cleaning, normalize
+from core.store.effects import Also, Change, Effect, Execute, Fetch
 
 logger = logging.getLogger(__name__)
 
 BATCH_ROWS = 5_000
 """Rows read per query while scanning a table."""
 
-Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Sequence[Any]]]]
-"""``(sql, args) -> rows``; the SQL uses ``?`` placeholders."""
-Execute = Callable[[str, Sequence[Any]], Awaitable[object]]
-"""``(sql, args)``; the SQL uses ``?`` placeholders."""
+__all__ = ["BATCH_ROWS", "CLEAN_TEXT", "Execute", "Fetch", "clean_stored_text", "memory_text"]
 
 
 @dataclass(frozen=True)
@@ -62,22 +59,15 @@ def turn_text(text: str, author: str | None) -> tuple[str, str | None]:
     )
 
 
-@dataclass(frozen=True)
-class RepairCounts:
-    """Rows rewritten: memories (of which superseded by a clean twin or retired), turns."""
-
-    memories: int
-    merged: int
-    turns: int
-
-
-async def clean_stored_text(*, fetch: Fetch, execute: Execute, now: object) -> RepairCounts:
+async def clean_stored_text(*, fetch: Fetch, execute: Execute | None, now: object = None) -> Change:
     """Clean every memory and turn holding characters :func:`core.rules.text.clean_text` removes.
 
-    ``now`` is the backend's timestamp value for ``superseded_at`` and events. Runs inside
-    the caller's transaction; database errors propagate.
+    ``now`` is the backend's timestamp value for ``superseded_at`` and events. Returns the
+    memories rewritten (of how many users) and the turns; without ``execute``, only counts
+    what it would rewrite. Runs inside the caller's transaction; database errors propagate.
     """
     memories = merged = turns = 0
+    users: set[int] = set()
     last = 0
     while rows := await fetch(
         "SELECT id, uid, text, superseded_by FROM memories WHERE id > ? ORDER BY id LIMIT ?",
@@ -88,6 +78,9 @@ async def clean_stored_text(*, fetch: Fetch, execute: Execute, now: object) -> R
             if not needs_cleaning(text):
                 continue
             memories += 1
+            users.add(int(uid))
+            if execute is None:
+                continue
             merged += await _clean_memory(
                 fetch, execute, now, int(memory_id), int(uid), text, superseded_by is None
             )
@@ -99,17 +92,34 @@ async def clean_stored_text(*, fetch: Fetch, execute: Execute, now: object) -> R
         for turn_id, text, author in rows:
             if needs_cleaning(text) or (author is not None and needs_cleaning(author)):
                 turns += 1
+                if execute is None:
+                    continue
                 text, author = turn_text(text, author)
                 await execute(
                     "UPDATE turns SET text = ?, author = ? WHERE id = ?", (text, author, turn_id)
                 )
-    logger.info(
-        "cleaned stored text: %d memories (%d superseded or retired), %d turns",
-        memories,
-        merged,
-        turns,
-    )
-    return RepairCounts(memories, merged, turns)
+    if execute is not None:
+        logger.info(
+            "cleaned stored text: %d memories (%d superseded or retired), %d turns",
+            memories,
+            merged,
+            turns,
+        )
+    return Change(memories, len(users), (Also(turns, "chat message", "chat messages", "cleaned"),))
+
+
+async def _count_dirty(fetch: Fetch) -> Change:
+    return await clean_stored_text(fetch=fetch, execute=None)
+
+
+CLEAN_TEXT = Effect(
+    verb="clean the text of",
+    done="cleaned the text of",
+    why="control characters, bidirectional overrides and zero-width spaces stored before text"
+    " hygiene are removed (a memory whose clean text repeats another is superseded by it)",
+    count=_count_dirty,
+)
+"""SQLite ``m007_clean_text``, PostgreSQL ``m006_clean_text``."""
 
 
 async def _clean_memory(

@@ -62,7 +62,11 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
     rows = json.loads(out)
     assert code == 0 and [r["text"] for r in rows] == ["The user prefers tabs over spaces."]
-    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"}
+    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"} | {
+        "about",
+        "valid_from",
+        "valid_until",
+    }
 
     code, out, _ = cli(
         db_path, "memories", "search", "--user", "alice", "tabs?", "--json", "--k", "3"
@@ -98,10 +102,41 @@ def test_forget_all(db_path: Path) -> None:
     for i in range(3):
         cli(db_path, "memories", "remember", "--user", "alice", f"The user has {i} cats.")
     cli(db_path, "memories", "remember", "--user", "bob", "The user has a dog.")
-    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all", "--json")
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all", "--yes", "--json")
     assert code == 0 and json.loads(out) == {"forgotten": 3}
     code, out, _ = cli(db_path, "memories", "stats", "--json")
     assert json.loads(out)["total"] == 1
+
+
+def test_forget_all_asks_on_a_terminal_and_refuses_without_one(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(2):
+        cli(db_path, "memories", "remember", "--user", "carol", f"The user has {i} cats.")
+
+    def carols() -> int:
+        return int(json.loads(cli(db_path, "memories", "stats", "--json")[1])["total"])
+
+    # a script (no terminal) and no --yes: refused, one line, nothing erased
+    code, out, err = cli(db_path, "memories", "forget", "--user", "carol", "--all")
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: memories forget --all would erase all 2 memories of cli:carol: it asks first,"
+        " and there is no terminal to ask on; add --yes to erase without a question (nothing"
+        " was erased)\n"
+    )
+    assert carols() == 2
+    # a terminal: asked, and no (the default) keeps them
+    monkeypatch.setattr("bots.cli.stdin_is_terminal", lambda: True)
+    for answer in ("n\n", "\n"):
+        code, out, _ = cli(db_path, "memories", "forget", "--user", "carol", "--all", input=answer)
+        assert code == 0
+        assert out.startswith("Erase all 2 memories of cli:carol? This cannot be undone [y/N]")
+        assert out.endswith("nothing forgotten: cli:carol keeps 2 memories\n")
+        assert carols() == 2
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "carol", "--all", input="y\n")
+    assert code == 0 and out.endswith("forgot all 2 memories of cli:carol\n")
+    assert carols() == 0
 
 
 def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
@@ -338,5 +373,29 @@ def test_forget_says_which_id_it_forgot(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "1")
     assert (code, out) == (0, "forgot #1 of cli:alice\n")
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes coffee.")
-    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all")
+    code, out, _ = cli(db_path, "memories", "forget", "--user", "alice", "--all", "--yes")
     assert (code, out) == (0, "forgot all 1 memories of cli:alice\n")
+
+
+def test_stats_labels_kinds_and_categories(db_path: Path) -> None:
+    for text in (
+        "The user prefers tabs over spaces.",
+        "The user prefers short answers.",
+        "The user lives in Oslo.",
+    ):
+        cli(db_path, "memories", "remember", "--user", "alice", text)
+    code, out, _ = cli(db_path, "memories", "stats", "--json")
+    data = json.loads(out)
+    kinds, categories = data["by_kind"], data["by_category"]
+    code, out, err = cli(db_path, "memories", "stats", "--user", "alice")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "3 active memories of cli:alice"
+    k, c = lines.index("by kind:"), lines.index("by category:")
+    assert 0 < k < c
+    shown_kinds = dict(line.split() for line in lines[k + 1 : c])
+    shown_categories = dict(line.split() for line in lines[c + 1 :])
+    assert {n: int(v) for n, v in shown_kinds.items()} == kinds
+    assert {n: int(v) for n, v in shown_categories.items()} == categories
+    assert not set(shown_kinds) & set(shown_categories)
+    assert cli(db_path, "memories", "stats")[1].splitlines()[0] == "3 active memories in the store"

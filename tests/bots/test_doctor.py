@@ -53,6 +53,34 @@ async def test_a_fresh_machine(machine: Path) -> None:
         assert line in out
 
 
+async def test_a_copied_env_example_shows_only_what_differs_from_the_defaults(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core import __version__
+    from tests.conftest import REPO_ROOT
+
+    example = (REPO_ROOT / ".env.example").read_text(encoding="utf-8")
+    (machine / "work" / ".env").write_text(example, encoding="utf-8")  # cp .env.example .env
+    monkeypatch.setenv("SELFMIND_TOP_K", "9")
+    code, out, err = await asyncio.to_thread(doctor)
+    assert (code, err) == (0, ""), out
+    assert out.splitlines()[0].startswith(f"selfmind {__version__}, Python ")
+    lines = out.splitlines()
+    start = lines.index("settings that differ from their defaults:")
+    set_in_example = [
+        line.split("=", 1)[0]
+        for line in example.splitlines()
+        if line and not line.startswith("#") and line.split("=", 1)[1].strip()
+    ]
+    assert len(set_in_example) > 40
+    assert lines[start + 1 : start + 3] == [
+        "  SELFMIND_TOP_K=9  (environment)",
+        f"  ({len(set_in_example) - 1} more set to their default values, not shown; every other"
+        " setting is not set and has its default)",
+    ]
+    assert lines[start + 3] == "checks:"
+
+
 async def test_secrets_set_answered_by_every_service_and_never_printed_whole(
     machine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -110,7 +110,7 @@ def test_a_mistyped_user_key_points_at_users(db_path: Path, typo: str, command: 
 
 def test_a_known_user_with_everything_forgotten_reads_as_no_memories(db_path: Path) -> None:
     cli(db_path, "memories", "remember", "--user", "alice", "The user likes tea.")
-    cli(db_path, "memories", "forget", "--user", "alice", "--all")
+    cli(db_path, "memories", "forget", "--user", "alice", "--all", "--yes")
     assert cli(db_path, "memories", "list", "--user", "alice") == (0, "no memories\n", "")
 
 

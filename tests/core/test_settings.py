@@ -123,7 +123,80 @@ def test_errors_name_the_variable_the_user_sets(
         load_settings()
     message = str(caught.value)
     assert message.startswith(f"{variable}: ")
-    assert message.endswith("(fix it in .env or the environment)")
+    assert message.endswith("(set in environment: fix it there)")
+
+
+def test_an_invalid_value_names_the_file_it_is_set_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SELFMIND_TOP_K", raising=False)
+    (tmp_path / ".env").write_text("SELFMIND_TOP_K=lots\n")
+    with pytest.raises(
+        ConfigError, match=rf"^SELFMIND_TOP_K: .* \(set in {tmp_path / '.env'}: fix"
+    ):
+        load_settings()
+
+
+def test_a_missing_key_names_every_place_in_the_order_they_win(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from core.settings import settings_places, user_env_file
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SELFMIND_ENV_FILE", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        load_settings().require_model_key()
+    message = str(caught.value)
+    assert message.startswith("ANTHROPIC_API_KEY is not set: put your Anthropic API key")
+    places = [
+        "the environment",
+        "the file $SELFMIND_ENV_FILE names (not set)",
+        f"./.env in the folder selfmind runs from ({tmp_path / '.env'})",
+        str(tmp_path / "config" / "selfmind" / ".env"),
+        "the first that sets it wins",
+    ]
+    at = [message.index(place) for place in places]
+    assert at == sorted(at), message
+    assert user_env_file() == tmp_path / "config" / "selfmind" / ".env"
+    monkeypatch.setenv("SELFMIND_ENV_FILE", str(tmp_path / "team.env"))
+    assert f"names ({tmp_path / 'team.env'})" in settings_places()
+
+
+def test_a_key_in_the_checkouts_env_is_not_read_elsewhere_and_the_message_says_how(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Decided: the checkout's .env counts only as ./.env (docs/configuration.md); from
+    another folder the message names it and the three ways to make it count."""
+    import core.settings as settings_module
+    from core.settings import checkout_env_file
+
+    checkout, elsewhere = tmp_path / "selfmind", tmp_path / "elsewhere"
+    (checkout / "core").mkdir(parents=True)
+    elsewhere.mkdir()
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    (checkout / ".env").write_text("ANTHROPIC_API_KEY=sk-ant-in-the-checkout\n")
+    monkeypatch.setattr(settings_module, "CHECKOUT_ROOT", checkout)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("SELFMIND_ENV_FILE", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.chdir(elsewhere)
+    assert load_settings().anthropic_api_key is None  # not read from another folder
+    with pytest.raises(ConfigError) as caught:
+        load_settings().require_model_key()
+    message = str(caught.value)
+    assert f"the checkout's {checkout / '.env'} sets it" in message
+    assert f"export SELFMIND_ENV_FILE={checkout / '.env'}" in message
+    assert str(tmp_path / "config" / "selfmind" / ".env") in message
+    assert "sk-ant-in-the-checkout" not in message  # never the value
+    monkeypatch.chdir(checkout)  # from the checkout it is ./.env, and read
+    assert checkout_env_file(checkout) is None
+    assert load_settings().require_model_key() == "sk-ant-in-the-checkout"
+    (checkout / "pyproject.toml").unlink()  # not a checkout: an installed package
+    monkeypatch.chdir(elsewhere)
+    assert checkout_env_file(checkout) is None
 
 
 def test_env_example_copied_as_is_runs_every_command(tmp_path: Path) -> None:
@@ -294,5 +367,7 @@ def test_a_bad_file_memory_budget_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("SELFMIND_FILE_MEMORY_MB", value)
-    with pytest.raises(ConfigError, match=r"^SELFMIND_FILE_MEMORY_MB: .*\(fix it in \.env"):
+    with pytest.raises(
+        ConfigError, match=r"^SELFMIND_FILE_MEMORY_MB: .*\(set in environment: fix it there\)"
+    ):
         load_settings()

@@ -32,7 +32,7 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,12 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
+from core.store.effects import Notify
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, pg_schema_rows
 from core.store.postgres.base import mask_url as mask_url  # re-exported for the CLI
 from core.store.postgres.migrations import MIGRATIONS
-from core.store.schema import SchemaState, check_schema
-from core.store.sqlite.base import dt
+from core.store.schema import SchemaState, check_schema, state_of_rows
+from core.store.sqlite.base import dt, schema_rows
 from core.store.sqlite.migrations import FTS_SHARDS
 from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from core.store.text_repair import memory_text, turn_text
@@ -74,6 +75,8 @@ def _clean_memory(row: list[Any]) -> None:
     # clean), which keeps the BM25 totals the copy compares equal on both sides.
     new = memory_text(int(row[1]), row[2])
     row[2:4] = [new.text, new.norm]
+    # valid_from, valid_until: ISO days in SQLite, date in PostgreSQL.
+    row[-2:] = [None if v is None else date.fromisoformat(v) for v in row[-2:]]
 
 
 def _clean_turn(row: list[Any]) -> None:
@@ -102,6 +105,9 @@ TABLES: tuple[_Table, ...] = (
             "updated_at",
             "superseded_by",
             "superseded_at",
+            "about",
+            "valid_from",
+            "valid_until",
         ),
         ("created_at", "updated_at", "superseded_at"),
         "id",
@@ -256,17 +262,32 @@ def postgres_url(url: str) -> str:
 
 
 async def migrate_database(
-    url: str, *, backup: bool = True, backup_path: Path | None = None
+    url: str,
+    *,
+    backup: bool = True,
+    backup_path: Path | None = None,
+    notify: Notify | None = None,
+    dry_run: bool = False,
 ) -> MigrateReport:
     """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
 
+    ``dry_run``: apply the pending migrations to a copy (SQLite: a backup in a temporary
+    folder, removed after; PostgreSQL: one transaction rolled back), saying the same lines,
+    and leave the store as it is; ``applied_now`` names what a real run would apply.
+
     Idempotent. A SQLite file with migrations to apply is first backed up (unless not
     ``backup``) to ``backup_path`` or :func:`~core.store.sqlite.backup.before_migrate_path`.
+    ``notify`` gets each line to show as it happens: the backup and how to restore it (or,
+    on PostgreSQL, that none was taken), what a migration will change in stored memories
+    before it runs and what it did (:mod:`core.store.effects`), ``applied NAME``.
     Raises ``StoreError`` / ``MigrationError``, ``NewerSchemaError`` for a store a newer
     SelfMind wrote (nothing changed), ``MemoryInputError`` when the backup cannot be written.
     """
+    say = notify or (lambda line: None)
+    if dry_run:
+        return await _dry_run(url, notify)
     if url.startswith("sqlite:///"):
-        from core.store.sqlite.backup import backup_file, before_migrate_path
+        from core.store.sqlite.backup import backup_file, before_migrate_path, restore_hint
         from core.store.sqlite.store import SQLiteStore
 
         path = await asyncio.to_thread(_sqlite_file, url)
@@ -277,17 +298,60 @@ async def migrate_database(
             if backup and state.pending and not state.fresh:
                 taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
                 await backup_file(path, taken)
-        store = await SQLiteStore.open(str(path), migrate=True)
+                say(f"backed up the database to {taken}")
+                say(restore_hint(taken, path))
+        store = await SQLiteStore.open(str(path), migrate=True, notify=notify)
         try:
             applied = tuple(await store.applied_migrations())
         finally:
             await store.close()
         return MigrateReport(store.migrated, applied, taken)
+    state = await read_schema_state(url)
+    if state is not None and state.pending and not state.fresh and not state.unknown:
+        say(
+            "no backup taken (PostgreSQL): to undo this upgrade, restore the pg_dump you took"
+            " before it and reinstall the SelfMind you had"
+        )
     conn = await _connect(postgres_url(url))
     try:
-        now = await apply_migrations(conn, apply=True, where=mask_url(url))
+        now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
         names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
         return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
+    finally:
+        await conn.close()
+
+
+async def _dry_run(url: str, notify: Notify | None) -> MigrateReport:
+    """:func:`migrate_database` with ``dry_run``: the migrations run on a copy."""
+    state = await read_schema_state(url)
+    if state is None:
+        raise StoreError(f"no memory database at {url.removeprefix('sqlite:///')}")
+    check_schema(state, where=f"database {mask_url(url)}", apply=True)
+    applied = tuple(name for _, name in state.applied)
+    if url.startswith("sqlite:///"):
+        import tempfile
+
+        from core.store.sqlite.backup import backup_file
+        from core.store.sqlite.store import SQLiteStore
+
+        path = await asyncio.to_thread(_sqlite_file, url)
+        with tempfile.TemporaryDirectory(prefix="selfmind-dry-run-") as folder:
+            copy = Path(folder) / path.name
+            await backup_file(path, copy)
+            store = await SQLiteStore.open(str(copy), migrate=True, notify=notify)
+            await store.close()
+        return MigrateReport(store.migrated, applied)
+    conn = await _connect(postgres_url(url))
+    try:
+        outer = conn.transaction()
+        await outer.start()
+        try:  # each migration's own transaction is a savepoint inside this one
+            now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
+        finally:
+            await outer.rollback()
+        return MigrateReport(tuple(now), applied)
     except DB_ERRORS as exc:
         raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
     finally:
@@ -324,20 +388,13 @@ async def read_schema_state(url: str) -> SchemaState | None:
             return None
         try:  # read-write (never creating): the last connection to close removes the -wal
             async with aiosqlite.connect(f"{path.as_uri()}?mode=rw", uri=True) as db:
-                sql = "SELECT name FROM sqlite_master WHERE name = 'schema_migrations'"
-                if not await db.execute_fetchall(sql):
-                    return SchemaState.of((), known_sqlite)
-                rows = await db.execute_fetchall("SELECT number, name FROM schema_migrations")
+                rows = await schema_rows(db)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read database {path}: {exc}") from None
-        return SchemaState.of(((int(r[0]), str(r[1])) for r in rows), known_sqlite)
+        return state_of_rows(rows, known_sqlite)
     conn = await _connect(postgres_url(url))
     try:
-        applied: list[tuple[int, str]] = []
-        if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
-            rows = await conn.fetch("SELECT number, name FROM schema_migrations")
-            applied = [(int(r[0]), str(r[1])) for r in rows]
-        return SchemaState.of(applied, ((n, name) for n, name, _ in MIGRATIONS))
+        return state_of_rows(await pg_schema_rows(conn), ((n, name) for n, name, _ in MIGRATIONS))
     except DB_ERRORS as exc:
         raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
     finally:

@@ -33,7 +33,7 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -41,9 +41,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from core.errors import MigrationError, StoreError
+from core.store.effects import Notes, Notify
 from core.store.locks import KeyedLocks
-from core.store.postgres.migrations import MIGRATIONS
-from core.store.schema import SchemaState, check_schema
+from core.store.postgres.migrations import EFFECTS, MIGRATIONS, numbered
+from core.store.schema import check_schema, first_version, state_of_rows
 from core.store.writes import REFLECTING_SQL
 
 logger = logging.getLogger(__name__)
@@ -144,9 +145,12 @@ class PostgresBase:
         pool_size: int = DEFAULT_POOL_SIZE,
         sweep_interval_s: float | None = SWEEP_INTERVAL_S,
         migrate: bool = True,
+        notify: Notify | None = None,
     ) -> Self:
         """Connect to ``url`` (``postgresql://``), create the schema of a new database or,
-        when ``migrate``, apply pending migrations (:attr:`migrated`), join as a replica.
+        when ``migrate``, apply pending migrations (:attr:`migrated`; what one changes in
+        stored memories is said to ``notify`` or the log, :class:`core.store.effects.Notes`),
+        join as a replica.
 
         Raises ``StoreError`` when the server cannot be reached or used, ``MigrationError``
         when a migration fails (that migration is rolled back), ``NewerSchemaError`` /
@@ -168,7 +172,7 @@ class PostgresBase:
         intake: asyncpg.Pool | None = None
         try:
             async with pool.acquire() as conn:
-                migrated = await apply_migrations(conn, apply=migrate, where=masked)
+                migrated = await apply_migrations(conn, apply=migrate, where=masked, notify=notify)
             session = await asyncpg.connect(url, server_settings=KEEPALIVE)
             replica_id = await _join(session)
             intake = await asyncpg.create_pool(
@@ -357,28 +361,47 @@ class PostgresBase:
             return str(await self._pool.execute(sql, *args))
 
 
+async def pg_schema_rows(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    """The ``schema_migrations`` rows (every column: ``selfmind_version`` where the database
+    records it); none when it has no table."""
+    if not await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+        return []
+    return list(await conn.fetch("SELECT * FROM schema_migrations"))
+
+
 async def apply_migrations(
-    conn: asyncpg.Connection, *, apply: bool = True, where: str = ""
+    conn: asyncpg.Connection,
+    *,
+    apply: bool = True,
+    where: str = "",
+    notify: Notify | None = None,
 ) -> list[str]:
     """Check the schema on ``conn`` under the migrations advisory lock, then apply pending
-    migrations (all of them in a new database; in one that is behind only when ``apply``).
+    migrations (all of them in a new database; in one that is behind only when ``apply``),
+    each recorded with the first SelfMind version that knows it, and what one changes in
+    stored memories said before and after it (:class:`core.store.effects.Notes`).
     Returns the names applied now. Raises ``MigrationError`` (the failed migration is rolled
     back), ``NewerSchemaError`` / ``SchemaBehindError`` (:mod:`core.store.schema`; nothing
     is changed then). ``where`` names the database in those messages."""
     await conn.execute("SELECT pg_advisory_lock($1, 0)", LOCK_MIGRATIONS)
     try:
-        applied: list[tuple[int, str]] = []
-        if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
-            rows = await conn.fetch("SELECT number, name FROM schema_migrations")
-            applied = [(int(r[0]), str(r[1])) for r in rows]
-        state = SchemaState.of(applied, ((n, name) for n, name, _ in MIGRATIONS))
+        state = state_of_rows(await pg_schema_rows(conn), ((n, nm) for n, nm, _ in MIGRATIONS))
         check_schema(state, where=f"database {where or 'PostgreSQL'}", apply=apply)
         if not state.pending:
             return []
         await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " number integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS schema_migrations (number integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL, selfmind_version text)"
         )
+        # a database from before versions were recorded (core.store.schema)
+        await conn.execute(
+            "ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS selfmind_version text"
+        )
+        notes = Notes(EFFECTS, notify)
+
+        async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+            return list(await conn.fetch(numbered(sql), *args))
+
         pending = {number for number, _ in state.pending}
         done = []
         for number, name, sql in MIGRATIONS:
@@ -387,19 +410,24 @@ async def apply_migrations(
             logger.info("applying migration %s", name)
             try:
                 async with conn.transaction():
+                    before = await notes.before(name, fetch)
+                    result: object = None
                     if callable(sql):
-                        await sql(conn)
+                        result = await sql(conn)
                     else:
                         await conn.execute(sql)
+                    line = await notes.after(name, fetch, before, result)
                     await conn.execute(
-                        "INSERT INTO schema_migrations(number, name, applied_at)"
-                        " VALUES ($1, $2, now())",
+                        "INSERT INTO schema_migrations(number, name, applied_at, selfmind_version)"
+                        " VALUES ($1, $2, now(), $3)",
                         number,
                         name,
+                        first_version("postgres", number),
                     )
             except asyncpg.PostgresError as exc:
                 raise MigrationError(f"migration {name} failed: {describe_error(exc)}") from None
             done.append(name)
+            notes.applied(line)
         return done
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, 0)", LOCK_MIGRATIONS)

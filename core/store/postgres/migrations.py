@@ -22,9 +22,14 @@ from typing import Any
 
 import asyncpg
 
-from core.store.relabel import relabel_remembered
-from core.store.secret_repair import redact_stored_secrets
-from core.store.text_repair import clean_stored_text
+from core.store.effects import Change, Effect
+from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
+from core.store.secret_repair import (
+    REDACT_SECRET_FORMS,
+    REDACT_SECRETS,
+    redact_stored_secrets,
+)
+from core.store.text_repair import CLEAN_TEXT, clean_stored_text
 
 M001_MEMORIES = """
 CREATE TABLE users (
@@ -217,7 +222,7 @@ def numbered(sql: str) -> str:
     return _PLACEHOLDER.sub(lambda _: f"${next(count)}", sql)
 
 
-async def m006_clean_text(conn: asyncpg.Connection) -> None:
+async def m006_clean_text(conn: asyncpg.Connection) -> Change:
     """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`):
     control characters, bidirectional overrides, zero-width spaces, BOMs (PostgreSQL never
     held NUL: it refuses it)."""
@@ -228,7 +233,7 @@ async def m006_clean_text(conn: asyncpg.Connection) -> None:
     async def execute(sql: str, args: Sequence[Any]) -> None:
         await conn.execute(numbered(sql), *args)
 
-    await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
+    return await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
 
 M007_PENDING_ACTIONS = """
@@ -275,7 +280,7 @@ CREATE INDEX memories_standing ON memories(uid, id)
 """
 
 
-async def m010_label_remembered(conn: asyncpg.Connection) -> None:
+async def m010_label_remembered(conn: asyncpg.Connection) -> Change:
     """The standing profile's index, and kind and category for memories that ``/remember``
     and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
 
@@ -287,7 +292,8 @@ async def m010_label_remembered(conn: asyncpg.Connection) -> None:
 
     await conn.execute(M010_STANDING_INDEX)
     changed = await relabel_remembered(fetch=fetch, execute=execute)
-    logger.info("m010: labelled %d remembered memories", changed)
+    logger.info("m010: labelled %d remembered memories", changed.memories)
+    return changed
 
 
 M011_THREAD_REF = """
@@ -297,7 +303,7 @@ ALTER TABLE turns ADD COLUMN thread_ref text;
 """
 
 
-async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
+async def m012_redact_secrets(conn: asyncpg.Connection) -> Change:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`)."""
 
@@ -307,7 +313,7 @@ async def m012_redact_secrets(conn: asyncpg.Connection) -> None:
     async def execute(sql: str, args: Sequence[Any]) -> None:
         await conn.execute(numbered(sql), *args)
 
-    await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
+    return await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
 
 M013_MEMORY_USES = """
@@ -327,18 +333,28 @@ CREATE TABLE memory_uses (
 ) WITH (fillfactor = 80);
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """
+M019_MEMORY_ABOUT_DATES = """
+-- Whose fact a memory is and the days it holds (core.rules.about, core.rules.when):
+-- about NULL is the user, else the other person as the text names them ("the user's
+-- manager", "Sarah"); valid_from / valid_until, NULL: no bound. Existing memories stay
+-- about the user with no dates (nothing is guessed). Nullable, no default: no rewrite.
+ALTER TABLE memories ADD COLUMN about text;
+ALTER TABLE memories ADD COLUMN valid_from date;
+ALTER TABLE memories ADD COLUMN valid_until date;
+"""
 
 
-async def m017_redact_secret_forms(conn: asyncpg.Connection) -> None:
+async def m017_redact_secret_forms(conn: asyncpg.Connection) -> Change:
     """m012 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
     and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
     2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
     user name and Slack tokens split by spaces. Counts logged, never text."""
-    await m012_redact_secrets(conn)
+    return await m012_redact_secrets(conn)
 
 
-Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
-"""The SQL of a migration, or the async function that applies it."""
+Migration = str | Callable[[asyncpg.Connection], Awaitable[object]]
+"""The SQL of a migration, or the async function that applies it (returning the
+:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
 
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_memories", M001_MEMORIES),
@@ -355,4 +371,18 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
     (17, "m017_redact_secret_forms", m017_redact_secret_forms),
+    (19, "m019_memory_about_dates", M019_MEMORY_ABOUT_DATES),
 ]
+
+EFFECTS: dict[str, Effect] = {
+    "m006_clean_text": CLEAN_TEXT,
+    "m010_label_remembered": LABEL_REMEMBERED,
+    "m012_redact_secrets": REDACT_SECRETS,
+    "m017_redact_secret_forms": REDACT_SECRET_FORMS,
+}
+"""The migrations that change or remove stored memories, and what each says before it runs
+and after (:mod:`core.store.effects`). A new one that does adds its row here."""
+
+UNCHANGED: dict[str, str] = {}
+"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
+every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""

@@ -26,8 +26,11 @@ MAX_TERM_CHARS = 2046
 
 MEMORY_COLUMNS = (
     "m.id, m.text, m.kind, m.category, m.source, m.origin, m.created_at, m.updated_at,"
-    " m.conversation_key, m.superseded_by"
+    " m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until"
 )
+_N = MEMORY_COLUMNS.count(",") + 1
+"""Where the pool's own columns begin after :data:`MEMORY_COLUMNS` (terms, n_terms, the
+user's N and total length, the frequencies)."""
 COLUMN_TERMS = 64
 """Queries with up to this many distinct terms get one boolean column per term (fastest);
 longer ones use the row-per-match form of the same ranking."""
@@ -101,6 +104,9 @@ def memory_from_row(row: Sequence[Any], user_key: str) -> Memory:
         updated_at=row[7],
         conversation_key=row[8],
         superseded_by=row[9],
+        about=row[10],
+        valid_from=row[11],
+        valid_until=row[12],
     )
 
 
@@ -139,12 +145,12 @@ async def search_user(
     if not rows:
         return []
     first = rows[0]
-    doc_freqs = dict(zip(terms, first[14], strict=True))
+    doc_freqs = dict(zip(terms, first[_N + 4], strict=True))
     scores = rescore(
-        ((r[0], r[10], r[11]) for r in rows),
+        ((r[0], r[_N], r[_N + 1]) for r in rows),
         doc_freqs,
-        n_docs=first[12],
-        total_len=first[13],
+        n_docs=first[_N + 2],
+        total_len=first[_N + 3],
     )
     by_id = {r[0]: r for r in rows}
     return [

@@ -50,6 +50,7 @@ from datetime import datetime
 
 import asyncpg
 
+from core.rules.about import same_person
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize
 from core.store.postgres.cleanup import PostgresHygiene
@@ -80,7 +81,7 @@ DEDUPE_CANDIDATES = 50
 
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-    " conversation_key, created_at, updated_at)"
+    " conversation_key, created_at, updated_at, about, valid_from, valid_until)"
 )
 
 
@@ -204,10 +205,11 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         terms = [index_terms(uid, m.text) for m in memories]
         inserted = await conn.fetch(
             f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
-            " x.source, x.origin, x.ck, x.created, x.updated FROM unnest($2::text[],"
-            " $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[], $9::text[],"
-            " $10::text[], $11::timestamptz[], $12::timestamptz[]) WITH ORDINALITY AS x(text,"
-            " norm, terms, n_terms, kind, category, source, origin, ck, created, updated, n)"
+            " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu FROM"
+            " unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[],"
+            " $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[],"
+            " $13::text[], $14::date[], $15::date[]) WITH ORDINALITY AS x(text, norm, terms,"
+            " n_terms, kind, category, source, origin, ck, created, updated, about, vf, vu, n)"
             " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
             uid,
             [m.text for m in memories],
@@ -221,6 +223,9 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             [m.conversation_key for m in memories],
             [m.created_at or now for m in memories],
             [m.updated_at or m.created_at or now for m in memories],
+            [m.about for m in memories],
+            [m.valid_from for m in memories],
+            [m.valid_until for m in memories],
         )
         new_ids = sorted(int(r[0]) for r in inserted)
         await conn.execute(
@@ -257,7 +262,10 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             return AddResult(id=int(existing), status="duplicate")
         neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
         decision = dedupe.decide(
-            memory.text, (s.memory for s in neighbours), replacing=frozenset(supersedes)
+            memory.text,
+            # Only memories about the same person (core.rules.about.same_person).
+            (s.memory for s in neighbours if same_person(s.memory.about, memory.about)),
+            replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
             return AddResult(id=decision.duplicate_of.id, status="duplicate")
@@ -267,8 +275,8 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             async with conn.transaction():  # a savepoint: a violation keeps the outer one
                 memory_id = int(
                     await conn.fetchval(
-                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                        " RETURNING id",
+                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
+                        " $13, $14, $15) RETURNING id",
                         uid,
                         memory.text,
                         norm,
@@ -281,6 +289,9 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
                         memory.conversation_key,
                         created,
                         memory.updated_at or created,
+                        memory.about,
+                        memory.valid_from,
+                        memory.valid_until,
                     )
                 )
         except asyncpg.UniqueViolationError:

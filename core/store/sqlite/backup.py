@@ -21,6 +21,16 @@ def before_migrate_path(source: Path, now: datetime | None = None) -> Path:
     return source.with_name(f"{source.stem}-before-migrate-{stamp}{source.suffix}")
 
 
+def restore_hint(backup: Path, database: Path) -> str:
+    """How to put ``backup`` (taken by ``db migrate``) back in place of ``database``: the
+    line ``db migrate`` prints under the backup's name (docs/operating.md, Rolling back)."""
+    return (
+        f"to undo this upgrade: stop every SelfMind process, delete {database.name}-wal and"
+        f" {database.name}-shm beside it if present, run: mv {backup} {database}, and"
+        " reinstall the SelfMind you had"
+    )
+
+
 SIDE_SUFFIXES = tuple(suffix for suffix in DB_FILE_SUFFIXES if suffix)
 """``-wal``, ``-shm``, ``-journal``: names SQLite gives the side files of a database."""
 

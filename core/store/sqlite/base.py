@@ -55,16 +55,17 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
 import aiosqlite
 
 from core.errors import MigrationError, StoreError
-from core.store.schema import SchemaState, check_schema
-from core.store.sqlite.migrations import MIGRATIONS, fts_table
-from core.types import utcnow
+from core.store.effects import Notes, Notify
+from core.store.schema import check_schema, first_version, state_of_rows
+from core.store.sqlite.migrations import EFFECTS, MIGRATIONS, fts_table
+from core.types import NewMemory, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,21 @@ def dt(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+def day(value: str | None) -> date | None:
+    """A stored ISO day (``YYYY-MM-DD``), None as None."""
+    return None if value is None else date.fromisoformat(value)
+
+
+def day_columns(memory: NewMemory) -> tuple[str | None, str | None, str | None]:
+    """``about``, ``valid_from``, ``valid_until`` of ``memory`` as SQLite stores them."""
+    first, last = memory.valid_from, memory.valid_until
+    return (
+        memory.about,
+        None if first is None else first.isoformat(),
+        None if last is None else last.isoformat(),
+    )
+
+
 class SQLiteBase:
     """Connection, migrations and transaction helpers. Open with :meth:`open`."""
 
@@ -120,9 +136,18 @@ class SQLiteBase:
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    async def open(cls, path: str, *, synchronous: str = "full", migrate: bool = True) -> Self:
+    async def open(
+        cls,
+        path: str,
+        *,
+        synchronous: str = "full",
+        migrate: bool = True,
+        notify: Notify | None = None,
+    ) -> Self:
         """Open or create the file at ``path``; a new file gets the whole schema, and pending
-        migrations are applied when ``migrate`` (their names are :attr:`migrated`).
+        migrations are applied when ``migrate`` (their names are :attr:`migrated`); what a
+        migration changes in stored memories is said before and after it runs, to ``notify``
+        (or the log: :class:`core.store.effects.Notes`).
 
         Raises ``StoreError`` when the file cannot be opened, ``MigrationError`` when a
         migration fails (that migration is rolled back), ``NewerSchemaError`` for a file a
@@ -141,7 +166,7 @@ class SQLiteBase:
             await store._configure(synchronous)
             if path != ":memory:":
                 await asyncio.to_thread(_private_files, path, created)
-            await store._migrate(apply=migrate)
+            await store._migrate(apply=migrate, notes=Notes(EFFECTS, notify))
             if path != ":memory:":
                 store._reader = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
                 await store._reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -171,15 +196,26 @@ class SQLiteBase:
         ):
             await self._conn.execute(pragma)
 
-    async def _migrate(self, *, apply: bool) -> None:
-        state = SchemaState.of(await self._applied(), ((n, name) for n, name, _ in MIGRATIONS))
+    async def _migrate(self, *, apply: bool, notes: Notes) -> None:
+        rows = await self._applied()
+        state = state_of_rows(rows, ((n, name) for n, name, _ in MIGRATIONS))
         check_schema(state, where=f"database {self.path}", apply=apply)
         if not state.pending:
             return
         await self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS schema_migrations (number INTEGER PRIMARY KEY,"
+            " name TEXT NOT NULL, applied_at TEXT NOT NULL, selfmind_version TEXT)"
         )
+        async with self._conn.execute("SELECT * FROM schema_migrations LIMIT 0") as cur:
+            if "selfmind_version" not in [d[0] for d in cur.description]:
+                # a store from before versions were recorded (core.store.schema)
+                await self._conn.execute(
+                    "ALTER TABLE schema_migrations ADD COLUMN selfmind_version TEXT"
+                )
+
+        async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+            return list(await self._conn.execute_fetchall(sql, args))
+
         pending = {number for number, _ in state.pending}
         done: list[str] = []
         for number, name, sql in MIGRATIONS:
@@ -188,14 +224,18 @@ class SQLiteBase:
             logger.info("applying migration %s", name)
             try:
                 await self._conn.execute("BEGIN IMMEDIATE")
+                before = await notes.before(name, fetch)
+                result: object = None
                 if callable(sql):
-                    await sql(self._conn)
+                    result = await sql(self._conn)
                 else:
                     for statement in _split_sql(sql):
                         await self._conn.execute(statement)
+                line = await notes.after(name, fetch, before, result)
                 await self._conn.execute(
-                    "INSERT INTO schema_migrations(number, name, applied_at) VALUES (?, ?, ?)",
-                    (number, name, ts(utcnow())),
+                    "INSERT INTO schema_migrations(number, name, applied_at, selfmind_version)"
+                    " VALUES (?, ?, ?, ?)",
+                    (number, name, ts(utcnow()), first_version("sqlite", number)),
                 )
                 await self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -203,16 +243,13 @@ class SQLiteBase:
                 self.migrated = tuple(done)
                 raise MigrationError(f"migration {name} failed: {exc}") from exc
             done.append(name)
+            notes.applied(line)
         self.migrated = tuple(done)
 
-    async def _applied(self) -> list[tuple[int, str]]:
-        """The store's applied migrations; none in a new file (read only: nothing created)."""
-        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-        async with self._conn.execute(sql) as cur:
-            if await cur.fetchone() is None:
-                return []
-        async with self._conn.execute("SELECT number, name FROM schema_migrations") as cur:
-            return [(int(row[0]), str(row[1])) for row in await cur.fetchall()]
+    async def _applied(self) -> list[dict[str, Any]]:
+        """The store's ``schema_migrations`` rows as column -> value; none in a new file
+        (read only: nothing created)."""
+        return await schema_rows(self._conn)
 
     async def close(self) -> None:
         """Checkpoint the WAL (best effort) and close the connection; a second call does
@@ -586,6 +623,18 @@ def _private_files(path: str, created: bool) -> None:
             shared[0][0],
             " ".join(name for name, _ in shared),
         )
+
+
+async def schema_rows(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+    """The ``schema_migrations`` rows of the store on ``conn`` as column -> value (every
+    column: ``selfmind_version`` where the store records it); none when it has no table."""
+    sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    async with conn.execute(sql) as cur:
+        if await cur.fetchone() is None:
+            return []
+    async with conn.execute("SELECT * FROM schema_migrations") as cur:
+        columns = [d[0] for d in cur.description]
+        return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]
 
 
 def _split_sql(script: str) -> list[str]:

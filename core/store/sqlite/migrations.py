@@ -16,9 +16,14 @@ from typing import Any
 
 import aiosqlite
 
-from core.store.relabel import relabel_remembered
-from core.store.secret_repair import redact_stored_secrets
-from core.store.text_repair import clean_stored_text
+from core.store.effects import Change, Effect
+from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
+from core.store.secret_repair import (
+    REDACT_SECRET_FORMS,
+    REDACT_SECRETS,
+    redact_stored_secrets,
+)
+from core.store.text_repair import CLEAN_TEXT, clean_stored_text
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -308,7 +313,7 @@ def _m006_sharded_fts() -> str:
 M006_SHARDED_FTS = _m006_sharded_fts()
 
 
-async def m007_clean_text(conn: aiosqlite.Connection) -> None:
+async def m007_clean_text(conn: aiosqlite.Connection) -> Change:
     """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`): NUL,
     control characters, bidirectional overrides, zero-width spaces, BOMs."""
 
@@ -319,7 +324,7 @@ async def m007_clean_text(conn: aiosqlite.Connection) -> None:
         await conn.execute(sql, args)
 
     now = datetime.now(UTC).isoformat(timespec="microseconds")
-    await clean_stored_text(fetch=fetch, execute=execute, now=now)
+    return await clean_stored_text(fetch=fetch, execute=execute, now=now)
 
 
 M008_PENDING_ACTIONS = """
@@ -432,7 +437,7 @@ CREATE INDEX memories_standing ON memories(uid, id)
 """
 
 
-async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
+async def m012_label_remembered(conn: aiosqlite.Connection) -> Change:
     """The standing profile's index, and kind and category for memories that ``/remember``
     and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
 
@@ -444,7 +449,8 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> None:
 
     await conn.execute(M012_STANDING_INDEX)
     changed = await relabel_remembered(fetch=fetch, execute=execute)
-    logger.info("m012: labelled %d remembered memories", changed)
+    logger.info("m012: labelled %d remembered memories", changed.memories)
+    return changed
 
 
 M013_THREAD_REF = """
@@ -454,7 +460,7 @@ ALTER TABLE turns ADD COLUMN thread_ref TEXT;
 """
 
 
-async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
+async def m014_redact_secrets(conn: aiosqlite.Connection) -> Change:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
     secret's index terms leave the file as a forget's do."""
@@ -470,7 +476,7 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> None:
             await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
 
     now = datetime.now(UTC).isoformat(timespec="microseconds")
-    await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
+    return await redact_stored_secrets(fetch=fetch, execute=execute, now=now, erased=erased)
 
 
 M015_MEMORY_USES = """
@@ -513,16 +519,28 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
-async def m020_redact_secret_forms(conn: aiosqlite.Connection) -> None:
+M022_MEMORY_ABOUT_DATES = """
+-- Whose fact a memory is and the days it holds (core.rules.about, core.rules.when):
+-- about NULL is the user, else the other person as the text names them ("the user's
+-- manager", "Sarah"); valid_from / valid_until ISO days (YYYY-MM-DD), NULL: no bound.
+-- Existing memories stay about the user with no dates (nothing is guessed).
+ALTER TABLE memories ADD COLUMN about TEXT;
+ALTER TABLE memories ADD COLUMN valid_from TEXT;
+ALTER TABLE memories ADD COLUMN valid_until TEXT;
+"""
+
+
+async def m020_redact_secret_forms(conn: aiosqlite.Connection) -> Change:
     """m014 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
     and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
     2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
     user name and Slack tokens split by spaces. Counts logged, never text."""
-    await m014_redact_secrets(conn)
+    return await m014_redact_secrets(conn)
 
 
-Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
-"""The SQL of a migration, or the async function that applies it."""
+Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
+"""The SQL of a migration, or the async function that applies it (returning the
+:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
 
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "m001_initial", M001_INITIAL),
@@ -542,4 +560,21 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
     (20, "m020_redact_secret_forms", m020_redact_secret_forms),
+    (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
 ]
+
+EFFECTS: dict[str, Effect] = {
+    "m007_clean_text": CLEAN_TEXT,
+    "m012_label_remembered": LABEL_REMEMBERED,
+    "m014_redact_secrets": REDACT_SECRETS,
+    "m020_redact_secret_forms": REDACT_SECRET_FORMS,
+}
+"""The migrations that change or remove stored memories, and what each says before it runs
+and after (:mod:`core.store.effects`). A new one that does adds its row here."""
+
+UNCHANGED: dict[str, str] = {
+    "m011_ids_never_reused": "rebuilds the memories table with the same rows and ids",
+    "m016_turn_ids_never_reused": "rebuilds the turns table; memories are not touched",
+}
+"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
+every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""

@@ -29,11 +29,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
+from core.rules.about import same_person
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
-from core.store.sqlite.base import _IN_WRITE, dt, ts
+from core.store.sqlite.base import _IN_WRITE, day, day_columns, dt, ts
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations, end_reflection
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -64,7 +65,7 @@ FORGET_BATCH = 5000
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
-    "m.updated_at, m.conversation_key, m.superseded_by"
+    "m.updated_at, m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until"
 )
 
 
@@ -74,6 +75,7 @@ class _Candidate:
 
     id: int
     text: str
+    about: str | None = None
 
 
 def _memory(row: Sequence[Any]) -> Memory:
@@ -89,6 +91,9 @@ def _memory(row: Sequence[Any]) -> Memory:
         updated_at=dt(row[8]),
         conversation_key=row[9],
         superseded_by=row[10],
+        about=row[11],
+        valid_from=day(row[12]),
+        valid_until=day(row[13]),
     )
 
 
@@ -222,12 +227,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                     m.conversation_key,
                     ts(created),
                     ts(m.updated_at or created),
+                    *day_columns(m),
                 )
             )
         await self._conn.executemany(
             "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
-            " source, origin, conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " source, origin, conversation_key, created_at, updated_at, about, valid_from,"
+            " valid_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         await self._conn.execute(
@@ -255,9 +261,11 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         supersedes: Sequence[int] = (),
     ) -> AddResult:
         norm = normalize(memory.text)
+        known = await self._dedupe_candidates(uid, norm, memory.text)
         decision = dedupe.decide(
             memory.text,
-            await self._dedupe_candidates(uid, norm, memory.text),
+            # Only memories about the same person (the same text always: one active copy).
+            [c for c in known if same_person(c.about, memory.about) or normalize(c.text) == norm],
             replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
@@ -267,8 +275,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         updated = memory.updated_at or created
         cur = await self._conn.execute(
             "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " conversation_key, created_at, updated_at, about, valid_from, valid_until)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 uid,
                 memory.text,
@@ -282,6 +290,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                 memory.conversation_key,
                 ts(created),
                 ts(updated),
+                *day_columns(memory),
             ),
         )
         memory_id = cast(int, cur.lastrowid)
@@ -298,19 +307,22 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         """In one query: the active memory with the same normalised text, if any, then the
         ``DEDUPE_CANDIDATES`` best BM25 neighbours (FTS5's order is enough for Jaccard)."""
         terms = query_terms(uid, text)
-        exact = "SELECT id, text FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL"
+        exact = (
+            "SELECT id, text, about FROM memories WHERE uid = ? AND norm = ?"
+            " AND superseded_by IS NULL"
+        )
         if not terms:
             rows = await self._fetchall(exact, (uid, norm))
         else:
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = fts_table(uid)
             rows = await self._fetchall(
-                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text FROM ("
+                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text, m.about FROM ("
                 f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
                 f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
                 (uid, norm, match, DEDUPE_CANDIDATES),
             )
-        return [_Candidate(r[0], r[1]) for r in rows]
+        return [_Candidate(r[0], r[1], r[2]) for r in rows]
 
     async def _supersede(
         self, uid: int, old_id: int, new_id: int, conversation_key: str | None

@@ -51,3 +51,50 @@ async def test_attach_sends_files_with_the_next_message_only(tmp_path: Path) -> 
     assert data["source"]["data"] == made["data.csv"].decode()
     assert isinstance(without.body["messages"][-1]["content"], str)  # attachments went once
     assert '"name": "spec.pdf"' in extract and MARKER not in extract
+
+
+async def test_attach_refuses_at_once_what_would_never_be_sent(tmp_path: Path) -> None:
+    """Too big, a kind never read, one file too many: one line naming the file and why, at
+    ``/attach``, by the limits the send path applies (core.files.FileReader)."""
+    from core.files import FileReader
+    from core.memory.service import MemoryService
+    from core.runtime import open_store
+
+    big = tmp_path / "big.pdf"
+    with big.open("wb") as f:  # 40 MB, sparse: a PDF's header, then nothing written
+        f.write(b"%PDF-1.4\n")
+        f.truncate(40 * 1024 * 1024)
+    (tmp_path / "setup.exe").write_bytes(b"MZ\x90\x00\x03\x00\x00\x00" + bytes(range(256)) * 8)
+    (tmp_path / "photo.png").write_bytes(b"not an image at all")
+    (tmp_path / "notes.bin").write_bytes("plain words, ünïcode too\n".encode())
+    (tmp_path / "spec.pdf").write_bytes(pdf(1, marker=MARKER))
+    reader = FileReader(
+        max_file_bytes=20 * 1024 * 1024,
+        max_text_chars=200_000,
+        download_timeout_s=5,
+        memory_bytes=100 * 1024 * 1024,
+    )
+    out = io.StringIO()
+    store = await open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        chat = TerminalChat(
+            MemoryService(store), user_key="cli:ann", screen=PlainScreen(out), files=reader
+        )
+        for name in ("big.pdf", "setup.exe", "photo.png", "notes.bin", "spec.pdf"):
+            await chat.handle(f"/attach {tmp_path / name}")
+        assert [f.name for f in chat.attached] == ["notes.bin", "spec.pdf"]
+        chat.attached *= 50  # 100 files: one more is one too many
+        await chat.handle(f"/attach {tmp_path / 'notes.bin'}")
+        assert len(chat.attached) == 100
+    finally:
+        await store.close()
+    assert out.getvalue().splitlines() == [
+        "Not attached: big.pdf: it is 40.0 MB, over my 20.0 MB limit for a file.",
+        "Not attached: setup.exe: I read images (PNG, JPEG, GIF, WebP), PDFs and text files,"
+        " not this kind.",
+        "Not attached: photo.png: it is not a readable image.",
+        "Attached [file: notes.bin, 27 bytes]; it goes with your next message.",
+        f"Attached [pdf: spec.pdf, {(tmp_path / 'spec.pdf').stat().st_size} bytes]; it goes with"
+        " your next message.",
+        "Not attached: notes.bin: I read at most 100 files of one message.",
+    ]

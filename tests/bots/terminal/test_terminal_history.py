@@ -126,7 +126,7 @@ def test_forget_reaches_only_the_users_own_history(
     assert not alice.exists() and entries(bob) == [f"/remember {CAT}", "hi"]
     typed(alice, "later")
     cli(db_url, "memories", "remember", "--user", "bob", "The user rows.")
-    cli(db_url, "memories", "forget", "--user", "bob", "--all")
+    cli(db_url, "memories", "forget", "--user", "bob", "--all", "--yes")
     assert not bob.exists() and entries(alice) == ["later"]
 
 

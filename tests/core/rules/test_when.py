@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import date
 
-from core.rules.when import DAYS_AFTER, DAYS_BEFORE, named_days, stored_spans
+import pytest
+
+from core.rules.when import DAYS_AFTER, DAYS_BEFORE, Dated, as_past, dated, named_days, stored_spans
 
 
 def test_named_days_reads_dates_and_months() -> None:
@@ -35,3 +37,99 @@ def test_stored_spans_widen_each_span() -> None:
     ((first, last),) = stored_spans("on 9 November 2022")
     assert (date(2022, 11, 9) - first).days == DAYS_BEFORE
     assert (last - date(2022, 11, 9)).days == DAYS_AFTER
+
+
+SAT = date(2026, 12, 5)  # a Saturday
+
+
+@pytest.mark.parametrize(
+    ("text", "stored", "first", "last"),
+    [
+        (
+            "The user is travelling to Singapore next week.",
+            "The user is travelling to Singapore in the week of 2026-12-07 to 2026-12-13.",
+            date(2026, 12, 7),
+            date(2026, 12, 13),
+        ),
+        (
+            "The user has a dentist appointment tomorrow.",
+            "The user has a dentist appointment on 2026-12-06.",
+            date(2026, 12, 6),
+            date(2026, 12, 6),
+        ),
+        (
+            "The user is in Singapore from 10 to 14 December.",
+            "The user is in Singapore from 2026-12-10 to 2026-12-14.",
+            date(2026, 12, 10),
+            date(2026, 12, 14),
+        ),
+        (
+            "The user is on leave until 14 January.",
+            "The user is on leave until 2027-01-14.",
+            None,
+            date(2027, 1, 14),
+        ),
+        ("The report is due Friday.", "The report is due 2026-12-11.", None, date(2026, 12, 11)),
+        (
+            "The user is on call from tomorrow until next Friday.",
+            "The user is on call from 2026-12-06 to 2026-12-11.",
+            date(2026, 12, 6),
+            date(2026, 12, 11),
+        ),
+        (
+            "The user is starting at Google next month.",
+            "The user is starting at Google in January 2027.",
+            date(2027, 1, 1),
+            None,
+        ),
+        (
+            "The user is on leave until March 2027.",
+            "The user is on leave until March 2027.",
+            None,
+            date(2027, 2, 28),
+        ),
+        # Past events are facts (written out when relative), recurring days no dates.
+        (
+            "The user had a migraine yesterday.",
+            "The user had a migraine on 2026-12-04.",
+            None,
+            None,
+        ),
+        (
+            "The user moved to Berlin in May 2023.",
+            "The user moved to Berlin in May 2023.",
+            None,
+            None,
+        ),
+        ("The user has yoga every Monday.", "The user has yoga every Monday.", None, None),
+        ("The user's standup is on Monday.", "The user's standup is on Monday.", None, None),
+        (
+            "The user prefers today's date in ISO format.",
+            "The user prefers today's date in ISO format.",
+            None,
+            None,
+        ),
+        ("The user uses Python 3.12 at work.", "The user uses Python 3.12 at work.", None, None),
+        (
+            "The user was born on 31 February 1990.",
+            "The user was born on 31 February 1990.",
+            None,
+            None,
+        ),
+    ],
+)
+def test_dated(text: str, stored: str, first: date | None, last: date | None) -> None:
+    assert dated(text, SAT) == Dated(stored, first, last)
+
+
+@pytest.mark.parametrize("text", ["", "next", "\x00 tomorrow \u202e", "in 999 weeks", "x" * 5000])
+def test_dated_takes_any_text(text: str) -> None:
+    assert isinstance(dated(text, SAT).text, str)
+
+
+def test_as_past() -> None:
+    assert (
+        as_past("The user is travelling to Singapore.") == "The user was travelling to Singapore."
+    )
+    assert as_past("The user's kids have a recital.") == "The user's kids had a recital."
+    assert as_past("The user travels.") == "The user travels."

@@ -27,7 +27,7 @@ from tests.conftest import fresh_pg_database, run_sync
 runner = CliRunner()
 BEHIND = 2
 """The old store misses this version's last two migrations (whatever the list holds)."""
-FUTURE = (999, "m999_from_a_newer_selfmind")
+FUTURE = (999, "m999_from_a_newer_selfmind", "0.9.0")
 
 
 def known(backend: str) -> list[tuple[int, str]]:
@@ -172,8 +172,17 @@ def test_the_rule_for_any_list_of_migrations() -> None:
     check_schema(state, where="database X", apply=True)
     check_schema(SchemaState.of([], [(1, "m001")]), where="database X", apply=False)  # fresh
     newer = SchemaState.of([(1, "m001"), (7, "m007")], [(1, "m001"), (2, "m002")])
-    with pytest.raises(NewerSchemaError, match=r"newer SelfMind \(schema 7, m007\)"):
+    with pytest.raises(NewerSchemaError, match=r"newer SelfMind: needs a SelfMind newer than"):
         check_schema(newer, where="database X", apply=True)
+    # the store says which version knows its migrations: the newest of those it needs
+    recorded = SchemaState.of(
+        [(1, "m001"), (7, "m007"), (8, "m008")],
+        [(1, "m001")],
+        {1: "0.1.0", 7: "0.10.0", 8: "0.9.1"},
+    )
+    assert recorded.needs == "0.10.0"
+    with pytest.raises(NewerSchemaError, match=r"needs SelfMind >= 0\.10\.0 \(the store has"):
+        check_schema(recorded, where="database X", apply=False)
 
 
 def test_a_store_behind_is_left_as_it_is_until_db_migrate(
@@ -243,8 +252,13 @@ def test_a_store_from_a_newer_selfmind_is_refused_by_every_command(
 ) -> None:
     names = known(backend)
     make_store(url, backend, monkeypatch, upto=len(names))
+    number, name, version = FUTURE
     run_sql(
-        url, [f"INSERT INTO schema_migrations VALUES ({FUTURE[0]}, '{FUTURE[1]}', '2027-01-01')"]
+        url,
+        [
+            "INSERT INTO schema_migrations(number, name, applied_at, selfmind_version)"
+            f" VALUES ({number}, '{name}', '2027-01-01', '{version}')"
+        ],
     )
     before = snapshot(url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")  # cleanup gets as far as the store
@@ -258,7 +272,8 @@ def test_a_store_from_a_newer_selfmind_is_refused_by_every_command(
         where = f"selfmind {' '.join(args)}: {err!r}"
         assert code == 1, where
         assert err.count("\n") == 1 and "newer" in err, where
-        assert f"schema {FUTURE[0]}, {FUTURE[1]}" in err, where  # the store's version
+        assert f"needs SelfMind >= {version}" in err, where  # what to install
+        assert f"schema {number}, {name}" in err, where  # the store's schema
         assert f"schema {names[-1][0]}, {names[-1][1]}" in err, where  # this one's
         assert snapshot(url) == before, where
 
