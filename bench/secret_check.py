@@ -1,6 +1,6 @@
 """What the secret check costs per write, against its baselines in the same run.
 
-    python bench/secret_check.py [--repeat 3000] [--json] [--randomness]
+    python bench/secret_check.py [--repeat 3000] [--json] [--randomness] [--forms]
 
 The check (:func:`core.rules.secrets.find_secrets`) runs on every memory write (``/remember``,
 each import line, each reflection candidate) and on each stored chat message once its answer
@@ -21,6 +21,17 @@ Variants, all in one process on the same texts:
 
 ``--randomness`` also measures how many random strings the entropy rule catches (3,000 each
 of 20 and 40 base64 characters, with upper and lower case and a digit, seeded).
+
+``--forms`` runs the labelled set ``tests/data/secret_forms.jsonl`` (chat texts with a
+secret, each naming its form, and benign look-alikes: numbers, ids, order and phone numbers,
+versions, commit hashes, dates, prices, ports) through the check as it is and through its
+baseline in the same run, the detectors from before issue 36 (``since=0``): caught / missed
+per form, false positives (benign texts that would be refused) and the cost per message
+(mean microseconds over the set, and on ``message``).
+
+``--locomo [DIR]`` also counts refusals on every utterance of the LoCoMo conversations (real chat
+no one wrote for this check, so an outside false-positive count; skipped with a line when
+the data is absent, ``bench/locomo.py``), for the baseline and the check as it is.
 
 ``--migration N`` times the upgrade that removes secrets stored before the check (SQLite
 ``m014_redact_secrets``) on a store of ``N`` memories (users of 100, one in 1,000 carrying a
@@ -47,7 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.synthetic import sentences
-from core.rules.secrets import _detectors, find_secrets, looks_random
+from core.rules.secrets import _Detector, _detectors, _find, _squashed, find_secrets, looks_random
 from core.rules.text import clean_text
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory
@@ -108,6 +119,7 @@ def clean(text: str) -> int:
 
 
 def secrets(text: str) -> int:
+    _squashed.cache_clear()  # one message is checked once: no cache hit to time
     return len(find_secrets(text))
 
 
@@ -154,6 +166,92 @@ def randomness(n: int = 3000) -> dict[int, float]:
             caught += looks_random(token, entropy)
         out[length] = caught / n
     return out
+
+
+FORMS = Path(__file__).resolve().parent.parent / "tests" / "data" / "secret_forms.jsonl"
+
+
+def forms(repeat: int) -> dict[str, Any]:
+    """The labelled set through the check and its pre-issue-36 baseline: per form caught and
+    missed, benign false positives, and microseconds per text (mean over the set, p50 of
+    ``repeat // 10`` calls on the 4,000-character ``message``)."""
+    rows = [json.loads(line) for line in FORMS.read_text().splitlines() if line.strip()]
+    now = _detectors()
+    variants = {"baseline": tuple(d for d in now if d.since == 0), "now": now}
+    out: dict[str, Any] = {}
+    for name, detectors in variants.items():
+        table: dict[str, dict[str, int]] = {}
+        false_positives: dict[str, int] = {}
+        for row in rows:
+            kinds = {f.kind for f in _find(row["text"], detectors)}
+            if row["secret"] is None:
+                false_positives[row["kind"]] = false_positives.get(row["kind"], 0) + bool(kinds)
+                continue
+            cell = table.setdefault(row["secret"], {"caught": 0, "missed": 0})
+            cell["caught" if kinds else "missed"] += 1
+        benign = sum(r["secret"] is None for r in rows)
+        texts = [r["text"] for r in rows]
+        for text in texts:  # warm up
+            _find(text, detectors)
+        started = time.perf_counter_ns()
+        for _ in range(max(repeat // 100, 3)):
+            for text in texts:
+                _find(text, detectors)
+        per_text = (time.perf_counter_ns() - started) / 1000 / len(texts) / max(repeat // 100, 3)
+
+        def call(text: str, d: tuple[_Detector, ...] = detectors) -> int:
+            _squashed.cache_clear()  # one message is checked once: no cache hit to time
+            return len(_find(text, d))
+
+        p50, _ = timed(call, MESSAGE, max(repeat // 10, 50))
+        out[name] = {
+            "forms": table,
+            "benign": benign,
+            "false_positives": sum(false_positives.values()),
+            "false_positives_by_kind": {k: v for k, v in false_positives.items() if v},
+            "us_per_text": round(per_text, 1),
+            "message_p50_us": round(p50, 1),
+        }
+    return out
+
+
+def locomo_false_positives(data: Path | None = None) -> dict[str, Any] | None:
+    """Utterances of the LoCoMo conversations that each variant would refuse (none holds a
+    secret); None when the data is absent."""
+    from bench.locomo import DEFAULT_DATA, LoCoMoMissing, load_all
+
+    try:
+        conversations = load_all(data or DEFAULT_DATA)
+    except LoCoMoMissing:
+        return None
+    texts = [t.text for c in conversations for s in c.sessions for t in s.turns]
+    now = _detectors()
+    out: dict[str, Any] = {"utterances": len(texts)}
+    for name, detectors in (("baseline", tuple(d for d in now if d.since == 0)), ("now", now)):
+        kinds: dict[str, int] = {}
+        for text in texts:
+            for finding in _find(text, detectors):
+                kinds[finding.kind] = kinds.get(finding.kind, 0) + 1
+        out[name] = kinds
+    return out
+
+
+def print_forms(result: dict[str, Any]) -> None:
+    base, now = result["baseline"], result["now"]
+    print(f"{'form':22} {'baseline caught/missed':>24} {'now caught/missed':>20}")
+    for form in now["forms"]:
+        b = base["forms"].get(form, {"caught": 0, "missed": 0})
+        n = now["forms"][form]
+        print(
+            f"{form:22} {b['caught']:>14} / {b['missed']:<7} {n['caught']:>11} / {n['missed']:<7}"
+        )
+    for name, row in (("baseline", base), ("now", now)):
+        rate = row["false_positives"] / row["benign"]
+        print(
+            f"{name:9} false positives {row['false_positives']} of {row['benign']} benign"
+            f" ({rate:.1%}) {row['false_positives_by_kind'] or ''}; {row['us_per_text']} us per"
+            f" labelled text, {row['message_p50_us']} us per 4,000-character message (p50)"
+        )
 
 
 async def migration(n: int) -> dict[str, Any]:
@@ -216,6 +314,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--randomness", action="store_true")
     parser.add_argument("--migration", type=int, default=0, metavar="N")
+    parser.add_argument("--forms", action="store_true")
+    parser.add_argument(
+        "--locomo", nargs="?", const="", default=None, metavar="DIR", help="LoCoMo's folder"
+    )
     args = parser.parse_args()
     find_secrets("warm up the detectors")  # detect-secrets is imported on first use
     assert all(not find_secrets(t) for t in TEXTS.values()), "a bench text holds a secret"
@@ -234,6 +336,10 @@ def main() -> None:
         results["randomness"] = randomness()
     if args.migration:
         results["migration"] = asyncio.run(migration(args.migration))
+    if args.forms:
+        results["forms"] = forms(args.repeat)
+    if args.locomo is not None:
+        results["locomo"] = locomo_false_positives(Path(args.locomo) if args.locomo else None)
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -246,6 +352,17 @@ def main() -> None:
     if args.randomness:
         for length, share in results["randomness"].items():
             print(f"random base64 of {length} characters caught: {share:.1%}")
+    if args.forms:
+        print_forms(results["forms"])
+    if args.locomo is not None:
+        lo = results["locomo"]
+        if lo is None:
+            print("LoCoMo: data absent, skipped (bench/locomo.py says where it goes)")
+        else:
+            print(
+                f"LoCoMo: findings in {lo['utterances']:,} utterances with no secret:"
+                f" baseline {lo['baseline'] or 0}, now {lo['now'] or 0}"
+            )
     if args.migration:
         m = results["migration"]
         print(

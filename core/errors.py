@@ -30,6 +30,7 @@ Adapters catch ``SelfMindError`` at their edge and show ``str(error)`` (or
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 
@@ -103,12 +104,46 @@ class MemoryInputError(SelfMindError):
 
 class ImportFormatError(MemoryInputError):
     """A line of a JSON Lines import is malformed (or, ``secret``, carries a secret); nothing
-    was imported."""
+    was imported. ``problems`` is every bad line of the file as ``(line, reason, secret)``,
+    in order (one import run names them all); ``line`` and ``secret`` are the first's.
+    ``str()`` is ``line N: reason`` for one, and a count then one ``line N: reason`` line
+    each for several."""
 
-    def __init__(self, line: int, reason: str, *, secret: bool = False) -> None:
-        super().__init__(f"line {line}: {reason}")
+    def __init__(
+        self,
+        line: int,
+        reason: str,
+        *,
+        secret: bool = False,
+        problems: Sequence[tuple[int, str, bool]] = (),
+    ) -> None:
+        found = tuple(problems) or ((line, reason, secret),)
+        if len(found) == 1:
+            message = f"line {line}: {reason}"
+        else:
+            message = f"{len(found)} lines cannot be imported, so nothing was:" + "".join(
+                f"\n  line {n}: {why}" for n, why, _ in found
+            )
+        super().__init__(message)
         self.line = line
         self.secret = secret
+        self.problems = found
+
+    @classmethod
+    def of(cls, problems: Sequence[ImportFormatError]) -> ImportFormatError:
+        """One error naming every line of ``problems`` (each one line's error, in order)."""
+        first = problems[0]
+        return cls(
+            first.line,
+            first.reason,
+            secret=first.secret,
+            problems=[(p.line, p.reason, p.secret) for p in problems],
+        )
+
+    @property
+    def reason(self) -> str:
+        """The first bad line's reason, without its ``line N:``."""
+        return self.problems[0][1]
 
 
 class SecretInMemory(MemoryInputError):

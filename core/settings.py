@@ -101,6 +101,8 @@ class Settings(BaseSettings):
     file_max_mb: int = Field(default=20, ge=1, le=30)
     file_max_text_chars: int = Field(default=200_000, ge=1_000, le=2_000_000)
     file_download_timeout_s: float = Field(default=30.0, gt=0)
+    # a PDF's page count runs in a child process killed at this deadline (core/files/prepare.py)
+    file_parse_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # 100 MB: five files of the default 20 MB limit (three of the 30 MB maximum) held at
     # once, whatever the number of turns; bench/files.py measures what that costs.
     file_memory_mb: int = Field(default=100, ge=1, le=65_536)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image, PngImagePlugin
@@ -60,3 +61,27 @@ def store_files(db: Path) -> list[Path]:
 def grep_store(db: Path, needle: bytes) -> list[str]:
     """The store files (database, -wal, -shm) that contain ``needle``."""
     return [p.name for p in store_files(db) if needle in p.read_bytes()]
+
+
+def junk_pdf(size_bytes: int) -> bytes:
+    """A "PDF" that sends pypdf's repair into a long scan: objects opened and never closed,
+    and a ``startxref`` that points nowhere (about 0.4 s of CPU per MB here;
+    bench/pdf_bound.py times it)."""
+    return _filled(size_bytes, lambda i: b"%d 0 obj\n<<" % i)
+
+
+def _filled(size_bytes: int, unit: Callable[[int], bytes]) -> bytes:
+    """``%PDF-1.4``, ``unit(0)``, ``unit(1)``... to about ``size_bytes``, a dead
+    ``startxref``."""
+    parts, total, i = [b"%PDF-1.4\n"], 9, 0
+    while total < size_bytes:
+        parts.append(unit(i))
+        total += len(parts[-1])
+        i += 1
+    return b"".join(parts) + b"\nstartxref\n123456789\n%%EOF\n"
+
+
+def chain_pdf(size_bytes: int) -> bytes:
+    """Objects that name each other and no xref (a dead ``startxref``): pypdf's repair
+    parses each of them."""
+    return _filled(size_bytes, lambda i: b"%d 0 obj\n<< /Kids [%d 0 R] >>\nendobj\n" % (i, i + 1))

@@ -82,17 +82,18 @@ def is_bot_role(role: discord.Role, bot_id: int) -> bool:
 
 
 def message_text(message: discord.Message, *, bot_id: int) -> str:
-    """The message as the model reads it: mentions of the bot removed, other user, role and
-    channel mentions as ``@name`` / ``#name``. Attachments are files the core reads
+    """The message as the model reads it: mentions of the bot removed, other user mentions
+    kept as ``<@id>`` (how the prompt labels each person's lines,
+    :func:`core.chat.prompt.speaker`: a server nickname is no identity), role and channel
+    mentions as ``@name`` / ``#name``. Attachments are files the core reads
     (:mod:`bots.discord_bot.files`), named by their placeholders."""
-    users = {u.id: u.display_name for u in message.mentions}
     roles = {r.id: r for r in message.role_mentions}
     channels = {c.id: c.name for c in message.channel_mentions}
 
     def named(match: re.Match[str]) -> str:
         user, role, channel = match.groups()
         if user is not None:
-            return "" if int(user) == bot_id else f"@{users.get(int(user), 'someone')}"
+            return "" if int(user) == bot_id else f"<@{int(user)}>"
         if role is not None:
             found = roles.get(int(role))
             if found is not None and is_bot_role(found, bot_id):
@@ -260,12 +261,15 @@ async def referenced(message: discord.Message) -> discord.Message | None:
 
 
 def context_message(message: discord.Message, *, me: discord.abc.User) -> ContextMessage:
-    """An earlier platform message as stored context, under its author's own key."""
+    """An earlier platform message as stored context, under its author's own key; a bot's
+    or a webhook's under none (the prompt marks it as a bot's, its name as data: a webhook
+    picks any name and avatar per message)."""
     mine = message.author.id == me.id
+    machine = not mine and (message.author.bot or message.webhook_id is not None)
     return ContextMessage(
         text=message_text(message, bot_id=me.id),
         role="assistant" if mine else "user",
         author=None if mine else message.author.display_name,
-        user_key=None if mine else user_key_of(message.author),
+        user_key=None if mine or machine else user_key_of(message.author),
         sent_at=message.created_at,
     )

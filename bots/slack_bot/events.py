@@ -266,8 +266,13 @@ class SlackConversations:
         self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
         self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
-        self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>")
+        self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>[ \t]*")
         self._origins = file_origins(settings.slack_api_url)
+
+    def _without_mention(self, raw: str) -> str:
+        """``raw`` without the bot's mentions (and the spaces after each), its ends stripped:
+        line breaks, indentation and code blocks kept as the person wrote them."""
+        return self._mention.sub("", raw).strip()
 
     def parse(self, body: JsonDict) -> SlackMessage | None:
         """The user message in an ``event_callback`` body, or None when it is to be ignored
@@ -288,7 +293,7 @@ class SlackConversations:
         raw = str(event.get("text") or "")
         mentioned = kind == "app_mention" or self._mention.search(raw) is not None
         files = file_refs(event.get("files"), token=self.client.token or "", origins=self._origins)
-        text = " ".join(self._mention.sub("", raw).split()) or ("" if files else EMPTY_TEXT)
+        text = self._without_mention(raw) or ("" if files else EMPTY_TEXT)
         thread_ts = event.get("thread_ts")
         return SlackMessage(
             event_id=str(body.get("event_id") or f"{channel}-{ts}"),
@@ -566,7 +571,7 @@ class SlackConversations:
     def _context_message(self, team: str, m: JsonDict) -> ContextMessage | None:
         if m.get("subtype") not in (None, "bot_message", "thread_broadcast"):
             return None
-        text = " ".join(self._mention.sub("", str(m.get("text") or "")).split())
+        text = self._without_mention(str(m.get("text") or ""))
         if not text:
             return None
         sent_at = slack_time(str(m["ts"]))

@@ -8,9 +8,12 @@ file 0600, in prompt_toolkit's ``FileHistory`` format (``# time`` then ``+line``
 Forgetting reaches it, for that user only:
 
 - ``/forget ID`` in the chat and ``selfmind memories forget ID`` remove every entry that
-  holds the forgotten memory's text (:func:`carries`: the text as ``/remember`` typed it,
-  compared case- and space-insensitively); a memory learned by reflection is reworded
-  from the message, so the message's entry is not found that way (``/forget all`` is);
+  holds the forgotten memory's text (:func:`carries`: compared case- and
+  space-insensitively), and every ``/remember TEXT`` entry whose TEXT ``/remember`` would
+  store as that memory, whatever its wording ("/remember my bike is a red Brompton" for
+  "The user's bike is a red Brompton.", :func:`core.memory.service.remembered_text`); a
+  memory learned by reflection is reworded from the message by Claude, so the message's
+  entry is not found that way (``/forget all`` is);
 - ``/forget all`` and ``selfmind memories forget --all`` remove the user's file.
 
 A file is rewritten in place (removed bytes overwritten with zeros before the file is cut
@@ -26,8 +29,11 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
+from core.errors import MemoryInputError
+from core.memory.service import remembered_text
 from core.rules.text import clean_text, normalize
 
 HISTORY_DIR = "history"
@@ -75,9 +81,20 @@ def private_file(path: Path) -> None:
 
 def carries(entry: str, texts: Sequence[str]) -> bool:
     """Whether the history ``entry`` holds one of the memory ``texts`` (normalised: case,
-    spacing and control characters aside; :func:`core.rules.text.normalize`)."""
+    spacing and control characters aside; :func:`core.rules.text.normalize`), or is the
+    ``/remember`` that stored one of them in other words."""
     flat = normalize(clean_text(entry, keep_newlines=False))
-    return any(needle and needle in flat for needle in (normalize(t) for t in texts))
+    needles = [n for n in (normalize(t) for t in texts) if n]
+    if any(needle in flat for needle in needles):
+        return True
+    command, _, typed = clean_text(entry, keep_newlines=False).partition(" ")
+    if command.lower() != "/remember" or not typed.strip():
+        return False
+    try:  # as said with no date, and as said today (relative dates written out)
+        stored = {normalize(remembered_text(typed, today=day)) for day in (None, date.today())}
+    except MemoryInputError:  # too long, a supposition or a secret: nothing was stored
+        return False
+    return any(text in needles for text in stored)
 
 
 def _entries(data: str) -> list[tuple[list[str], list[str]]]:

@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from core.chat.controls import Controls
-from core.chat.prompt import history_messages, system_blocks
+from core.chat.prompt import history_messages, speaker, system_blocks
 from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.budget import Reservation
@@ -360,11 +360,14 @@ class TurnLoop:
             memory.question,
             len(history),
         )
+        shared = message.origin == "shared"
+        label = speaker(message.user_key, message.author) if shared else None
         system = system_blocks(
             memory,
             now=self.clock(),
             where=f"This is {message.where}.",
             user_name=message.author,
+            user_label=label,
         )
         holding = self.files.hold(message.files) if message.files else contextlib.nullcontext()
         async with holding as held:
@@ -379,8 +382,8 @@ class TurnLoop:
             messages = history_messages(
                 history,
                 current,
-                attribute=message.origin == "shared",
-                current_author=message.author,
+                attribute=shared,
+                current_author=label,
                 files=read.blocks,
             )
             del read

@@ -7,7 +7,9 @@ One rule for every adapter (:func:`fetch`):
   (nothing larger is ever held); the whole download, redirects included, has ``timeout_s``;
 - a download may reach only the ref's ``allowed_origins`` (``scheme://host:port``): a link
   elsewhere is not fetched, and a redirect elsewhere is not followed (the bearer token, sent
-  as ``Authorization: Bearer``, so never leaves them); at most :data:`MAX_REDIRECTS`;
+  as ``Authorization: Bearer``, so never leaves them); at most :data:`MAX_REDIRECTS`; a link
+  or redirect with user info (``http://x@host/``) or no valid address (port 99999) is
+  refused the same way (:func:`link_origin`);
 - a platform that answers a file download with a web page (Slack's sign-in page for a file
   the token cannot see) is refused, as are 401/403/404 and other statuses; nothing is
   retried.
@@ -48,6 +50,23 @@ def origin(url: str) -> str:
     return f"{scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
+_BAD_LINK = "its link is not a valid address, so I did not open it"
+
+
+def link_origin(url: str) -> str:
+    """:func:`origin` of a link from a message or a redirect, refused as a
+    :class:`FileProblem` when it has user info (``http://x@files.slack.com/...``: a
+    download never carries credentials but the platform's token) or is no valid address
+    (a port out of range or not a number, a malformed host)."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+            raise FileProblem(_BAD_LINK)
+        return origin(url)
+    except ValueError:
+        raise FileProblem(_BAD_LINK) from None
+
+
 def too_big(size: int, max_bytes: int) -> FileProblem:
     return FileProblem(
         f"it is {human_size(size)}, over my {human_size(max_bytes)} limit for a file"
@@ -73,6 +92,8 @@ async def fetch(
         raise FileProblem(f"the download took longer than {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise FileProblem(f"the download failed ({type(exc).__name__})") from None
+    except ValueError:  # aiohttp and yarl refuse some addresses with ValueError
+        raise FileProblem(_BAD_LINK) from None
 
 
 async def _download(
@@ -80,12 +101,12 @@ async def _download(
 ) -> bytearray:
     headers = {"Authorization": f"Bearer {ref.bearer}"} if ref.bearer else {}
     for _ in range(MAX_REDIRECTS + 1):
-        if origin(url) not in ref.allowed_origins:
+        if link_origin(url) not in ref.allowed_origins:
             raise FileProblem("its link is not on the platform's file host, so I did not open it")
         async with session.get(url, headers=headers, allow_redirects=False) as response:
             if response.status in _REDIRECTS and "Location" in response.headers:
                 target = urljoin(url, response.headers["Location"])
-                if origin(target) not in ref.allowed_origins:
+                if link_origin(target) not in ref.allowed_origins:
                     raise FileProblem("its download led to another site, so I did not follow it")
                 url = target
                 continue

@@ -10,7 +10,11 @@ The type comes from the bytes (:func:`sniff`), not from the name or the platform
   Claude sees is lost) and re-encoded (PNG, else JPEG when the PNG is still too big). Every
   image is decoded once, so a corrupt one is caught here, not by the API;
 - PDFs become ``document`` blocks; the API reads at most :data:`MAX_PDF_PAGES` pages and no
-  encrypted PDF (Anthropic PDF support docs): the pages are counted with pypdf;
+  encrypted PDF (Anthropic PDF support docs): the pages are counted with pypdf, in a child
+  process with a deadline (:mod:`core.files.pdf_pages`, ``pdf_timeout_s``): pypdf's repair
+  scan of a junk file can run for tens of seconds of CPU, which a thread cannot be stopped
+  in; the child is killed at the deadline and the file refused (its bytes then leave the
+  turn's memory budget like any refused file's);
 - text (plain, Markdown, CSV, JSON, source code, logs: :data:`core.files.refs.TEXT_EXTENSIONS`
   or a ``text/*`` type, and valid UTF-8) becomes a ``document`` block with a text source,
   its name as the title: the file stays apart from the person's words (a file that says
@@ -20,7 +24,7 @@ The type comes from the bytes (:func:`sniff`), not from the name or the platform
 
 Memory: an image or a PDF sent as it came keeps the downloaded bytes themselves in its
 block, once (base64 is made only as the request is sent, :mod:`core.model.body`); Pillow
-and pypdf read them through :func:`bytes_file`, not a copy.
+reads them through :func:`bytes_file`, not a copy (pypdf reads its copy in the child).
 
 Anything else raises :class:`core.files.fetch.FileProblem` with the reason. CPU-bound:
 call :func:`prepare` in a worker thread.
@@ -31,12 +35,15 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
+import json
+import signal
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
-from pypdf import PdfReader
-from pypdf.errors import PyPdfError
 
 from core.files.fetch import FileProblem
 from core.files.refs import IMAGE_TYPES, FileRef
@@ -138,15 +145,25 @@ class Prepared:
     note: str | None = None
 
 
+PDF_TIMEOUT_S = 10.0
+"""A PDF's page count may take this long (``SELFMIND_FILE_PARSE_TIMEOUT_S``): a real PDF of
+100 pages counts in well under a second (``bench/pdf_bound.py``)."""
+
+
 def prepare(
-    ref: FileRef, data: bytes | bytearray, *, max_side: int, max_text_chars: int
+    ref: FileRef,
+    data: bytes | bytearray,
+    *,
+    max_side: int,
+    max_text_chars: int,
+    pdf_timeout_s: float = PDF_TIMEOUT_S,
 ) -> Prepared:
     """What Claude reads of ``data`` (the bytes of ``ref``); raises ``FileProblem``."""
     found = sniff(data)
     if found in IMAGE_TYPES:
         return Prepared(_image(ref.name, data, found, max_side=max_side))
     if found == "application/pdf":
-        return Prepared(_pdf(ref.name, data))
+        return Prepared(_pdf(ref.name, data, timeout_s=pdf_timeout_s))
     refused = refused_type(ref, data)
     if refused is not None:
         raise FileProblem(refused)
@@ -235,27 +252,40 @@ def _has_alpha(image: Image.Image) -> bool:
     return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
-def _pdf(name: str, data: bytes | bytearray) -> FileBlock:
-    # pypdf reports what it repairs (strict=False) through logging, not warnings.
+_PDF_PAGES = str(Path(__file__).with_name("pdf_pages.py"))
+
+
+def pdf_pages(data: bytes | bytearray, *, timeout_s: float) -> int:
+    """The page count of the PDF ``data``, by pypdf in a child process
+    (:mod:`core.files.pdf_pages`) killed after ``timeout_s`` seconds; raises
+    ``FileProblem`` for a PDF that is encrypted, not readable, or not read in time."""
     try:
-        with bytes_file(data) as view:
-            reader = PdfReader(view, strict=False)
-            if reader.is_encrypted:
-                raise FileProblem("it is password-protected")
-            pages = len(reader.pages)
-            del reader
-    except FileProblem:
-        raise
-    except (
-        PyPdfError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        RecursionError,
-        Warning,
-    ) as exc:
-        raise FileProblem("it is not a readable PDF") from exc
+        done = subprocess.run(
+            [sys.executable, "-I", _PDF_PAGES, f"{timeout_s:g}"],
+            input=data,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise FileProblem(f"it took over {timeout_s:g} s to read, so I stopped") from None
+    except OSError as exc:  # no process could be started (out of memory, of processes)
+        raise FileProblem(f"it could not be read ({type(exc).__name__})") from None
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):  # its CPU cap: same deadline
+        raise FileProblem(f"it took over {timeout_s:g} s to read, so I stopped")
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:  # killed by its memory cap, or died: unreadable as far as we know
+        raise FileProblem("it is not a readable PDF") from None
+    if not isinstance(result, dict) or "pages" not in result:
+        raise FileProblem("it is not a readable PDF")
+    if result.get("encrypted"):
+        raise FileProblem("it is password-protected")
+    return int(result["pages"])
+
+
+def _pdf(name: str, data: bytes | bytearray, *, timeout_s: float) -> FileBlock:
+    pages = pdf_pages(data, timeout_s=timeout_s)
     if pages == 0:
         raise FileProblem("it is not a readable PDF (no pages)")
     if pages > MAX_PDF_PAGES:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -38,6 +39,7 @@ from core.files.prepare import (
     MAX_IMAGE_SIDE_MANY,
     MAX_MEDIA,
     MAX_REQUEST_BYTES,
+    PDF_TIMEOUT_S,
     REQUEST_RESERVE_BYTES,
     Prepared,
     prepare,
@@ -77,6 +79,15 @@ def gone_note(names: Sequence[str]) -> str:
     )
 
 
+MESSAGE_PARSE_FILES = 3
+"""A message's PDFs together may take this many times ``SELFMIND_FILE_PARSE_TIMEOUT_S`` to
+parse (each at most once that): ten junk PDFs in one message wait 30 s, not 100 s, before
+the answer (``bench/pdf_bound.py --ten``)."""
+MIN_PARSE_S = 0.5
+"""A file is not started with less parse time than this left of its message's."""
+_NO_TIME_LEFT = "the files before it took all the time I give one message's files"
+UNEXPECTED = "an unexpected error"
+"""What the note says of an error no rule above expected (its type is logged)."""
 _OVER_REQUEST = "it would pass the 32 MB Claude takes in one request (files and text together)"
 
 
@@ -91,10 +102,12 @@ class FileReader:
         max_text_chars: int,
         download_timeout_s: float,
         memory_bytes: int,
+        parse_timeout_s: float = PDF_TIMEOUT_S,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.max_text_chars = max_text_chars
         self.download_timeout_s = download_timeout_s
+        self.parse_timeout_s = parse_timeout_s
         self.budget = ByteBudget(memory_bytes)
 
     @classmethod
@@ -104,6 +117,7 @@ class FileReader:
             max_text_chars=settings.file_max_text_chars,
             download_timeout_s=settings.file_download_timeout_s,
             memory_bytes=settings.file_memory_mb * 1024 * 1024,
+            parse_timeout_s=settings.file_parse_timeout_s,
         )
 
     def refusal(self, ref: FileRef, head: bytes | bytearray, *, attached: int = 0) -> str | None:
@@ -158,11 +172,14 @@ class FileReader:
         images_like = sum(1 for r in refs if r.kind in ("image", "file"))
         max_side = MAX_IMAGE_SIDE_MANY if images_like > MANY_IMAGES else MAX_IMAGE_SIDE
         budget = MAX_REQUEST_BYTES - REQUEST_RESERVE_BYTES
+        parsing = [MESSAGE_PARSE_FILES * self.parse_timeout_s]  # seconds left to parse
         async with aiohttp.ClientSession() as session:
             for ref in refs:
                 try:
+                    if parsing[0] < MIN_PARSE_S:
+                        raise FileProblem(_NO_TIME_LEFT)
                     prepared = await self._read_one(
-                        ref, session=session, max_side=max_side, budget=budget
+                        ref, session=session, max_side=max_side, budget=budget, parsing=parsing
                     )
                     cost = request_bytes(prepared.block)
                     if cost > budget:
@@ -172,6 +189,11 @@ class FileReader:
                     notes.append(not_read(ref.name, problem.reason))
                     _drop_frames(problem)
                     continue
+                except Exception as exc:  # a bug or a library's surprise: still one note
+                    logger.warning("file not read (%s): %s", ref.kind, type(exc).__name__)
+                    notes.append(not_read(ref.name, f"it could not be read ({UNEXPECTED})"))
+                    _drop_frames(exc)
+                    continue
                 budget -= cost
                 blocks.append(prepared.block)
                 if prepared.note:
@@ -180,11 +202,19 @@ class FileReader:
         return ReadFiles(tuple(blocks), tuple(notes))
 
     async def _read_one(
-        self, ref: FileRef, *, session: aiohttp.ClientSession, max_side: int, budget: int
+        self,
+        ref: FileRef,
+        *,
+        session: aiohttp.ClientSession,
+        max_side: int,
+        budget: int,
+        parsing: list[float],
     ) -> Prepared:
         """Fetch and prepare one file. Its bytes live in this frame, which a refused file's
         traceback holds: dropped here, and the traceback's other frames cleared by
-        :func:`_drop_frames`, they go at once, not when the garbage collector runs."""
+        :func:`_drop_frames`, they go at once, not when the garbage collector runs.
+        ``parsing[0]``: the seconds the message's files may still spend being parsed (this
+        one at most ``parse_timeout_s`` of them), less what this one spent."""
         max_bytes = self.max_file_bytes
         if ref.kind == "pdf":  # sent as is: its base64 must fit the request
             max_bytes = min(max_bytes, (budget - 200) * 3 // 4)
@@ -193,12 +223,19 @@ class FileReader:
         data = await fetch(
             ref, session=session, max_bytes=max_bytes, timeout_s=self.download_timeout_s
         )
+        started = time.monotonic()
         try:
             return await asyncio.to_thread(
-                prepare, ref, data, max_side=max_side, max_text_chars=self.max_text_chars
+                prepare,
+                ref,
+                data,
+                max_side=max_side,
+                max_text_chars=self.max_text_chars,
+                pdf_timeout_s=min(self.parse_timeout_s, parsing[0]),
             )
         finally:
             del data
+            parsing[0] -= time.monotonic() - started
 
 
 def _drop_frames(error: BaseException) -> None:

@@ -9,12 +9,12 @@ reflection see, is the message text followed by one placeholder line per file
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from core.rules.placeholders import split_placeholders
 from core.rules.text import clean_text
 
 FileKind = Literal["image", "pdf", "text", "file"]
@@ -110,11 +110,6 @@ def placeholder(ref: FileRef) -> str:
     return f"[{ref.kind}: {ref.name}{size}]"
 
 
-_PLACEHOLDER = re.compile(
-    r"^\[(image|pdf|text|file): ([^\[\]\n]+?)(?:, [0-9.]+ (?:bytes?|KB|MB))?\]$"
-)
-
-
 def with_placeholders(text: str, files: Sequence[FileRef]) -> str:
     """``text`` and one placeholder line per file (what the store keeps)."""
     lines = [placeholder(f) for f in files]
@@ -124,10 +119,4 @@ def with_placeholders(text: str, files: Sequence[FileRef]) -> str:
 def placeholder_names(text: str) -> list[str]:
     """The file names of the placeholder lines that end ``text`` (a stored message), in
     order; empty when it ends with none."""
-    names: list[str] = []
-    for line in reversed(text.splitlines()):
-        match = _PLACEHOLDER.match(line.strip())
-        if match is None:
-            break
-        names.append(match.group(2))
-    return names[::-1]
+    return [name for _, name in split_placeholders(text)[1]]

@@ -125,6 +125,14 @@ def offline_memory(cleaned: str, *, today: date | None) -> Worded:
     return Worded(text, found.about, valid_from, valid_until, kind, category)
 
 
+def remembered_text(text: str, *, today: date | None = None) -> str:
+    """What ``/remember TEXT`` stores when said on ``today``: ``text`` cleaned
+    (:func:`clean_memory_text`, which raises as it does) and worded by
+    :func:`offline_memory`. The one rule, so whoever holds the typed words (the terminal's
+    input history) can tell the memory they became."""
+    return offline_memory(clean_memory_text(text), today=today).text
+
+
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
     ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
@@ -577,10 +585,11 @@ class MemoryService:
     ) -> ImportResult:
         """Import JSON Lines: the whole file is validated before anything is written.
 
-        A malformed line raises ``ImportFormatError`` naming its number and nothing is
-        written. Each line is deduped (:class:`core.rules.dedupe.Deduper`, every candidate of its
-        Jaccard screen found by :class:`core.rules.dedupe_index.DedupeIndex`) against the user's
-        stored memories and the lines before it. The new ones go in ``IMPORT_BATCH`` at a
+        Malformed lines raise one ``ImportFormatError`` naming every one of them (its
+        ``problems``, each line's number and reason) and nothing is written. Each line is
+        deduped (:class:`core.rules.dedupe.Deduper`, every candidate of its Jaccard screen
+        found by :class:`core.rules.dedupe_index.DedupeIndex`) against the user's stored
+        memories and the lines before it. The new ones go in ``IMPORT_BATCH`` at a
         time, each batch its own short transaction with a pause after it
         (:data:`IMPORT_PAUSE_S`), so a bot sharing the database keeps answering;
         ``progress(done, total)`` is called after each batch (``total`` = the new memories).
@@ -588,18 +597,23 @@ class MemoryService:
         same file again adds only the rest (they are duplicates).
         """
         memories = []
+        problems: list[ImportFormatError] = []
         for number, raw in enumerate(lines, start=1):
             if number > MAX_IMPORT_LINES:
-                raise ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines")
+                problems.append(ImportFormatError(number, f"more than {MAX_IMPORT_LINES} lines"))
+                break
             try:
                 parsed = parse_import_line(raw, number)
             except ImportFormatError as exc:
                 if exc.secret:
                     logger.info("import refused: user=%s line=%s secret", user_key, number)
                     self.metrics.secrets_refused("import")
-                raise
+                problems.append(exc)
+                continue
             if parsed is not None:
                 memories.append(parsed)
+        if problems:
+            raise ImportFormatError.of(problems)
         if not memories:
             return ImportResult(added=0, duplicates=0)
         # Dedupe in memory against the stored memories and the lines before (all candidates

@@ -18,7 +18,10 @@ already retried 408/409/429/5xx ``max_retries`` times, obeying ``retry-after``:
 ==========================================  ======================================================
 401/403 (``AuthenticationError``...)        "The API key was refused; an admin must fix
                                             ANTHROPIC_API_KEY."
-429, or an in-stream ``rate_limit_error``   "Claude is rate-limiting us, try again shortly."
+429, or an in-stream ``rate_limit_error``   "Claude's rate limit for this bot was reached; try
+                                            again in 40 seconds." (when from ``retry-after``
+                                            or the ``anthropic-ratelimit-*-reset`` headers;
+                                            "in a minute" when none says)
 529, or an in-stream ``overloaded_error``   "Claude is overloaded, try again in a minute."
 other 5xx, or an in-stream ``api_error``    "Claude had an internal error, try again in a minute."
 400 and other statuses                      "Claude refused the request."
@@ -39,10 +42,14 @@ answer text only at DEBUG; never the API key.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import math
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
 import pydantic
@@ -609,7 +616,7 @@ def _validation_summary(exc: pydantic.ValidationError, *, stop_reason: str | Non
 
 
 _OVERLOADED = "Claude is overloaded, try again in a minute."
-_RATE_LIMITED = "Claude is rate-limiting us, try again shortly."
+_RATE_LIMITED = "Claude's rate limit for this bot was reached; try again {when}."
 _INTERNAL = "Claude had an internal error, try again in a minute."
 _REFUSED_KEY = "The API key was refused; an admin must fix ANTHROPIC_API_KEY."
 _REFUSED = "Claude refused the request."
@@ -624,7 +631,9 @@ def _model_error(exc: anthropic.APIError, *, call: str) -> ModelError:
     elif isinstance(exc, anthropic.APIConnectionError):
         user_message = "I can't reach Claude right now."
     elif isinstance(exc, anthropic.APIStatusError):
-        user_message = _status_message(exc.status_code, exc.type)
+        user_message = _status_message(
+            exc.status_code, exc.type, retry_after_s(exc.response.headers)
+        )
     else:
         user_message = _INTERNAL
     status = getattr(exc, "status_code", None)
@@ -638,7 +647,12 @@ def _model_error(exc: anthropic.APIError, *, call: str) -> ModelError:
         request_id,
     )
     detail = f"{call}: {type(exc).__name__} status={status} request_id={request_id}"
-    return ModelError(detail, user_message=user_message, retryable=_retryable(status))
+    retryable = _retryable(status) or getattr(exc, "type", None) in _RETRYABLE_TYPES
+    return ModelError(detail, user_message=user_message, retryable=retryable)
+
+
+_RETRYABLE_TYPES = ("rate_limit_error", "overloaded_error", "api_error")
+"""In-stream errors (they arrive on a 200 response) that a later request may not meet."""
 
 
 def _retryable(status: int | None) -> bool:
@@ -648,11 +662,52 @@ def _retryable(status: int | None) -> bool:
     return status is None or status in (408, 409, 429) or status >= 500
 
 
-def _status_message(status: int, error_type: str | None) -> str:
+def retry_after_s(
+    headers: Mapping[str, str] | None, *, now: datetime | None = None
+) -> float | None:
+    """Seconds until a rate-limited request may be sent again, from the response's headers:
+    ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), else the soonest
+    ``anthropic-ratelimit-*-reset`` (RFC 3339, Anthropic's rate limits page); None when
+    none is there or readable (an in-stream error has no headers of its own)."""
+    if headers is None:
+        return None
+    now = now or datetime.now(UTC)
+    try:
+        if "retry-after-ms" in headers:
+            return max(float(headers["retry-after-ms"]) / 1000, 0.0)
+        if "retry-after" in headers:
+            value = headers["retry-after"]
+            try:
+                return max(float(value), 0.0)
+            except ValueError:
+                return max((parsedate_to_datetime(value) - now).total_seconds(), 0.0)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    resets = []
+    for name, value in headers.items():
+        if name.lower().startswith("anthropic-ratelimit-") and name.lower().endswith("-reset"):
+            with contextlib.suppress(ValueError):
+                resets.append((datetime.fromisoformat(value) - now).total_seconds())
+    return max(min(resets), 0.0) if resets else None
+
+
+def _in(seconds: float | None) -> str:
+    """When to try again, in words: "in 40 seconds", "in 3 minutes", "in a minute" when
+    unknown."""
+    if seconds is None:
+        return "in a minute"
+    if seconds < 60:
+        whole = max(math.ceil(seconds), 1)
+        return f"in {whole} second{'' if whole == 1 else 's'}"
+    minutes = math.ceil(seconds / 60)
+    return f"in {minutes} minute{'' if minutes == 1 else 's'}"
+
+
+def _status_message(status: int, error_type: str | None, wait_s: float | None = None) -> str:
     if status in (401, 403) or error_type in ("authentication_error", "permission_error"):
         return _REFUSED_KEY
     if status == 429 or error_type == "rate_limit_error":
-        return _RATE_LIMITED
+        return _RATE_LIMITED.format(when=_in(wait_s))
     if status == 529 or error_type == "overloaded_error":
         return _OVERLOADED
     if status >= 500 or error_type == "api_error":

@@ -122,3 +122,14 @@ REDACT_SECRETS = Effect(
     count=_count_secrets,
 )
 """SQLite ``m014_redact_secrets``, PostgreSQL ``m012_redact_secrets``."""
+
+REDACT_SECRET_FORMS = Effect(
+    verb="erase",
+    done="erased",
+    why="memories holding a secret the check learned later (a card number, IBAN, SSN, 2FA"
+    " backup codes or seed, a password without a colon) are erased as /forget erases one;"
+    " such secrets in stored chat messages are redacted",
+    count=_count_secrets,
+)
+"""SQLite ``m020_redact_secret_forms``, PostgreSQL ``m017_redact_secret_forms``: the same
+repair with the check of issue 36."""

@@ -24,7 +24,11 @@ import asyncpg
 
 from core.store.effects import Change, Effect
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
-from core.store.secret_repair import REDACT_SECRETS, redact_stored_secrets
+from core.store.secret_repair import (
+    REDACT_SECRET_FORMS,
+    REDACT_SECRETS,
+    redact_stored_secrets,
+)
 from core.store.text_repair import CLEAN_TEXT, clean_stored_text
 
 M001_MEMORIES = """
@@ -339,6 +343,15 @@ ALTER TABLE memories ADD COLUMN valid_from date;
 ALTER TABLE memories ADD COLUMN valid_until date;
 """
 
+
+async def m017_redact_secret_forms(conn: asyncpg.Connection) -> Change:
+    """m012 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
+    and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
+    2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
+    user name and Slack tokens split by spaces. Counts logged, never text."""
+    return await m012_redact_secrets(conn)
+
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
 :class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
@@ -357,6 +370,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (17, "m017_redact_secret_forms", m017_redact_secret_forms),
     (19, "m019_memory_about_dates", M019_MEMORY_ABOUT_DATES),
 ]
 
@@ -364,6 +378,7 @@ EFFECTS: dict[str, Effect] = {
     "m006_clean_text": CLEAN_TEXT,
     "m010_label_remembered": LABEL_REMEMBERED,
     "m012_redact_secrets": REDACT_SECRETS,
+    "m017_redact_secret_forms": REDACT_SECRET_FORMS,
 }
 """The migrations that change or remove stored memories, and what each says before it runs
 and after (:mod:`core.store.effects`). A new one that does adds its row here."""

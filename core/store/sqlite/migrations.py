@@ -18,7 +18,11 @@ import aiosqlite
 
 from core.store.effects import Change, Effect
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
-from core.store.secret_repair import REDACT_SECRETS, redact_stored_secrets
+from core.store.secret_repair import (
+    REDACT_SECRET_FORMS,
+    REDACT_SECRETS,
+    redact_stored_secrets,
+)
 from core.store.text_repair import CLEAN_TEXT, clean_stored_text
 
 M001_INITIAL = """
@@ -526,6 +530,14 @@ ALTER TABLE memories ADD COLUMN valid_until TEXT;
 """
 
 
+async def m020_redact_secret_forms(conn: aiosqlite.Connection) -> Change:
+    """m014 again with the secret check of issue 36 (:mod:`core.rules.secrets`): memories
+    and messages stored before it learned card numbers (Luhn), card codes, IBANs, US SSNs,
+    2FA backup codes and TOTP seeds, passwords without a colon, URL credentials without a
+    user name and Slack tokens split by spaces. Counts logged, never text."""
+    return await m014_redact_secrets(conn)
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
 :class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
@@ -547,6 +559,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (20, "m020_redact_secret_forms", m020_redact_secret_forms),
     (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
 ]
 
@@ -554,6 +567,7 @@ EFFECTS: dict[str, Effect] = {
     "m007_clean_text": CLEAN_TEXT,
     "m012_label_remembered": LABEL_REMEMBERED,
     "m014_redact_secrets": REDACT_SECRETS,
+    "m020_redact_secret_forms": REDACT_SECRET_FORMS,
 }
 """The migrations that change or remove stored memories, and what each says before it runs
 and after (:mod:`core.store.effects`). A new one that does adds its row here."""

@@ -50,7 +50,7 @@ async def test_attachments_reach_claude_and_only_placeholders_are_kept(w: World)
         "[text",
     ]
     extract = str(w.claude.requests_of("extract")[-1].body["messages"])
-    assert "[pdf: paper.pdf," in extract and MARKER not in extract
+    assert '"name": "paper.pdf"' in extract and MARKER not in extract
     assert grep_store(w.db, MARKER.encode()) == []
 
 

@@ -92,11 +92,13 @@ async def test_preference_recalled_after_restart_for_its_user_only(tmp_path: Pat
         # After the restart, Alice in the server: her preference, not what she said in a DM.
         alice_in_server = memory_block(w, 2)
         assert PREFERENCE in alice_in_server and DOG not in alice_in_server
-        assert chat_messages(w, 2) == [("user", f"[Alice] {question}")]  # from memory, not history
+        assert chat_messages(w, 2) == [
+            ("user", f"[<@{w.alice.id}>] {question}")
+        ]  # from memory, not history
         # Bob asks the same: none of Alice's memories.
         bob_in_server = memory_block(w, 3)
         assert PREFERENCE not in bob_in_server and DOG not in bob_in_server
-        assert chat_messages(w, 3) == [("user", f"[Bob] {question}")]
+        assert chat_messages(w, 3) == [("user", f"[<@{w.bob.id}>] {question}")]
         # Alice in her DM: the DM-learned memory is recalled there.
         assert DOG in memory_block(w, 4)
         assert w.bot_texts(channel)[-2:] == ["- Pixel? I can't say.", "- No idea."]

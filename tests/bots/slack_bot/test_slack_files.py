@@ -96,7 +96,7 @@ async def test_a_dm_with_files_is_answered_with_them_and_keeps_only_placeholders
             f"[text: notes.md, {len(made['notes.md'])} bytes]",
         ]
         extract = str(claude.requests_of("extract")[-1].body["messages"])
-        assert "[image: screenshot.png," in extract and MARKER not in extract
+        assert '"name": "screenshot.png"' in extract and MARKER not in extract
         assert grep_store(db, MARKER.encode()) == []
     assert grep_store(db, MARKER.encode()) == []
 

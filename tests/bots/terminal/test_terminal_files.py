@@ -50,7 +50,7 @@ async def test_attach_sends_files_with_the_next_message_only(tmp_path: Path) -> 
     assert base64.b64decode(spec["source"]["data"]) == made["spec.pdf"]
     assert data["source"]["data"] == made["data.csv"].decode()
     assert isinstance(without.body["messages"][-1]["content"], str)  # attachments went once
-    assert "[pdf: spec.pdf," in extract and MARKER not in extract
+    assert '"name": "spec.pdf"' in extract and MARKER not in extract
 
 
 async def test_attach_refuses_at_once_what_would_never_be_sent(tmp_path: Path) -> None:

@@ -128,3 +128,23 @@ def test_forget_reaches_only_the_users_own_history(
     cli(db_url, "memories", "remember", "--user", "bob", "The user rows.")
     cli(db_url, "memories", "forget", "--user", "bob", "--all", "--yes")
     assert not bob.exists() and entries(alice) == ["later"]
+
+
+def test_forget_removes_the_remember_that_stored_it_in_other_words(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/remember my bike is a red Brompton`` stores "The user's bike is a red Brompton.":
+    ``/forget`` of that memory takes the typed line out of the history too, whatever
+    wording ``/remember`` stored (and only that line)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    path = history_file(terminal_folder(db_url), "cli:alice")
+    typed(path, "/remember my bike is a red Brompton", "/remember I prefer tea", "hello")
+    out = cli(db_url, "chat", "--user", "alice", stdin="/remember my bike is a red Brompton\n")
+    [bike] = re.findall(r"Remembered \(#(\d+)\)", out)
+    assert "The user's bike is a red Brompton." in out  # stored in other words
+    cli(db_url, "chat", "--user", "alice", stdin=f"/forget {bike}\n")
+    assert entries(path) == ["/remember I prefer tea", "hello"]
+    assert "Brompton" not in path.read_text()
+    assert carries("/REMEMBER   my bike is a red  Brompton", ["The user's bike is a red Brompton."])
+    assert not carries("/remember my bike is blue", ["The user's bike is a red Brompton."])

@@ -22,10 +22,11 @@ from PIL import Image
 
 from core.files import FileReader, FileRef, placeholder, placeholder_names, with_placeholders
 from core.files.fetch import FileProblem, fetch, origin
-from core.files.prepare import MAX_IMAGE_BASE64_BYTES, prepare
+from core.files.prepare import MAX_IMAGE_BASE64_BYTES, pdf_pages, prepare
+from core.files.reader import held_bytes
 from core.model.body import base64_size
 from core.model.claude import FileBlock
-from tests.files_helpers import image_bytes, pdf, png
+from tests.files_helpers import image_bytes, junk_pdf, pdf, png
 
 KB = 1024
 
@@ -76,6 +77,12 @@ async def host() -> AsyncIterator[str]:
     async def elsewhere(request: web.Request) -> web.Response:
         raise web.HTTPFound("http://127.0.0.2:9/steal")
 
+    async def to_userinfo(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"http://x@{request.host}/ok")
+
+    async def to_bad_port(request: web.Request) -> web.Response:
+        return web.Response(status=302, headers={"Location": "http://127.0.0.1:99999/ok"})
+
     async def status(request: web.Request) -> web.Response:
         return web.Response(status=int(request.match_info["code"]))
 
@@ -97,6 +104,8 @@ async def host() -> AsyncIterator[str]:
     app.router.add_get("/ok", ok)
     app.router.add_get("/same", same)
     app.router.add_get("/elsewhere", elsewhere)
+    app.router.add_get("/to-userinfo", to_userinfo)
+    app.router.add_get("/to-bad-port", to_bad_port)
     app.router.add_get("/status/{code}", status)
     app.router.add_get("/page", page)
     app.router.add_get("/endless", endless)
@@ -157,6 +166,58 @@ async def test_download_never_leaves_the_allowed_origins_and_times_out(host: str
         await _get(f"{host}/ok", origins=frozenset({"https://files.slack.com:443"}))
     with pytest.raises(FileProblem, match=r"longer than 0\.2 s"):
         await _get(f"{host}/slow", timeout_s=0.2)
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "http://x@{hostport}/ok",
+        "http://user:pw@{hostport}/ok",
+        "http://127.0.0.1:99999/ok",
+        "http://127.0.0.1:port/ok",
+        "http://[::1/ok",
+        "{host}/to-userinfo",
+        "{host}/to-bad-port",
+    ],
+)
+async def test_a_link_with_user_info_or_a_bad_port_is_a_file_problem(host: str, link: str) -> None:
+    """Never a ValueError out of fetch: the link (or a redirect to one) is refused with the
+    one sentence, and the token goes nowhere."""
+    url = link.format(host=host, hostport=host.removeprefix("http://"))
+    with pytest.raises(FileProblem, match="its link is not a valid address"):
+        await _get(url, origins=frozenset({origin(host)}))
+    assert SEEN == []
+
+
+async def test_every_error_of_a_file_ends_in_its_note_and_the_rest_is_read(
+    host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad link, and a parser raising what no rule expects, each end in one note; the
+    other files are read all the same."""
+    allowed = frozenset({origin(host)})
+    refs = [
+        FileRef("a.txt", url=f"{host}/ok", allowed_origins=allowed),
+        FileRef("b.txt", url="http://x@files.slack.com/b.txt", allowed_origins=allowed),
+        FileRef("c.txt", url=f"{host}/to-bad-port", allowed_origins=allowed),
+        FileRef("d.txt", url=f"{host}/ok", allowed_origins=allowed),
+    ]
+    reader = FileReader(
+        max_file_bytes=1 << 20, max_text_chars=1000, download_timeout_s=5, memory_bytes=1 << 24
+    )
+    read = await reader.read(refs)
+    assert [b.name for b in read.blocks] == ["a.txt", "d.txt"]
+    assert read.notes == (
+        "I couldn't read b.txt: its link is not a valid address, so I did not open it.",
+        "I couldn't read c.txt: its link is not a valid address, so I did not open it.",
+    )
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a parser's surprise")
+
+    monkeypatch.setattr("core.files.reader.prepare", broken)
+    read = await reader.read(refs[:1])
+    assert read.blocks == ()
+    assert read.notes == ("I couldn't read a.txt: it could not be read (an unexpected error).",)
 
 
 async def test_declared_size_is_refused_before_any_download(host: str) -> None:
@@ -372,3 +433,67 @@ def test_images_are_decoded_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> No
         )
     assert len(done) == 8 and all(p.block is not None for p in done)
     assert most == 1
+
+
+async def test_a_junk_pdf_is_stopped_at_its_deadline_and_its_budget_given_back(
+    tmp_path: Path,
+) -> None:
+    """pypdf's repair scan of a junk file runs in a child killed at the deadline: the file
+    gets its note, the budget it held is given back, the other PDF is read."""
+    (tmp_path / "junk.pdf").write_bytes(junk_pdf(10 << 20))  # about 4 s of CPU
+    (tmp_path / "good.pdf").write_bytes(pdf(2))
+    refs = [
+        FileRef(n, size=(tmp_path / n).stat().st_size, path=str(tmp_path / n))
+        for n in ("junk.pdf", "good.pdf")
+    ]
+    reader = FileReader(
+        max_file_bytes=20 << 20,
+        max_text_chars=1000,
+        download_timeout_s=5,
+        memory_bytes=64 << 20,
+        parse_timeout_s=1.5,
+    )
+    started = time.monotonic()
+    async with reader.hold(refs) as held:
+        assert reader.budget.used_bytes == sum(r.size or 0 for r in refs)
+        read = await reader.read(refs, held=held)
+        assert [b.name for b in read.blocks] == ["good.pdf"]
+        assert reader.budget.used_bytes == held_bytes(read.blocks[0])  # the junk's went
+    assert reader.budget.used_bytes == 0
+    assert time.monotonic() - started < 6  # the deadline, not the scan
+    assert read.notes == ("I couldn't read junk.pdf: it took over 1.5 s to read, so I stopped.",)
+
+
+async def test_a_messages_files_share_a_parse_time(tmp_path: Path) -> None:
+    """Each junk PDF stops at the deadline, and a message's files together at three times
+    it: the fourth is not started (ten junk files wait 30 s, not 100 s)."""
+    (tmp_path / "junk.pdf").write_bytes(junk_pdf(10 << 20))
+    size = (tmp_path / "junk.pdf").stat().st_size
+    refs = [FileRef(f"junk{i}.pdf", size=size, path=str(tmp_path / "junk.pdf")) for i in range(4)]
+    reader = FileReader(
+        max_file_bytes=20 << 20,
+        max_text_chars=1000,
+        download_timeout_s=5,
+        memory_bytes=64 << 20,
+        parse_timeout_s=0.7,
+    )
+    read = await reader.read(refs)
+    assert read.blocks == ()
+    assert read.notes[-1] == (
+        "I couldn't read junk3.pdf: the files before it took all the time I give one "
+        "message's files."
+    )
+    assert all("took over 0.7 s" in note for note in read.notes[:2])
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"%PDF-1.4\n" + bytes(range(256)) * 40, "it is not a readable PDF"),
+        (b"", "it is not a readable PDF"),
+    ],
+)
+def test_the_page_count_child_refuses_what_it_cannot_read(data: bytes, reason: str) -> None:
+    with pytest.raises(FileProblem, match=re.escape(reason)):
+        pdf_pages(data, timeout_s=10)
+    assert pdf_pages(pdf(3), timeout_s=10) == 3

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 
 import pytest
 
 from core.errors import ImportFormatError, SecretInMemory
 from core.memory.cleanup import PlanOperation, PlanOutput, check_plan
+from core.memory.reflection import screen_text
 from core.memory.service import MemoryService
 from core.metrics import Metrics
 from core.types import Memory, utcnow
@@ -83,6 +85,69 @@ async def test_import_refuses_the_whole_file_naming_the_line(service: MemoryServ
     assert await service.count(user_key=ALICE) == 0  # not even line 1
     assert await service.store.users(user_key=ALICE) == []
     assert refused(metrics, "import") == 1
+
+
+async def test_import_names_every_problem_line_in_one_run(service: MemoryService) -> None:
+    service.metrics = metrics = Metrics.create()
+    lines = [
+        json.dumps({"text": "The user drinks green tea."}),
+        json.dumps({"text": "The user's card is 4111 1111 1111 1111."}),
+        json.dumps({"text": "The user's IBAN is DE89 3704 0044 0532 0130 00."}),
+        "not json",
+        json.dumps({"text": "The user's password, hunter2, expires soon."}),
+        json.dumps({"text": "The user's cache is redis://:hunter2@cache:6379/0."}),
+        json.dumps({"text": "The user's SSN is 536-22-1234."}),
+        json.dumps({"text": "The user lives in Oslo."}),
+    ]
+    with pytest.raises(ImportFormatError) as caught:
+        await service.import_lines(user_key=ALICE, lines=lines)
+    error = caught.value
+    assert [n for n, _, _ in error.problems] == [2, 3, 4, 5, 6, 7]
+    assert [secret for _, _, secret in error.problems] == [True, True, False, True, True, True]
+    assert error.line == 2 and error.secret
+    assert str(error).splitlines() == [
+        "6 lines cannot be imported, so nothing was:",
+        "  line 2: it holds a payment card number; secrets are never stored as memories",
+        "  line 3: it holds a bank account number (IBAN); secrets are never stored as memories",
+        "  line 4: not JSON (Expecting value)",
+        "  line 5: it holds a password; secrets are never stored as memories",
+        "  line 6: it holds a password in a URL; secrets are never stored as memories",
+        "  line 7: it holds a US Social Security number; secrets are never stored as memories",
+    ]
+    assert "hunter2" not in str(error) and "4111" not in str(error)
+    assert await service.count(user_key=ALICE) == 0
+    assert refused(metrics, "import") == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("The user's card is 4111 1111 1111 1111.", "a payment card number"),
+        ("The user's card is 4532015112830366 exp 12/27.", "a payment card number"),
+        ("The user's card CVV is 737.", "a card security code"),
+        ("The user's router password admin123 is on a sticker.", "a password"),
+        ('The user\'s wifi password "blue-moon-77" is shared.', "a password"),
+        ("The user's password, hunter2, expires soon.", "a password"),
+        ("The user's cache is redis://:hunter2@cache:6379/0.", "a password in a URL"),
+        (
+            "The bot token is xoxb- 1234567890 - 1234567890123 - abcdefghijklmnopqrstuvwx.",
+            "a Slack token",
+        ),
+        ("The user's 2FA backup codes are 1234-5678 2345-6789.", "two-factor backup codes"),
+        ("The user's TOTP seed is JBSWY3DPEHPK3PXP.", "a two-factor (TOTP) seed"),
+        ("The user's IBAN is GB82WEST12345698765432.", "a bank account number (IBAN)"),
+        ("The user's SSN is 536-22-1234.", "a US Social Security number"),
+    ],
+)
+async def test_remember_refuses_each_form_of_issue_36(
+    service: MemoryService, text: str, named: str
+) -> None:
+    with pytest.raises(SecretInMemory, match=f"^That looks like {re.escape(named)}, "):
+        await service.remember(user_key=ALICE, text=text)
+    assert await service.count(user_key=ALICE) == 0
+    # a reflection candidate meets the same gate (screen_text calls clean_memory_text)
+    with pytest.raises(SecretInMemory):
+        screen_text(text)
 
 
 async def test_a_reflection_drops_a_secret_and_the_answered_message_is_redacted(

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +19,14 @@ from pydantic import BaseModel, Field
 
 import core.model.claude
 from core.errors import ConfigError, MalformedOutput, ModelError, StreamCutError
-from core.model.claude import AnswerStream, ChatMessage, ClaudeChatModel, SystemBlock, Usage
+from core.model.claude import (
+    AnswerStream,
+    ChatMessage,
+    ClaudeChatModel,
+    SystemBlock,
+    Usage,
+    retry_after_s,
+)
 from core.settings import Settings
 from tests.fakes.anthropic_server import (
     REFUSED_SCHEMA_KEYWORDS,
@@ -189,7 +197,10 @@ async def test_rate_limit_is_retried_by_the_sdk(
     ("fault", "user_message"),
     [
         (overloaded(retry_after_s=0.01), "Claude is overloaded, try again in a minute."),
-        (rate_limited(retry_after_s=0.01), "Claude is rate-limiting us, try again shortly."),
+        (
+            rate_limited(retry_after_s=0.01),
+            "Claude's rate limit for this bot was reached; try again in 1 second.",
+        ),
         (server_error(retry_after_s=0.01), "Claude had an internal error, try again in a minute."),
     ],
 )
@@ -201,6 +212,45 @@ async def test_persistent_fault_becomes_model_error(
         await collect(chat(model))
     assert caught.value.user_message == user_message
     assert len(fake.requests) == 2  # the first try and max_retries=1
+
+
+@pytest.mark.parametrize(
+    ("fault", "user_message"),
+    [
+        (rate_limited(retry_after_s=40), "try again in 40 seconds."),
+        (rate_limited(retry_after_s=150), "try again in 3 minutes."),
+        (
+            stream_error("Hello", after_chunks=1, error_type="rate_limit_error"),
+            "try again in a minute.",
+        ),
+    ],
+)
+async def test_a_rate_limit_is_said_as_one_with_when_to_retry(
+    fake: FakeAnthropic, fault: Reply, user_message: str
+) -> None:
+    """A 429 (or an in-stream ``rate_limit_error``) is a rate limit, never "overloaded",
+    with the wait its ``retry-after`` gives (no retry here: the SDK waits up to 60 s)."""
+    fake.enqueue(fault)
+    async with make_model(fake.base_url, max_retries=0) as claude:
+        with pytest.raises(ModelError) as caught:
+            await collect(chat(claude))
+    message = caught.value.user_message
+    assert message == "Claude's rate limit for this bot was reached; " + user_message
+    assert "overloaded" not in message and caught.value.retryable
+
+
+def test_retry_after_reads_every_header_form() -> None:
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    assert retry_after_s({"retry-after": "12"}, now=now) == 12
+    assert retry_after_s({"retry-after-ms": "2500", "retry-after": "9"}, now=now) == 2.5
+    assert retry_after_s({"retry-after": "Sat, 05 Dec 2026 12:01:30 GMT"}, now=now) == 90
+    reset = {
+        "anthropic-ratelimit-requests-reset": "2026-12-05T12:00:45Z",
+        "anthropic-ratelimit-tokens-reset": "2026-12-05T12:00:20Z",
+    }
+    assert retry_after_s(reset, now=now) == 20
+    for junk in ({"retry-after": "soon"}, {"anthropic-ratelimit-tokens-reset": "?"}, {}, None):
+        assert retry_after_s(junk, now=now) is None
 
 
 @pytest.mark.parametrize("mode", ["eof", "abort"])

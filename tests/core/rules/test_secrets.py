@@ -3,13 +3,16 @@ a look-alike that must pass. This table is the one in the privacy docs."""
 
 from __future__ import annotations
 
+import json
 import random
 import string
+from pathlib import Path
 
 import pytest
 
 from core.rules.secrets import (
     KINDS,
+    REDACTED_MARK,
     SecretFinding,
     find_secrets,
     has_secret,
@@ -126,6 +129,68 @@ TABLE: list[tuple[str, str, str, str]] = [
     ("password", "mi contraseña es gato99", "gato99", "La contraseña es nueva."),
     ("password", 'Password: "correct horse"', "correct horse", "The password is required."),
     ("pin", "the PIN is 4711", "4711", "The pin on the map is red."),
+    (
+        "card number",
+        "My card is 4111 1111 1111 1111.",
+        "4111 1111 1111 1111",
+        "Order 4111111111111111 shipped.",
+    ),
+    (
+        "card number",
+        "4532015112830366 exp 12/27",
+        "4532015112830366 exp 12/27",
+        "The result was 4532 0151 1283 0367 after grouping.",  # fails the Luhn check
+    ),
+    ("card code", "my cvv 737", "737", "The user's CVV field label was wrong."),
+    (
+        "iban",
+        "My IBAN is DE89 3704 0044 0532 0130 00.",
+        "DE89 3704 0044 0532 0130 00",
+        "The user's IBAN is DE89 3704 0044 0532 0130 01.",  # fails the mod-97 check
+    ),
+    ("ssn", "My SSN is 536-22-1234.", "536-22-1234", "The user's number is 666-22-1234."),
+    (
+        "backup codes",
+        "My 2FA backup codes are 1234-5678 2345-6789 3456-7890",
+        "1234-5678 2345-6789 3456-7890",
+        "The user stores backup codes in a safe.",
+    ),
+    (
+        "totp seed",
+        "TOTP seed JBSWY3DPEHPK3PXP",
+        "JBSWY3DPEHPK3PXP",
+        "The user set up TOTP with an authenticator app.",
+    ),
+    (
+        "password",
+        "password admin123",
+        "admin123",
+        "The user wants password-less login with passkeys.",
+    ),
+    (
+        "password",
+        "The wifi password 'Tr0ub4dor&3' works.",
+        "Tr0ub4dor&3",
+        "The password field accepts up to 64 characters.",
+    ),
+    (
+        "password",
+        "The user's password, hunter2, expires soon.",
+        "hunter2",
+        "Passwords, tokens, and keys go in the vault.",
+    ),
+    (
+        "basic-auth url",
+        "redis://:hunter2@cache:6379/0",
+        "hunter2",
+        "redis://cache:6379/0 is the cache.",
+    ),
+    (
+        "slack token",
+        "xoxb- 1234567890 - 1234567890123 - abcdefghijklmnopqrstuvwx",
+        "xoxb- 1234567890 - 1234567890123 - abcdefghijklmnopqrstuvwx",
+        "xoxo from the whole team",
+    ),
     ("pin", "Meine PIN für die Karte ist 0815", "0815", "The user's PIN pad is broken."),
     (
         "high-entropy string",
@@ -239,8 +304,80 @@ def test_wordlike_share_of_names_and_random_strings() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["\x00" * 50, "a" * 20_000, "password: " * 500, "-----BEGIN " * 300, "eyJ" * 2000, "::@" * 900],
+    [
+        "\x00" * 50,
+        "a" * 20_000,
+        "password: " * 500,
+        "-----BEGIN " * 300,
+        "eyJ" * 2000,
+        "::@" * 900,
+        "password '" * 4000,  # thousands of findings: kept apart without a quadratic scan
+        "backup codes " + "1234 " * 5000,
+        "4111 " * 5000,
+        "xoxb 1234567 " * 2000,
+    ],
 )
 def test_hostile_input_finishes_and_never_raises(text: str) -> None:
     find_secrets(text)
     redact_secrets(text)
+
+
+LABELLED = Path(__file__).resolve().parents[2] / "data" / "secret_forms.jsonl"
+"""The labelled set (``bench/secret_check.py --forms`` prints its table): chat texts with a
+secret (``secret`` names its kind) and benign look-alikes (``secret`` null): numbers, ids,
+order and phone numbers, versions, commit hashes, dates, prices, ports, keyword look-alikes."""
+
+
+def _labelled() -> list[dict[str, str | None]]:
+    return [json.loads(line) for line in LABELLED.read_text().splitlines() if line.strip()]
+
+
+def test_the_labelled_set_is_caught_and_its_benign_lines_pass() -> None:
+    rows = _labelled()
+    benign = [r for r in rows if r["secret"] is None]
+    assert len(benign) >= 100
+    assert {r["kind"] for r in benign} >= {
+        "number",
+        "order number",
+        "phone number",
+        "version string",
+        "commit hash",
+        "id",
+        "date",
+        "price",
+        "port",
+    }
+    refused = [r["text"] for r in benign if find_secrets(str(r["text"]))]
+    assert refused == []
+    missed = [
+        r["text"]
+        for r in rows
+        if r["secret"] is not None
+        and r["secret"] not in {f.kind for f in find_secrets(str(r["text"]))}
+    ]
+    assert missed == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4111 1111 1111 1111",
+        "4532015112830366 exp 12/27",
+        "The CVV is 123.",
+        "password admin123",
+        'my password "blue-moon-77"',
+        "The user's password, hunter2, expires soon.",
+        "redis://:hunter2@cache:6379/0",
+        "xoxb 123456789012 1234567890123 AbCdEfGhIjKlMnOpQrStUvWx",
+        "backup codes: 84729163 19283746 56473829",
+        "my authenticator secret is jbsw y3dp ehpk 3pxp",
+        "IBAN GB82WEST12345698765432",
+        "My SSN is 536-22-1234.",
+    ],
+)
+def test_each_form_of_issue_36_is_redacted_whole(text: str) -> None:
+    redacted = redact_secrets(text)
+    assert REDACTED_MARK in redacted
+    for part in ("1111", "0366", "12/27", "admin123", "blue-moon", "hunter2", "AbCd", "3pxp"):
+        assert part not in redacted, (part, redacted)
+    assert not has_secret(redacted)  # a marker is no secret: redaction is stable

@@ -182,3 +182,49 @@ async def test_migration_of_a_store_without_secrets_changes_nothing(db_url: str)
         assert [e.event for e in await store.history(user_key=ALICE)] == ["added"]
     finally:
         await store.close()
+
+
+async def test_the_issue_36_migration_removes_the_new_forms_and_logs_counts_only(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite m020 / PostgreSQL m017: what the older check let in (a card number, an IBAN, a
+    password without a colon) is erased or redacted; the log has counts, never the text."""
+    store = await open_store(db_url)
+    service = MemoryService(store)
+    try:
+        tea = (await service.remember(user_key=ALICE, text="The user drinks green tea.")).id
+        card = (await service.remember(user_key=ALICE, text="The user has a Visa card.")).id
+        turn = await store.add_turn(turn=NewTurn(
+            conversation_key="c", user_key=ALICE, role="user", text="x", origin="private",
+            sent_at=SENT,
+        ))  # fmt: skip
+    finally:
+        await store.close()
+    card_text = "The user's Visa card is 4111 1111 1111 1111."
+    message = "my IBAN is DE89 3704 0044 0532 0130 00 and the password, hunter2, expires"
+    number = 20 if db_url.startswith("sqlite:///") else 17
+    await write_raw(
+        db_url,
+        [
+            ("UPDATE memories SET text = ? WHERE id = ?", (card_text, card)),
+            ("UPDATE turns SET text = ? WHERE id = ?", (message, turn)),
+            ("DELETE FROM schema_migrations WHERE number = ?", (number,)),
+        ],
+    )
+    caplog.set_level(logging.DEBUG, logger="core.store.secret_repair")
+    store = await open_store(db_url, migrate=True)
+    try:
+        assert f"m{number:03d}_redact_secret_forms" in await store.applied_migrations()
+        memories = await store.list_memories(user_key=ALICE, include_superseded=True)
+        assert [m.id for m in memories] == [tea]
+        (text,) = [t.text for t in await store.recent_turns(conversation_key="c", limit=5)]
+        assert text == (
+            "my IBAN is [redacted: iban] and the password, [redacted: password], expires"
+        )
+    finally:
+        await store.close()
+    assert (
+        "secrets removed from the store: 1 memories erased (1 users), 1 messages redacted,"
+        " 0 pending actions deleted"
+    ) in caplog.text
+    assert "4111" not in caplog.text and "hunter2" not in caplog.text
