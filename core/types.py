@@ -75,6 +75,9 @@ class Memory:
     updated_at: datetime
     conversation_key: str | None = None
     superseded_by: int | None = None
+    place: Place | None = None
+    """Where it was learned (None: the owner's DM); :mod:`core.rules.places` says where it
+    may be used."""
 
     @property
     def active(self) -> bool:
@@ -99,6 +102,8 @@ class NewMemory:
     conversation_key: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    place: Place | None = None
+    """Where it was learned (None: the owner's DM, the narrowest; :mod:`core.rules.places`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +202,9 @@ class Turn:
     """The platform thread the message was said in when its conversation key does not name
     it (Slack: the ``thread_ts`` of a DM thread), so an answer recovered after a crash goes
     back into that thread; None elsewhere."""
+    place: Place | None = None
+    """Where it was said (None: not recorded, a turn stored before places were); what is
+    learned from it is learned there (:mod:`core.rules.places`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,6 +228,7 @@ class NewTurn:
     platform_ref: str | None = None
     workspace: str | None = None
     thread_ref: str | None = None
+    place: Place | None = None
 
 
 CallKind = Literal["chat", "reflection", "cleanup"]

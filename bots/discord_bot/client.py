@@ -448,6 +448,7 @@ class SelfMindBot(discord.Client):
             where=route.where,
             workspace=workspace,
             files=files,
+            place=route.place,
         )
         async with self._locks.hold(route.key):
 
@@ -488,6 +489,7 @@ class SelfMindBot(discord.Client):
             platform_ref=ref,
             where=where_of(turn.conversation_key),
             workspace=turn.workspace,
+            place=turn.place,
         )
         try:
             message = await self.get_partial_messageable(channel_id).fetch_message(int(ref))

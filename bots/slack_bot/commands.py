@@ -38,6 +38,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.blocks import JsonDict, button, escape_mrkdwn, section
 from bots.slack_bot.cleanup import ACTIONS as CLEANUP_ACTIONS
 from bots.slack_bot.cleanup import SlackCleanup
+from bots.slack_bot.places import ChannelKinds
 from core.chat.controls import NOT_ENABLED, Controls, Place
 from core.errors import (
     MemoryInputError,
@@ -202,6 +203,8 @@ class SlackCommands:
         """Awaited with the user key after each command or click (the App Home refresh)."""
         self.service = service
         self.client = client
+        self.kinds = ChannelKinds(client)
+        """Where a command was used (:mod:`bots.slack_bot.places`)."""
         self.spawn = spawn
         self.controls = controls
         self.cleanup = cleanup
@@ -300,9 +303,15 @@ class SlackCommands:
         channel = str(command.get("channel_id") or "")
         if not self.allowed(key, team, channel):
             return NOT_ENABLED
-        origin: Origin = "private" if channel.startswith("D") else "shared"
         text = str(command.get("text") or "").strip()
-        result = await self.service.remember(user_key=key, text=text, origin=origin)
+        place = await self.kinds.place(
+            team=team,
+            enterprise=str(command.get("enterprise_id") or "") or None,
+            channel=channel,
+            user=user,
+        )
+        origin: Origin = "private" if place.kind == "dm" else "shared"
+        result = await self.service.remember(user_key=key, text=text, origin=origin, place=place)
         if self.after_change is not None:  # in the background: the ack waits for this
             self.spawn(self.after_change(key), "slack-after-remember")
         return replies.remembered(result, escape=escape_mrkdwn)

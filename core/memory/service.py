@@ -47,6 +47,7 @@ from core.types import (
     MemoryStats,
     NewMemory,
     Origin,
+    Place,
     ScoredMemory,
     Source,
     utcnow,
@@ -336,9 +337,11 @@ class MemoryService:
         source: Source = "remember",
         origin: Origin = "private",
         conversation_key: str | None = None,
+        place: Place | None = None,
     ) -> AddResult:
         """Store ``text`` unless an equivalent memory exists; ``result.text`` is what was
-        stored (or, for a duplicate, what was given).
+        stored (or, for a duplicate, what was given). ``place``: where it was said (None:
+        the owner's DM; :mod:`core.rules.places`).
 
         The text is written in the third person where that is safe ("I prefer tabs" ->
         "The user prefers tabs."), and ``kind``/``category`` left None are given by the
@@ -360,6 +363,7 @@ class MemoryService:
             source=source,
             origin=origin,
             conversation_key=conversation_key,
+            place=place,
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
         logger.info(
