@@ -51,6 +51,58 @@ class Place:
         return f"{self.platform}:{self.workspace or ''}:{self.channel}"
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    """One channel the bot has seen and its own memory's settings (team memory,
+    :mod:`core.memory.team`).
+
+    ``key``: :attr:`Place.channel_key`; ``kind``: the channel's kind when last seen;
+    ``memory_on``: its memory is on (off by default); ``memory_kind``: the kind the memory
+    was turned on (or last reviewed) under: a private channel's memory stays private when the
+    channel becomes public (:attr:`needs_review`); ``changed_by``/``changed_at``: who turned
+    it on or off last, and when (aware UTC); ``allowed``: the user keys who may turn it on or
+    off (empty: any member); ``entries``: its active entries (listings only, else 0).
+    """
+
+    key: str
+    platform: str
+    kind: PlaceKind
+    workspace: str | None = None
+    channel: str = ""
+    memory_on: bool = False
+    memory_kind: PlaceKind | None = None
+    changed_by: str | None = None
+    changed_at: datetime | None = None
+    allowed: tuple[str, ...] = ()
+    entries: int = 0
+
+    @property
+    def needs_review(self) -> bool:
+        """A memory kept while the channel was private, the channel public now: unused
+        until someone in the channel reviews it (turns it on again)."""
+        return self.memory_kind == "private_channel" and self.kind != "private_channel"
+
+    @property
+    def in_use(self) -> bool:
+        """Its memory is used in answers and learns from the channel's exchanges."""
+        return self.memory_on and not self.needs_review
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who a channel memory entry comes from: ``said_by`` (a user key) and ``said_by_name``
+    (None once that person ran ``/forget all``), ``said_at`` (aware UTC), ``link`` to the
+    message (Slack permalink, Discord jump URL; None when unknown), ``changed_by`` the user
+    key who added, corrected or forgot it last."""
+
+    memory_id: int
+    said_at: datetime
+    said_by: str | None = None
+    said_by_name: str | None = None
+    link: str | None = None
+    changed_by: str | None = None
+
+
 MAX_MEMORY_CHARS = 200
 """A memory is one standalone sentence under 200 characters (the product's memory rule)."""
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, system_blocks
@@ -51,10 +51,12 @@ from core.memory.profile import MemoryContext, ProfileStore, build_context
 from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
+from core.memory.team import TeamMemory, TeamStore, parse_allowed
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
+from core.rules.dedupe import Deduper
 from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
@@ -206,6 +208,14 @@ class TurnLoop:
         self.clock = clock
         self.controls = Controls(settings, store)
         self._last_prune: datetime | None = None
+        self.team = TeamMemory(
+            cast(TeamStore, store),
+            deduper=Deduper(settings.dedupe_threshold),
+            budget_tokens=settings.channel_memory_tokens,
+            admins=parse_allowed(settings.channel_memory_admins),
+            clock=clock,
+        )
+        """A channel's own memory (:mod:`core.memory.team`), read on every channel message."""
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
         """Start-up work: prune old turns and resume reflections left pending, reporting
@@ -344,9 +354,15 @@ class TurnLoop:
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
         previous = next((t.text for t in reversed(history) if t.role == "user"), None)
         memory = await self.memory_context(message, mode=mode, previous=previous)
+        channel = await self.team.context(
+            place=message.place,
+            conversation_key=message.conversation_key,
+            query=recall_query(message.text, previous),
+            k=self.settings.top_k,
+        )
         logger.info(
             "turn=%s user=%s conversation=%s profile=%d recalled=%d stored=%d question=%s"
-            " history=%d",
+            " history=%d channel=%d",
             turn_id,
             message.user_key,
             message.conversation_key,
@@ -355,12 +371,14 @@ class TurnLoop:
             memory.stored,
             memory.question,
             len(history),
+            -1 if channel is None else len(channel.ids),
         )
         system = system_blocks(
             memory,
             now=self.clock(),
             where=f"This is {message.where}.",
             user_name=message.author,
+            channel=channel,
         )
         holding = self.files.hold(message.files) if message.files else contextlib.nullcontext()
         async with holding as held:

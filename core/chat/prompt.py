@@ -1,14 +1,16 @@
 """Prompt building: the persona (cached), the standing profile (cached), the volatile block.
 
-The system prompt is up to three blocks, in this order, so that Anthropic's prompt cache
+The system prompt is up to four blocks, in this order, so that Anthropic's prompt cache
 reuses the longest stable prefix (a cache breakpoint on each of the first two):
 
 1. :data:`PERSONA`, identical on every call, marked for prompt caching
    (``cache_control: {"type": "ephemeral"}``);
-2. the profile block (:mod:`core.memory.profile`): the user's standing memories, between
+2. the channel's own memory (team memory, :mod:`core.memory.team`) in a channel whose
+   memory is on: its entries between ``<channel_memory>`` tags, cached;
+3. the profile block (:mod:`core.memory.profile`): the user's standing memories, between
    ``<profile>`` tags, marked for caching as well; its bytes depend only on which memories
    are in it, so a user's second turn reads it from the cache. Left out when empty;
-3. the volatile block: current time, where we are, the user's name, how many memories are
+4. the volatile block: current time, where we are, the user's name, how many memories are
    stored, and the memories recalled for this message (or, for a memory question, the most
    recent ones) between ``<memories>`` tags.
 
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from core.memory.profile import MemoryContext, memory_line
+from core.memory.team import ChannelContext, channel_block, recalled_lines
 from core.model.claude import ChatMessage, FileBlock, SystemBlock
 from core.rules.text import as_data
 from core.types import Memory, Turn
@@ -177,10 +180,16 @@ def profile_block(profile: Sequence[Memory]) -> str | None:
 
 
 def memory_block(
-    context: MemoryContext, *, now: datetime, where: str, user_name: str | None
+    context: MemoryContext,
+    *,
+    now: datetime,
+    where: str,
+    user_name: str | None,
+    channel_lines: Sequence[str] = (),
 ) -> str:
-    """The volatile system block: current time, where we are, what is stored, and the
-    recalled (or, for a memory question, most recent) memories."""
+    """The volatile system block: current time, where we are, what is stored, the recalled
+    (or, for a memory question, most recent) memories, and the channel memory's entries
+    recalled for this message (``channel_lines``, :func:`core.memory.team.recalled_lines`)."""
     lines = [f"Current time: {now.strftime('%Y-%m-%d %H:%M %Z').strip()}.", where]
     if user_name:
         lines.append(f"You are talking with {as_data(user_name)}.")
@@ -190,21 +199,40 @@ def memory_block(
         lines.append(QUESTION_NOTICE if context.question else MEMORY_NOTICE)
         lines += [memory_line(s.memory, dated=True) for s in context.recalled]
     lines.append("</memories>")
+    if channel_lines:
+        lines += ["<channel_memory_recalled>", *channel_lines, "</channel_memory_recalled>"]
     return "\n".join(lines)
 
 
 def system_blocks(
-    context: MemoryContext, *, now: datetime, where: str, user_name: str | None = None
+    context: MemoryContext,
+    *,
+    now: datetime,
+    where: str,
+    user_name: str | None = None,
+    channel: ChannelContext | None = None,
 ) -> list[SystemBlock]:
-    """The system blocks: the cached persona, the cached profile (when there is one), then
-    the volatile block."""
+    """The system blocks: the cached persona, the channel's own memory (cached, when the
+    message is in a channel whose memory is on and has entries: the same bytes for every
+    member, so one cache entry serves the channel), the cached profile (when there is one),
+    then the volatile block."""
     blocks = [SystemBlock(text=PERSONA, cache=True)]
+    team = None if channel is None else channel_block(channel)
+    if team is not None:
+        blocks.append(SystemBlock(text=team, cache=True))
     profile = profile_block(context.profile)
     if profile is not None:
         blocks.append(SystemBlock(text=profile, cache=True))
     blocks.append(
         SystemBlock(
-            text=memory_block(context, now=now, where=where, user_name=user_name), cache=False
+            text=memory_block(
+                context,
+                now=now,
+                where=where,
+                user_name=user_name,
+                channel_lines=() if channel is None else recalled_lines(channel),
+            ),
+            cache=False,
         )
     )
     return blocks

@@ -31,6 +31,7 @@ from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
+from core.store.channels import ChannelStore
 from core.store.seams import MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
@@ -257,7 +258,7 @@ class ModeStore(Protocol):
         ...
 
 
-class ServiceStore(MemoryStore, ModeStore, PlanStore, Protocol):
+class ServiceStore(MemoryStore, ModeStore, PlanStore, ChannelStore, Protocol):
     """What :class:`MemoryService` needs of a store."""
 
 
@@ -415,8 +416,11 @@ class MemoryService:
         return memory
 
     async def forget_all(self, *, user_key: str) -> int:
-        """Forget all of the user's memories and conversation history; returns the count."""
+        """Forget all of the user's memories and conversation history, and remove their name
+        from the channel memory entries they said (team memory: the entries stay); returns
+        the count of their memories forgotten."""
         count = await self.store.forget_all(user_key=user_key)
+        await self.store.unattribute(user_key=user_key)
         logger.info("forget_all user=%s count=%s", user_key, count)
         self.metrics.memories_forgotten(count)
         return count

@@ -31,6 +31,7 @@ from typing import Protocol
 
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
+from core.store.channels import ChannelStore
 from core.types import (
     AddResult,
     Memory,
@@ -501,6 +502,7 @@ class PlanStore(Protocol):
 
 
 class Store(
+    ChannelStore,
     MemoryStore,
     CleanupStore,
     ConversationStore,

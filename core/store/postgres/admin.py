@@ -5,9 +5,10 @@
 right rows), memory events, embeddings, memory uses (recalls, confirmations), conversation
 turns (the reflection queue included, and the crash-recovery data: the thread a message was
 said in, ``thread_ref``, and the messages its answer shows, ``reply_ref``), claimed event
-ids, memory modes, marks, usage, the users' ratings of answers (``feedback``) and the
-tokens behind chat buttons (``pending_actions``: an Undo button lives for the 7-day undo
-window) - into an empty PostgreSQL database in one transaction, with ``COPY``. Every other
+ids, memory modes, marks, usage, channels and who said their memory's entries (team
+memory), the users' ratings of answers (``feedback``) and the tokens behind chat buttons
+(``pending_actions``: an Undo button lives for the 7-day undo window) - into an empty
+PostgreSQL database in one transaction, with ``COPY``. Every other
 table of the SQLite file is named in :data:`NOT_COPIED` with the reason (derived and rebuilt
 by the target, or the target's own). One way only: nothing copies PostgreSQL into SQLite.
 Memory ids, user ids and turn ids are kept, so the index terms (``u{uid}_...``) stay valid;
@@ -120,6 +121,34 @@ TABLES: tuple[_Table, ...] = (
         "memory_uses",
         ("memory_id", "uid", "recalls", "last_recalled_at", "confirmations"),
         ("last_recalled_at",),
+        "memory_id",
+    ),
+    # A channel's own memory (team memory): its settings, its conversations and who said
+    # each entry (the entries themselves are memories owned by the channel key, above).
+    _Table(
+        "channels",
+        (
+            "channel_key",
+            "platform",
+            "workspace",
+            "channel",
+            "kind",
+            "memory_on",
+            "memory_kind",
+            "changed_by",
+            "changed_at",
+            "allowed",
+            "seen_at",
+        ),
+        ("changed_at", "seen_at"),
+        "channel_key",
+        bools=("memory_on",),
+    ),
+    _Table("channel_conversations", ("conversation_key", "channel_key"), (), "conversation_key"),
+    _Table(
+        "channel_entries",
+        ("memory_id", "channel_key", "said_by", "said_by_name", "said_at", "link", "changed_by"),
+        ("said_at",),
         "memory_id",
     ),
     _Table(

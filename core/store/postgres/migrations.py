@@ -328,6 +328,40 @@ CREATE TABLE memory_uses (
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """
 
+M015_CHANNEL_MEMORY = """
+-- A channel's own memory (team memory, core.memory.team): its entries are memories owned
+-- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
+-- export, undo and db copy are the memories'; these tables add the channel's settings,
+-- which conversation belongs to which channel, and who said each entry.
+CREATE TABLE channels (
+    channel_key text PRIMARY KEY,
+    platform text NOT NULL,
+    workspace text,
+    channel text NOT NULL,
+    kind text NOT NULL,
+    memory_on boolean NOT NULL DEFAULT false,
+    memory_kind text,
+    changed_by text,
+    changed_at timestamptz,
+    allowed text NOT NULL DEFAULT '',
+    seen_at timestamptz NOT NULL
+);
+CREATE TABLE channel_conversations (
+    conversation_key text PRIMARY KEY,
+    channel_key text NOT NULL
+);
+CREATE TABLE channel_entries (
+    memory_id bigint PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+    channel_key text NOT NULL,
+    said_by text,
+    said_by_name text,
+    said_at timestamptz NOT NULL,
+    link text,
+    changed_by text
+);
+CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+"""
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -345,4 +379,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (15, "m015_channel_memory", M015_CHANNEL_MEMORY),
 ]

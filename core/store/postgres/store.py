@@ -52,6 +52,7 @@ import asyncpg
 
 from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize
+from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.cleanup import PostgresHygiene
 from core.store.postgres.conversations import PostgresConversations, end_reflection
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
@@ -84,7 +85,9 @@ _INSERT = (
 )
 
 
-class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations):
+class PostgresStore(
+    PostgresChannels, PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations
+):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
     PostgresStore.open(url)``, close with ``close``."""
 

@@ -513,6 +513,44 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+M018_CHANNEL_MEMORY = """
+-- A channel's own memory (team memory, core.memory.team): its entries are memories owned
+-- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
+-- export, undo and db copy are the memories'; these tables add the channel's settings,
+-- which conversation belongs to which channel, and who said each entry.
+CREATE TABLE channels (
+    channel_key TEXT PRIMARY KEY,
+    platform TEXT NOT NULL,
+    workspace TEXT,
+    channel TEXT NOT NULL,
+    kind TEXT NOT NULL,                      -- as last seen: private_channel | public_channel
+    memory_on INTEGER NOT NULL DEFAULT 0,    -- off by default
+    memory_kind TEXT,                        -- the kind it was turned on (reviewed) under
+    changed_by TEXT,                         -- the user key who turned it on or off last
+    changed_at TEXT,
+    allowed TEXT NOT NULL DEFAULT '',        -- user keys who may turn it on or off, spaced
+    seen_at TEXT NOT NULL
+);
+CREATE TABLE channel_conversations (
+    conversation_key TEXT PRIMARY KEY,
+    channel_key TEXT NOT NULL
+);
+CREATE TABLE channel_entries (
+    memory_id INTEGER PRIMARY KEY,
+    channel_key TEXT NOT NULL,
+    said_by TEXT,                            -- NULL once that person forgot everything
+    said_by_name TEXT,
+    said_at TEXT NOT NULL,
+    link TEXT,
+    changed_by TEXT
+);
+CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+CREATE TRIGGER memories_ad_channel AFTER DELETE ON memories BEGIN
+    DELETE FROM channel_entries WHERE memory_id = old.id;
+END;
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[None]]
 """The SQL of a migration, or the async function that applies it."""
 
@@ -533,4 +571,5 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (18, "m018_channel_memory", M018_CHANNEL_MEMORY),
 ]

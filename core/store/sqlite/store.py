@@ -34,6 +34,7 @@ from core.rules.dedupe import Deduper
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, dt, ts
+from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations, end_reflection
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -92,7 +93,9 @@ def _memory(row: Sequence[Any]) -> Memory:
     )
 
 
-class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
+class SQLiteStore(
+    SQLiteChannels, SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations
+):
     """The memory half of the SQLite store (:class:`core.store.seams.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
