@@ -56,6 +56,7 @@ from core.types import (
     Memory,
     MemoryWrite,
     NewMemory,
+    Place,
     ScoredMemory,
     Turn,
 )
@@ -124,8 +125,9 @@ class ChannelReflectionOutput(ReflectionOutput):
     (:mod:`core.memory.team`): the user's memories and what the team settled."""
 
     team: list[TeamCandidate] = Field(
+        default_factory=list,
         description="what the team settled in this channel, for the channel's own memory; "
-        "usually []"
+        "usually []",
     )
 
 
@@ -493,8 +495,14 @@ class Reflector:
         info = await self.store.channel(channel_key=kept.channel_key)
         if not texts or info is None or not info.in_use:  # turned off during the call
             return 0
+        place = Place(
+            platform=info.platform,
+            kind=info.memory_kind or info.kind,
+            workspace=info.workspace,
+            channel=info.channel,
+        )
         memories = [
-            NewMemory(text=t, kind=k, category=c, source="reflection", origin="shared")
+            NewMemory(text=t, kind=k, category=c, source="reflection", origin="shared", place=place)
             for t, k, c in texts
         ]
         results = await self.store.add_many(

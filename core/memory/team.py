@@ -145,6 +145,17 @@ def fit_block(newest_first: Sequence[Memory], *, budget_tokens: int) -> list[Mem
     return sorted(kept, key=lambda m: m.id)
 
 
+def entry_place(info: ChannelInfo) -> Place:
+    """Where a channel's entries are learned: the channel itself, under the kind its memory
+    is kept under (:attr:`core.types.ChannelInfo.memory_kind`, else its kind now)."""
+    return Place(
+        platform=info.platform,
+        kind=info.memory_kind or info.kind,
+        workspace=info.workspace,
+        channel=info.channel,
+    )
+
+
 class TeamStore(ChannelStore, MemoryStore, CleanupStore, PlanStore, Protocol):
     """What team memory uses of the store."""
 
@@ -327,10 +338,12 @@ class TeamMemory:
         """Add ``text`` to the channel's memory for ``by`` (through the memory gate and
         dedupe). Raises ``MemoryInputError``/``SecretInMemory`` for unusable text (nothing
         stored), ``MemoryInputError`` for a channel never seen."""
-        await self.info(channel_key)
+        info = await self.info(channel_key)
         cleaned = screen_text(team_sentence(text))
         kind, category = classify(cleaned)
-        memory = NewMemory(text=cleaned, kind=kind, category=category, origin="shared")
+        memory = NewMemory(
+            text=cleaned, kind=kind, category=category, origin="shared", place=entry_place(info)
+        )
         result = await self.store.add(user_key=channel_key, memory=memory, dedupe=self.deduper)
         if result.status != "added":
             return Change(result.id, cleaned, "", status="duplicate")
