@@ -19,7 +19,9 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
 2. **LoCoMo Hit@6** on the shared conversations, as ``bench/retrieval.py`` measures it.
 3. **Memory-block tokens** p50/p95 over the use cases: the profile block and the memory
    block, by the profile's estimator (:func:`core.memory.profile.estimate_tokens`).
-4. **Latency** p50/p95 of the memory context (profile plus recall, ``build_context``) for
+4. **Team memory** (:mod:`bench.team`): the labelled team cases by category and the channel
+   block's tokens p50/p95 for a channel with 300 entries.
+5. **Latency** p50/p95 of the memory context (profile plus recall, ``build_context``) for
    one user with 10,000 memories in the 1,000,000-memory store of ``bench/retrieval.py``
    (cached under ``bench/.cache``).
 
@@ -50,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import team as team_bench
 from bench.load import baseline_tree, merge_base
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, load_all
 from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
@@ -387,6 +390,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["use_cases"] = await measure_cases(names, cases)
     result["locomo_hit@6"] = await measure_locomo(names, Path(args.data))
     result["block_tokens_400"] = await measure_block_tokens(names, Path(args.data), cases)
+    result["team"] = await team_bench.run(Path(args.data))  # a channel's own memory
     if not args.no_scale:
         timed = [n for n in names if n in args.latency_recall.split(",")]
         if args.baseline is None:
@@ -444,6 +448,7 @@ def print_table(result: dict[str, Any]) -> None:
                 if n in row
             )
         )
+    team_bench.print_table(result["team"])
     for s in result["skipped"]:
         print(f"skipped: {s}")
 
