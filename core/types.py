@@ -61,7 +61,7 @@ class ChannelInfo:
     was turned on (or last reviewed) under: a private channel's memory stays private when the
     channel becomes public (:attr:`needs_review`); ``changed_by``/``changed_at``: who turned
     it on or off last, and when (aware UTC); ``allowed``: the user keys who may turn it on or
-    off (empty: any member); ``entries``: its active entries (listings only, else 0).
+    off (empty: any member); ``entries``: its active entries.
     """
 
     key: str
@@ -75,6 +75,8 @@ class ChannelInfo:
     changed_at: datetime | None = None
     allowed: tuple[str, ...] = ()
     entries: int = 0
+    revision: str = ""
+    """Changes whenever its entries or their attribution change (a cache key)."""
 
     @property
     def needs_review(self) -> bool:

@@ -10,6 +10,9 @@ go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVE
                                         file sent to your DM
     /memories cleanup                   a cleanup plan to apply or cancel (bots.slack_bot.cleanup)
     /memory pause | resume | off | on   paused: recall only; off: neither recall nor learn
+    /memories channel ... | /remember channel TEXT | /memory channel on|off
+                                        this channel's own memory (core.memory.team_commands):
+                                        a change is posted in the channel (in_channel)
 
 Every operation acts for the user who typed the command or clicked the button
 (``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,

@@ -16,6 +16,13 @@ reflection, so it is run again, with the model's answer it already has (no secon
 model error's retry first reads the turn again: paused, off or forgotten meanwhile, it is
 not made, and the retry's note never turns an ``off`` turn back to pending.
 
+In a channel whose own memory is on (team memory, :mod:`core.memory.team`), the same call
+also returns what the team settled there (:class:`ChannelReflectionOutput`,
+:data:`TEAM_RULES`); those entries pass the same gate and are written to the channel's memory
+with who said them, when and a link, in a transaction of their own after the reflection's
+(a crash between the two loses them, never writes them twice). A DM's or a group DM's turn
+has no channel and never teaches one.
+
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
 sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
@@ -130,6 +137,9 @@ class ChannelReflectionOutput(ReflectionOutput):
         "usually []",
     )
 
+
+KNOWN_CONVERSATIONS = 100_000
+"""Conversations whose channel a reflector remembers in process (then it starts again)."""
 
 MAX_WRITES = 20
 """At most this many memories are kept from one reflection (its first ones; the rest count
@@ -287,6 +297,7 @@ class Reflector:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._queued: set[int] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._channels: dict[str, str] = {}  # conversation -> its channel (team memory)
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> int:
         """Report learned memories to ``on_learned`` (when given), then :meth:`resume`;
@@ -475,9 +486,14 @@ class Reflector:
         or a group DM's: they have no channel) whose memory is on and reviewed."""
         if turn.origin != "shared":
             return None
-        key = await self.store.channel_of(conversation_key=turn.conversation_key)
+        key = self._channels.get(turn.conversation_key)
         if key is None:
-            return None
+            key = await self.store.channel_of(conversation_key=turn.conversation_key)
+            if key is None:
+                return None
+            if len(self._channels) >= KNOWN_CONVERSATIONS:
+                self._channels.clear()
+            self._channels[turn.conversation_key] = key  # a conversation never moves
         info = await self.store.channel(channel_key=key)
         return key if info is not None and info.in_use else None
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -45,6 +46,7 @@ from core.errors import MemoryInputError, MemoryNotFound, PlanNotPending
 from core.memory.profile import estimate_tokens
 from core.memory.reflection import screen_text
 from core.memory.service import MAX_MEMORY_ID, is_token, new_token
+from core.rules.bm25 import candidate_pool
 from core.rules.classify import classify
 from core.rules.cleanup_ops import UNDO_WINDOW, MergeOp, RetireOp
 from core.rules.dedupe import Deduper
@@ -67,8 +69,19 @@ UNDO_KIND = "channel_undo"
 """The ``kind`` of a team-memory change's undo token (owned by the channel key)."""
 
 ENTRIES_READ = 400
-"""The newest entries read for a channel's block each turn (one indexed query); the token
-budget keeps fewer, and recall finds the rest."""
+"""At most this many newest entries are read for a channel's block (one indexed query); the
+token budget keeps fewer, and recall finds the rest."""
+
+MIN_LINE_TOKENS = 16
+"""The fewest tokens an entry's line costs in the block (:func:`fit_block`: its date, its
+speaker and a short sentence), so ``budget // 16 + 1`` newest entries are all a block can
+hold."""
+
+BLOCK_TTL_S = 60.0
+"""A channel's block is read again after this long even when its revision is unchanged."""
+
+KEPT_BLOCKS = 1000
+"""Channels whose block is kept in process (the oldest dropped first)."""
 
 PAGE_SIZE = 10
 """Entries a ``/memories channel`` page lists."""
@@ -230,6 +243,7 @@ class TeamMemory:
         self.budget_tokens = budget_tokens
         self.admins = tuple(admins)
         self.clock = clock
+        self._blocks: dict[str, tuple[str, float, list[Memory], dict[int, Attribution]]] = {}
 
     # --- reading
 
@@ -257,16 +271,39 @@ class TeamMemory:
         info = await self.store.see_channel(place=place, conversation_key=conversation_key)
         if info is None or not info.in_use:
             return None
-        newest = await self.store.list_memories(user_key=info.key, limit=ENTRIES_READ)
-        block = fit_block(newest, budget_tokens=self.budget_tokens)
-        held = {m.id for m in block}
+        block, said = await self._block(info)
         recalled: list[ScoredMemory] = []
-        if len(held) < len(newest) or len(newest) == ENTRIES_READ:
-            found = await self.store.search(user_key=info.key, query=query, k=k + len(held))
+        if len(block) < info.entries:  # entries outside the block: recall searches them
+            held = {m.id for m in block}
+            # The best 2k of the pool a top-k recall re-scores (not k + the whole block: that
+            # re-scored every entry of a 300-entry channel each turn; bench/team_load.py).
+            found = await self.store.search(
+                user_key=info.key, query=query, k=2 * k, pool=candidate_pool(k)
+            )
             recalled = [s for s in found if s.memory.id not in held][:k]
-        ids = [m.id for m in block] + [s.memory.id for s in recalled]
-        said = await self.store.attributions(channel_key=info.key, memory_ids=ids) if ids else {}
+            if any(s.memory.id not in said for s in recalled):  # new since the read: again
+                said = await self.store.attributions(channel_key=info.key, memory_ids=None)
         return ChannelContext(info=info, block=block, recalled=recalled, said=said)
+
+    async def _block(self, info: ChannelInfo) -> tuple[list[Memory], dict[int, Attribution]]:
+        """The channel's block entries and who said them, kept per channel while its
+        :attr:`core.types.ChannelInfo.revision` (read on every message) is unchanged, at most
+        :data:`BLOCK_TTL_S`: a busy channel's turns read its entries once per change, not
+        once a turn (bench/team_load.py)."""
+        now = time.monotonic()
+        kept = self._blocks.get(info.key)
+        if kept is not None and kept[0] == info.revision and now - kept[1] < BLOCK_TTL_S:
+            return kept[2], kept[3]
+        # Only what can fit the budget is read: a line costs at least MIN_LINE_TOKENS.
+        limit = min(ENTRIES_READ, self.budget_tokens // MIN_LINE_TOKENS + 1)
+        newest = await self.store.list_memories(user_key=info.key, limit=limit)
+        block = fit_block(newest, budget_tokens=self.budget_tokens)
+        # Who said every entry, read once a revision (recall's entries need theirs too).
+        said = await self.store.attributions(channel_key=info.key, memory_ids=None)
+        if len(self._blocks) >= KEPT_BLOCKS:
+            self._blocks.pop(next(iter(self._blocks)))
+        self._blocks[info.key] = (info.revision, now, block, said)
+        return block, said
 
     async def entries(
         self, channel_key: str, *, limit: int = PAGE_SIZE, offset: int = 0
@@ -449,6 +486,7 @@ class TeamMemory:
             done = 1
         else:
             done = await self.store.undo_change(user_key=channel_key, change_id=what["change"])
+            await self.store.touch_channel(channel_key=channel_key)  # a new revision
         logger.info("channel memory undo: channel=%s by=%s", channel_key, by)
         return done
 

@@ -21,9 +21,14 @@ from core.types import Attribution, ChannelInfo, Place, PlaceKind
 
 CHANNEL_COLUMNS = (
     "c.channel_key, c.platform, c.workspace, c.channel, c.kind, c.memory_on, c.memory_kind,"
-    " c.changed_by, c.changed_at, c.allowed"
+    " c.changed_by, c.changed_at, c.allowed, c.version, COALESCE(u.n_docs, 0),"
+    " COALESCE(u.total_len, 0)"
 )
-"""The ``channels`` columns :func:`channel_from_row` reads, in order (``c`` the table)."""
+"""The columns :func:`channel_from_row` reads, in order: ``channels c LEFT JOIN users u ON
+u.user_key = c.channel_key`` (:data:`CHANNEL_FROM`)."""
+
+CHANNEL_FROM = "channels c LEFT JOIN users u ON u.user_key = c.channel_key"
+"""The ``FROM`` of :data:`CHANNEL_COLUMNS`."""
 
 ATTRIBUTION_COLUMNS = "memory_id, said_at, said_by, said_by_name, link, changed_by"
 """The ``channel_entries`` columns :func:`attribution_from_row` reads, in order."""
@@ -43,7 +48,8 @@ def channel_from_row(row: Sequence[Any], *, when: Any, entries: int = 0) -> Chan
         changed_by=row[7],
         changed_at=None if row[8] is None else when(row[8]),
         allowed=tuple(str(row[9]).split()),
-        entries=int(entries),
+        entries=int(row[11]),
+        revision=f"{row[10]}:{row[11]}:{row[12]}",
     )
 
 
@@ -64,8 +70,9 @@ class ChannelStore(Protocol):
 
     async def see_channel(self, *, place: Place, conversation_key: str) -> ChannelInfo | None:
         """The channel ``place`` names (None for a DM or group DM): recorded the first time
-        (memory off), its kind updated when it changed, ``conversation_key`` recorded as
-        one of its conversations. Writes only when something is new."""
+        (memory off), its kind updated when it changed, and, while its memory is in use,
+        ``conversation_key`` recorded as one of its conversations (reflection reads it:
+        :meth:`channel_of`). Writes only when something is new."""
         ...
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
@@ -103,10 +110,16 @@ class ChannelStore(Protocol):
         """Record ``by`` as who changed these entries last (a correction, a forget)."""
         ...
 
+    async def touch_channel(self, *, channel_key: str) -> None:
+        """Give the channel a new revision (:attr:`ChannelInfo.revision`) after a change its
+        entries' counts may not show (an undo)."""
+        ...
+
     async def attributions(
-        self, *, channel_key: str, memory_ids: Sequence[int]
+        self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
-        """Who said each of these entries of the channel (ids without a row are absent)."""
+        """Who said each of these entries of the channel (ids without a row are absent);
+        ``None``: every entry of the channel."""
         ...
 
     async def unattribute(self, *, user_key: str) -> int:

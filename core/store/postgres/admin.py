@@ -138,6 +138,7 @@ TABLES: tuple[_Table, ...] = (
             "changed_by",
             "changed_at",
             "allowed",
+            "version",
             "seen_at",
         ),
         ("changed_at", "seen_at"),

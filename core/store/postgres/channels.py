@@ -10,6 +10,7 @@ from typing import Any
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
+    CHANNEL_FROM,
     attribution_from_row,
     channel_from_row,
 )
@@ -37,10 +38,8 @@ class PostgresChannels(PostgresBase):
         if known is None or len(known) > KNOWN_CONVERSATIONS:
             known = self._known_conversations = set()
         info = await self.channel(channel_key=key)
-        if info is not None and info.kind == place.kind and conversation_key in known:
-            return info
-        async with self._tx() as conn:
-            await conn.execute(
+        if info is None or info.kind != place.kind:
+            await self._execute(
                 "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
                 " VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (channel_key) DO UPDATE SET"
                 " kind = excluded.kind, seen_at = excluded.seen_at"
@@ -51,18 +50,20 @@ class PostgresChannels(PostgresBase):
                 place.channel,
                 place.kind,
             )
-            await conn.execute(
+            info = await self.channel(channel_key=key)
+        if info is not None and info.in_use and conversation_key not in known:
+            await self._execute(
                 "INSERT INTO channel_conversations(conversation_key, channel_key)"
                 " VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 conversation_key,
                 key,
             )
-        known.add(conversation_key)
-        return await self.channel(channel_key=key)
+            known.add(conversation_key)
+        return info
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchrow(
-            f"SELECT {CHANNEL_COLUMNS} FROM channels c WHERE c.channel_key = $1", channel_key
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = $1", channel_key
         )
         return None if row is None else channel_from_row(list(row), when=_same)
 
@@ -129,17 +130,37 @@ class PostgresChannels(PostgresBase):
                     for a in entries
                 ],
             )
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
+            )
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE channel_entries SET changed_by = $1 WHERE memory_id = ANY($2::bigint[])",
+                by,
+                list(memory_ids),
+            )
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN (SELECT"
+                " channel_key FROM channel_entries WHERE memory_id = ANY($1::bigint[]))",
+                list(memory_ids),
+            )
+
+    async def touch_channel(self, *, channel_key: str) -> None:
         await self._execute(
-            "UPDATE channel_entries SET changed_by = $1 WHERE memory_id = ANY($2::bigint[])",
-            by,
-            list(memory_ids),
+            "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
         )
 
     async def attributions(
-        self, *, channel_key: str, memory_ids: Sequence[int]
+        self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
+        if memory_ids is None:
+            every = await self._fetch(
+                f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1",
+                channel_key,
+            )
+            return {int(r[0]): attribution_from_row(list(r), when=_same) for r in every}
         rows = await self._fetch(
             f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1"
             " AND memory_id = ANY($2::bigint[])",
@@ -150,6 +171,11 @@ class PostgresChannels(PostgresBase):
 
     async def unattribute(self, *, user_key: str) -> int:
         async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
+                " (SELECT channel_key FROM channel_entries WHERE said_by = $1)",
+                user_key,
+            )
             status = await conn.execute(
                 "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = $1",
                 user_key,

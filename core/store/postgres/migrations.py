@@ -344,6 +344,7 @@ CREATE TABLE channels (
     changed_by text,
     changed_at timestamptz,
     allowed text NOT NULL DEFAULT '',
+    version bigint NOT NULL DEFAULT 0,
     seen_at timestamptz NOT NULL
 );
 CREATE TABLE channel_conversations (
@@ -360,6 +361,7 @@ CREATE TABLE channel_entries (
     changed_by text
 );
 CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+CREATE INDEX channel_entries_by_channel ON channel_entries(channel_key);
 """
 
 Migration = str | Callable[[asyncpg.Connection], Awaitable[None]]

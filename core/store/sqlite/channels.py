@@ -10,11 +10,14 @@ from datetime import datetime
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
+    CHANNEL_FROM,
     attribution_from_row,
     channel_from_row,
 )
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import Attribution, ChannelInfo, Place, utcnow
+
+_BUMP_ONE = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
 
 KNOWN_CONVERSATIONS = 100_000
 """Conversation keys remembered in process as recorded (then the set starts again)."""
@@ -33,27 +36,29 @@ class SQLiteChannels(SQLiteBase):
         if known is None or len(known) > KNOWN_CONVERSATIONS:
             known = self._known_conversations = set()
         info = await self.channel(channel_key=key)
-        if info is not None and info.kind == place.kind and conversation_key in known:
-            return info
-        async with self._write():
-            await self._conn.execute(
-                "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(channel_key) DO UPDATE SET"
-                " kind = excluded.kind, seen_at = excluded.seen_at"
-                " WHERE channels.kind <> excluded.kind",
-                (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
-            )
-            await self._conn.execute(
-                "INSERT OR IGNORE INTO channel_conversations(conversation_key, channel_key)"
-                " VALUES (?, ?)",
-                (conversation_key, key),
-            )
-        known.add(conversation_key)
-        return await self.channel(channel_key=key)
+        if info is None or info.kind != place.kind:
+            async with self._write():
+                await self._conn.execute(
+                    "INSERT INTO channels(channel_key, platform, workspace, channel, kind,"
+                    " seen_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(channel_key) DO UPDATE SET"
+                    " kind = excluded.kind, seen_at = excluded.seen_at"
+                    " WHERE channels.kind <> excluded.kind",
+                    (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
+                )
+            info = await self.channel(channel_key=key)
+        if info is not None and info.in_use and conversation_key not in known:
+            async with self._write():
+                await self._conn.execute(
+                    "INSERT OR IGNORE INTO channel_conversations(conversation_key, channel_key)"
+                    " VALUES (?, ?)",
+                    (conversation_key, key),
+                )
+            known.add(conversation_key)
+        return info
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchone(
-            f"SELECT {CHANNEL_COLUMNS} FROM channels c WHERE c.channel_key = ?", (channel_key,)
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = ?", (channel_key,)
         )
         return None if row is None else channel_from_row(row, when=dt)
 
@@ -93,10 +98,9 @@ class SQLiteChannels(SQLiteBase):
 
     async def list_channels(self) -> list[ChannelInfo]:
         rows = await self._fetchall(
-            f"SELECT {CHANNEL_COLUMNS}, COALESCE(u.n_docs, 0) FROM channels c"
-            " LEFT JOIN users u ON u.user_key = c.channel_key ORDER BY c.channel_key"
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} ORDER BY c.channel_key"
         )
-        return [channel_from_row(r, when=dt, entries=r[10]) for r in rows]
+        return [channel_from_row(r, when=dt) for r in rows]
 
     async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
         if not entries:
@@ -120,18 +124,36 @@ class SQLiteChannels(SQLiteBase):
                     for a in entries
                 ],
             )
+            await self._conn.execute(_BUMP_ONE, (channel_key,))
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
         async with self._write():
+            ids = json.dumps(list(memory_ids))
             await self._conn.execute(
                 "UPDATE channel_entries SET changed_by = ?"
                 " WHERE memory_id IN (SELECT value FROM json_each(?))",
-                (by, json.dumps(list(memory_ids))),
+                (by, ids),
+            )
+            await self._conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN (SELECT"
+                " channel_key FROM channel_entries WHERE memory_id IN"
+                " (SELECT value FROM json_each(?)))",
+                (ids,),
             )
 
+    async def touch_channel(self, *, channel_key: str) -> None:
+        async with self._write():
+            await self._conn.execute(_BUMP_ONE, (channel_key,))
+
     async def attributions(
-        self, *, channel_key: str, memory_ids: Sequence[int]
+        self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
+        if memory_ids is None:
+            every = await self._fetchall(
+                f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?",
+                (channel_key,),
+            )
+            return {int(r[0]): attribution_from_row(r, when=dt) for r in every}
         rows = await self._fetchall(
             f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?"
             " AND memory_id IN (SELECT value FROM json_each(?))",
@@ -141,6 +163,11 @@ class SQLiteChannels(SQLiteBase):
 
     async def unattribute(self, *, user_key: str) -> int:
         async with self._write():
+            await self._conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
+                " (SELECT channel_key FROM channel_entries WHERE said_by = ?)",
+                (user_key,),
+            )
             cur = await self._conn.execute(
                 "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = ?",
                 (user_key,),

@@ -529,6 +529,7 @@ CREATE TABLE channels (
     changed_by TEXT,                         -- the user key who turned it on or off last
     changed_at TEXT,
     allowed TEXT NOT NULL DEFAULT '',        -- user keys who may turn it on or off, spaced
+    version INTEGER NOT NULL DEFAULT 0,      -- bumped by every change of its entries' attribution
     seen_at TEXT NOT NULL
 );
 CREATE TABLE channel_conversations (
@@ -545,6 +546,7 @@ CREATE TABLE channel_entries (
     changed_by TEXT
 );
 CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+CREATE INDEX channel_entries_by_channel ON channel_entries(channel_key);
 CREATE TRIGGER memories_ad_channel AFTER DELETE ON memories BEGIN
     DELETE FROM channel_entries WHERE memory_id = old.id;
 END;
