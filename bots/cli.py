@@ -28,6 +28,7 @@ import typer
 from bots.eval_cli import eval_app
 from core.errors import ConfigError, MemoryInputError, SelfMindError
 from core.logs import configure_logging
+from core.rules.places import place_key
 
 if TYPE_CHECKING:
     # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
@@ -321,6 +322,7 @@ def _row(m: Memory) -> dict[str, Any]:
         "kind": m.kind,
         "category": m.category,
         "origin": m.origin,
+        "place": None if m.place is None else place_key(m.place),
         "created_at": m.created_at.isoformat(),
     }
 

@@ -43,6 +43,7 @@ from core.metrics import Metrics
 from core.model.claude import ChatModel, Extraction, Usage
 from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
+from core.rules.places import turn_place, usable_reaches
 from core.rules.secrets import REDACTED_MARK
 from core.rules.text import as_data
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
@@ -420,13 +421,14 @@ class Reflector:
         answer and the ids of the memories it was shown (the only ones it may supersede)."""
         assert turn.user_key is not None
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
-        # A message in a shared channel is reflected on beside the user's shared memories
-        # only: private ones must not be copied into (or superseded from) what the team sees.
+        # A message is reflected on beside the memories usable where it was said only (the
+        # place rule): others must not be copied into (or superseded from) what is learned
+        # there.
         related = await self.recaller.recall(
             user_key=turn.user_key,
             query=query,
             k=self.related_k,
-            origins=["shared"] if turn.origin == "shared" else None,
+            reach=usable_reaches(turn_place(turn)),
         )
         extraction = await self.model.extract(
             system=REFLECTION_RULES,
@@ -519,6 +521,7 @@ class Reflector:
                 source="reflection",
                 origin=turn.origin,
                 conversation_key=turn.conversation_key,
+                place=turn_place(turn),
             )
             supersedes = tuple(i for i in dict.fromkeys(candidate.supersedes) if i in allowed)
             writes.append(MemoryWrite(memory=memory, supersedes=supersedes))
