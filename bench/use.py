@@ -63,14 +63,29 @@ from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, Recaller
 from core.rules.classify import classify
 from core.rules.dedupe import Deduper
+from core.rules.places import usable_reaches
 from core.settings import load_settings
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import Memory, NewMemory, Origin, ScoredMemory
+from core.types import Memory, NewMemory, Place, ScoredMemory
 
 SETTINGS = load_settings()
 TOP_K = SETTINGS.top_k
 LATENCY_QUERIES = 300
+
+
+PUBLIC = Place("slack", "public_channel", "use", "C1")
+"""Where a case's ``shared`` memory or message without a place was learned or asked (the
+cases written before places: one public channel)."""
+
+
+def place_of(item: dict[str, Any]) -> Place | None:
+    """A case memory's or message's place: its ``place`` (the place cases), else ``shared``
+    -> :data:`PUBLIC`, ``private`` -> the owner's DM (None)."""
+    if item.get("place"):
+        p = item["place"]
+        return Place(p["platform"], p["kind"], p.get("workspace"), p.get("channel"))
+    return PUBLIC if item["origin"] == "shared" else None
 
 
 def load_cases() -> list[dict[str, Any]]:
@@ -118,7 +133,11 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
             user_key=key,
             memories=[
                 NewMemory(
-                    text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"]
+                    text=m["text"],
+                    kind=m["kind"],
+                    category=m["category"],
+                    origin=m["origin"],
+                    place=place_of(m),
                 )
                 for m in group
             ],
@@ -134,7 +153,7 @@ async def load_case(store: Store, case: dict[str, Any]) -> Loaded:
                 user_key=loaded.user_key,
                 memory=NewMemory(
                     text=new["text"], kind=new["kind"], category=new["category"],
-                    origin=new["origin"],
+                    origin=new["origin"], place=place_of(new),
                 ),
                 dedupe=Deduper(),
                 supersedes=[by_key[m["key"]]],
@@ -147,7 +166,6 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
     """What the turn loop would put in this case's prompt: the standing profile and recall's
     ``top_k`` (:func:`core.memory.profile.build_context`, as ``TurnLoop.memory_context``)."""
     message = loaded.case["message"]
-    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
     return await build_context(
         store=store,
         recaller=recaller,
@@ -155,7 +173,7 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
         message=message["text"],
         query=recall_query(message["text"], message.get("previous_user_text")),
         k=SETTINGS.top_k,
-        origins=origins,
+        reach=usable_reaches(place_of(message)),  # the place rule, as TurnLoop.memory_context
         budget_tokens=SETTINGS.profile_tokens,
     )
 
@@ -163,9 +181,9 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
 async def recall_alone(recaller: Recaller, loaded: Loaded) -> list[ScoredMemory]:
     """Recall's ``top_k`` for the case's message, without the profile."""
     message = loaded.case["message"]
-    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
     query = recall_query(message["text"], message.get("previous_user_text"))
-    return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, origins=origins)
+    reach = usable_reaches(place_of(message))
+    return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, reach=reach)
 
 
 def in_prompt(context: MemoryContext) -> list[Memory]:
@@ -278,7 +296,7 @@ async def measure_block_tokens(
                 for message in messages:
                     context = await build_context(
                         store=store, recaller=recaller, user_key="block:user", message=message,
-                        k=TOP_K, origins=None, budget_tokens=SETTINGS.profile_tokens,
+                        k=TOP_K, reach=None, budget_tokens=SETTINGS.profile_tokens,
                     )  # fmt: skip
                     tokens.append(block_tokens(context))
                 out[name] = {
@@ -329,7 +347,7 @@ async def measure_latency(
                     t0 = time.perf_counter()
                     await build_context(
                         store=big, recaller=recaller, user_key=probe, message=q, k=TOP_K,
-                        origins=None, budget_tokens=SETTINGS.profile_tokens,
+                        reach=None, budget_tokens=SETTINGS.profile_tokens,
                     )  # fmt: skip
                     times.append((time.perf_counter() - t0) * 1000)
                 out[name] = {

@@ -31,6 +31,7 @@ from bots import channels_cli
 from bots.eval_cli import eval_app
 from core.errors import ConfigError, MemoryInputError, SelfMindError
 from core.logs import configure_logging
+from core.rules.places import place_key
 
 if TYPE_CHECKING:
     # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
@@ -349,6 +350,7 @@ def _row(m: Memory) -> dict[str, Any]:
         "kind": m.kind,
         "category": m.category,
         "origin": m.origin,
+        "place": None if m.place is None else place_key(m.place),
         "created_at": m.created_at.isoformat(),
     }
 

@@ -6,7 +6,10 @@ message edits). The loop:
 
 1. stores the user's message first (so a crash loses nothing the user said);
 2. recalls the user's top-k memories by BM25 (none when their memory is off; only memories
-   learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
+   usable where the message was said, by the place rule of :mod:`core.rules.places`: every
+   memory in the owner's DM, elsewhere those learned in that same group DM or private
+   channel, or in a public channel of the same workspace when asked in one; every memory
+   everywhere with ``recall_private_in_channels``, the operator's opt-in);
 3. builds the system prompt (cached persona, then the memory block) and the message list
    from the conversation's stored history;
 4. reads the message's files, if any (:mod:`core.files`: the files all turns hold at once
@@ -57,6 +60,7 @@ from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.dedupe import Deduper
+from core.rules.places import owner_dm, place_of_conversation, usable_reaches
 from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
@@ -127,6 +131,17 @@ class IncomingMessage:
     def stored_text(self) -> str:
         """What the store keeps: the text, then one placeholder line per file."""
         return with_placeholders(self.text, self.files)
+
+
+def message_place(message: IncomingMessage) -> Place:
+    """Where ``message`` was said: its ``place``, else (an adapter that gives none) the
+    owner's DM for a private message and the place its conversation key names for a shared
+    one (:func:`core.rules.places.place_of_conversation`: never wider than a channel)."""
+    if message.place is not None:
+        return message.place
+    if message.origin == "private":
+        return owner_dm(message.user_key)
+    return place_of_conversation(message.conversation_key, user_key=message.user_key, shared=True)
 
 
 @dataclass(frozen=True)
@@ -231,10 +246,10 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
-    def _origins(self, message: IncomingMessage) -> Sequence[Origin] | None:
-        if message.origin == "shared" and not self.settings.recall_private_in_channels:
-            return ["shared"]
-        return None
+    def _reach(self, message: IncomingMessage) -> list[str] | None:
+        return usable_reaches(
+            message_place(message), private_in_channels=self.settings.recall_private_in_channels
+        )
 
     async def memory_context(
         self,
@@ -248,7 +263,7 @@ class TurnLoop:
         the message asks about the memory itself (:func:`core.memory.profile.build_context`).
         ``mode``: the user's memory mode when the caller has read it already (``off``:
         nothing); ``previous``: the conversation's previous user message, for recall.
-        In a channel only shared memories, unless ``recall_private_in_channels``."""
+        Only the memories usable where it was said (:mod:`core.rules.places`)."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         return await build_context(
@@ -258,7 +273,7 @@ class TurnLoop:
             message=message.text,
             query=recall_query(message.text, previous),
             k=self.settings.top_k,
-            origins=self._origins(message),
+            reach=self._reach(message),
             budget_tokens=self.settings.profile_tokens,
             mode=mode,
         )
@@ -315,6 +330,7 @@ class TurnLoop:
             platform_ref=message.platform_ref,
             workspace=message.workspace,
             thread_ref=message.thread_ref,
+            place=message_place(message),
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)

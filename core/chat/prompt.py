@@ -145,7 +145,7 @@ def _notes(count: int) -> str:
 def stored_line(context: MemoryContext) -> str:
     """One sentence saying what the user has stored and what of it follows: never "no notes"
     to a user who has some. In a shared place (only shared notes used) without the count,
-    which holds the notes learned in DMs."""
+    which holds the notes that may not be used there (core.rules.places)."""
     if context.mode == "off":
         return "Memory is off for this user: no notes are used or saved (/memory on resumes)."
     if context.stored == 0:
@@ -153,7 +153,8 @@ def stored_line(context: MemoryContext) -> str:
     if context.shared:  # the count of every note would tell the channel that DM notes exist
         parts = [
             "Notes are stored about this user; /memories lists them all. This is a shared "
-            "place: only notes learned in shared places are used."
+            "place: only notes that may be used here are (learned in this place, or in a public "
+            "channel of this workspace when this is one)."
         ]
     else:
         verb = "is" if context.stored == 1 else "are"

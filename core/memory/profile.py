@@ -50,7 +50,7 @@ from typing import Protocol
 from core.memory.recall import Recaller
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
-from core.types import Memory, MemoryMode, MemoryUse, Origin, ScoredMemory
+from core.types import Memory, MemoryMode, MemoryUse, ScoredMemory
 
 PROFILE_CANDIDATES = 200
 """The newest standing memories read per turn (one indexed query); the budget keeps far
@@ -177,7 +177,7 @@ class ProfileStore(Protocol):
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]: ...
 
@@ -196,7 +196,7 @@ async def build_context(
     message: str,
     query: str | None = None,
     k: int,
-    origins: Sequence[Origin] | None,
+    reach: Sequence[str] | None,
     budget_tokens: int,
     mode: MemoryMode = "on",
 ) -> MemoryContext:
@@ -204,10 +204,11 @@ async def build_context(
 
     ``message`` decides whether this is a memory question; ``query`` (default ``message``)
     is what recall searches; ``k`` is recall's ``top_k``, filled with memories the profile
-    does not already hold; ``origins`` as for recall (``["shared"]`` in a channel). A user
+    does not already hold; ``reach`` as for recall (the place rule's tokens, None in the
+    owner's DM: :func:`core.rules.places.usable_reaches`). A user
     whose memory is ``off`` gets an empty context. Errors are the store's.
     """
-    shared = origins is not None and "private" not in origins
+    shared = reach is not None
     if mode == "off":
         return MemoryContext(mode=mode, shared=shared)
     stored = await store.count(user_key=user_key)
@@ -216,12 +217,12 @@ async def build_context(
     question = is_memory_question(message)
     fits = False
     if stored <= WHOLE_STORE_MAX:
-        everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
+        everything = await store.list_memories(user_key=user_key, limit=stored, reach=reach)
         fits = profile_cost(everything) <= budget_tokens
         candidates = everything if fits else [m for m in everything if is_standing(m)]
     else:
         candidates = await store.list_memories(
-            user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
+            user_key=user_key, limit=PROFILE_CANDIDATES, reach=reach, standing=True
         )
     uses: dict[int, MemoryUse] = {}
     if not fits and profile_cost(candidates) > budget_tokens:  # a choice: read the counts
@@ -229,9 +230,7 @@ async def build_context(
     profile = select_profile(candidates, budget_tokens=budget_tokens, uses=uses)
     held = {m.id for m in profile}
     if question:
-        recent = await store.list_memories(
-            user_key=user_key, limit=RECENT_CANDIDATES, origins=origins
-        )
+        recent = await store.list_memories(user_key=user_key, limit=RECENT_CANDIDATES, reach=reach)
         others = [m for m in recent if m.id not in held]
         recalled = [
             ScoredMemory(memory=m, score=0.0)
@@ -242,7 +241,7 @@ async def build_context(
             user_key=user_key,
             query=message if query is None else query,
             k=k + len(held),
-            origins=origins,
+            reach=reach,
         )
         recalled = [s for s in found if s.memory.id not in held][:k]
     return MemoryContext(

@@ -51,6 +51,7 @@ from core.model.claude import ChatModel, Extraction, Usage
 from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
 from core.rules.links import message_link
+from core.rules.places import turn_place, usable_reaches
 from core.rules.secrets import REDACTED_MARK
 from core.rules.text import as_data
 from core.store.channels import ChannelStore
@@ -486,7 +487,12 @@ class Reflector:
         or a group DM's: they have no channel) whose memory is on and reviewed."""
         if turn.origin != "shared":
             return None
-        key = self._channels.get(turn.conversation_key)
+        if turn.place is not None:  # where it was said (stored with the turn since m017)
+            key = turn.place.channel_key
+            if key is None:
+                return None
+        else:
+            key = self._channels.get(turn.conversation_key)
         if key is None:
             key = await self.store.channel_of(conversation_key=turn.conversation_key)
             if key is None:
@@ -553,13 +559,14 @@ class Reflector:
         assert turn.user_key is not None
         channel_key = await self._team_channel(turn)
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
-        # A message in a shared channel is reflected on beside the user's shared memories
-        # only: private ones must not be copied into (or superseded from) what the team sees.
+        # A message is reflected on beside the memories usable where it was said only (the
+        # place rule): others must not be copied into (or superseded from) what is learned
+        # there.
         related = await self.recaller.recall(
             user_key=turn.user_key,
             query=query,
             k=self.related_k,
-            origins=["shared"] if turn.origin == "shared" else None,
+            reach=usable_reaches(turn_place(turn)),
         )
         if channel_key is None:
             extraction = await self.model.extract(
@@ -664,6 +671,7 @@ class Reflector:
                 source="reflection",
                 origin=turn.origin,
                 conversation_key=turn.conversation_key,
+                place=turn_place(turn),
             )
             supersedes = tuple(i for i in dict.fromkeys(candidate.supersedes) if i in allowed)
             writes.append(MemoryWrite(memory=memory, supersedes=supersedes))

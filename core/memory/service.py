@@ -28,6 +28,7 @@ from core.metrics import Metrics
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.places import parse_place, place_key
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
@@ -150,6 +151,7 @@ def memory_to_export(memory: Memory) -> dict[str, Any]:
         "kind": memory.kind,
         "category": memory.category,
         "origin": memory.origin,
+        "place": None if memory.place is None else place_key(memory.place),
         "source": memory.source,
         "created_at": memory.created_at.isoformat(),
         "updated_at": memory.updated_at.isoformat(),
@@ -206,6 +208,8 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         source=cast(Source, _choice(obj, "source", SOURCES, "import", line)),
         created_at=_time(obj, "created_at", line),
         updated_at=_time(obj, "updated_at", line),
+        # Where it was learned, as exported (anything else: the owner's DM, the narrowest).
+        place=parse_place(place) if isinstance(place := obj.get("place"), str) else None,
     )
 
 
@@ -438,7 +442,7 @@ class MemoryService:
         return await self.store.count(user_key=user_key)
 
     async def search(
-        self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int = 6, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]:
         """The user's memories that share words with ``query`` (the store's BM25), best
         first, ``k`` clamped to 1..100; any text is a valid query.
@@ -449,7 +453,7 @@ class MemoryService:
         to offer, which a search must not present as matches ("tea" finding "The user
         lives in Lisbon.")."""
         return await self.store.search(
-            user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
+            user_key=user_key, query=query, k=min(max(k, 1), 100), reach=reach
         )
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from core.types import PLACE_KINDS, Place, PlaceKind
+from core.types import PLACE_KINDS, Place, PlaceKind, Turn
 
 DM_REACH = "dm"
 """The reach of a memory learned in its owner's DM (or the terminal): that DM only."""
@@ -138,3 +138,49 @@ def place_label(place: Place | None) -> str:
         "private_channel": "a private channel",
         "public_channel": "a public channel",
     }[place.kind]
+
+
+def stored_place(place: Place | None, *, user_key: str) -> tuple[str, str]:
+    """The two columns a store writes for a memory learned in ``place`` (None: the owner's
+    DM): its :func:`place_key` and its :func:`reach_of` token."""
+    chosen = place if place is not None else owner_dm(user_key)
+    return place_key(chosen), reach_of(chosen)
+
+
+def place_of_conversation(
+    conversation_key: str | None, *, user_key: str, shared: bool = False
+) -> Place:
+    """The place a conversation key names, for a turn stored before places were recorded
+    (and the migration of older memories): a DM key (``slack:{install}:{D...}``,
+    ``discord:dm:{id}``, ``cli:...``) is the owner's DM; a Slack channel thread
+    (``slack:{install}:{channel}:{thread}``) a group DM for a ``G`` id and otherwise a
+    private channel (the stored data cannot tell public from private: the narrowest); a
+    Discord server conversation a private channel of its guild (the thread's or the
+    channel's id); anything else, or None, the owner's DM, unless ``shared`` (said where
+    others read it): then a private place of that conversation alone."""
+    if not conversation_key:
+        return owner_dm(user_key)
+    parts = conversation_key.split(":")
+    if parts[0] == "slack" and len(parts) == 4:
+        kind: PlaceKind = "group_dm" if parts[2].startswith("G") else "private_channel"
+        return Place(platform="slack", kind=kind, workspace=parts[1], channel=parts[2])
+    if parts[0] == "discord" and len(parts) in (3, 4) and parts[1] != "dm":
+        return Place(
+            platform="discord", kind="private_channel", workspace=parts[1], channel=parts[2]
+        )
+    if shared:
+        alone = conversation_key.replace(":", "-")
+        return Place(platform=parts[0] or "cli", kind="private_channel", channel=alone)
+    return owner_dm(user_key)
+
+
+def turn_place(turn: Turn) -> Place:
+    """Where a stored user turn was said: its recorded place, else (a turn stored before
+    places were) the place its conversation key names when it was said in a shared place
+    (:func:`place_of_conversation`), else the owner's DM."""
+    if turn.place is not None:
+        return turn.place
+    owner = turn.user_key or ""
+    if turn.origin == "shared":
+        return place_of_conversation(turn.conversation_key, user_key=owner, shared=True)
+    return owner_dm(owner)

@@ -62,7 +62,8 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
     rows = json.loads(out)
     assert code == 0 and [r["text"] for r in rows] == ["The user prefers tabs over spaces."]
-    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"}
+    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "place", "created_at"}
+    assert rows[0]["place"] == "dm:cli::"  # remembered from the command line: the owner's DM
 
     code, out, _ = cli(
         db_path, "memories", "search", "--user", "alice", "tabs?", "--json", "--k", "3"
@@ -116,6 +117,7 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
         "kind",
         "category",
         "origin",
+        "place",
         "source",
         "created_at",
         "updated_at",

@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 
+from core.store.place_repair import place_memories
 from core.store.relabel import relabel_remembered
 from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
@@ -328,6 +329,29 @@ CREATE TABLE memory_uses (
 CREATE INDEX memory_uses_by_user ON memory_uses(uid);
 """
 
+
+async def m014_places(conn: asyncpg.Connection) -> None:
+    """Where each memory was learned and so where it may be used (issue 35,
+    :mod:`core.rules.places`): ``memories.place`` (NULL: the owner's DM) and
+    ``memories.reach`` (the rule's token, default ``dm``; recall filters on it),
+    ``turns.place`` (where a message was said; NULL for older turns); every existing memory
+    gets its place from the turn it was learned in (:mod:`core.store.place_repair`)."""
+    await conn.execute(
+        "ALTER TABLE memories ADD COLUMN place text,"
+        " ADD COLUMN reach text NOT NULL DEFAULT 'dm';"
+        " ALTER TABLE turns ADD COLUMN place text;"
+    )
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    placed = await place_memories(fetch=fetch, execute=execute)
+    logger.info("m014: %d memories learned in a shared place got that place", placed)
+
+
 M015_CHANNEL_MEMORY = """
 -- A channel's own memory (team memory, core.memory.team): its entries are memories owned
 -- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
@@ -381,5 +405,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (14, "m014_places", m014_places),
     (15, "m015_channel_memory", M015_CHANNEL_MEMORY),
 ]

@@ -51,6 +51,7 @@ from datetime import datetime
 import asyncpg
 
 from core.rules.dedupe import Deduper
+from core.rules.places import stored_place
 from core.rules.text import index_terms, normalize
 from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.cleanup import PostgresHygiene
@@ -67,7 +68,6 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
-    Origin,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -81,7 +81,7 @@ DEDUPE_CANDIDATES = 50
 
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-    " conversation_key, created_at, updated_at)"
+    " conversation_key, created_at, updated_at, place, reach)"
 )
 
 
@@ -205,12 +205,15 @@ class PostgresStore(
         now = utcnow()
         norms = [normalize(m.text) for m in memories]
         terms = [index_terms(uid, m.text) for m in memories]
+        owner = await conn.fetchval("SELECT user_key FROM users WHERE uid = $1", uid)
+        places = [stored_place(m.place, user_key=str(owner)) for m in memories]
         inserted = await conn.fetch(
             f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
-            " x.source, x.origin, x.ck, x.created, x.updated FROM unnest($2::text[],"
-            " $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[], $9::text[],"
-            " $10::text[], $11::timestamptz[], $12::timestamptz[]) WITH ORDINALITY AS x(text,"
-            " norm, terms, n_terms, kind, category, source, origin, ck, created, updated, n)"
+            " x.source, x.origin, x.ck, x.created, x.updated, x.place, x.reach FROM unnest("
+            "$2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[],"
+            " $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::text[],"
+            " $14::text[]) WITH ORDINALITY AS x(text, norm, terms, n_terms, kind, category,"
+            " source, origin, ck, created, updated, place, reach, n)"
             " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
             uid,
             [m.text for m in memories],
@@ -224,6 +227,7 @@ class PostgresStore(
             [m.conversation_key for m in memories],
             [m.created_at or now for m in memories],
             [m.updated_at or m.created_at or now for m in memories],
+            *map(list, zip(*places, strict=True)),
         )
         new_ids = sorted(int(r[0]) for r in inserted)
         await conn.execute(
@@ -270,8 +274,8 @@ class PostgresStore(
             async with conn.transaction():  # a savepoint: a violation keeps the outer one
                 memory_id = int(
                     await conn.fetchval(
-                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-                        " RETURNING id",
+                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
+                        " $13, $14) RETURNING id",
                         uid,
                         memory.text,
                         norm,
@@ -284,6 +288,7 @@ class PostgresStore(
                         memory.conversation_key,
                         created,
                         memory.updated_at or created,
+                        *stored_place(memory.place, user_key=user_key),
                     )
                 )
         except asyncpg.UniqueViolationError:
@@ -398,15 +403,13 @@ class PostgresStore(
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(
-            include_superseded=include_superseded, standing=standing, origins=origins
-        )
+        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
         if where is None:
             return []
         rows = await self._fetch(
@@ -480,7 +483,7 @@ class PostgresStore(
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
@@ -488,7 +491,7 @@ class PostgresStore(
             return []
         with self._errors():
             async with self._pool.acquire() as conn:
-                return await self._search(conn, uid, user_key, query, k, origins, pool)
+                return await self._search(conn, uid, user_key, query, k, reach, pool)
 
     async def _search(
         self,
@@ -497,10 +500,10 @@ class PostgresStore(
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None,
+        reach: Sequence[str] | None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
-        return await search_user(conn, uid, user_key, query, k, origins, pool)
+        return await search_user(conn, uid, user_key, query, k, reach, pool)
 
     # ---------------------------------------------------------------- operators
     async def users(self, *, user_key: str | None = None) -> list[UserSummary]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiosqlite
 
+from core.store.place_repair import place_memories
 from core.store.relabel import relabel_remembered
 from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
@@ -513,6 +514,48 @@ async def m016_turn_ids_never_reused(conn: aiosqlite.Connection) -> None:
     )
 
 
+async def m017_places(conn: aiosqlite.Connection) -> None:
+    """Where each memory was learned and so where it may be used (issue 35,
+    :mod:`core.rules.places`): ``memories.place`` (NULL: the owner's DM) and
+    ``memories.reach`` (the rule's token, default ``dm``), ``turns.place`` (where a message
+    was said; NULL for older turns); every existing memory gets its place from the turn it
+    was learned in (:mod:`core.store.place_repair`). The FTS5 marker term of each memory
+    becomes ``u{uid}__{reach}`` (it was its origin), so recall keeps the rule inside the
+    index query: the shard triggers are rewritten and each shard is filled again."""
+    await conn.execute("ALTER TABLE memories ADD COLUMN place TEXT")
+    await conn.execute("ALTER TABLE memories ADD COLUMN reach TEXT NOT NULL DEFAULT 'dm'")
+    await conn.execute("ALTER TABLE turns ADD COLUMN place TEXT")
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    placed = await place_memories(fetch=fetch, execute=execute)
+    logger.info("m017: %d memories learned in a shared place got that place", placed)
+    triggers = list(
+        await conn.execute_fetchall(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'memories'"
+            " AND sql LIKE '%memories_fts_%'"
+        )
+    )
+    for name, sql in triggers:
+        await conn.execute(f"DROP TRIGGER {name}")
+        await conn.execute(
+            str(sql)
+            .replace("'__' || new.origin", "'__' || new.reach")
+            .replace("'__' || old.origin", "'__' || old.reach")
+        )
+    for n in range(FTS_SHARDS):
+        fts = f"memories_fts_{n}"
+        await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('delete-all')")
+        await conn.execute(
+            f"INSERT INTO {fts}(rowid, terms) SELECT id, terms || ' u' || uid || '__' || reach"
+            f" FROM memories WHERE superseded_by IS NULL AND uid % {FTS_SHARDS} = {n}"
+        )
+
+
 M018_CHANNEL_MEMORY = """
 -- A channel's own memory (team memory, core.memory.team): its entries are memories owned
 -- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
@@ -573,5 +616,6 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (17, "m017_places", m017_places),
     (18, "m018_channel_memory", M018_CHANNEL_MEMORY),
 ]

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
+from core.rules.places import check_reaches, parse_place, stored_place
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, dt, ts
@@ -48,7 +49,6 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
-    Origin,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -65,7 +65,7 @@ FORGET_BATCH = 5000
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
-    "m.updated_at, m.conversation_key, m.superseded_by"
+    "m.updated_at, m.conversation_key, m.superseded_by, m.place"
 )
 
 
@@ -90,6 +90,7 @@ def _memory(row: Sequence[Any]) -> Memory:
         updated_at=dt(row[8]),
         conversation_key=row[9],
         superseded_by=row[10],
+        place=parse_place(row[11]),
     )
 
 
@@ -207,6 +208,8 @@ class SQLiteStore(
         row = await self._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
         start = row[0] if row else 0
         now = utcnow()
+        found = await self._fetchone("SELECT user_key FROM users WHERE uid = ?", (uid,))
+        owner = str(found[0]) if found else ""
         rows = []
         for m in memories:
             terms = index_terms(uid, m.text)
@@ -225,12 +228,13 @@ class SQLiteStore(
                     m.conversation_key,
                     ts(created),
                     ts(m.updated_at or created),
+                    *stored_place(m.place, user_key=owner),
                 )
             )
         await self._conn.executemany(
             "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
-            " source, origin, conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " source, origin, conversation_key, created_at, updated_at, place, reach)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         await self._conn.execute(
@@ -270,8 +274,8 @@ class SQLiteStore(
         updated = memory.updated_at or created
         cur = await self._conn.execute(
             "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " conversation_key, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " conversation_key, created_at, updated_at, place, reach)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 uid,
                 memory.text,
@@ -285,6 +289,7 @@ class SQLiteStore(
                 memory.conversation_key,
                 ts(created),
                 ts(updated),
+                *stored_place(memory.place, user_key=user_key),
             ),
         )
         memory_id = cast(int, cur.lastrowid)
@@ -414,15 +419,13 @@ class SQLiteStore(
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(
-            include_superseded=include_superseded, standing=standing, origins=origins
-        )
+        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
         if where is None:
             return []
         rows = await self._fetchall(
@@ -497,13 +500,13 @@ class SQLiteStore(
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
         if uid is None or k <= 0:
             return []
-        return await self._search(uid, user_key, query, k, origins, pool)
+        return await self._search(uid, user_key, query, k, reach, pool)
 
     async def _search(
         self,
@@ -511,7 +514,7 @@ class SQLiteStore(
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None,
+        reach: Sequence[str] | None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         terms = query_terms(uid, query)
@@ -519,12 +522,13 @@ class SQLiteStore(
             return []
         # Terms are [a-z0-9_] only, so quoting them cannot break out of the FTS5 syntax.
         match = " OR ".join(f'"{t}"' for t in terms)
-        if origins is not None:
-            if not origins:
+        if reach is not None:
+            chosen = check_reaches(reach)
+            if not chosen:
                 return []
-            if set(origins) != {"private", "shared"}:
-                marks = " OR ".join(f'"u{uid}__{o}"' for o in sorted(set(origins)))
-                match = f"({match}) AND ({marks})"
+            # The place rule pushed into FTS5: one marker term per memory, its reach.
+            marks = " OR ".join(f'"u{uid}__{r}"' for r in chosen)
+            match = f"({match}) AND ({marks})"
         fts = fts_table(uid)
         vocab = f"memories_vocab_{uid % FTS_SHARDS}"
         pool = candidate_pool(k, pool)

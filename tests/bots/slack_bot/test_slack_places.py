@@ -3,12 +3,18 @@ event's channel_type or conversations.info, the workspace rule (enterprise, Slac
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from slack_sdk.errors import SlackApiError
 
 from bots.slack_bot.places import ChannelKinds, home_place, kind_by_id, slack_workspace
 from core.types import Place
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
+from tests.fakes.slack_server import FakeSlack
+from tests.loop_helpers import memories_reply, memory_lines
+from tests.slack_helpers import TEAM, key, running_bot, settle, slack_settings, system_text
 
 
 class Client:
@@ -69,3 +75,110 @@ async def test_command_places_from_conversations_info() -> None:
 def test_the_home_tab_is_the_persons_own_dm() -> None:
     assert home_place(team="T1", enterprise=None) == Place("slack", "dm", "T1")
     assert home_place(team="T1", enterprise="E1").workspace == "E1"
+
+
+RECOVERY = "The user is in recovery from alcohol addiction."
+FALCON = "The user leads Project Falcon."
+GROUP, SECRET, OTHER, GENERAL = "G0GROUPDM", "C0SECRET", "C0OTHER", "C0GENERAL"
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic(chunk_size=40) as fake:
+        yield fake
+
+
+async def test_a_slack_memory_is_used_only_where_its_owner_may_expect_it(
+    slack: FakeSlack, claude: FakeAnthropic, db_url: str
+) -> None:
+    """Learned in a group DM: never in a public channel (on main it was, as "shared");
+    learned in a private channel: in that channel and its threads only; the DM sees all."""
+    slack.private_channels |= {SECRET, OTHER}
+    async with running_bot(slack_settings(slack, claude, db_url)) as running:  # type: ignore[arg-type]
+        url, mention = running.events_url, slack.identity.mention
+
+        async def say(event: dict[str, Any]) -> set[str]:
+            before = len(claude.requests_of("chat"))
+            assert (await slack.send_event(url, event)).status == 200
+            await slack.wait_until(
+                lambda: len(claude.requests_of("chat")) > before, what="the answer"
+            )
+            await settle(running)
+            assert running.runtime.reflector is not None
+            assert await running.runtime.reflector.drain(10)
+            return set(memory_lines(system_text(claude, -1)))
+
+        claude.enqueue(memories_reply((RECOVERY, "fact", "general")), kind="extract")
+        await say(slack.events.group_dm_message(f"{mention} I am in recovery", user="U1"))
+        claude.enqueue(memories_reply((FALCON, "fact", "general")), kind="extract")
+        # An app_mention has no channel_type: the kind is read from conversations.info.
+        falcon = slack.events.app_mention(
+            f"{mention} I lead Project Falcon", user="U1", channel=SECRET
+        )
+        await say(falcon)
+        places = {
+            m.text: m.place
+            for m in await running.runtime.service.list_memories(user_key=key("U1"), limit=10)
+        }
+        assert places == {
+            RECOVERY: Place("slack", "group_dm", TEAM, GROUP),
+            FALCON: Place("slack", "private_channel", TEAM, SECRET),
+        }
+        question = "what do you remember about me?"
+        public = await say(slack.events.app_mention(f"{mention} {question}", user="U1"))
+        assert public == set()  # neither the group DM's nor the private channel's
+        in_thread = await say(
+            slack.events.message(
+                question, user="U1", channel=SECRET, channel_type="group", thread_ts=falcon["ts"]
+            )
+        )
+        assert in_thread == {FALCON}
+        elsewhere = await say(
+            slack.events.app_mention(f"{mention} {question}", user="U1", channel=SECRET)
+        )
+        assert elsewhere == {FALCON}  # another thread of the same channel
+        other = await say(
+            slack.events.app_mention(f"{mention} {question}", user="U1", channel=OTHER)
+        )
+        assert other == set()
+        group = await say(slack.events.group_dm_message(f"{mention} {question}", user="U1"))
+        assert group == {RECOVERY}
+        assert await say(slack.events.message(question, user="U1")) == {RECOVERY, FALCON}
+
+
+async def test_slack_connect_and_grid_are_places_like_any_other(
+    slack: FakeSlack, claude: FakeAnthropic, db_url: str
+) -> None:
+    """A fact said in the home workspace's public channel is not used in a Slack Connect
+    channel (its own workspace), nor the other way round."""
+    async with running_bot(slack_settings(slack, claude, db_url)) as running:  # type: ignore[arg-type]
+        url, mention = running.events_url, slack.identity.mention
+
+        async def say(event: dict[str, Any], *, connect: bool = False) -> set[str]:
+            before = len(claude.requests_of("chat"))
+            envelope = slack.events.event_callback(event) | {"is_ext_shared_channel": connect}
+            assert (await slack.send_event(url, envelope)).status == 200
+            await slack.wait_until(
+                lambda: len(claude.requests_of("chat")) > before, what="the answer"
+            )
+            await settle(running)
+            assert running.runtime.reflector is not None
+            assert await running.runtime.reflector.drain(10)
+            return set(memory_lines(system_text(claude, -1)))
+
+        claude.enqueue(memories_reply((FALCON, "fact", "general")), kind="extract")
+        await say(slack.events.channel_message(f"{mention} I lead Project Falcon", user="U1"))
+        claude.enqueue(memories_reply((RECOVERY, "fact", "general")), kind="extract")
+        shared = "C0SHARED"
+        await say(
+            slack.events.channel_message(f"{mention} I am in recovery", user="U1", channel=shared),
+            connect=True,
+        )
+        question = "what do you remember about me?"
+        assert await say(
+            slack.events.channel_message(f"{mention} {question}", user="U1", channel=shared),
+            connect=True,
+        ) == {RECOVERY}
+        assert await say(
+            slack.events.channel_message(f"{mention} {question}", user="U1", channel="C0RANDOM")
+        ) == {FALCON}
