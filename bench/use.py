@@ -8,11 +8,14 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
 ``static`` (the default: BM25 fused with static embeddings and query expansion) and
 ``hybrid`` (the semantic extra: BM25 and MiniLM by RRF; skipped when the extra is missing).
 
-1. **Use cases** (``core/data/use_cases.jsonl``, 331 cases written for this project, a third
-   marked ``held_out`` and reported apart): each case's user gets its memories (another
-   user's, a superseded one, DM and channel ones as labelled) in a fresh SQLite store; the
-   message is recalled for as the turn loop does (``recall_query`` with the previous user
-   message, channel messages only recall ``shared`` memories, ``top_k`` 6). A case passes
+1. **Use cases** (``core/data/use_cases.jsonl``, 501 cases written for this project, a third
+   marked ``held_out`` and reported apart; 170 of them, categories ``places: learned in
+   ...``, every pair of eight places: scripts/place_use_cases.py): each case's user gets its
+   memories (another user's, a superseded one, each learned in its labelled place: a
+   ``place``, else ``shared`` a public channel, ``private`` the owner's DM) in a fresh
+   SQLite store; the message is recalled for as the turn loop does (``recall_query`` with
+   the previous user message, the place rule's filter for where it is asked,
+   :func:`core.rules.places.usable_reaches`, ``top_k`` 6). A case passes
    when every memory it needs is among the memories the prompt holds and none it must not
    hold is. "The prompt holds" is what the turn loop puts in its memory block: the
    recalled memories (and the standing profile, once ``TurnLoop.memory_context`` exists).
@@ -424,11 +427,12 @@ def print_table(result: dict[str, Any]) -> None:
     names = result["recalls"]
     use = result["use_cases"]
     print(f"use cases ({result['n_cases']}): share whose needed memories are in the prompt")
-    header = f"{'category':<30}{'n':>5}"
+    width = max(30, *(len(c) + 2 for c in use[names[0]]["cases"]))
+    header = f"{'category':<{width}}{'n':>5}"
     header += "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
     print(header)
     for cat in use[names[0]]["cases"]:
-        row = f"{cat:<30}{use[names[0]]['cases'][cat]['n']:>5}"
+        row = f"{cat:<{width}}{use[names[0]]['cases'][cat]['n']:>5}"
         for n in names:
             c = use[n]["cases"][cat]
             row += f"{c.get('tuning', float('nan')):>12.3f}{c.get('held_out', float('nan')):>12.3f}"

@@ -430,11 +430,17 @@ class MemoryService:
         return count
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        reach: Sequence[str] | None = None,
     ) -> list[Memory]:
-        """Active memories, newest first; ``limit`` in 1..1000."""
+        """Active memories, newest first; ``limit`` in 1..1000; ``reach``: only those usable
+        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one)."""
         return await self.store.list_memories(
-            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0)
+            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0), reach=reach
         )
 
     async def count(self, *, user_key: str) -> int:
