@@ -91,7 +91,7 @@ async def fill_channel(
     fillers (newer), up to :data:`ENTRIES`, each with a speaker."""
     key = place.channel_key
     assert key is not None
-    await store.see_channel(place=place, conversation_key=f"{key}:1")
+    await store.see_channel(place=place)
     await store.set_channel_memory(channel_key=key, on=True, by="bench", at=datetime.now(UTC))
     start = datetime(2026, 1, 1, tzinfo=UTC)
     texts = [first, *[f for f in fillers if f != first]][:ENTRIES]
@@ -140,7 +140,6 @@ async def measure_team_cases(data: Path) -> dict[str, Any]:
                 await fill_channel(store, team, taught, case["entry"], fillers)
                 context = await team.context(
                     place=place_of(case["asked_in"]),
-                    conversation_key="bench:asked",
                     query=case["message"],
                     k=SETTINGS.top_k,
                 )
@@ -182,9 +181,7 @@ async def measure_block_tokens(data: Path) -> dict[str, Any] | None:
             await fill_channel(store, team, place, entries[0], entries[1:])
             block, total = [], []
             for question in questions:
-                context = await team.context(
-                    place=place, conversation_key="bench:q", query=question, k=SETTINGS.top_k
-                )
+                context = await team.context(place=place, query=question, k=SETTINGS.top_k)
                 assert context is not None
                 cached = estimate_tokens(channel_block(context) or "")
                 block.append(cached)

@@ -101,7 +101,7 @@ async def seed(store: SQLiteStore, channels: int, entries: int, on: bool) -> Non
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for n in range(channels):
         key = f"slack:T1:CBUSY{n}"
-        await store.see_channel(place=place(n), conversation_key=f"{key}:seed")
+        await store.see_channel(place=place(n))
         await store.set_channel_memory(channel_key=key, on=on, by="bench", at=start)
         memories = [
             NewMemory(

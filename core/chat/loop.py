@@ -372,7 +372,6 @@ class TurnLoop:
         memory = await self.memory_context(message, mode=mode, previous=previous)
         channel = await self.team.context(
             place=message.place,
-            conversation_key=message.conversation_key,
             query=recall_query(message.text, previous),
             k=self.settings.top_k,
         )

@@ -139,9 +139,6 @@ class ChannelReflectionOutput(ReflectionOutput):
     )
 
 
-KNOWN_CONVERSATIONS = 100_000
-"""Conversations whose channel a reflector remembers in process (then it starts again)."""
-
 MAX_WRITES = 20
 """At most this many memories are kept from one reflection (its first ones; the rest count
 as rejected): one exchange seldom holds more durable facts, and a reflection's write is one
@@ -298,7 +295,6 @@ class Reflector:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._queued: set[int] = set()
         self._sweeper: asyncio.Task[None] | None = None
-        self._channels: dict[str, str] = {}  # conversation -> its channel (team memory)
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> int:
         """Report learned memories to ``on_learned`` (when given), then :meth:`resume`;
@@ -487,19 +483,11 @@ class Reflector:
         or a group DM's: they have no channel) whose memory is on and reviewed."""
         if turn.origin != "shared":
             return None
-        if turn.place is not None:  # where it was said (stored with the turn since m017)
-            key = turn.place.channel_key
-            if key is None:
-                return None
-        else:
-            key = self._channels.get(turn.conversation_key)
+        # Where it was said, stored with the turn (m017/m014); a turn stored before that
+        # teaches no channel.
+        key = None if turn.place is None else turn.place.channel_key
         if key is None:
-            key = await self.store.channel_of(conversation_key=turn.conversation_key)
-            if key is None:
-                return None
-            if len(self._channels) >= KNOWN_CONVERSATIONS:
-                self._channels.clear()
-            self._channels[turn.conversation_key] = key  # a conversation never moves
+            return None
         info = await self.store.channel(channel_key=key)
         return key if info is not None and info.in_use else None
 

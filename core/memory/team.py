@@ -258,17 +258,16 @@ class TeamMemory:
         self,
         *,
         place: Place | None,
-        conversation_key: str,
         query: str,
         k: int,
     ) -> ChannelContext | None:
         """The channel memory a message's prompt carries: None outside a channel, or when
-        the channel's memory is off or waits for a review. Records the channel (and the
-        conversation as one of its) the first time; reads its settings on every message, so
+        the channel's memory is off or waits for a review. Records the channel the first
+        time; reads its settings on every message, so
         a change made elsewhere (the CLI, another process) applies at once."""
         if place is None or place.channel_key is None:
             return None
-        info = await self.store.see_channel(place=place, conversation_key=conversation_key)
+        info = await self.store.see_channel(place=place)
         if info is None or not info.in_use:
             return None
         block, said = await self._block(info)

@@ -67,7 +67,7 @@ async def channel_command(
     channel_key = None if place is None else place.channel_key
     if place is None or channel_key is None:
         return TeamReply(NOT_A_CHANNEL)
-    info = await team.store.see_channel(place=place, conversation_key=channel_key)
+    info = await team.store.see_channel(place=place)
     assert info is not None
     verb, _, rest = text.strip().partition(" ")
     verb, rest = verb.lower(), rest.strip()

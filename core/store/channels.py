@@ -5,10 +5,10 @@
 The channel's entries are memories owned by the channel key (``slack:T1:C1``,
 ``discord:GUILD:CHANNEL``) through the ordinary :class:`core.store.seams.MemoryStore`, so
 recall, dedupe, forget, export, cleanup changes (undo) and ``db copy`` are the memories' own.
-Three tables add what memories lack: ``channels`` (one row per channel seen: kind, memory
-on or off, who changed it, who may), ``channel_conversations`` (which channel a conversation
-belongs to: reflection reads it) and ``channel_entries`` (who said each entry, when, a link
-to the message; deleted with the memory).
+Two tables add what memories lack: ``channels`` (one row per channel seen: kind, memory on
+or off, who changed it, who may) and ``channel_entries`` (who said each entry, when, a link
+to the message; deleted with the memory). Reflection finds a turn's channel in its place
+(``turns.place``).
 """
 
 from __future__ import annotations
@@ -68,20 +68,14 @@ def attribution_from_row(row: Sequence[Any], *, when: Any) -> Attribution:
 class ChannelStore(Protocol):
     """Channels seen, their memory's settings and the attribution of their entries."""
 
-    async def see_channel(self, *, place: Place, conversation_key: str) -> ChannelInfo | None:
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
         """The channel ``place`` names (None for a DM or group DM): recorded the first time
-        (memory off), its kind updated when it changed, and, while its memory is in use,
-        ``conversation_key`` recorded as one of its conversations (reflection reads it:
-        :meth:`channel_of`). Writes only when something is new."""
+        (memory off), its kind updated when it changed. Writes only then."""
         ...
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         """The channel's row as stored now (read on every message: a change made by another
         process shows at once), None when never seen."""
-        ...
-
-    async def channel_of(self, *, conversation_key: str) -> str | None:
-        """The channel key a conversation belongs to, None outside channels."""
         ...
 
     async def set_channel_memory(

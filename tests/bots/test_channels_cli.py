@@ -35,7 +35,7 @@ def seen(db: str, *places: Place) -> None:
         store = await open_store(db)
         try:
             for place in places:
-                await store.see_channel(place=place, conversation_key=f"{place.channel}:1")
+                await store.see_channel(place=place)
         finally:
             await store.close()
 

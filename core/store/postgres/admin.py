@@ -147,7 +147,6 @@ TABLES: tuple[_Table, ...] = (
         "channel_key",
         bools=("memory_on",),
     ),
-    _Table("channel_conversations", ("conversation_key", "channel_key"), (), "conversation_key"),
     _Table(
         "channel_entries",
         ("memory_id", "channel_key", "said_by", "said_by_name", "said_at", "link", "changed_by"),

@@ -1,5 +1,5 @@
 """A channel's own memory in PostgreSQL (:class:`core.store.channels.ChannelStore`): the
-m015 tables ``channels``, ``channel_conversations`` and ``channel_entries``."""
+m015 tables ``channels`` and ``channel_entries``."""
 
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from core.store.channels import (
 from core.store.postgres.base import PostgresBase
 from core.types import Attribution, ChannelInfo, Place
 
-KNOWN_CONVERSATIONS = 100_000
-"""Conversation keys remembered in process as recorded (then the set starts again)."""
-
 
 def _same(value: Any) -> Any:
     return value
@@ -28,15 +25,10 @@ def _same(value: Any) -> Any:
 class PostgresChannels(PostgresBase):
     """Channels seen, their memory's settings, the attribution of their entries."""
 
-    _known_conversations: set[str]
-
-    async def see_channel(self, *, place: Place, conversation_key: str) -> ChannelInfo | None:
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
         key = place.channel_key
         if key is None or place.channel is None:
             return None
-        known = getattr(self, "_known_conversations", None)
-        if known is None or len(known) > KNOWN_CONVERSATIONS:
-            known = self._known_conversations = set()
         info = await self.channel(channel_key=key)
         if info is None or info.kind != place.kind:
             await self._execute(
@@ -51,14 +43,6 @@ class PostgresChannels(PostgresBase):
                 place.kind,
             )
             info = await self.channel(channel_key=key)
-        if info is not None and info.in_use and conversation_key not in known:
-            await self._execute(
-                "INSERT INTO channel_conversations(conversation_key, channel_key)"
-                " VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                conversation_key,
-                key,
-            )
-            known.add(conversation_key)
         return info
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
@@ -66,13 +50,6 @@ class PostgresChannels(PostgresBase):
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = $1", channel_key
         )
         return None if row is None else channel_from_row(list(row), when=_same)
-
-    async def channel_of(self, *, conversation_key: str) -> str | None:
-        value = await self._fetchval(
-            "SELECT channel_key FROM channel_conversations WHERE conversation_key = $1",
-            conversation_key,
-        )
-        return None if value is None else str(value)
 
     async def set_channel_memory(
         self,

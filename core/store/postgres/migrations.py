@@ -355,8 +355,8 @@ async def m014_places(conn: asyncpg.Connection) -> None:
 M015_CHANNEL_MEMORY = """
 -- A channel's own memory (team memory, core.memory.team): its entries are memories owned
 -- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
--- export, undo and db copy are the memories'; these tables add the channel's settings,
--- which conversation belongs to which channel, and who said each entry.
+-- export, undo and db copy are the memories'; these tables add the channel's settings
+-- and who said each entry (a turn's channel is its place, m017/m014).
 CREATE TABLE channels (
     channel_key text PRIMARY KEY,
     platform text NOT NULL,
@@ -370,10 +370,6 @@ CREATE TABLE channels (
     allowed text NOT NULL DEFAULT '',
     version bigint NOT NULL DEFAULT 0,
     seen_at timestamptz NOT NULL
-);
-CREATE TABLE channel_conversations (
-    conversation_key text PRIMARY KEY,
-    channel_key text NOT NULL
 );
 CREATE TABLE channel_entries (
     memory_id bigint PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,

@@ -1,5 +1,5 @@
 """A channel's own memory in SQLite (:class:`core.store.channels.ChannelStore`): the m018
-tables ``channels``, ``channel_conversations`` and ``channel_entries``."""
+tables ``channels`` and ``channel_entries``."""
 
 from __future__ import annotations
 
@@ -19,22 +19,14 @@ from core.types import Attribution, ChannelInfo, Place, utcnow
 
 _BUMP_ONE = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
 
-KNOWN_CONVERSATIONS = 100_000
-"""Conversation keys remembered in process as recorded (then the set starts again)."""
-
 
 class SQLiteChannels(SQLiteBase):
     """Channels seen, their memory's settings, the attribution of their entries."""
 
-    _known_conversations: set[str]
-
-    async def see_channel(self, *, place: Place, conversation_key: str) -> ChannelInfo | None:
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
         key = place.channel_key
         if key is None or place.channel is None:
             return None
-        known = getattr(self, "_known_conversations", None)
-        if known is None or len(known) > KNOWN_CONVERSATIONS:
-            known = self._known_conversations = set()
         info = await self.channel(channel_key=key)
         if info is None or info.kind != place.kind:
             async with self._write():
@@ -46,14 +38,6 @@ class SQLiteChannels(SQLiteBase):
                     (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
                 )
             info = await self.channel(channel_key=key)
-        if info is not None and info.in_use and conversation_key not in known:
-            async with self._write():
-                await self._conn.execute(
-                    "INSERT OR IGNORE INTO channel_conversations(conversation_key, channel_key)"
-                    " VALUES (?, ?)",
-                    (conversation_key, key),
-                )
-            known.add(conversation_key)
         return info
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
@@ -61,13 +45,6 @@ class SQLiteChannels(SQLiteBase):
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = ?", (channel_key,)
         )
         return None if row is None else channel_from_row(row, when=dt)
-
-    async def channel_of(self, *, conversation_key: str) -> str | None:
-        row = await self._fetchone(
-            "SELECT channel_key FROM channel_conversations WHERE conversation_key = ?",
-            (conversation_key,),
-        )
-        return None if row is None else str(row[0])
 
     async def set_channel_memory(
         self,

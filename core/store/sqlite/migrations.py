@@ -559,8 +559,8 @@ async def m017_places(conn: aiosqlite.Connection) -> None:
 M018_CHANNEL_MEMORY = """
 -- A channel's own memory (team memory, core.memory.team): its entries are memories owned
 -- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
--- export, undo and db copy are the memories'; these tables add the channel's settings,
--- which conversation belongs to which channel, and who said each entry.
+-- export, undo and db copy are the memories'; these tables add the channel's settings
+-- and who said each entry (a turn's channel is its place, m017/m014).
 CREATE TABLE channels (
     channel_key TEXT PRIMARY KEY,
     platform TEXT NOT NULL,
@@ -574,10 +574,6 @@ CREATE TABLE channels (
     allowed TEXT NOT NULL DEFAULT '',        -- user keys who may turn it on or off, spaced
     version INTEGER NOT NULL DEFAULT 0,      -- bumped by every change of its entries' attribution
     seen_at TEXT NOT NULL
-);
-CREATE TABLE channel_conversations (
-    conversation_key TEXT PRIMARY KEY,
-    channel_key TEXT NOT NULL
 );
 CREATE TABLE channel_entries (
     memory_id INTEGER PRIMARY KEY,

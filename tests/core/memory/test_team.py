@@ -138,7 +138,7 @@ async def test_group_dm_and_dm_never_teach_a_channel(fake: FakeAnthropic, db_url
     async with harness(fake, db_url) as h:
         group = Place(platform="slack", kind="group_dm", workspace="T1", channel="GMPIM")
         message = dm(ALICE, DECISION, origin="shared", conversation_key="slack:T1:GMPIM:1.0")
-        assert await h.store.see_channel(place=group, conversation_key="x") is None
+        assert await h.store.see_channel(place=group) is None
         await turn(h, fake, IncomingMessage(**{**message.__dict__, "place": group}))
         assert "team" not in (fake.requests_of("extract")[0].output_schema or {})["properties"]
         assert await h.store.list_channels() == []
