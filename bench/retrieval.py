@@ -190,7 +190,9 @@ async def sqlite_big(
 ) -> AsyncIterator[Store]:
     """A copy of the cached synthetic SQLite store (built on first use)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    cached = CACHE / f"synthetic-{users}x{per_user}-v1.db"
+    # v2: the store with places (SQLite m017); v1 is the store of the code before, which a
+    # --baseline tree keeps building and reading beside it (one cache folder for both).
+    cached = CACHE / f"synthetic-{users}x{per_user}-v2.db"
     if not cached.exists():
         t0 = time.perf_counter()
         partial = cached.with_suffix(".partial")

@@ -8,22 +8,27 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
 ``static`` (the default: BM25 fused with static embeddings and query expansion) and
 ``hybrid`` (the semantic extra: BM25 and MiniLM by RRF; skipped when the extra is missing).
 
-1. **Use cases** (``core/data/use_cases.jsonl``, 391 cases written for this project, a third
-   marked ``held_out`` and reported apart; ``about_other``: another person's fact, which must
-   never stand in the profile as the user's and must be recalled when the message asks
-   about them; ``dated``: a memory whose last day passed before the message (``today``),
-   out of the profile and recalled when the message asks about the past): each case's user
-   gets its memories (another user's, a superseded one, DM and channel ones as labelled) in
-   a fresh SQLite store; the message is recalled for as the turn loop does
-   (``recall_query`` with the previous user message, channel messages only recall
-   ``shared`` memories, ``top_k`` 6). A case passes when every memory it needs is among the
-   memories the prompt holds and none it must not hold is (nor, in the standing profile,
-   any it keeps out of it: ``must_not_profile``). "The prompt holds" is what the turn loop
-   puts in its memory block: the standing profile and the recalled memories.
+1. **Use cases** (``core/data/use_cases.jsonl``, written for this project, a third marked
+   ``held_out`` and reported apart; 170 of them, categories ``places: learned in ...``,
+   every pair of eight places: scripts/place_use_cases.py; ``about_other``: another
+   person's fact, which must never stand in the profile as the user's and must be recalled
+   when the message asks about them; ``dated``: a memory whose last day passed before the
+   message (``today``), out of the profile and recalled when the message asks about the
+   past): each case's user gets its memories (another user's, a superseded one, each
+   learned in its labelled place: a ``place``, else ``shared`` a public channel,
+   ``private`` the owner's DM) in a fresh SQLite store; the message is recalled for as the
+   turn loop does (``recall_query`` with the previous user message, the place rule's filter
+   for where it is asked, :func:`core.rules.places.usable_reaches`, ``top_k`` 6). A case
+   passes when every memory it needs is among the memories the prompt holds and none it
+   must not hold is (nor, in the standing profile, any it keeps out of it:
+   ``must_not_profile``). "The prompt holds" is what the turn loop puts in its memory
+   block: the standing profile and the recalled memories.
 2. **LoCoMo Hit@6** on the shared conversations, as ``bench/retrieval.py`` measures it.
 3. **Memory-block tokens** p50/p95 over the use cases: the profile block and the memory
    block, by the profile's estimator (:func:`core.memory.profile.estimate_tokens`).
-4. **Latency** p50/p95 of the memory context (profile plus recall, ``build_context``) for
+4. **Team memory** (:mod:`bench.team`): the labelled team cases by category and the channel
+   block's tokens p50/p95 for a channel with 300 entries.
+5. **Latency** p50/p95 of the memory context (profile plus recall, ``build_context``) for
    one user with 10,000 memories in the 1,000,000-memory store of ``bench/retrieval.py``
    (cached under ``bench/.cache``).
 
@@ -54,6 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import team as team_bench
 from bench.load import baseline_tree, merge_base
 from bench.locomo import DEFAULT_DATA, REPO_ROOT, load_all
 from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
@@ -64,14 +70,29 @@ from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, Recaller
 from core.rules.classify import classify
 from core.rules.dedupe import Deduper
+from core.rules.places import usable_reaches
 from core.settings import load_settings
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
-from core.types import Memory, NewMemory, Origin, ScoredMemory
+from core.types import Memory, NewMemory, Place, ScoredMemory
 
 SETTINGS = load_settings()
 TOP_K = SETTINGS.top_k
 LATENCY_QUERIES = 300
+
+
+PUBLIC = Place("slack", "public_channel", "use", "C1")
+"""Where a case's ``shared`` memory or message without a place was learned or asked (the
+cases written before places: one public channel)."""
+
+
+def place_of(item: dict[str, Any]) -> Place | None:
+    """A case memory's or message's place: its ``place`` (the place cases), else ``shared``
+    -> :data:`PUBLIC`, ``private`` -> the owner's DM (None)."""
+    if item.get("place"):
+        p = item["place"]
+        return Place(p["platform"], p["kind"], p.get("workspace"), p.get("channel"))
+    return PUBLIC if item["origin"] == "shared" else None
 
 
 def load_cases() -> list[dict[str, Any]]:
@@ -111,11 +132,12 @@ def day(value: str | None) -> date | None:
 
 
 def new_memory(m: dict[str, Any]) -> NewMemory:
-    """One labelled memory as stored: its labels, whose fact it is and the days it holds."""
+    """One labelled memory as stored: its labels, whose fact it is, the days it holds and
+    where it was learned."""
     return NewMemory(
         text=m["text"], kind=m["kind"], category=m["category"], origin=m["origin"],
         about=m.get("about"), valid_from=day(m.get("valid_from")),
-        valid_until=day(m.get("valid_until")),
+        valid_until=day(m.get("valid_until")), place=place_of(m),
     )  # fmt: skip
 
 
@@ -157,7 +179,6 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
     """What the turn loop would put in this case's prompt: the standing profile and recall's
     ``top_k`` (:func:`core.memory.profile.build_context`, as ``TurnLoop.memory_context``)."""
     message = loaded.case["message"]
-    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
     return await build_context(
         store=store,
         recaller=recaller,
@@ -165,7 +186,7 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
         message=message["text"],
         query=recall_query(message["text"], message.get("previous_user_text")),
         k=SETTINGS.top_k,
-        origins=origins,
+        reach=usable_reaches(place_of(message)),  # the place rule, as TurnLoop.memory_context
         budget_tokens=SETTINGS.profile_tokens,
         today=day(loaded.case.get("today")) or TODAY,
     )
@@ -174,9 +195,9 @@ async def prompt_context(recaller: Recaller, store: Store, loaded: Loaded) -> Me
 async def recall_alone(recaller: Recaller, loaded: Loaded) -> list[ScoredMemory]:
     """Recall's ``top_k`` for the case's message, without the profile."""
     message = loaded.case["message"]
-    origins: Sequence[Origin] | None = ["shared"] if message["origin"] == "shared" else None
     query = recall_query(message["text"], message.get("previous_user_text"))
-    return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, origins=origins)
+    reach = usable_reaches(place_of(message))
+    return await recaller.recall(user_key=loaded.user_key, query=query, k=TOP_K, reach=reach)
 
 
 def in_prompt(context: MemoryContext) -> list[Memory]:
@@ -294,7 +315,7 @@ async def measure_block_tokens(
                 for message in messages:
                     context = await build_context(
                         store=store, recaller=recaller, user_key="block:user", message=message,
-                        k=TOP_K, origins=None, budget_tokens=SETTINGS.profile_tokens,
+                        k=TOP_K, reach=None, budget_tokens=SETTINGS.profile_tokens,
                     )  # fmt: skip
                     tokens.append(block_tokens(context))
                 out[name] = {
@@ -328,7 +349,7 @@ async def measure_locomo(names: Sequence[str], data: Path) -> dict[str, Any]:
                     for q in u.conv.questions:
                         context = await build_context(
                             store=store, recaller=recaller, user_key=u.user_key,
-                            message=q.text, k=TOP_K, origins=None,
+                            message=q.text, k=TOP_K, reach=None,
                             budget_tokens=SETTINGS.profile_tokens, today=TODAY,
                         )  # fmt: skip
                         hit = any(u.evidence[m.id] & q.evidence for m in in_prompt(context))
@@ -369,7 +390,7 @@ async def measure_latency(
                     t0 = time.perf_counter()
                     await build_context(
                         store=big, recaller=recaller, user_key=probe, message=q, k=TOP_K,
-                        origins=None, budget_tokens=SETTINGS.profile_tokens,
+                        reach=None, budget_tokens=SETTINGS.profile_tokens,
                     )  # fmt: skip
                     times.append((time.perf_counter() - t0) * 1000)
                 out[name] = {
@@ -430,6 +451,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["use_cases"] = await measure_cases(names, cases)
     result["locomo_hit@6"] = await measure_locomo(names, Path(args.data))
     result["block_tokens_400"] = await measure_block_tokens(names, Path(args.data), cases)
+    result["team"] = await team_bench.run(Path(args.data))  # a channel's own memory
     if not args.no_scale:
         timed = [n for n in names if n in args.latency_recall.split(",")]
         if args.baseline is None:
@@ -445,11 +467,12 @@ def print_table(result: dict[str, Any]) -> None:
     names = result["recalls"]
     use = result["use_cases"]
     print(f"use cases ({result['n_cases']}): share whose needed memories are in the prompt")
-    header = f"{'category':<30}{'n':>5}"
+    width = max(30, *(len(c) + 2 for c in use[names[0]]["cases"]))
+    header = f"{'category':<{width}}{'n':>5}"
     header += "".join(f"{n + ' tun':>12}{n + ' held':>12}" for n in names)
     print(header)
     for cat in use[names[0]]["cases"]:
-        row = f"{cat:<30}{use[names[0]]['cases'][cat]['n']:>5}"
+        row = f"{cat:<{width}}{use[names[0]]['cases'][cat]['n']:>5}"
         for n in names:
             c = use[n]["cases"][cat]
             row += f"{c.get('tuning', float('nan')):>12.3f}{c.get('held_out', float('nan')):>12.3f}"
@@ -496,6 +519,7 @@ def print_table(result: dict[str, Any]) -> None:
                 if n in row
             )
         )
+    team_bench.print_table(result["team"])
     for s in result["skipped"]:
         print(f"skipped: {s}")
 

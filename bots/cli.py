@@ -4,6 +4,8 @@
     selfmind [--db DB] memories remember|list|search|forget|export|import|stats|history ...
     selfmind [--db DB] users [--json]
     selfmind [--db DB] memory [pause|resume|off|on] --user KEY
+    selfmind [--db DB] channels list|memory|undo ...   (a channel's own memory: --channel KEY
+                                                        on memories remember|list|forget|...)
     selfmind [--db DB] db migrate | db backup PATH
     selfmind db copy --from sqlite:///PATH --to postgresql://USER@HOST/DB
     selfmind --version
@@ -26,9 +28,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from bots import channels_cli
 from bots.eval_cli import eval_app
 from core.errors import ConfigError, MemoryInputError, SelfMindError
 from core.logs import configure_logging
+from core.rules.places import place_key
 
 if TYPE_CHECKING:
     # Imported where used: `selfmind --help` loads neither pydantic nor asyncio.
@@ -223,7 +227,7 @@ def main_options(
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
     # doctor's report says what failed; its calls' own warnings would say it twice.
     quiet = (
-        ctx.invoked_subcommand in ("memories", "memory", "chat", "db", "users")
+        ctx.invoked_subcommand in ("memories", "memory", "chat", "db", "users", "channels")
         and log_level is None
     )
     level = "ERROR" if ctx.invoked_subcommand == "doctor" and log_level is None else None
@@ -304,6 +308,28 @@ def user_option() -> Any:
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 UserKey = Annotated[str, user_option()]
+MaybeUser = Annotated[str | None, user_option()]
+ChannelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--channel", help="A channel's own memory (slack:T:C, discord:G:C) instead of a user's."
+    ),
+]
+
+
+def _owner(user: str | None, channel: str | None) -> tuple[str, bool]:
+    """The memory owner a command acts on: ``(user key, False)`` for ``--user``, ``(channel
+    key, True)`` for ``--channel`` (:func:`bots.channels_cli.parse_channel_key`); exactly
+    one of them (usage error, exit 2)."""
+    if (user is None) == (channel is None):
+        raise fail("give --user or --channel (one of them)", 2)
+    if channel is not None:
+        try:
+            return channels_cli.parse_channel_key(channel), True
+        except SelfMindError as exc:
+            raise fail(str(exc)) from None
+    assert user is not None
+    return _key(user), False
 
 
 def _key(value: str) -> str:
@@ -322,6 +348,7 @@ def _row(m: Memory) -> dict[str, Any]:
         "kind": m.kind,
         "category": m.category,
         "origin": m.origin,
+        "place": None if m.place is None else place_key(m.place),
         "created_at": m.created_at.isoformat(),
         "about": m.about,
         "valid_from": m.valid_from and m.valid_from.isoformat(),
@@ -345,11 +372,39 @@ def _print_memories(rows: list[Memory], as_json: bool) -> None:
 def memories_remember(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="One sentence, under 200 characters.")],
-    user: UserKey,
+    user: MaybeUser = None,
+    channel: ChannelOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Store a memory for a user (deduplicated against what is known)."""
-    key = _key(user)
+    """Store a memory for a user, or an entry of a channel's memory (--channel; undoable),
+    deduplicated against what is known."""
+    key, is_channel = _owner(user, channel)
+    if is_channel:
+        change = run(
+            with_store(
+                ctx.obj,
+                lambda st: channels_cli.remember_entry(st, ctx.obj.settings, key, text),
+            )
+        )
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {
+                        "id": change.memory_id,
+                        "status": change.status,
+                        "text": change.text,
+                        "undo": change.undo or None,
+                    }
+                )
+            )
+        elif change.status == "added":
+            typer.echo(
+                f"remembered #{change.memory_id} in {key}: {change.text}"
+                f" (undo: selfmind channels undo {key} {change.undo})"
+            )
+        else:
+            typer.echo(f"already known as #{change.memory_id}")
+        return
     result = run(with_service(ctx.obj, lambda s: s.remember(user_key=key, text=text), create=True))
     if as_json:
         typer.echo(
@@ -373,13 +428,24 @@ def memories_remember(
 @memories_app.command("list")
 def memories_list(
     ctx: typer.Context,
-    user: UserKey,
+    user: MaybeUser = None,
+    channel: ChannelOpt = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Page size.")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many.")] = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """List a user's memories, newest first."""
-    key = _key(user)
+    """List a user's memories, or a channel's (--channel, with who said each), newest
+    first."""
+    key, is_channel = _owner(user, channel)
+    if is_channel:
+        entries = run(
+            with_store(
+                ctx.obj,
+                lambda st: channels_cli.list_entries(st, ctx.obj.settings, key, limit, offset),
+            )
+        )
+        channels_cli.print_entries(entries, as_json)
+        return
     rows = run(
         with_user(ctx.obj, key, lambda s: s.list_memories(user_key=key, limit=limit, offset=offset))
     )
@@ -444,18 +510,36 @@ def confirm_erase(what: str, *, yes: bool, command: str) -> bool:
 @memories_app.command("forget")
 def memories_forget(
     ctx: typer.Context,
-    user: UserKey,
+    user: MaybeUser = None,
     memory_id: Annotated[int | None, typer.Argument(metavar="ID", help="Memory id.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Forget every memory of the user.")] = False,
     yes: YesFlag = False,
+    channel: ChannelOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Forget one memory (ID) or all of them (--all, which asks first on a terminal; --yes
     for scripts): the text is erased, and so is what of it the user's terminal input history
-    holds (--all: that whole file)."""
+    holds (--all: that whole file). With --channel, one entry of a channel's memory
+    (undoable for 7 days)."""
     from bots.terminal.history import forget_in_history
 
-    key = _key(user)
+    key, is_channel = _owner(user, channel)
+    if is_channel:
+        if memory_id is None or all_:
+            raise fail("give one entry ID with --channel", 2)
+        entry = memory_id
+        change = run(
+            with_store(
+                ctx.obj, lambda st: channels_cli.forget_entry(st, ctx.obj.settings, key, entry)
+            )
+        )
+        if as_json:
+            typer.echo(json.dumps({"forgotten": 1, "undo": change.undo}))
+        else:
+            typer.echo(
+                f"forgot #{memory_id} of {key} (undo: selfmind channels undo {key} {change.undo})"
+            )
+        return
     if (memory_id is None) == (not all_):
         raise fail("give a memory ID or --all (not both)", 2)
     if all_:
@@ -493,10 +577,24 @@ def memories_forget(
 
 
 @memories_app.command("export")
-def memories_export(ctx: typer.Context, user: UserKey, as_json: JsonFlag = True) -> None:
-    """Print a user's memories as JSON Lines (importable under any user)."""
-    key = _key(user)
-    records = run(with_user(ctx.obj, key, lambda s: s.export(user_key=key)))
+def memories_export(
+    ctx: typer.Context,
+    user: MaybeUser = None,
+    channel: ChannelOpt = None,
+    as_json: JsonFlag = True,
+) -> None:
+    """Print a user's memories, or a channel's (--channel), as JSON Lines (importable under
+    any user or channel)."""
+    key, is_channel = _owner(user, channel)
+
+    async def work(s: MemoryService) -> list[dict[str, Any]]:
+        if is_channel:
+            await channels_cli.require_channel(s.store, key)  # type: ignore[arg-type]
+        else:
+            await require_user(s.store, key)
+        return await s.export(user_key=key)
+
+    records = run(with_service(ctx.obj, work))
     for record in records:
         typer.echo(json.dumps(record, ensure_ascii=False))
 
@@ -505,12 +603,14 @@ def memories_export(ctx: typer.Context, user: UserKey, as_json: JsonFlag = True)
 def memories_import(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="JSON Lines file, or - for stdin.")],
-    user: UserKey,
+    user: MaybeUser = None,
+    channel: ChannelOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Import JSON Lines memories. The file is checked first: a bad line names its number
-    and nothing is imported. Then memories go in short transactions, with a progress bar."""
-    key = _key(user)
+    """Import JSON Lines memories (a user's, or a channel's with --channel). The file is
+    checked first: a bad line names its number and nothing is imported. Then memories go in
+    short transactions, with a progress bar."""
+    key, is_channel = _owner(user, channel)
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -518,6 +618,8 @@ def memories_import(
     lines = text.splitlines()
 
     async def work(s: MemoryService) -> Any:
+        if is_channel:
+            await channels_cli.require_channel(s.store, key)  # type: ignore[arg-type]
         if not sys.stderr.isatty() or len(lines) <= 1000:
             return await s.import_lines(user_key=key, lines=lines)
         from rich.console import Console
@@ -1037,6 +1139,11 @@ def doctor(ctx: typer.Context) -> None:
 
 db_app = typer.Typer(help="Create, update and move the database.", no_args_is_help=True)
 app.add_typer(db_app, name="db", rich_help_panel="Set up and look after")
+app.add_typer(
+    channels_cli.channels_commands(run=run, with_store=with_store, fail=fail),
+    name="channels",
+    rich_help_panel="Memories",
+)
 
 
 @db_app.command("migrate")
@@ -1263,6 +1370,8 @@ PANEL_ORDER = ("Talk to it", "Memories", "Reports", "Set up and look after")
 METAVARS = {
     "db": "DB",
     "user": "KEY",
+    "channel": "KEY",
+    "allow": "KEY",
     "since": "DATE",
     "by": "GROUP",
     "log_level": "LEVEL",

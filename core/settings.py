@@ -91,6 +91,17 @@ class Settings(BaseSettings):
     profile_tokens: int = Field(default=800, ge=0, le=8000)
     dedupe_threshold: float = Field(default=0.5, gt=0.0, le=1.0)  # bench/dedupe.py
     recall_private_in_channels: bool = False
+    # A channel's own memory (team memory, core.memory.team; opt-in per channel): the token
+    # budget of its cached block in every answer there. 1,200 tokens hold about 50 entries
+    # with their date and speaker (about 24 tokens a line), the decisions of a busy
+    # channel's last months; it is cached after the persona, so later turns read it at a
+    # tenth of the price, and recall finds older entries. 0: recall only, no block.
+    channel_memory_tokens: int = Field(default=1200, ge=0, le=8000)
+    # Who may turn a channel's memory on or off, in every channel (user keys such as
+    # slack:T1:U1 or bare platform user ids, comma separated); empty: any member (on
+    # Discord with the Manage Channels permission). A channel's own list: selfmind channels
+    # memory on KEY --allow ...
+    channel_memory_admins: str = ""
 
     # --- conversation
     history_turns: int = Field(default=12, ge=0, le=200)

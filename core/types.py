@@ -51,6 +51,60 @@ class Place:
         return f"{self.platform}:{self.workspace or ''}:{self.channel}"
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    """One channel the bot has seen and its own memory's settings (team memory,
+    :mod:`core.memory.team`).
+
+    ``key``: :attr:`Place.channel_key`; ``kind``: the channel's kind when last seen;
+    ``memory_on``: its memory is on (off by default); ``memory_kind``: the kind the memory
+    was turned on (or last reviewed) under: a private channel's memory stays private when the
+    channel becomes public (:attr:`needs_review`); ``changed_by``/``changed_at``: who turned
+    it on or off last, and when (aware UTC); ``allowed``: the user keys who may turn it on or
+    off (empty: any member); ``entries``: its active entries.
+    """
+
+    key: str
+    platform: str
+    kind: PlaceKind
+    workspace: str | None = None
+    channel: str = ""
+    memory_on: bool = False
+    memory_kind: PlaceKind | None = None
+    changed_by: str | None = None
+    changed_at: datetime | None = None
+    allowed: tuple[str, ...] = ()
+    entries: int = 0
+    revision: str = ""
+    """Changes whenever its entries or their attribution change (a cache key)."""
+
+    @property
+    def needs_review(self) -> bool:
+        """A memory kept while the channel was private, the channel public now: unused
+        until someone in the channel reviews it (turns it on again)."""
+        return self.memory_kind == "private_channel" and self.kind != "private_channel"
+
+    @property
+    def in_use(self) -> bool:
+        """Its memory is used in answers and learns from the channel's exchanges."""
+        return self.memory_on and not self.needs_review
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Who a channel memory entry comes from: ``said_by`` (a user key) and ``said_by_name``
+    (None once that person ran ``/forget all``), ``said_at`` (aware UTC), ``link`` to the
+    message (Slack permalink, Discord jump URL; None when unknown), ``changed_by`` the user
+    key who added, corrected or forgot it last."""
+
+    memory_id: int
+    said_at: datetime
+    said_by: str | None = None
+    said_by_name: str | None = None
+    link: str | None = None
+    changed_by: str | None = None
+
+
 MAX_MEMORY_CHARS = 200
 """A memory is one standalone sentence under 200 characters (the product's memory rule)."""
 
@@ -92,6 +146,10 @@ class Memory:
         """True once its last day (:attr:`valid_until`) is before ``today``."""
         return self.valid_until is not None and self.valid_until < today
 
+    place: Place | None = None
+    """Where it was learned (None: the owner's DM); :mod:`core.rules.places` says where it
+    may be used."""
+
     @property
     def active(self) -> bool:
         """True while the memory takes part in recall (not superseded or retired)."""
@@ -118,6 +176,8 @@ class NewMemory:
     about: str | None = None
     valid_from: date | None = None
     valid_until: date | None = None
+    place: Place | None = None
+    """Where it was learned (None: the owner's DM, the narrowest; :mod:`core.rules.places`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +276,9 @@ class Turn:
     """The platform thread the message was said in when its conversation key does not name
     it (Slack: the ``thread_ts`` of a DM thread), so an answer recovered after a crash goes
     back into that thread; None elsewhere."""
+    place: Place | None = None
+    """Where it was said (None: not recorded, a turn stored before places were); what is
+    learned from it is learned there (:mod:`core.rules.places`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,6 +302,7 @@ class NewTurn:
     platform_ref: str | None = None
     workspace: str | None = None
     thread_ref: str | None = None
+    place: Place | None = None
 
 
 CallKind = Literal["chat", "reflection", "cleanup"]

@@ -101,3 +101,34 @@ def test_the_configuration_reference_is_the_settings_class() -> None:
 
     for field in Settings.model_fields:
         assert f"| `{env_name(field)}` |" in page
+
+
+def test_the_privacy_table_is_the_place_rule() -> None:
+    """docs/privacy.md's "where learned x where asked" table says exactly what
+    core.rules.places.usable decides (the one rule)."""
+    from core.rules.places import usable
+    from core.types import Place
+
+    learned = {
+        "your DM with the bot (or the terminal)": Place("slack", "dm", "T1", "D1"),
+        "a group DM": Place("slack", "group_dm", "T1", "G1"),
+        "a private channel": Place("slack", "private_channel", "T1", "C2"),
+        "a public channel of workspace W": Place("slack", "public_channel", "T1", "C1"),
+    }
+    asked = [
+        Place("slack", "dm", "T1", "D1"),
+        Place("slack", "group_dm", "T1", "G1"),
+        Place("slack", "group_dm", "T1", "G9"),
+        Place("slack", "private_channel", "T1", "C2"),
+        Place("slack", "private_channel", "T1", "C8"),
+        Place("slack", "public_channel", "T1", "C3"),
+        Place("slack", "public_channel", "T2", "C4"),
+    ]
+    page = (REPO_ROOT / "docs" / "privacy.md").read_text(encoding="utf-8")
+    section = page.split("## Where a memory is used", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == len(learned)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        where = learned[cells[0]]
+        assert cells[1:] == ["used" if usable(where, a) else "not used" for a in asked], row

@@ -51,6 +51,7 @@ import discord.http
 import yarl
 from discord.backoff import ExponentialBackoff
 
+from bots.discord_bot.channel_memory import add_channel_commands
 from bots.discord_bot.cleanup import add_cleanup_command
 from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
 from bots.discord_bot.files import file_origins, file_refs
@@ -245,6 +246,7 @@ class SelfMindBot(discord.Client):
         add_memory_commands(self.tree, service=rt.service)
         self.reviews = rt.reviews
         add_cleanup_command(self.tree, reviews=self.reviews)
+        add_channel_commands(self.tree, team=rt.loop.team)
         self.intake = Intake(loop=rt.loop)
         self.conversations = Conversations(
             intake=self.intake, turns=rt.loop, history_turns=self.settings.history_turns
@@ -448,6 +450,7 @@ class SelfMindBot(discord.Client):
             where=route.where,
             workspace=workspace,
             files=files,
+            place=route.place,
         )
         async with self._locks.hold(route.key):
 
@@ -488,6 +491,7 @@ class SelfMindBot(discord.Client):
             platform_ref=ref,
             where=where_of(turn.conversation_key),
             workspace=turn.workspace,
+            place=turn.place,
         )
         try:
             message = await self.get_partial_messageable(channel_id).fetch_message(int(ref))

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import discord
 from discord import app_commands
 
+from bots.discord_bot.places import interaction_place
 from bots.discord_bot.sink import NO_MENTIONS
 from core.chat.controls import NOT_ENABLED, Controls, Place
 from core.errors import (
@@ -311,10 +312,13 @@ def add_memory_commands(tree: Tree, *, service: MemoryService) -> None:
         interaction: Interaction, text: app_commands.Range[str, 1, MAX_MEMORY_CHARS - 1]
     ) -> None:
         origin: Origin = "private" if interaction.guild_id is None else "shared"
+        place = interaction_place(interaction)
         try:
             result = await in_time(
                 interaction,
-                service.remember(user_key=user_key_of(interaction.user), text=text, origin=origin),
+                service.remember(
+                    user_key=user_key_of(interaction.user), text=text, origin=origin, place=place
+                ),
             )
         except MemoryInputError as exc:
             await reply(interaction, replies.error_sentence(exc))

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 import discord
 
 from bots.discord_bot.commands import user_key_of
+from bots.discord_bot.places import discord_place
 from core.chat.intake import Intake
 from core.chat.loop import ContextMessage, TurnLoop
-from core.types import Origin
+from core.types import Origin, Place
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ class Route:
     where: str
     ancestors: list[discord.Message] = field(default_factory=list)  # reply chain, nearest first
     thread: discord.Thread | None = None
+    place: Place | None = None
+    """Where it was said (:func:`bots.discord_bot.places.discord_place`)."""
 
 
 class Conversations:
@@ -147,7 +150,9 @@ class Conversations:
             return None
         channel = message.channel
         if isinstance(channel, discord.DMChannel):
-            return Route(dm_key(channel.id), "private", "a Discord DM")
+            return Route(
+                dm_key(channel.id), "private", "a Discord DM", place=discord_place(channel, None)
+            )
         guild = message.guild
         if guild is None:
             return None  # group DMs are not for bots
@@ -157,12 +162,24 @@ class Conversations:
         if isinstance(channel, discord.Thread):
             key = thread_key(guild.id, channel.id)
             if mentioned or await self._replies_to(message, me.id) or await self._answering_in(key):
-                return Route(key, "shared", "a Discord server thread", thread=channel)
+                return Route(
+                    key,
+                    "shared",
+                    "a Discord server thread",
+                    thread=channel,
+                    place=discord_place(channel, guild),
+                )
             return None
         if not (mentioned or await self._replies_to(message, me.id)):
             return None
         key, ancestors = await self._reply_chain(message, guild.id)
-        return Route(key, "shared", "a Discord server channel", ancestors=ancestors)
+        return Route(
+            key,
+            "shared",
+            "a Discord server channel",
+            ancestors=ancestors,
+            place=discord_place(channel, guild),
+        )
 
     async def seed_once(
         self, message: discord.Message, route: Route, *, me: discord.abc.User

@@ -163,6 +163,7 @@ class SlackBot:
             cleanup=SlackCleanup(runtime.reviews),
             install_id=identity.install_id,
             after_change=self.home.refresh,
+            team=runtime.loop.team,
         )
         self.assistant = SlackAssistant(
             service=runtime.service,

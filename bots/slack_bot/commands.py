@@ -10,6 +10,9 @@ go to a channel; a command whose store fails answers :data:`core.errors.NOT_SAVE
                                         file sent to your DM
     /memories cleanup                   a cleanup plan to apply or cancel (bots.slack_bot.cleanup)
     /memory pause | resume | off | on   paused: recall only; off: neither recall nor learn
+    /memories channel ... | /remember channel TEXT | /memory channel on|off
+                                        this channel's own memory (core.memory.team_commands):
+                                        a change is posted in the channel (in_channel)
 
 Every operation acts for the user who typed the command or clicked the button
 (``slack:{team_id}:{user_id}``), whatever a button's value says, so nobody can page through,
@@ -38,6 +41,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.blocks import JsonDict, button, escape_mrkdwn, section
 from bots.slack_bot.cleanup import ACTIONS as CLEANUP_ACTIONS
 from bots.slack_bot.cleanup import SlackCleanup
+from bots.slack_bot.places import ChannelKinds
 from core.chat.controls import NOT_ENABLED, Controls, Place
 from core.errors import (
     MemoryInputError,
@@ -52,6 +56,8 @@ from core.memory.reflection import ReflectionResult
 from core.memory.refs import memory_ref
 from core.memory.replies import MEMORY_USAGE, MODE_REPLIES, MODE_WORDS
 from core.memory.service import MemoryService, parse_memory_id
+from core.memory.team import NOT_A_CHANNEL, TeamMemory
+from core.memory.team_commands import channel_command
 from core.types import Memory, Origin
 
 logger = logging.getLogger(__name__)
@@ -78,6 +84,17 @@ def slack_place(*, key: str, team: str, channel: str | None) -> Place:
     channel (a channel, a group DM, none given) is shared."""
     private = channel is None or channel.startswith("D")
     return Place(platform="slack", user_key=key, workspace=team, channel=channel, private=private)
+
+
+def channel_words(command: JsonDict) -> str | None:
+    """The words after ``channel`` of ``/memories channel ...``, ``/remember channel TEXT``
+    (as ``add TEXT``) or ``/memory channel on|off``; None for any other command text."""
+    name = str(command.get("command", ""))
+    first, _, rest = str(command.get("text") or "").strip().partition(" ")
+    if first.lower() != "channel" or name not in ("/memories", "/remember", "/memory"):
+        return None
+    rest = rest.strip()
+    return f"add {rest}" if name == "/remember" else rest
 
 
 def user_key(install_id: str, user_id: str) -> str:
@@ -196,6 +213,7 @@ class SlackCommands:
         cleanup: SlackCleanup | None = None,
         install_id: str | None = None,
         after_change: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+        team: TeamMemory | None = None,
     ) -> None:
         self.install_id = install_id
         """The team part of every user key (:func:`user_key`); None: the request's team."""
@@ -203,6 +221,10 @@ class SlackCommands:
         """Awaited with the user key after each command or click (the App Home refresh)."""
         self.service = service
         self.client = client
+        self.team = team
+        """A channel's own memory (``/memories channel ...``); None: not offered."""
+        self.kinds = ChannelKinds(client)
+        """Where a command was used (:mod:`bots.slack_bot.places`)."""
         self.spawn = spawn
         self.controls = controls
         self.cleanup = cleanup
@@ -220,7 +242,7 @@ class SlackCommands:
 
     async def on_command(self, ack: AsyncAck, command: JsonDict, respond: AsyncRespond) -> None:
         name = str(command.get("command", ""))
-        if name == "/remember":
+        if name == "/remember" and not channel_words(command):
             await self.on_remember(ack, command, respond)
             return
         await ack()
@@ -274,6 +296,10 @@ class SlackCommands:
         if not self.allowed(key, team, channel):
             await respond(text=NOT_ENABLED, response_type="ephemeral")
             return
+        words = channel_words(command)
+        if words is not None:
+            await self.channel_memory(command, key, words, respond)
+            return
         match name:
             case "/remember":
                 await respond(text=await self.remember(command), response_type="ephemeral")
@@ -293,6 +319,34 @@ class SlackCommands:
         if self.after_change is not None:
             await self.after_change(key)
 
+    async def channel_memory(
+        self, command: JsonDict, key: str, words: str, respond: AsyncRespond
+    ) -> None:
+        """A channel-memory command (:mod:`core.memory.team_commands`): a change is posted
+        in the channel for everyone (``in_channel``), a listing or a refusal only to the
+        caller."""
+        if self.team is None:
+            await respond(text=NOT_A_CHANNEL, response_type="ephemeral")
+            return
+        place = await self.kinds.place(
+            team=str(command.get("team_id", "")),
+            enterprise=str(command.get("enterprise_id") or "") or None,
+            channel=str(command.get("channel_id") or ""),
+            user=str(command.get("user_id", "")),
+        )
+        answer = await channel_command(
+            self.team,
+            place=place,
+            user_key=key,
+            user_name=str(command.get("user_name") or "") or None,
+            text=words,
+        )
+        # escaped: an entry's text is data (no mention, no link, no @here in the channel)
+        await respond(
+            text=escape_mrkdwn(answer.text),
+            response_type="in_channel" if answer.public else "ephemeral",
+        )
+
     async def remember(self, command: JsonDict) -> str:
         """Store the ``/remember`` text for the caller (through dedupe); the reply to show.
         Raises ``MemoryInputError`` for unusable text and the store's error when it fails."""
@@ -301,9 +355,15 @@ class SlackCommands:
         channel = str(command.get("channel_id") or "")
         if not self.allowed(key, team, channel):
             return NOT_ENABLED
-        origin: Origin = "private" if channel.startswith("D") else "shared"
         text = str(command.get("text") or "").strip()
-        result = await self.service.remember(user_key=key, text=text, origin=origin)
+        place = await self.kinds.place(
+            team=team,
+            enterprise=str(command.get("enterprise_id") or "") or None,
+            channel=channel,
+            user=user,
+        )
+        origin: Origin = "private" if place.kind == "dm" else "shared"
+        result = await self.service.remember(user_key=key, text=text, origin=origin, place=place)
         if self.after_change is not None:  # in the background: the ack waits for this
             self.spawn(self.after_change(key), "slack-after-remember")
         return replies.remembered(result, escape=escape_mrkdwn)

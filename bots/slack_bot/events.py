@@ -71,6 +71,7 @@ workspace; the last message of every finished answer carries the feedback button
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import AsyncIterator, Coroutine, Sequence
@@ -85,6 +86,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
 from bots.slack_bot.files import file_origins, file_refs
+from bots.slack_bot.places import CHANNEL_TYPES, ChannelKinds, slack_workspace
 from bots.slack_bot.revocation import REFUSED_BOT_TOKEN_ERRORS
 from bots.slack_bot.sink import (
     SlackReplySink,
@@ -101,7 +103,8 @@ from core.files import FileRef
 from core.settings import Settings
 from core.streaming.native import NativeReply
 from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
-from core.types import Turn
+from core.types import Place as MemoryPlace
+from core.types import PlaceKind, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +171,34 @@ class SlackMessage:
     """Said in a group DM (``channel_type`` ``mpim``): shared, answered as in a channel."""
     files: tuple[FileRef, ...] = ()
     """The message's files (``file_share``), read for the answer only."""
+    kind: PlaceKind | None = None
+    """The conversation's kind (:mod:`bots.slack_bot.places`); None until known (an
+    ``app_mention`` has no ``channel_type``: :meth:`SlackConversations.receive` reads it)."""
+    enterprise: str | None = None
+    """The Enterprise Grid org the event came from (the envelope's ``enterprise_id``)."""
+    connect: bool = False
+    """Said in a Slack Connect channel (the envelope's ``is_ext_shared_channel``)."""
+    stored_place: MemoryPlace | None = None
+    """The place stored with the turn (a message rebuilt from a turn by the recovery)."""
+
+    @property
+    def memory_place(self) -> MemoryPlace:
+        """Where it was said (:class:`core.types.Place`, :mod:`bots.slack_bot.places`'s
+        rules): what may be recalled here and where what is learned from it may be used."""
+        if self.stored_place is not None:
+            return self.stored_place
+        kind: PlaceKind = self.kind or ("dm" if self.is_dm else "private_channel")
+        return MemoryPlace(
+            platform="slack",
+            kind=kind,
+            workspace=slack_workspace(
+                team=self.team,
+                enterprise=self.enterprise,
+                connect=self.connect,
+                channel=self.channel,
+            ),
+            channel=self.channel,
+        )
 
     @property
     def user_key(self) -> str:
@@ -228,6 +259,7 @@ def message_of_turn(turn: Turn) -> SlackMessage | None:
         is_dm=is_dm,
         mentioned=not is_dm,
         install=who[1],
+        stored_place=turn.place,
     )
 
 
@@ -268,6 +300,7 @@ class SlackConversations:
         self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>[ \t]*")
         self._origins = file_origins(settings.slack_api_url)
+        self.kinds = ChannelKinds(client)
 
     def _without_mention(self, raw: str) -> str:
         """``raw`` without the bot's mentions (and the spaces after each), its ends stripped:
@@ -308,6 +341,9 @@ class SlackConversations:
             install=self.identity.install_id,
             group_dm=channel_type == "mpim",
             files=files,
+            kind=CHANNEL_TYPES.get(str(channel_type)) if channel_type else None,
+            enterprise=str(body.get("enterprise_id") or "") or self.identity.enterprise_id,
+            connect=bool(body.get("is_ext_shared_channel")),
         )
 
     async def handle(self, message: SlackMessage) -> None:
@@ -341,6 +377,7 @@ class SlackConversations:
             raise IntakeFailed(f"slack event {message.event_id} could not be read") from exc
         if not (message.is_dm or message.mentioned or known):
             return None
+        message = await self.placed(message)
         before_store = None
         if shared_thread and not known:
             # First mention in a thread the bot has not seen: its earlier messages are
@@ -363,6 +400,15 @@ class SlackConversations:
         if received is None:
             return None
         return self._finish(message, received)
+
+    async def placed(self, message: SlackMessage) -> SlackMessage:
+        """``message`` with its kind known: from its ``channel_type``, else read once per
+        channel (:class:`bots.slack_bot.places.ChannelKinds`)."""
+        if message.kind is not None:
+            self.kinds.note(message.channel, message.kind, message.connect)
+            return message
+        kind, connect, _ = await self.kinds.lookup(message.channel)
+        return dataclasses.replace(message, kind=kind, connect=message.connect or connect)
 
     async def recover(self, turn: Turn) -> Coroutine[Any, Any, None] | None:
         """The work that answers a stored message a crash left unanswered, or None when it
@@ -459,6 +505,7 @@ class SlackConversations:
             where=where_said(message),
             thread_ref=message.thread_ts if message.is_dm else None,  # the key has no thread
             files=message.files,
+            place=message.memory_place,
         )
 
     async def answer(

@@ -44,6 +44,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack_bot.blocks import JsonDict, button, clip_mrkdwn, context, escape_mrkdwn, section
 from bots.slack_bot.commands import Spawn, slack_place, user_key
+from bots.slack_bot.places import home_place
 from core.chat.controls import NOT_ENABLED, Controls
 from core.errors import MemoryNotFound, PlanNotPending, StaleButton, StoreError
 from core.memory import replies
@@ -52,6 +53,7 @@ from core.memory.profile import listed_text
 from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
 from core.memory.service import MemoryService
+from core.rules.places import usable_reaches
 from core.types import Memory, MemoryMode, MemoryStats
 
 logger = logging.getLogger(__name__)
@@ -306,8 +308,11 @@ class SlackHome:
             found = await self.service.search(user_key=key, query=state.query, k=k)
             rows = [s.memory for s in found[state.offset :]]
         else:
+            # The tab is the person's own (their DM's place): the rule lets it list every
+            # memory of theirs.
+            reach = usable_reaches(home_place(team=team or self.team_id, enterprise=None))
             rows = await self.service.list_memories(
-                user_key=key, limit=PAGE_SIZE + 1, offset=state.offset
+                user_key=key, limit=PAGE_SIZE + 1, offset=state.offset, reach=reach
             )
         # Single-use and replaced at each publish: a replayed click, or one on a page that
         # was published over, forgets nothing.

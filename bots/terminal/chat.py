@@ -22,7 +22,7 @@ from core.memory import replies
 from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
-from core.types import utcnow
+from core.types import Place, utcnow
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
@@ -32,6 +32,8 @@ HELP = (
     "files, read for that answer and never kept), /help, /quit. Anything else is a message "
     "for Claude."
 )
+TERMINAL = Place(platform="cli", kind="dm")
+"""The terminal is its owner's DM with the bot (every memory of theirs is used there)."""
 ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
 
 
@@ -192,6 +194,7 @@ class TerminalChat:
             sent_at=utcnow(),
             where="a private terminal chat",
             files=files,
+            place=TERMINAL,
         )
         await self.screen.answer(self._watched(self.loop.answer(message)))
 
@@ -255,7 +258,9 @@ class TerminalChat:
                 case "/help":
                     say(self.help)
                 case "/remember":
-                    result = await self.service.remember(user_key=self.user_key, text=arg)
+                    result = await self.service.remember(
+                        user_key=self.user_key, text=arg, place=TERMINAL
+                    )
                     say(replies.remembered(result, code=str))
                 case "/forget":
                     await self.forget(arg)

@@ -6,7 +6,10 @@ message edits). The loop:
 
 1. stores the user's message first (so a crash loses nothing the user said);
 2. recalls the user's top-k memories by BM25 (none when their memory is off; only memories
-   learned in shared places when in a shared channel, unless ``recall_private_in_channels``);
+   usable where the message was said, by the place rule of :mod:`core.rules.places`: every
+   memory in the owner's DM, elsewhere those learned in that same group DM or private
+   channel, or in a public channel of the same workspace when asked in one; every memory
+   everywhere with ``recall_private_in_channels``, the operator's opt-in);
 3. builds the system prompt (cached persona, then the memory block) and the message list
    from the conversation's stored history;
 4. reads the message's files, if any (:mod:`core.files`: the files all turns hold at once
@@ -39,7 +42,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 from core.chat.controls import Controls
 from core.chat.prompt import history_messages, speaker, system_blocks
@@ -51,11 +54,13 @@ from core.memory.profile import MemoryContext, ProfileStore, build_context
 from core.memory.query import recall_query
 from core.memory.recall import BM25Recaller, MemorySearch, Recaller
 from core.memory.reflection import LearnedCallback, Reflector
+from core.memory.team import TeamMemory, TeamStore, parse_allowed
 from core.metrics import Metrics
 from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.dedupe import Deduper
+from core.rules.places import owner_dm, place_of_conversation, usable_reaches
 from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text
 from core.settings import Settings
@@ -126,6 +131,17 @@ class IncomingMessage:
     def stored_text(self) -> str:
         """What the store keeps: the text, then one placeholder line per file."""
         return with_placeholders(self.text, self.files)
+
+
+def message_place(message: IncomingMessage) -> Place:
+    """Where ``message`` was said: its ``place``, else (an adapter that gives none) the
+    owner's DM for a private message and the place its conversation key names for a shared
+    one (:func:`core.rules.places.place_of_conversation`: never wider than a channel)."""
+    if message.place is not None:
+        return message.place
+    if message.origin == "private":
+        return owner_dm(message.user_key)
+    return place_of_conversation(message.conversation_key, user_key=message.user_key, shared=True)
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,14 @@ class TurnLoop:
         self.controls = Controls(settings, store)
         self._deduper = Deduper(settings.dedupe_threshold)
         self._last_prune: datetime | None = None
+        self.team = TeamMemory(
+            cast(TeamStore, store),
+            deduper=Deduper(settings.dedupe_threshold),
+            budget_tokens=settings.channel_memory_tokens,
+            admins=parse_allowed(settings.channel_memory_admins),
+            clock=clock,
+        )
+        """A channel's own memory (:mod:`core.memory.team`), read on every channel message."""
 
     async def start(self, *, on_learned: LearnedCallback | None = None) -> None:
         """Start-up work: prune old turns and resume reflections left pending, reporting
@@ -223,10 +247,10 @@ class TurnLoop:
         await self.reflector.close()
         return drained
 
-    def _origins(self, message: IncomingMessage) -> Sequence[Origin] | None:
-        if message.origin == "shared" and not self.settings.recall_private_in_channels:
-            return ["shared"]
-        return None
+    def _reach(self, message: IncomingMessage) -> list[str] | None:
+        return usable_reaches(
+            message_place(message), private_in_channels=self.settings.recall_private_in_channels
+        )
 
     async def memory_context(
         self,
@@ -240,7 +264,7 @@ class TurnLoop:
         the message asks about the memory itself (:func:`core.memory.profile.build_context`).
         ``mode``: the user's memory mode when the caller has read it already (``off``:
         nothing); ``previous``: the conversation's previous user message, for recall.
-        In a channel only shared memories, unless ``recall_private_in_channels``."""
+        Only the memories usable where it was said (:mod:`core.rules.places`)."""
         if mode is None:
             mode = await self.store.get_mode(user_key=message.user_key)
         return await build_context(
@@ -250,7 +274,7 @@ class TurnLoop:
             message=message.text,
             query=recall_query(message.text, previous),
             k=self.settings.top_k,
-            origins=self._origins(message),
+            reach=self._reach(message),
             budget_tokens=self.settings.profile_tokens,
             mode=mode,
             today=self.clock().date(),
@@ -309,6 +333,7 @@ class TurnLoop:
             platform_ref=message.platform_ref,
             workspace=message.workspace,
             thread_ref=message.thread_ref,
+            place=message_place(message),
         )
         if claim_keys is None:
             turn_id: int | None = await self.store.add_turn(turn=turn)
@@ -348,9 +373,14 @@ class TurnLoop:
         mode = await self.store.get_mode(user_key=message.user_key)  # read once a turn
         previous = next((t.text for t in reversed(history) if t.role == "user"), None)
         memory = await self.memory_context(message, mode=mode, previous=previous)
+        channel = await self.team.context(
+            place=message.place,
+            query=recall_query(message.text, previous),
+            k=self.settings.top_k,
+        )
         logger.info(
             "turn=%s user=%s conversation=%s profile=%d recalled=%d stored=%d question=%s"
-            " history=%d",
+            " history=%d channel=%d",
             turn_id,
             message.user_key,
             message.conversation_key,
@@ -359,6 +389,7 @@ class TurnLoop:
             memory.stored,
             memory.question,
             len(history),
+            -1 if channel is None else len(channel.ids),
         )
         shared = message.origin == "shared"
         label = speaker(message.user_key, message.author) if shared else None
@@ -368,6 +399,7 @@ class TurnLoop:
             where=f"This is {message.where}.",
             user_name=message.author,
             user_label=label,
+            channel=channel,
         )
         holding = self.files.hold(message.files) if message.files else contextlib.nullcontext()
         async with holding as held:

@@ -1,14 +1,16 @@
 """Prompt building: the persona (cached), the standing profile (cached), the volatile block.
 
-The system prompt is up to three blocks, in this order, so that Anthropic's prompt cache
+The system prompt is up to four blocks, in this order, so that Anthropic's prompt cache
 reuses the longest stable prefix (a cache breakpoint on each of the first two):
 
 1. :data:`PERSONA`, identical on every call, marked for prompt caching
    (``cache_control: {"type": "ephemeral"}``);
-2. the profile block (:mod:`core.memory.profile`): the user's standing memories, between
+2. the channel's own memory (team memory, :mod:`core.memory.team`) in a channel whose
+   memory is on: its entries between ``<channel_memory>`` tags, cached;
+3. the profile block (:mod:`core.memory.profile`): the user's standing memories, between
    ``<profile>`` tags, marked for caching as well; its bytes depend only on which memories
    are in it, so a user's second turn reads it from the cache. Left out when empty;
-3. the volatile block: current time, where we are, the user's name, how many memories are
+4. the volatile block: current time, where we are, the user's name, how many memories are
    stored, and the memories recalled for this message (or, for a memory question, the most
    recent ones) between ``<memories>`` tags.
 
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from core.memory.profile import MemoryContext, memory_line
+from core.memory.team import ChannelContext, channel_block, recalled_lines
 from core.model.claude import ChatMessage, FileBlock, SystemBlock
 from core.rules.text import as_data
 from core.types import Memory, Turn
@@ -145,7 +148,7 @@ def _notes(count: int) -> str:
 def stored_line(context: MemoryContext) -> str:
     """One sentence saying what the user has stored and what of it follows: never "no notes"
     to a user who has some. In a shared place (only shared notes used) without the count,
-    which holds the notes learned in DMs."""
+    which holds the notes that may not be used there (core.rules.places)."""
     if context.mode == "off":
         return "Memory is off for this user: no notes are used or saved (/memory on resumes)."
     if context.stored == 0:
@@ -153,7 +156,8 @@ def stored_line(context: MemoryContext) -> str:
     if context.shared:  # the count of every note would tell the channel that DM notes exist
         parts = [
             "Notes are stored about this user; /memories lists them all. This is a shared "
-            "place: only notes learned in shared places are used."
+            "place: only notes that may be used here are (learned in this place, or in a public "
+            "channel of this workspace when this is one)."
         ]
     else:
         verb = "is" if context.stored == 1 else "are"
@@ -186,10 +190,13 @@ def memory_block(
     where: str,
     user_name: str | None,
     user_label: str | None = None,
+    channel_lines: Sequence[str] = (),
 ) -> str:
     """The volatile system block: current time, where we are, who we talk with (their
     label, :func:`speaker`, in a shared place, with the display name as data), what is
-    stored, and the recalled (or, for a memory question, most recent) memories."""
+    stored, the recalled (or, for a memory question, most recent) memories, and the channel
+    memory's entries recalled for this message (``channel_lines``,
+    :func:`core.memory.team.recalled_lines`)."""
     lines = [f"Current time: {now.strftime('%Y-%m-%d %H:%M %Z').strip()}.", where]
     if user_label and user_name and user_name != user_label:
         lines.append(f"You are talking with {user_label} (display name {as_data(user_name)}).")
@@ -204,6 +211,8 @@ def memory_block(
         today = now.date()
         lines += [memory_line(s.memory, dated=True, today=today) for s in context.recalled]
     lines.append("</memories>")
+    if channel_lines:
+        lines += ["<channel_memory_recalled>", *channel_lines, "</channel_memory_recalled>"]
     return "\n".join(lines)
 
 
@@ -214,17 +223,28 @@ def system_blocks(
     where: str,
     user_name: str | None = None,
     user_label: str | None = None,
+    channel: ChannelContext | None = None,
 ) -> list[SystemBlock]:
-    """The system blocks: the cached persona, the cached profile (when there is one), then
-    the volatile block."""
+    """The system blocks: the cached persona, the channel's own memory (cached, when the
+    message is in a channel whose memory is on and has entries: the same bytes for every
+    member, so one cache entry serves the channel), the cached profile (when there is one),
+    then the volatile block."""
     blocks = [SystemBlock(text=PERSONA, cache=True)]
+    team = None if channel is None else channel_block(channel)
+    if team is not None:
+        blocks.append(SystemBlock(text=team, cache=True))
     profile = profile_block(context.profile)
     if profile is not None:
         blocks.append(SystemBlock(text=profile, cache=True))
     blocks.append(
         SystemBlock(
             text=memory_block(
-                context, now=now, where=where, user_name=user_name, user_label=user_label
+                context,
+                now=now,
+                where=where,
+                user_name=user_name,
+                user_label=user_label,
+                channel_lines=() if channel is None else recalled_lines(channel),
             ),
             cache=False,
         )

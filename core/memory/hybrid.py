@@ -47,7 +47,7 @@ from core.memory.embeddings import Embedder
 from core.rules.bm25 import candidate_pool
 from core.rules.expand import expansions
 from core.rules.when import stored_spans
-from core.types import Memory, Origin, ScoredMemory
+from core.types import Memory, ScoredMemory
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +116,9 @@ class _UserMatrix:
     6.2 ms for four row-major products one by one, and 0.8 against 2.0 ms for one vector,
     with the matrix out of the CPU's cache as it is between turns (bench/use.py)."""
 
-    def __init__(self, rows: list[tuple[int, Origin, bytes, str]]) -> None:
+    def __init__(self, rows: list[tuple[int, str, bytes, str]]) -> None:
         self.ids = np.array([r[0] for r in rows], dtype=np.int64)
-        self.origins = np.array([r[1] for r in rows])
+        self.reaches = np.array([r[1] for r in rows])
         # The UTC day each was stored, as days since 1970-01-01 (numpy parses the ISO days
         # of 10,000 memories in under 2 ms).
         self.days = np.array([r[3] for r in rows], dtype="datetime64[D]").astype(np.int64)
@@ -155,7 +155,7 @@ class HybridSource(Protocol):
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]: ...
 
@@ -167,7 +167,7 @@ class HybridSource(Protocol):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes, str]]: ...
+    ) -> list[tuple[int, str, bytes, str]]: ...
 
     async def memories_without_embedding(
         self, *, model: str, user_key: str | None = None, limit: int = 256
@@ -254,11 +254,11 @@ class HybridRecaller:
             self._cache.popitem(last=False)
 
     async def recall(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]:
         """Hybrid recall, best first, at most ``k`` (scores: the fused score, higher is
         better); the contract of :meth:`core.memory.recall.Recaller.recall`."""
-        if k <= 0 or (origins is not None and not origins):
+        if k <= 0 or (reach is not None and not reach):
             return []
         window = k if self.fusion == "rrf" else SCORE_WINDOW * k
         ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -271,7 +271,7 @@ class HybridRecaller:
         # about 0.6 ms more CPU a recall at 10,000 memories and changed no LoCoMo hit.
         search = asyncio.ensure_future(
             self.store.search(
-                user_key=user_key, query=query, k=window, origins=origins, pool=candidate_pool(k)
+                user_key=user_key, query=query, k=window, reach=reach, pool=candidate_pool(k)
             )
         )
         try:
@@ -282,8 +282,8 @@ class HybridRecaller:
                 vectors = await self.embedder.embed(texts)
                 products = vectors @ data.columns  # (texts, memories), one pass over the matrix
                 sims = products[0] if len(products) == 1 else products.max(axis=0)
-                if origins is not None:
-                    sims = np.where(np.isin(data.origins, list(origins)), sims, -np.inf)
+                if reach is not None:  # the place rule, as the store applies it to BM25
+                    sims = np.where(np.isin(data.reaches, list(reach)), sims, -np.inf)
                 ids = data.ids
             first = dated(data, query) if len(ids) else None
         except BaseException:

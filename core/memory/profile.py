@@ -75,7 +75,7 @@ from core.rules.dedupe_index import redundant
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
 from core.rules.when import as_past
-from core.types import Memory, MemoryMode, MemoryUse, Origin, ScoredMemory, utcnow
+from core.types import Memory, MemoryMode, MemoryUse, ScoredMemory, utcnow
 
 PROFILE_CANDIDATES = 200
 """The newest standing memories read per turn (one indexed query); the budget keeps far
@@ -267,7 +267,7 @@ class ProfileStore(Protocol):
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]: ...
 
@@ -286,7 +286,7 @@ async def build_context(
     message: str,
     query: str | None = None,
     k: int,
-    origins: Sequence[Origin] | None,
+    reach: Sequence[str] | None,
     budget_tokens: int,
     mode: MemoryMode = "on",
     today: date | None = None,
@@ -297,13 +297,14 @@ async def build_context(
 
     ``message`` decides whether this is a memory question; ``query`` (default ``message``)
     is what recall searches; ``k`` is recall's ``top_k``, filled with memories the profile
-    does not already hold; ``origins`` as for recall (``["shared"]`` in a channel). A user
-    whose memory is ``off`` gets an empty context. Only memories :func:`in_profile` on
-    ``today`` (default: UTC's today) enter the profile: another person's facts and past
-    ones are left to recall. Errors are the store's.
+    does not already hold; ``reach`` as for recall (the place rule's tokens, None in the
+    owner's DM: :func:`core.rules.places.usable_reaches`). A user whose memory is ``off``
+    gets an empty context. Only memories :func:`in_profile` on ``today`` (default: UTC's
+    today) enter the profile: another person's facts and past ones are left to recall.
+    Errors are the store's.
     """
     today = today or utcnow().date()
-    shared = origins is not None and "private" not in origins
+    shared = reach is not None
     if mode == "off":
         return MemoryContext(mode=mode, shared=shared)
     stored = await store.count(user_key=user_key)
@@ -312,13 +313,13 @@ async def build_context(
     question = is_memory_question(message)
     fits = False
     if stored <= WHOLE_STORE_MAX:
-        everything = await store.list_memories(user_key=user_key, limit=stored, origins=origins)
+        everything = await store.list_memories(user_key=user_key, limit=stored, reach=reach)
         everything = newest_first([m for m in everything if in_profile(m, today)])
         fits = profile_cost(everything) <= budget_tokens
         candidates = everything if fits else [m for m in everything if is_standing(m)]
     else:
         candidates = await store.list_memories(
-            user_key=user_key, limit=PROFILE_CANDIDATES, origins=origins, standing=True
+            user_key=user_key, limit=PROFILE_CANDIDATES, reach=reach, standing=True
         )
         candidates = newest_first([m for m in candidates if in_profile(m, today)])
     rule = deduper or Deduper()
@@ -337,9 +338,7 @@ async def build_context(
         profile = without_twins(profile, rule)
     held = {m.id for m in profile}
     if question:
-        recent = await store.list_memories(
-            user_key=user_key, limit=RECENT_CANDIDATES, origins=origins
-        )
+        recent = await store.list_memories(user_key=user_key, limit=RECENT_CANDIDATES, reach=reach)
         others = [m for m in recent if m.id not in held]
         others = [
             s.memory
@@ -356,7 +355,7 @@ async def build_context(
             user_key=user_key,
             query=message if query is None else query,
             k=k + len(held),
-            origins=origins,
+            reach=reach,
         )
         recalled = _recalled_without_twins(
             [s for s in found if s.memory.id not in held], profile, rule

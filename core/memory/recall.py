@@ -11,19 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from core.types import Origin, ScoredMemory
+from core.types import ScoredMemory
 
 
 class Recaller(Protocol):
     """Ranked recall over one user's active memories."""
 
     async def recall(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]:
         """At most ``k`` of the user's active memories, best first (never another user's).
 
-        Any text is a valid query (empty, unicode, query syntax); ``origins`` restricts to
-        memories learned there (``["shared"]`` in a channel), an empty sequence finds nothing.
+        Any text is a valid query (empty, unicode, query syntax); ``reach`` keeps memories
+        usable where the question was asked (the place rule's tokens,
+        :func:`core.rules.places.usable_reaches`; None: all), an empty sequence finds nothing.
         """
         ...
 
@@ -32,7 +33,7 @@ class MemorySearch(Protocol):
     """The store's BM25 search (:meth:`core.store.seams.MemoryStore.search`)."""
 
     async def search(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]: ...
 
 
@@ -43,6 +44,6 @@ class BM25Recaller:
         self.store = store
 
     async def recall(
-        self, *, user_key: str, query: str, k: int, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]:
-        return await self.store.search(user_key=user_key, query=query, k=k, origins=origins)
+        return await self.store.search(user_key=user_key, query=query, k=k, reach=reach)

@@ -16,6 +16,13 @@ reflection, so it is run again, with the model's answer it already has (no secon
 model error's retry first reads the turn again: paused, off or forgotten meanwhile, it is
 not made, and the retry's note never turns an ``off`` turn back to pending.
 
+In a channel whose own memory is on (team memory, :mod:`core.memory.team`), the same call
+also returns what the team settled there (:class:`ChannelReflectionOutput`,
+:data:`TEAM_RULES`); those entries pass the same gate and are written to the channel's memory
+with who said them, when and a link, in a transaction of their own after the reflection's
+(a crash between the two loses them, never writes them twice). A DM's or a group DM's turn
+has no channel and never teaches one.
+
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
 sharing a PostgreSQL store). A failed or malformed reflection is retried ``max_attempts``
@@ -31,9 +38,9 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
-from typing import Protocol
+from typing import Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,12 +51,25 @@ from core.metrics import Metrics
 from core.model.claude import ChatModel, Extraction, Usage
 from core.model.usage import usage_record
 from core.rules.dedupe import Deduper
+from core.rules.links import message_link
 from core.rules.placeholders import split_placeholders
+from core.rules.places import turn_place, usable_reaches
 from core.rules.secrets import REDACTED_MARK
 from core.rules.text import as_data, clean_text
+from core.store.channels import ChannelStore
 from core.store.seams import MemoryStore, ModeStore, ReflectionQueue, TurnStore, UsageStore
 from core.store.writes import still_reflecting
-from core.types import Category, Kind, Memory, MemoryWrite, NewMemory, ScoredMemory, Turn
+from core.types import (
+    Attribution,
+    Category,
+    Kind,
+    Memory,
+    MemoryWrite,
+    NewMemory,
+    Place,
+    ScoredMemory,
+    Turn,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +120,42 @@ class ReflectionOutput(BaseModel):
     memories: list[MemoryCandidate] = Field(description="new durable memories; often empty")
 
 
+class TeamCandidate(BaseModel):
+    """One thing the team settled, proposed by the reflection call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(
+        description="One standalone third-person sentence under 200 characters about the "
+        "team or its work, e.g. 'The team uses PostgreSQL 16 for billing.'"
+    )
+    kind: Kind = Field(description="fact, preference, correction or context")
+    category: Category = Field(description="communication, code, tools, workflow, or general")
+
+
+TEAM_RULES = """
+
+This exchange took place in a team channel whose own memory is on. Besides the user's \
+memories, return in "team" what the TEAM settled here, for everyone in the channel: \
+decisions made, conventions agreed, who owns what, where things live ("The billing runbook \
+is in the Ops wiki under Billing/Runbook."). Write each as one standalone third-person \
+sentence about the team or the work, naming people by name ("Bob owns the billing \
+migration."), never "the user". Facts about one person (their preferences, their life) \
+stay in "memories", never in "team". Only what someone in the exchange asserted as settled; \
+no proposals still under discussion, no questions. Usually "team" is []."""
+
+
+class ChannelReflectionOutput(ReflectionOutput):
+    """The reflection call's answer on a channel whose own memory is on
+    (:mod:`core.memory.team`): the user's memories and what the team settled."""
+
+    team: list[TeamCandidate] = Field(
+        default_factory=list,
+        description="what the team settled in this channel, for the channel's own memory; "
+        "usually []",
+    )
+
+
 MAX_WRITES = 20
 """At most this many memories are kept from one reflection (its first ones; the rest count
 as rejected): one exchange seldom holds more durable facts, and a reflection's write is one
@@ -114,6 +170,7 @@ class _Answered:
     extraction: Extraction[ReflectionOutput]
     allowed: set[int]
     attempts: int
+    channel_key: str | None = None
 
 
 REFLECTION_RULES = """\
@@ -258,12 +315,18 @@ class ReflectionResult:
     superseded: int
     usage: Usage | None
     secrets: int = 0
+    team: int = 0
+    """Entries added to the channel's own memory (team memory)."""
+    written: bool = True
+    """False when the store dropped the write (memory paused, off or forgotten meanwhile)."""
 
 
 LearnedCallback = Callable[[ReflectionResult], Awaitable[None]]
 
 
-class ReflectionStore(MemoryStore, TurnStore, ModeStore, ReflectionQueue, UsageStore, Protocol):
+class ReflectionStore(
+    MemoryStore, TurnStore, ModeStore, ReflectionQueue, UsageStore, ChannelStore, Protocol
+):
     """What reflection uses of the store: memories (related ones, writes), the turns it
     reflects on, modes, the reflection queue and usage."""
 
@@ -442,8 +505,8 @@ class Reflector:
         while not answered:
             attempts += 1
             try:
-                extraction, allowed = await self._extract(turn, answer)
-                answered.append(_Answered(extraction, allowed, attempts))
+                extraction, allowed, channel_key = await self._extract(turn, answer)
+                answered.append(_Answered(extraction, allowed, attempts, channel_key))
             except ModelError as exc:
                 self.metrics.reflection_failed()
                 if attempts >= self.max_attempts or not exc.retryable:
@@ -468,6 +531,8 @@ class Reflector:
                     return None
         kept = answered[0]
         result = await self._write(turn, kept.extraction, kept.allowed, kept.attempts)
+        if result.written and kept.channel_key is not None:
+            result = replace(result, team=await self._learn_team(turn, kept))
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
             "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d secrets=%d"
@@ -487,27 +552,100 @@ class Reflector:
                 logger.exception("on_learned callback failed for turn %s", turn_id)
         return result
 
+    async def _team_channel(self, turn: Turn) -> str | None:
+        """The channel whose own memory this turn may teach: a channel's turn (never a DM's
+        or a group DM's: they have no channel) whose memory is on and reviewed."""
+        if turn.origin != "shared":
+            return None
+        # Where it was said, stored with the turn (m017/m014); a turn stored before that
+        # teaches no channel.
+        key = None if turn.place is None else turn.place.channel_key
+        if key is None:
+            return None
+        info = await self.store.channel(channel_key=key)
+        return key if info is not None and info.in_use else None
+
+    async def _learn_team(self, turn: Turn, kept: _Answered) -> int:
+        """Store what the team settled (the channel's memory), each candidate through the
+        memory gate (secrets never), attributed to the turn's author, time and message."""
+        assert kept.channel_key is not None
+        value = kept.extraction.value
+        candidates = value.team if isinstance(value, ChannelReflectionOutput) else []
+        texts: list[tuple[str, Kind, Category]] = []
+        for candidate in candidates[:MAX_WRITES]:
+            text = check_text(candidate.text)
+            if text is not None:
+                texts.append((text, candidate.kind, candidate.category))
+        info = await self.store.channel(channel_key=kept.channel_key)
+        if not texts or info is None or not info.in_use:  # turned off during the call
+            return 0
+        place = Place(
+            platform=info.platform,
+            kind=info.memory_kind or info.kind,
+            workspace=info.workspace,
+            channel=info.channel,
+        )
+        memories = [
+            NewMemory(text=t, kind=k, category=c, source="reflection", origin="shared", place=place)
+            for t, k, c in texts
+        ]
+        results = await self.store.add_many(
+            user_key=kept.channel_key, memories=memories, dedupe=self.deduper
+        )
+        added = [r.id for r in results if r.status == "added"]
+        link = message_link(info.platform, turn.conversation_key, turn.platform_ref)
+        # Its own transaction after the reflection's: a crash between them loses these
+        # entries (never writes them twice: the turn is done).
+        await self.store.attribute(
+            channel_key=kept.channel_key,
+            entries=[
+                Attribution(
+                    memory_id=i,
+                    said_at=turn.sent_at,
+                    said_by=turn.user_key,
+                    said_by_name=turn.author,
+                    link=link,
+                )
+                for i in added
+            ],
+        )
+        logger.info("channel memory learned: channel=%s added=%d", kept.channel_key, len(added))
+        return len(added)
+
     async def _extract(
         self, turn: Turn, answer: Turn | None
-    ) -> tuple[Extraction[ReflectionOutput], set[int]]:
+    ) -> tuple[Extraction[ReflectionOutput], set[int], str | None]:
         """The reflection call over the exchange and its related memories; returns its
-        answer and the ids of the memories it was shown (the only ones it may supersede)."""
+        answer, the ids of the memories it was shown (the only ones it may supersede) and
+        the channel whose own memory it also fills (None: the user's memories only)."""
         assert turn.user_key is not None
+        channel_key = await self._team_channel(turn)
         query = turn.text if answer is None else f"{turn.text}\n{answer.text[:2000]}"
-        # A message in a shared channel is reflected on beside the user's shared memories
-        # only: private ones must not be copied into (or superseded from) what the team sees.
+        # A message is reflected on beside the memories usable where it was said only (the
+        # place rule): others must not be copied into (or superseded from) what is learned
+        # there.
         related = await self.recaller.recall(
             user_key=turn.user_key,
             query=query,
             k=self.related_k,
-            origins=["shared"] if turn.origin == "shared" else None,
+            reach=usable_reaches(turn_place(turn)),
         )
-        extraction = await self.model.extract(
-            system=REFLECTION_RULES,
-            prompt=reflection_prompt(turn, answer, related),
-            output=ReflectionOutput,
-        )
-        return extraction, {s.memory.id for s in related}
+        if channel_key is None:
+            extraction = await self.model.extract(
+                system=REFLECTION_RULES,
+                prompt=reflection_prompt(turn, answer, related),
+                output=ReflectionOutput,
+            )
+        else:
+            extraction = cast(
+                Extraction[ReflectionOutput],
+                await self.model.extract(
+                    system=REFLECTION_RULES + TEAM_RULES,
+                    prompt=reflection_prompt(turn, answer, related),
+                    output=ChannelReflectionOutput,
+                ),
+            )
+        return extraction, {s.memory.id for s in related}, channel_key
 
     async def _write(
         self,
@@ -545,6 +683,7 @@ class Reflector:
             attempts=attempts,
             usage=usage,
         )
+        written = results is not None
         if results is None:
             logger.info(
                 "reflection turn=%s dropped: memory paused, off or forgotten (or reflected"
@@ -567,6 +706,7 @@ class Reflector:
             superseded=sum(len(r.superseded) for r in results),
             usage=extraction.usage,
             secrets=secrets,
+            written=written,
         )
 
     def _screen(
@@ -602,6 +742,7 @@ class Reflector:
                 about=about,
                 valid_from=valid_from,
                 valid_until=valid_until,
+                place=turn_place(turn),
             )
             supersedes = tuple(i for i in dict.fromkeys(candidate.supersedes) if i in allowed)
             writes.append(MemoryWrite(memory=memory, supersedes=supersedes))

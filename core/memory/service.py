@@ -29,10 +29,12 @@ from core.rules.about import whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.places import parse_place, place_key
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.rules.when import dated
+from core.store.channels import ChannelStore
 from core.store.seams import CleanupStore, MemoryStore, PlanStore
 from core.types import (
     CATEGORIES,
@@ -49,6 +51,7 @@ from core.types import (
     MemoryStats,
     NewMemory,
     Origin,
+    Place,
     ScoredMemory,
     Source,
     utcnow,
@@ -205,6 +208,7 @@ def memory_to_export(memory: Memory) -> dict[str, Any]:
         "kind": memory.kind,
         "category": memory.category,
         "origin": memory.origin,
+        "place": None if memory.place is None else place_key(memory.place),
         "source": memory.source,
         "created_at": memory.created_at.isoformat(),
         "updated_at": memory.updated_at.isoformat(),
@@ -295,6 +299,8 @@ def parse_import_line(raw: str, line: int) -> NewMemory | None:
         about=about,
         valid_from=valid_from,
         valid_until=valid_until,
+        # Where it was learned, as exported (anything else: the owner's DM, the narrowest).
+        place=parse_place(place) if isinstance(place := obj.get("place"), str) else None,
     )
 
 
@@ -347,7 +353,7 @@ class ModeStore(Protocol):
         ...
 
 
-class ServiceStore(MemoryStore, ModeStore, PlanStore, Protocol):
+class ServiceStore(MemoryStore, ModeStore, PlanStore, ChannelStore, Protocol):
     """What :class:`MemoryService` needs of a store."""
 
 
@@ -427,9 +433,11 @@ class MemoryService:
         source: Source = "remember",
         origin: Origin = "private",
         conversation_key: str | None = None,
+        place: Place | None = None,
     ) -> AddResult:
         """Store ``text`` unless an equivalent memory exists; ``result.text`` is what was
-        stored (or, for a duplicate, what was given).
+        stored (or, for a duplicate, what was given). ``place``: where it was said (None:
+        the owner's DM; :mod:`core.rules.places`).
 
         The text is written by the offline rule (:func:`offline_memory`): in the third
         person where that is safe ("I prefer tabs" -> "The user prefers tabs."), another
@@ -457,6 +465,7 @@ class MemoryService:
             about=worded.about,
             valid_from=worded.valid_from,
             valid_until=worded.valid_until,
+            place=place,
         )
         result = await self.store.add(user_key=user_key, memory=memory, dedupe=self.deduper)
         logger.info(
@@ -508,18 +517,27 @@ class MemoryService:
         return memory
 
     async def forget_all(self, *, user_key: str) -> int:
-        """Forget all of the user's memories and conversation history; returns the count."""
+        """Forget all of the user's memories and conversation history, and remove their name
+        from the channel memory entries they said (team memory: the entries stay); returns
+        the count of their memories forgotten."""
         count = await self.store.forget_all(user_key=user_key)
+        await self.store.unattribute(user_key=user_key)
         logger.info("forget_all user=%s count=%s", user_key, count)
         self.metrics.memories_forgotten(count)
         return count
 
     async def list_memories(
-        self, *, user_key: str, limit: int = 20, offset: int = 0
+        self,
+        *,
+        user_key: str,
+        limit: int = 20,
+        offset: int = 0,
+        reach: Sequence[str] | None = None,
     ) -> list[Memory]:
-        """Active memories, newest first; ``limit`` in 1..1000."""
+        """Active memories, newest first; ``limit`` in 1..1000; ``reach``: only those usable
+        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one)."""
         return await self.store.list_memories(
-            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0)
+            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0), reach=reach
         )
 
     async def count(self, *, user_key: str) -> int:
@@ -527,7 +545,7 @@ class MemoryService:
         return await self.store.count(user_key=user_key)
 
     async def search(
-        self, *, user_key: str, query: str, k: int = 6, origins: Sequence[Origin] | None = None
+        self, *, user_key: str, query: str, k: int = 6, reach: Sequence[str] | None = None
     ) -> list[ScoredMemory]:
         """The user's memories that share words with ``query`` (the store's BM25), best
         first, ``k`` clamped to 1..100; any text is a valid query.
@@ -538,7 +556,7 @@ class MemoryService:
         to offer, which a search must not present as matches ("tea" finding "The user
         lives in Lisbon.")."""
         return await self.store.search(
-            user_key=user_key, query=query, k=min(max(k, 1), 100), origins=origins
+            user_key=user_key, query=query, k=min(max(k, 1), 100), reach=reach
         )
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from core.rules.places import merged_place, parse_place, place_key
 from core.types import Category, Kind, Origin, Source
 
 When = TypeVar("When", str, datetime)
@@ -67,12 +68,20 @@ class AppliedChange:
     retired: tuple[int, ...]
 
 
-def merged_labels(parts: Iterable[tuple[str, str, When]]) -> tuple[Source, Origin, When]:
-    """Source, origin and creation time of a memory merged from ``parts`` (each its
-    ``(source, origin, created_at)``): ``remember`` when the user added any part (cleanup
+def merged_labels(
+    parts: Iterable[tuple[str, str, When, str | None]],
+) -> tuple[Source, Origin, When, str]:
+    """Source, origin, creation time and place of a memory merged from ``parts`` (each its
+    ``(source, origin, created_at, place)``, the place as stored:
+    :func:`core.rules.places.place_key`): ``remember`` when the user added any part (cleanup
     keeps protecting it), ``private`` when any part was private (never widened to shared),
-    and the earliest creation time."""
+    the earliest creation time, and the parts' place when they share one reach, else the
+    owner's DM (a merge never widens where any part may be used:
+    :func:`core.rules.places.merged_place`)."""
     rows = list(parts)
     source: Source = "remember" if any(r[0] == "remember" for r in rows) else "reflection"
     origin: Origin = "private" if any(r[1] == "private" for r in rows) else "shared"
-    return source, origin, min(r[2] for r in rows)
+    places = [parse_place(r[3]) for r in rows]
+    platform = next((p.platform for p in places if p is not None), "cli")
+    place = merged_place(places, user_key=platform)
+    return source, origin, min(r[2] for r in rows), place_key(place)

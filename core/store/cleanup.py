@@ -49,9 +49,12 @@ class ChangeTx(Protocol[When]):
 
     uid: int
 
-    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, When]]:
-        """``{id: (source, origin, created_at)}`` of those ``ids`` that are the user's active
-        memories (``created_at`` in the backend's own time type)."""
+    async def active(
+        self, ids: Sequence[int]
+    ) -> dict[int, tuple[Source, Origin, When, str | None]]:
+        """``{id: (source, origin, created_at, place)}`` of those ``ids`` that are the
+        user's active memories (``created_at`` in the backend's own time type, ``place`` as
+        stored)."""
         ...
 
     async def retire(self, memory_id: int) -> None:
@@ -67,9 +70,15 @@ class ChangeTx(Protocol[When]):
         ...
 
     async def insert_merged(
-        self, *, op: MergeOp, norm: str, terms: Sequence[str], labels: tuple[Source, Origin, When]
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, When, str],
     ) -> int:
-        """Insert the merged memory (``labels`` = source, origin, created_at); its id."""
+        """Insert the merged memory (``labels`` = source, origin, created_at, place); its
+        id."""
         ...
 
     async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
@@ -163,7 +172,7 @@ async def apply_ops(
 
 
 async def _merge(
-    tx: ChangeTx[When], op: MergeOp, found: dict[int, tuple[Source, Origin, When]]
+    tx: ChangeTx[When], op: MergeOp, found: dict[int, tuple[Source, Origin, When, str | None]]
 ) -> int:
     labels = merged_labels(found[i] for i in op.ids)
     # Out of recall first (frees the normalised text if the new sentence equals one).

@@ -9,12 +9,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from core.rules.places import check_reaches, parse_place, place_key
 from core.store.writes import REFLECTING_SQL
-from core.types import ORIGINS, MemoryUse, Turn, UsageRow
+from core.types import MemoryUse, Place, Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
-    " attempts, platform_ref, workspace, reply_ref, thread_ref"
+    " attempts, platform_ref, workspace, reply_ref, thread_ref, place"
 )
 """The columns :func:`turn_from_row` reads, in its order (``SELECT {TURN_COLUMNS} FROM turns``)."""
 
@@ -43,6 +44,7 @@ def turn_from_row(row: Sequence[Any], *, time: Callable[[Any], datetime] = _as_i
         workspace=row[12],
         reply_ref=row[13],
         thread_ref=row[14],
+        place=parse_place(row[15]),
     )
 
 
@@ -77,26 +79,28 @@ partial index ``memories_standing`` (m011), so both backends answer from that in
 
 
 def memory_filter(
-    *, include_superseded: bool, standing: bool, origins: Sequence[str] | None
+    *, include_superseded: bool, standing: bool, reach: Sequence[str] | None
 ) -> str | None:
     """The ``AND ...`` conditions that ``list_memories`` adds for memories aliased ``m``
-    (both backends); None when ``origins`` is empty (nothing can match). ``origins`` holds
-    :data:`core.types.ORIGINS` values only (anything else raises ``ValueError``), so they
-    are written into the SQL as literals."""
+    (both backends); None when ``reach`` is empty (nothing can match). ``reach`` holds
+    reach tokens only (:func:`core.rules.places.check_reaches`; anything else raises
+    ``ValueError``), so they are written into the SQL as literals."""
     parts = []
     if not include_superseded:
         parts.append(" AND m.superseded_by IS NULL")
     if standing:
         parts.append(f" AND {STANDING}")
-    if origins is not None:
-        chosen = set(origins)
+    if reach is not None:
+        chosen = check_reaches(reach)
         if not chosen:
             return None
-        if not chosen <= set(ORIGINS):
-            raise ValueError(f"unknown origin in {sorted(chosen)}")
-        if chosen != set(ORIGINS):
-            parts.append(" AND m.origin IN (" + ", ".join(f"'{o}'" for o in sorted(chosen)) + ")")
+        parts.append(" AND m.reach IN (" + ", ".join(f"'{r}'" for r in chosen) + ")")
     return "".join(parts)
+
+
+def place_column(place: Place | None) -> str | None:
+    """A turn's ``place`` column (:func:`core.rules.places.place_key`; None: not known)."""
+    return None if place is None else place_key(place)
 
 
 USE_COLUMNS = "memory_id, recalls, last_recalled_at, confirmations"

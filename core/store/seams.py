@@ -31,6 +31,7 @@ from typing import Protocol
 
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
+from core.store.channels import ChannelStore
 from core.types import (
     AddResult,
     Memory,
@@ -41,7 +42,6 @@ from core.types import (
     MemoryWrite,
     NewMemory,
     NewTurn,
-    Origin,
     ReflectionState,
     ScoredMemory,
     Turn,
@@ -88,12 +88,13 @@ class MemoryStore(Protocol):
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]:
         """The user's memories, newest first, at most ``limit`` after ``offset``.
 
-        ``origins`` keeps those learned there (an empty sequence finds nothing);
+        ``reach`` keeps those whose reach token is one of these (the place rule,
+        :func:`core.rules.places.usable_reaches`; None: all, an empty sequence: none);
         ``standing`` keeps only those that may enter the standing profile (every kind but a
         plain ``fact`` of category ``general``: :data:`core.store.rows.STANDING`), read from
         a partial index so a user with 10,000 memories costs no scan.
@@ -110,12 +111,13 @@ class MemoryStore(Protocol):
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         """BM25 recall over the user's active memories, best first, at most ``k``.
 
-        Any text is a valid query; ``origins`` restricts to memories learned there.
+        Any text is a valid query; ``reach`` as for :meth:`list_memories` (pushed into
+        the index query: SQLite's FTS5 marker term, PostgreSQL's ranking filter).
         ``pool``: how many index candidates are re-scored (default
         :func:`core.rules.bm25.candidate_pool` of ``k``); a caller that reads a list deeper
         than the top it needs (score fusion) passes the pool of the top it needs.
@@ -440,8 +442,8 @@ class VectorStore(Protocol):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes, str]]:
-        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+    ) -> list[tuple[int, str, bytes, str]]:
+        """(memory id, reach token, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
         user's active memories embedded by ``model``, by id."""
         ...
 
@@ -504,6 +506,7 @@ class PlanStore(Protocol):
 
 
 class Store(
+    ChannelStore,
     MemoryStore,
     CleanupStore,
     ConversationStore,

@@ -62,11 +62,12 @@ def test_remember_list_search_forget_round_trip(db_path: Path) -> None:
     code, out, _ = cli(db_path, "memories", "list", "--user", "cli:alice", "--json")
     rows = json.loads(out)
     assert code == 0 and [r["text"] for r in rows] == ["The user prefers tabs over spaces."]
-    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "created_at"} | {
+    assert set(rows[0]) == {"id", "text", "kind", "category", "origin", "place", "created_at"} | {
         "about",
         "valid_from",
         "valid_until",
     }
+    assert rows[0]["place"] == "dm:cli::"  # remembered from the command line: the owner's DM
 
     code, out, _ = cli(
         db_path, "memories", "search", "--user", "alice", "tabs?", "--json", "--k", "3"
@@ -151,6 +152,7 @@ def test_export_import_round_trip(db_path: Path, tmp_path: Path) -> None:
         "kind",
         "category",
         "origin",
+        "place",
         "source",
         "created_at",
         "updated_at",
@@ -364,7 +366,7 @@ def test_help_reads_like_the_clis_people_like() -> None:
         text = help_of(*args)
         assert not re.search(r"<[a-z]", text) and "``" not in text, (args, text)
     assert "--model  " in help_of("eval", "reflection").replace("MODEL", "  ")
-    assert "--user    -u      KEY" in help_of("memories", "list")
+    assert re.search(r"--user +-u +KEY ", help_of("memories", "list"))
 
 
 def test_forget_says_which_id_it_forgot(db_path: Path) -> None:

@@ -921,13 +921,19 @@ class FakeDiscord:
         user: FakeUser,
         channel_id: int | None = None,
         options: Mapping[str, Any] | None = None,
+        permissions: int | None = None,
     ) -> FakeInteraction:
         """A user runs ``/name`` (``"group sub"`` for subcommands) with ``options`` by name:
         INTERACTION_CREATE type 2. Option types come from the synced command when there is
-        one, else from the Python value (bool 5, int 4, float 10, str 3, FakeUser 6)."""
+        one, else from the Python value (bool 5, int 4, float 10, str 3, FakeUser 6).
+        ``permissions``: the member's resolved permissions there (default: all)."""
         data = self._command_data(name, channel_id or self.channel_id, options or {}, None)
         return await self.dispatch_interaction(
-            INTERACTION_APPLICATION_COMMAND, data, user=user, channel_id=channel_id
+            INTERACTION_APPLICATION_COMMAND,
+            data,
+            user=user,
+            channel_id=channel_id,
+            permissions=permissions,
         )
 
     async def dispatch_autocomplete(
@@ -978,6 +984,7 @@ class FakeDiscord:
         user: FakeUser,
         channel_id: int | None = None,
         message_id: int | None = None,
+        permissions: int | None = None,
     ) -> FakeInteraction:
         """Low level: INTERACTION_CREATE of ``interaction_type`` with ``data``, in a guild
         channel (``member``) or a DM (``user``), with every field discord.py 2.7 reads
@@ -1017,7 +1024,9 @@ class FakeDiscord:
                 guild={"id": str(guild_id), "locale": "en-US", "features": []},
                 guild_locale="en-US",
                 member=dict(
-                    copy.deepcopy(member), user=user.payload(), permissions=ALL_PERMISSIONS
+                    copy.deepcopy(member),
+                    user=user.payload(),
+                    permissions=ALL_PERMISSIONS if permissions is None else str(permissions),
                 ),
                 authorizing_integration_owners={"0": str(guild_id)},
                 context=0,

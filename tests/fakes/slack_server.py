@@ -815,6 +815,10 @@ class FakeSlack:
         self.deliveries: dict[str, list[int]] = defaultdict(list)
         self.socket_connections = 0
         self.channel_names: dict[str, str] = {}
+        self.private_channels: set[str] = set()
+        """``C...`` channels conversations.info calls private (``is_private``)."""
+        self.group_dms: set[str] = {"G0GROUPDM"}
+        """Channels conversations.info calls group DMs (``is_mpim``)."""
         self._history: dict[str, list[JsonDict]] = defaultdict(list)
         self._responses: dict[str, list[JsonDict]] = {}
         self._faults: dict[str, deque[_Fault]] = defaultdict(deque)
@@ -1370,7 +1374,8 @@ class FakeSlack:
             "is_channel": channel.startswith("C"),
             "is_group": channel.startswith("G"),
             "is_im": channel.startswith("D"),
-            "is_private": not channel.startswith("C"),
+            "is_mpim": channel in self.group_dms,
+            "is_private": not channel.startswith("C") or channel in self.private_channels,
             "is_member": True,
         }
         if channel.startswith("D"):

@@ -5,9 +5,10 @@
 right rows), memory events, embeddings, memory uses (recalls, confirmations), conversation
 turns (the reflection queue included, and the crash-recovery data: the thread a message was
 said in, ``thread_ref``, and the messages its answer shows, ``reply_ref``), claimed event
-ids, memory modes, marks, usage, the users' ratings of answers (``feedback``) and the
-tokens behind chat buttons (``pending_actions``: an Undo button lives for the 7-day undo
-window) - into an empty PostgreSQL database in one transaction, with ``COPY``. Every other
+ids, memory modes, marks, usage, channels and who said their memory's entries (team
+memory), the users' ratings of answers (``feedback``) and the tokens behind chat buttons
+(``pending_actions``: an Undo button lives for the 7-day undo window) - into an empty
+PostgreSQL database in one transaction, with ``COPY``. Every other
 table of the SQLite file is named in :data:`NOT_COPIED` with the reason (derived and rebuilt
 by the target, or the target's own). One way only: nothing copies PostgreSQL into SQLite.
 Memory ids, user ids and turn ids are kept, so the index terms (``u{uid}_...``) stay valid;
@@ -76,7 +77,8 @@ def _clean_memory(row: list[Any]) -> None:
     new = memory_text(int(row[1]), row[2])
     row[2:4] = [new.text, new.norm]
     # valid_from, valid_until: ISO days in SQLite, date in PostgreSQL.
-    row[-2:] = [None if v is None else date.fromisoformat(v) for v in row[-2:]]
+    for i in _MEMORY_DAYS:
+        row[i] = None if row[i] is None else date.fromisoformat(row[i])
 
 
 def _clean_turn(row: list[Any]) -> None:
@@ -84,31 +86,37 @@ def _clean_turn(row: list[Any]) -> None:
     row[5], row[4] = turn_text(row[5], row[4])
 
 
+_MEMORY_COLUMNS = (
+    "id",
+    "uid",
+    "text",
+    "norm",
+    "terms",
+    "n_terms",
+    "kind",
+    "category",
+    "source",
+    "origin",
+    "conversation_key",
+    "created_at",
+    "updated_at",
+    "superseded_by",
+    "superseded_at",
+    "about",
+    "valid_from",
+    "valid_until",
+    "place",
+    "reach",
+)
+_MEMORY_DAYS = tuple(_MEMORY_COLUMNS.index(c) for c in ("valid_from", "valid_until"))
+"""Where a memory row's days are (ISO text in SQLite, date in PostgreSQL)."""
+
 # In dependency order (users before memories ...).
 TABLES: tuple[_Table, ...] = (
     _Table("users", ("uid", "user_key", "created_at"), ("created_at",), "uid", "uid"),
     _Table(
         "memories",
-        (
-            "id",
-            "uid",
-            "text",
-            "norm",
-            "terms",
-            "n_terms",
-            "kind",
-            "category",
-            "source",
-            "origin",
-            "conversation_key",
-            "created_at",
-            "updated_at",
-            "superseded_by",
-            "superseded_at",
-            "about",
-            "valid_from",
-            "valid_until",
-        ),
+        _MEMORY_COLUMNS,
         ("created_at", "updated_at", "superseded_at"),
         "id",
         "id",
@@ -126,6 +134,34 @@ TABLES: tuple[_Table, ...] = (
         "memory_uses",
         ("memory_id", "uid", "recalls", "last_recalled_at", "confirmations"),
         ("last_recalled_at",),
+        "memory_id",
+    ),
+    # A channel's own memory (team memory): its settings, its conversations and who said
+    # each entry (the entries themselves are memories owned by the channel key, above).
+    _Table(
+        "channels",
+        (
+            "channel_key",
+            "platform",
+            "workspace",
+            "channel",
+            "kind",
+            "memory_on",
+            "memory_kind",
+            "changed_by",
+            "changed_at",
+            "allowed",
+            "version",
+            "seen_at",
+        ),
+        ("changed_at", "seen_at"),
+        "channel_key",
+        bools=("memory_on",),
+    ),
+    _Table(
+        "channel_entries",
+        ("memory_id", "channel_key", "said_by", "said_by_name", "said_at", "link", "changed_by"),
+        ("said_at",),
         "memory_id",
     ),
     _Table(
@@ -147,6 +183,7 @@ TABLES: tuple[_Table, ...] = (
             "workspace",
             "reply_ref",
             "thread_ref",
+            "place",
         ),
         ("sent_at", "created_at"),
         "id",

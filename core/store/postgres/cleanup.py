@@ -14,6 +14,7 @@ from datetime import datetime
 import asyncpg
 
 from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp
+from core.rules.places import parse_place, reach_of
 from core.store.cleanup import apply_ops, check_disjoint, no_such_user, undo
 from core.store.postgres.base import PostgresBase
 from core.types import Origin, Source, utcnow
@@ -25,14 +26,16 @@ class _Tx:
     def __init__(self, conn: asyncpg.Connection, uid: int) -> None:
         self.conn, self.uid, self.now = conn, uid, utcnow()
 
-    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, datetime]]:
+    async def active(
+        self, ids: Sequence[int]
+    ) -> dict[int, tuple[Source, Origin, datetime, str | None]]:
         rows = await self.conn.fetch(
-            "SELECT id, source, origin, created_at FROM memories"
+            "SELECT id, source, origin, created_at, place FROM memories"
             " WHERE uid = $1 AND superseded_by IS NULL AND id = ANY($2::bigint[])",
             self.uid,
             list(ids),
         )
-        return {int(r[0]): (r[1], r[2], r[3]) for r in rows}
+        return {int(r[0]): (r[1], r[2], r[3], r[4]) for r in rows}
 
     async def retire(self, memory_id: int) -> None:
         await self.conn.execute(
@@ -65,14 +68,14 @@ class _Tx:
         op: MergeOp,
         norm: str,
         terms: Sequence[str],
-        labels: tuple[Source, Origin, datetime],
+        labels: tuple[Source, Origin, datetime, str],
     ) -> int:
-        source, origin, created = labels
+        source, origin, created, place = labels
         return int(
             await self.conn.fetchval(
                 "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source,"
-                " origin, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
-                " $10, $11) RETURNING id",
+                " origin, created_at, updated_at, place, reach) VALUES ($1, $2, $3, $4, $5, $6,"
+                " $7, $8, $9, $10, $11, $12, $13) RETURNING id",
                 self.uid,
                 op.text,
                 norm,
@@ -84,6 +87,8 @@ class _Tx:
                 origin,
                 created,
                 self.now,
+                place,
+                reach_of(parse_place(place)),
             )
         )
 

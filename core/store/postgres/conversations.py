@@ -24,6 +24,7 @@ from core.store.postgres.uses import RECALLED
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
+    place_column,
     stop_reflections_sql,
     turn_from_row,
     usage_row,
@@ -80,10 +81,11 @@ class PostgresConversations(PostgresBase):
                 turn_id = await conn.fetchval(
                     "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
                     " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
-                    " claimed_by) SELECT k, $9, $17 FROM unnest($1::text[]) WITH ORDINALITY"
+                    " claimed_by) SELECT k, $9, $18 FROM unnest($1::text[]) WITH ORDINALITY"
                     " AS e(k, n) WHERE NOT EXISTS (SELECT 1 FROM seen) ORDER BY n"
                     f" ON CONFLICT DO NOTHING RETURNING 1) INSERT INTO turns({_TURN_INSERT})"
-                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"
+                    " SELECT $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+                    " $17"
                     " WHERE (SELECT count(*) FROM claimed) = cardinality($1::text[])"
                     " RETURNING id",
                     sorted(set(claim_keys)),
@@ -96,7 +98,8 @@ class PostgresConversations(PostgresBase):
         return int(
             await conn.fetchval(
                 f"INSERT INTO turns({_TURN_INSERT})"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                " $16)"
                 " RETURNING id",
                 *self._turn_row(turn),
             )
@@ -123,6 +126,7 @@ class PostgresConversations(PostgresBase):
             turn.thread_ref,
             self.replica_id if waiting else None,
             now if waiting else None,
+            place_column(turn.place),
         )
 
     async def finish_turn(
@@ -448,7 +452,7 @@ class PostgresConversations(PostgresBase):
 _TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]
 _TURN_INSERT = (
     "conversation_key, user_key, role, author, text, origin, sent_at, created_at, reply_to,"
-    " reflection, platform_ref, workspace, thread_ref, claimed_by, claimed_at"
+    " reflection, platform_ref, workspace, thread_ref, claimed_by, claimed_at, place"
 )
 
 

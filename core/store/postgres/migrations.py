@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from core.store.effects import Change, Effect
+from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
 from core.store.secret_repair import (
     REDACT_SECRET_FORMS,
@@ -352,6 +353,62 @@ async def m017_redact_secret_forms(conn: asyncpg.Connection) -> Change:
     return await m012_redact_secrets(conn)
 
 
+async def m014_places(conn: asyncpg.Connection) -> Change:
+    """Where each memory was learned and so where it may be used (issue 35,
+    :mod:`core.rules.places`): ``memories.place`` (NULL: the owner's DM) and
+    ``memories.reach`` (the rule's token, default ``dm``; recall filters on it),
+    ``turns.place`` (where a message was said; NULL for older turns); every existing memory
+    gets its place from the turn it was learned in (:mod:`core.store.place_repair`)."""
+    await conn.execute(
+        "ALTER TABLE memories ADD COLUMN place text,"
+        " ADD COLUMN reach text NOT NULL DEFAULT 'dm';"
+        " ALTER TABLE turns ADD COLUMN place text;"
+    )
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    before = await count_shared(fetch)
+    placed = await place_memories(fetch=fetch, execute=execute)
+    logger.info("m014: %d memories learned in a shared place got that place", placed)
+    return before
+
+
+M015_CHANNEL_MEMORY = """
+-- A channel's own memory (team memory, core.memory.team): its entries are memories owned
+-- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
+-- export, undo and db copy are the memories'; these tables add the channel's settings
+-- and who said each entry (a turn's channel is its place, m017/m014).
+CREATE TABLE channels (
+    channel_key text PRIMARY KEY,
+    platform text NOT NULL,
+    workspace text,
+    channel text NOT NULL,
+    kind text NOT NULL,
+    memory_on boolean NOT NULL DEFAULT false,
+    memory_kind text,
+    changed_by text,
+    changed_at timestamptz,
+    allowed text NOT NULL DEFAULT '',
+    version bigint NOT NULL DEFAULT 0,
+    seen_at timestamptz NOT NULL
+);
+CREATE TABLE channel_entries (
+    memory_id bigint PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+    channel_key text NOT NULL,
+    said_by text,
+    said_by_name text,
+    said_at timestamptz NOT NULL,
+    link text,
+    changed_by text
+);
+CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+CREATE INDEX channel_entries_by_channel ON channel_entries(channel_key);
+"""
+
 Migration = str | Callable[[asyncpg.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
 :class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
@@ -370,6 +427,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "m011_thread_ref", M011_THREAD_REF),
     (12, "m012_redact_secrets", m012_redact_secrets),
     (13, "m013_memory_uses", M013_MEMORY_USES),
+    (14, "m014_places", m014_places),
+    (15, "m015_channel_memory", M015_CHANNEL_MEMORY),
     (17, "m017_redact_secret_forms", m017_redact_secret_forms),
     (19, "m019_memory_about_dates", M019_MEMORY_ABOUT_DATES),
 ]
@@ -378,6 +437,7 @@ EFFECTS: dict[str, Effect] = {
     "m006_clean_text": CLEAN_TEXT,
     "m010_label_remembered": LABEL_REMEMBERED,
     "m012_redact_secrets": REDACT_SECRETS,
+    "m014_places": PLACE_MEMORIES,
     "m017_redact_secret_forms": REDACT_SECRET_FORMS,
 }
 """The migrations that change or remove stored memories, and what each says before it runs

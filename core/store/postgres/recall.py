@@ -18,15 +18,16 @@ from typing import Any
 import asyncpg
 
 from core.rules.bm25 import BM25_B, BM25_K1, candidate_pool, rescore
+from core.rules.places import check_reaches, parse_place
 from core.rules.text import query_terms
-from core.types import Memory, Origin, ScoredMemory
+from core.types import Memory, ScoredMemory
 
 MAX_TERM_CHARS = 2046
 """PostgreSQL's longest lexeme, in bytes (index terms are ASCII)."""
 
 MEMORY_COLUMNS = (
     "m.id, m.text, m.kind, m.category, m.source, m.origin, m.created_at, m.updated_at,"
-    " m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until"
+    " m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until, m.place"
 )
 _N = MEMORY_COLUMNS.count(",") + 1
 """Where the pool's own columns begin after :data:`MEMORY_COLUMNS` (terms, n_terms, the
@@ -35,11 +36,11 @@ COLUMN_TERMS = 64
 """Queries with up to this many distinct terms get one boolean column per term (fastest);
 longer ones use the row-per-match form of the same ranking."""
 
-# Both forms: $1 uid, $2 tsquery (any term), $3 origins, $4 pool size, $5 k1, $6 b; then
-# the terms. Each counts every term's document frequency among the user's active memories
-# holding any term (not only those of the wanted origins, as SQLite's vocabulary does),
-# ranks by BM25 with each term counted once, and returns the pool with the user's N, total
-# length and the frequencies aligned with the terms.
+# Both forms: $1 uid, $2 tsquery (any term), $3 reach tokens (NULL: all), $4 pool size,
+# $5 k1, $6 b; then the terms. Each counts every term's document frequency among the
+# user's active memories holding any term (not only those of the wanted reach, as
+# SQLite's vocabulary does), ranks by BM25 with each term counted once, and returns the
+# pool with the user's N, total length and the frequencies aligned with the terms.
 _USER = (
     "u AS (SELECT n_docs, total_len, CASE WHEN n_docs > 0 AND total_len > 0"
     " THEN total_len::float8 / n_docs ELSE 1.0 END AS avgdl FROM users WHERE uid = $1)"
@@ -47,6 +48,8 @@ _USER = (
 _HITS = "FROM memories m WHERE m.uid = $1 AND m.superseded_by IS NULL AND m.tsv @@ $2::tsquery"
 _LENGTH_NORM = "(1 + $5::float8 * (1 - $6::float8 + $6::float8 * h.len / u.avgdl))"
 _POOL_COLUMNS = f"{MEMORY_COLUMNS}, m.terms, m.n_terms, u.n_docs, u.total_len"
+_REACHABLE = "($3::text[] IS NULL OR h.reach = ANY($3::text[]))"
+"""The place rule's filter (:mod:`core.rules.places`), pushed into the ranking."""
 
 
 @lru_cache(maxsize=COLUMN_TERMS)
@@ -60,11 +63,11 @@ def _recall_sql(k: int) -> str:
     score = " + ".join(f"CASE WHEN h.f{i} THEN w.w{i} ELSE 0 END" for i in range(k))
     dfs = ", ".join(f"w.d{i}::bigint" for i in range(k))
     return (
-        f"WITH hits AS MATERIALIZED (SELECT m.id, m.n_terms::float8 AS len, m.origin, {found}"
+        f"WITH hits AS MATERIALIZED (SELECT m.id, m.n_terms::float8 AS len, m.reach, {found}"
         f" {_HITS}), {_USER},"
         f" w AS MATERIALIZED (SELECT c.*, {weights} FROM (SELECT {counts} FROM hits) c, u),"
         f" top AS (SELECT h.id, ({score}) / {_LENGTH_NORM} AS s FROM hits h, w, u"
-        " WHERE h.origin = ANY($3::text[]) ORDER BY s DESC, h.id DESC LIMIT $4)"
+        f" WHERE {_REACHABLE} ORDER BY s DESC, h.id DESC LIMIT $4)"
         f" SELECT {_POOL_COLUMNS}, ARRAY[{dfs}]"
         " FROM top t JOIN memories m ON m.id = t.id CROSS JOIN w CROSS JOIN u"
     )
@@ -74,16 +77,16 @@ def _recall_sql(k: int) -> str:
 _RECALL_MANY = (
     "WITH q AS MATERIALIZED (SELECT n::int AS i, t::tsquery AS tq"
     " FROM unnest($7::text[]) WITH ORDINALITY AS x(t, n)),"
-    f" hits AS MATERIALIZED (SELECT m.id, m.n_terms::float8 AS len, m.origin, m.tsv {_HITS}),"
-    " matches AS MATERIALIZED (SELECT h.id, h.len, h.origin, q.i FROM q"
-    " CROSS JOIN LATERAL (SELECT id, len, origin FROM hits WHERE hits.tsv @@ q.tq) h),"
+    f" hits AS MATERIALIZED (SELECT m.id, m.n_terms::float8 AS len, m.reach, m.tsv {_HITS}),"
+    " matches AS MATERIALIZED (SELECT h.id, h.len, h.reach, q.i FROM q"
+    " CROSS JOIN LATERAL (SELECT id, len, reach FROM hits WHERE hits.tsv @@ q.tq) h),"
     f" {_USER},"
     " c AS MATERIALIZED (SELECT i, count(*)::float8 AS n FROM matches GROUP BY i),"
     " w AS MATERIALIZED (SELECT array_agg(COALESCE(c.n, 0)::bigint ORDER BY q.i) AS dfs,"
     " array_agg(COALESCE(ln(1 + (u.n_docs - c.n + 0.5) / (c.n + 0.5)), 0) ORDER BY q.i) AS ws"
     " FROM q LEFT JOIN c ON c.i = q.i CROSS JOIN u),"
     f" top AS (SELECT h.id, sum(w.ws[h.i]) / {_LENGTH_NORM} AS s FROM matches h, w, u"
-    " WHERE h.origin = ANY($3::text[]) GROUP BY h.id, h.len, u.avgdl"
+    f" WHERE {_REACHABLE} GROUP BY h.id, h.len, u.avgdl"
     " ORDER BY s DESC, h.id DESC LIMIT $4)"
     f" SELECT {_POOL_COLUMNS}, w.dfs"
     " FROM top t JOIN memories m ON m.id = t.id CROSS JOIN w CROSS JOIN u"
@@ -107,6 +110,7 @@ def memory_from_row(row: Sequence[Any], user_key: str) -> Memory:
         about=row[10],
         valid_from=row[11],
         valid_until=row[12],
+        place=parse_place(row[13]),
     )
 
 
@@ -116,14 +120,14 @@ async def search_user(
     user_key: str,
     query: str,
     k: int,
-    origins: Sequence[Origin] | None,
+    reach: Sequence[str] | None,
     pool: int | None = None,
 ) -> list[ScoredMemory]:
     """BM25 recall of user ``uid`` on ``conn``: at most ``k`` memories, best first, from
     ``pool`` re-scored candidates (default :func:`core.rules.bm25.candidate_pool` of ``k``)."""
     # A lexeme has at most 2046 bytes; a longer query word matches no memory anyway.
     terms = [t for t in query_terms(uid, query) if len(t) <= MAX_TERM_CHARS]
-    if not terms or (origins is not None and not origins):
+    if not terms or (reach is not None and not reach):
         return []
     # Terms are [a-z0-9_] only, so quoting them cannot break out of the tsquery syntax.
     quoted = [f"'{t}'" for t in terms]
@@ -136,7 +140,7 @@ async def search_user(
         sql,
         uid,
         " | ".join(quoted),
-        sorted(set(origins or ("private", "shared"))),
+        None if reach is None else check_reaches(reach),
         candidate_pool(k, pool),
         BM25_K1,
         BM25_B,

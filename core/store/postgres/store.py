@@ -52,7 +52,9 @@ import asyncpg
 
 from core.rules.about import same_person
 from core.rules.dedupe import Deduper
+from core.rules.places import stored_place
 from core.rules.text import index_terms, normalize
+from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.cleanup import PostgresHygiene
 from core.store.postgres.conversations import PostgresConversations, end_reflection
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
@@ -67,7 +69,6 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
-    Origin,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -81,11 +82,13 @@ DEDUPE_CANDIDATES = 50
 
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-    " conversation_key, created_at, updated_at, about, valid_from, valid_until)"
+    " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
 )
 
 
-class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations):
+class PostgresStore(
+    PostgresChannels, PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations
+):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
     PostgresStore.open(url)``, close with ``close``."""
 
@@ -203,13 +206,16 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         now = utcnow()
         norms = [normalize(m.text) for m in memories]
         terms = [index_terms(uid, m.text) for m in memories]
+        owner = await conn.fetchval("SELECT user_key FROM users WHERE uid = $1", uid)
+        places = [stored_place(m.place, user_key=str(owner)) for m in memories]
         inserted = await conn.fetch(
             f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
-            " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu FROM"
-            " unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[],"
-            " $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[],"
-            " $13::text[], $14::date[], $15::date[]) WITH ORDINALITY AS x(text, norm, terms,"
-            " n_terms, kind, category, source, origin, ck, created, updated, about, vf, vu, n)"
+            " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu, x.place,"
+            " x.reach FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[],"
+            " $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[],"
+            " $12::timestamptz[], $13::text[], $14::date[], $15::date[], $16::text[],"
+            " $17::text[]) WITH ORDINALITY AS x(text, norm, terms, n_terms, kind, category,"
+            " source, origin, ck, created, updated, about, vf, vu, place, reach, n)"
             " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
             uid,
             [m.text for m in memories],
@@ -226,6 +232,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             [m.about for m in memories],
             [m.valid_from for m in memories],
             [m.valid_until for m in memories],
+            *map(list, zip(*places, strict=True)),
         )
         new_ids = sorted(int(r[0]) for r in inserted)
         await conn.execute(
@@ -276,7 +283,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
                 memory_id = int(
                     await conn.fetchval(
                         f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
-                        " $13, $14, $15) RETURNING id",
+                        " $13, $14, $15, $16, $17) RETURNING id",
                         uid,
                         memory.text,
                         norm,
@@ -292,6 +299,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
                         memory.about,
                         memory.valid_from,
                         memory.valid_until,
+                        *stored_place(memory.place, user_key=user_key),
                     )
                 )
         except asyncpg.UniqueViolationError:
@@ -406,15 +414,13 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(
-            include_superseded=include_superseded, standing=standing, origins=origins
-        )
+        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
         if where is None:
             return []
         rows = await self._fetch(
@@ -491,7 +497,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
@@ -499,7 +505,7 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
             return []
         with self._errors():
             async with self._pool.acquire() as conn:
-                return await self._search(conn, uid, user_key, query, k, origins, pool)
+                return await self._search(conn, uid, user_key, query, k, reach, pool)
 
     async def _search(
         self,
@@ -508,10 +514,10 @@ class PostgresStore(PostgresHygiene, PostgresVectors, PostgresRecallLog, Postgre
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None,
+        reach: Sequence[str] | None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
-        return await search_user(conn, uid, user_key, query, k, origins, pool)
+        return await search_user(conn, uid, user_key, query, k, reach, pool)
 
     # ---------------------------------------------------------------- operators
     async def users(self, *, user_key: str | None = None) -> list[UserSummary]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.store.postgres.base import PostgresBase
-from core.types import Origin
 
 
 class PostgresVectors(PostgresBase):
@@ -40,14 +39,14 @@ class PostgresVectors(PostgresBase):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes, str]]:
-        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+    ) -> list[tuple[int, str, bytes, str]]:
+        """(memory id, reach token, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
         user's active memories embedded by ``model``, by id."""
         uid = await self._uid(user_key)
         if uid is None:
             return []
         rows = await self._fetch(
-            "SELECT m.id, m.origin, e.vector,"
+            "SELECT m.id, m.reach, e.vector,"
             " to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
             " FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id"
             " WHERE m.uid = $1 AND m.superseded_by IS NULL AND e.model = $2 ORDER BY m.id",

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import cast
 
 from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp
+from core.rules.places import parse_place, reach_of
 from core.store.cleanup import apply_ops, check_disjoint, no_such_user, undo
 from core.store.sqlite.base import SQLiteBase, ts
 from core.types import Origin, Source, utcnow
@@ -25,14 +26,14 @@ class _Tx:
     def __init__(self, store: SQLiteBase, uid: int) -> None:
         self.store, self.uid, self.now = store, uid, ts(utcnow())
 
-    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, str]]:
+    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, str, str | None]]:
         rows = await self.store._fetchall(
-            "SELECT id, source, origin, created_at FROM memories"
+            "SELECT id, source, origin, created_at, place FROM memories"
             " WHERE uid = ? AND superseded_by IS NULL"
             " AND id IN (SELECT value FROM json_each(?))",
             (self.uid, json.dumps(list(ids))),
         )
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
     async def retire(self, memory_id: int) -> None:
         await self.store._conn.execute(
@@ -54,12 +55,17 @@ class _Tx:
         return row is not None
 
     async def insert_merged(
-        self, *, op: MergeOp, norm: str, terms: Sequence[str], labels: tuple[Source, Origin, str]
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, str, str],
     ) -> int:
-        source, origin, created = labels
+        source, origin, created, place = labels
         cur = await self.store._conn.execute(
             "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, updated_at, place, reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.uid,
                 op.text,
@@ -72,6 +78,8 @@ class _Tx:
                 origin,
                 created,
                 self.now,
+                place,
+                reach_of(parse_place(place)),
             ),
         )
         return cast(int, cur.lastrowid)

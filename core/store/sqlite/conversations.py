@@ -13,6 +13,7 @@ from typing import cast
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
+    place_column,
     stop_reflections_sql,
     turn_from_row,
     usage_row,
@@ -319,8 +320,8 @@ def _usage_filter(
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
     cur = conn.execute(
         "INSERT INTO turns(conversation_key, user_key, role, author, text, origin,"
-        " sent_at, created_at, reply_to, reflection, platform_ref, workspace, thread_ref)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " sent_at, created_at, reply_to, reflection, platform_ref, workspace, thread_ref, place)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             turn.conversation_key,
             turn.user_key,
@@ -335,6 +336,7 @@ def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
             turn.platform_ref,
             turn.workspace,
             turn.thread_ref,
+            place_column(turn.place),
         ),
     )
     return cast(int, cur.lastrowid)

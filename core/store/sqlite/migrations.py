@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 
 from core.store.effects import Change, Effect
+from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
 from core.store.secret_repair import (
     REDACT_SECRET_FORMS,
@@ -538,6 +539,86 @@ async def m020_redact_secret_forms(conn: aiosqlite.Connection) -> Change:
     return await m014_redact_secrets(conn)
 
 
+async def m017_places(conn: aiosqlite.Connection) -> Change:
+    """Where each memory was learned and so where it may be used (issue 35,
+    :mod:`core.rules.places`): ``memories.place`` (NULL: the owner's DM) and
+    ``memories.reach`` (the rule's token, default ``dm``), ``turns.place`` (where a message
+    was said; NULL for older turns); every existing memory gets its place from the turn it
+    was learned in (:mod:`core.store.place_repair`). The FTS5 marker term of each memory
+    becomes ``u{uid}__{reach}`` (it was its origin), so recall keeps the rule inside the
+    index query: the shard triggers are rewritten and each shard is filled again."""
+    await conn.execute("ALTER TABLE memories ADD COLUMN place TEXT")
+    await conn.execute("ALTER TABLE memories ADD COLUMN reach TEXT NOT NULL DEFAULT 'dm'")
+    await conn.execute("ALTER TABLE turns ADD COLUMN place TEXT")
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, args)
+
+    before = await count_shared(fetch)
+    placed = await place_memories(fetch=fetch, execute=execute)
+    logger.info("m017: %d memories learned in a shared place got that place", placed)
+    triggers = list(
+        await conn.execute_fetchall(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'memories'"
+            " AND sql LIKE '%memories_fts_%'"
+        )
+    )
+    for name, sql in triggers:
+        await conn.execute(f"DROP TRIGGER {name}")
+        await conn.execute(
+            str(sql)
+            .replace("'__' || new.origin", "'__' || new.reach")
+            .replace("'__' || old.origin", "'__' || old.reach")
+        )
+    for n in range(FTS_SHARDS):
+        fts = f"memories_fts_{n}"
+        await conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('delete-all')")
+        await conn.execute(
+            f"INSERT INTO {fts}(rowid, terms) SELECT id, terms || ' u' || uid || '__' || reach"
+            f" FROM memories WHERE superseded_by IS NULL AND uid % {FTS_SHARDS} = {n}"
+        )
+    return before
+
+
+M018_CHANNEL_MEMORY = """
+-- A channel's own memory (team memory, core.memory.team): its entries are memories owned
+-- by the channel key (slack:T1:C1, discord:GUILD:CHANNEL), so recall, dedupe, forget,
+-- export, undo and db copy are the memories'; these tables add the channel's settings
+-- and who said each entry (a turn's channel is its place, m017/m014).
+CREATE TABLE channels (
+    channel_key TEXT PRIMARY KEY,
+    platform TEXT NOT NULL,
+    workspace TEXT,
+    channel TEXT NOT NULL,
+    kind TEXT NOT NULL,                      -- as last seen: private_channel | public_channel
+    memory_on INTEGER NOT NULL DEFAULT 0,    -- off by default
+    memory_kind TEXT,                        -- the kind it was turned on (reviewed) under
+    changed_by TEXT,                         -- the user key who turned it on or off last
+    changed_at TEXT,
+    allowed TEXT NOT NULL DEFAULT '',        -- user keys who may turn it on or off, spaced
+    version INTEGER NOT NULL DEFAULT 0,      -- bumped by every change of its entries' attribution
+    seen_at TEXT NOT NULL
+);
+CREATE TABLE channel_entries (
+    memory_id INTEGER PRIMARY KEY,
+    channel_key TEXT NOT NULL,
+    said_by TEXT,                            -- NULL once that person forgot everything
+    said_by_name TEXT,
+    said_at TEXT NOT NULL,
+    link TEXT,
+    changed_by TEXT
+);
+CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_by IS NOT NULL;
+CREATE INDEX channel_entries_by_channel ON channel_entries(channel_key);
+CREATE TRIGGER memories_ad_channel AFTER DELETE ON memories BEGIN
+    DELETE FROM channel_entries WHERE memory_id = old.id;
+END;
+"""
+
+
 Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
 """The SQL of a migration, or the async function that applies it (returning the
 :class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
@@ -559,6 +640,8 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (14, "m014_redact_secrets", m014_redact_secrets),
     (15, "m015_memory_uses", M015_MEMORY_USES),
     (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
+    (17, "m017_places", m017_places),
+    (18, "m018_channel_memory", M018_CHANNEL_MEMORY),
     (20, "m020_redact_secret_forms", m020_redact_secret_forms),
     (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
 ]
@@ -567,6 +650,7 @@ EFFECTS: dict[str, Effect] = {
     "m007_clean_text": CLEAN_TEXT,
     "m012_label_remembered": LABEL_REMEMBERED,
     "m014_redact_secrets": REDACT_SECRETS,
+    "m017_places": PLACE_MEMORIES,
     "m020_redact_secret_forms": REDACT_SECRET_FORMS,
 }
 """The migrations that change or remove stored memories, and what each says before it runs

@@ -32,9 +32,11 @@ from typing import Any, cast
 from core.rules.about import same_person
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
+from core.rules.places import check_reaches, parse_place, stored_place
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, day, day_columns, dt, ts
+from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.cleanup import SQLiteHygiene
 from core.store.sqlite.conversations import SQLiteConversations, end_reflection
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -48,7 +50,6 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
-    Origin,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -65,7 +66,8 @@ FORGET_BATCH = 5000
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
-    "m.updated_at, m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until"
+    "m.updated_at, m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until,"
+    " m.place"
 )
 
 
@@ -94,10 +96,13 @@ def _memory(row: Sequence[Any]) -> Memory:
         about=row[11],
         valid_from=day(row[12]),
         valid_until=day(row[13]),
+        place=parse_place(row[14]),
     )
 
 
-class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
+class SQLiteStore(
+    SQLiteChannels, SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations
+):
     """The memory half of the SQLite store (:class:`core.store.seams.Store`); open with ``open``."""
 
     async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
@@ -209,6 +214,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         row = await self._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
         start = row[0] if row else 0
         now = utcnow()
+        found = await self._fetchone("SELECT user_key FROM users WHERE uid = ?", (uid,))
+        owner = str(found[0]) if found else ""
         rows = []
         for m in memories:
             terms = index_terms(uid, m.text)
@@ -228,12 +235,14 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                     ts(created),
                     ts(m.updated_at or created),
                     *day_columns(m),
+                    *stored_place(m.place, user_key=owner),
                 )
             )
         await self._conn.executemany(
             "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
             " source, origin, conversation_key, created_at, updated_at, about, valid_from,"
-            " valid_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " valid_until, place, reach)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
         await self._conn.execute(
@@ -275,8 +284,8 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         updated = memory.updated_at or created
         cur = await self._conn.execute(
             "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " conversation_key, created_at, updated_at, about, valid_from, valid_until)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " conversation_key, created_at, updated_at, about, valid_from, valid_until, place,"
+            " reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 uid,
                 memory.text,
@@ -291,6 +300,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
                 ts(created),
                 ts(updated),
                 *day_columns(memory),
+                *stored_place(memory.place, user_key=user_key),
             ),
         )
         memory_id = cast(int, cur.lastrowid)
@@ -423,15 +433,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         limit: int = 20,
         offset: int = 0,
         include_superseded: bool = False,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         standing: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(
-            include_superseded=include_superseded, standing=standing, origins=origins
-        )
+        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
         if where is None:
             return []
         rows = await self._fetchall(
@@ -508,13 +516,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None = None,
+        reach: Sequence[str] | None = None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         uid = await self._uid(user_key)
         if uid is None or k <= 0:
             return []
-        return await self._search(uid, user_key, query, k, origins, pool)
+        return await self._search(uid, user_key, query, k, reach, pool)
 
     async def _search(
         self,
@@ -522,7 +530,7 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
         user_key: str,
         query: str,
         k: int,
-        origins: Sequence[Origin] | None,
+        reach: Sequence[str] | None,
         pool: int | None = None,
     ) -> list[ScoredMemory]:
         terms = query_terms(uid, query)
@@ -530,12 +538,13 @@ class SQLiteStore(SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversat
             return []
         # Terms are [a-z0-9_] only, so quoting them cannot break out of the FTS5 syntax.
         match = " OR ".join(f'"{t}"' for t in terms)
-        if origins is not None:
-            if not origins:
+        if reach is not None:
+            chosen = check_reaches(reach)
+            if not chosen:
                 return []
-            if set(origins) != {"private", "shared"}:
-                marks = " OR ".join(f'"u{uid}__{o}"' for o in sorted(set(origins)))
-                match = f"({match}) AND ({marks})"
+            # The place rule pushed into FTS5: one marker term per memory, its reach.
+            marks = " OR ".join(f'"u{uid}__{r}"' for r in chosen)
+            match = f"({match}) AND ({marks})"
         fts = fts_table(uid)
         vocab = f"memories_vocab_{uid % FTS_SHARDS}"
         pool = candidate_pool(k, pool)

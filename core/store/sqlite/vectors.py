@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.store.sqlite.base import SQLiteBase
-from core.types import Origin
 
 
 class SQLiteVectors(SQLiteBase):
@@ -44,14 +43,14 @@ class SQLiteVectors(SQLiteBase):
 
     async def active_embeddings(
         self, *, user_key: str, model: str
-    ) -> list[tuple[int, Origin, bytes, str]]:
-        """(memory id, origin, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
+    ) -> list[tuple[int, str, bytes, str]]:
+        """(memory id, reach token, vector, the UTC day it was stored as ``YYYY-MM-DD``) of the
         user's active memories embedded by ``model``, by id."""
         return [
             (r[0], r[1], r[2], r[3])
             for r in await self._fetchall(
                 # created_at is UTC ISO 8601 (base.ts): its first ten characters are the day.
-                "SELECT m.id, m.origin, e.vector, substr(m.created_at, 1, 10)"
+                "SELECT m.id, m.reach, e.vector, substr(m.created_at, 1, 10)"
                 " FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id"
                 " JOIN users u ON u.uid = m.uid"
                 " WHERE u.user_key = ? AND m.superseded_by IS NULL AND e.model = ?"

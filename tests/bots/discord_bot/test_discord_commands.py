@@ -38,6 +38,18 @@ async def test_commands_are_synced_globally(w: World, bot: SelfMindBot) -> None:
         "search",
         "export",
         "cleanup",
+        "channel",
+    }
+    channel = next(o for o in names["memories"]["options"] if o["name"] == "channel")
+    assert channel["type"] == 2  # a subcommand group: this channel's own memory
+    assert {o["name"] for o in channel["options"]} == {
+        "list",
+        "add",
+        "correct",
+        "forget",
+        "undo",
+        "on",
+        "off",
     }
     forget_option = names["forget"]["options"][0]
     assert forget_option["name"] == "memory" and forget_option["autocomplete"] is True

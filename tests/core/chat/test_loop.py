@@ -14,7 +14,7 @@ from core.chat.loop import CUT_MARK
 from core.chat.prompt import PERSONA
 from core.errors import ModelError, StoreError, StreamCutError
 from core.rules.dedupe import Deduper
-from core.types import NewMemory, NewTurn, utcnow
+from core.types import NewMemory, NewTurn, Place, utcnow
 from tests.discord_helpers import eventually
 from tests.fakes.anthropic_server import (
     MIN_CACHE_TOKENS,
@@ -163,18 +163,23 @@ async def test_history_survives_restart(fake: FakeAnthropic, db_url: str) -> Non
 
 
 async def test_private_memories_stay_out_of_channels(fake: FakeAnthropic, db_url: str) -> None:
+    public = Place("slack", "public_channel", "T1", "C1")
     async with harness(fake, db_url) as h:
         await h.service.remember(
             user_key=ALICE, text="The user is job hunting secretly.", origin="private"
         )
         await h.service.remember(
-            user_key=ALICE, text="The user leads the job board team.", origin="shared"
+            user_key=ALICE, text="The user leads the job board team.", origin="shared", place=public
         )
-        await h.say(dm(ALICE, "any job news?", origin="shared", conversation_key="C1:123"))
+        await h.say(
+            dm(ALICE, "any job news?", origin="shared", conversation_key="C1:123", place=public)
+        )
         await h.say(dm(ALICE, "any job news?"))
         await h.reflector.drain(10)
     async with harness(fake, db_url, recall_private_in_channels=True) as h:
-        await h.say(dm(ALICE, "any job news?", origin="shared", conversation_key="C1:124"))
+        await h.say(
+            dm(ALICE, "any job news?", origin="shared", conversation_key="C1:124", place=public)
+        )
         await h.reflector.drain(10)
     channel, private, channel_opted_in = (memory_text(r.body) for r in fake.requests_of("chat"))
     assert "secretly" not in channel and "job board" in channel

@@ -14,7 +14,7 @@ from core.errors import ModelError
 from core.rules.cleanup_ops import RetireOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
-from core.types import Category, Kind, NewMemory, Origin, UsageRow
+from core.types import Category, Kind, NewMemory, Origin, Place, UsageRow
 from tests.core.rules.test_text_hygiene import write_raw
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
@@ -49,7 +49,8 @@ async def add(
     user: str = ALICE,
     origin: Origin = "private",
 ) -> int:
-    memory = NewMemory(text=text, kind=kind, category=category, origin=origin)
+    place = PUBLIC if origin == "shared" else None  # "shared": learned in a public channel
+    memory = NewMemory(text=text, kind=kind, category=category, origin=origin, place=place)
     return (await h.store.add(user_key=user, memory=memory, dedupe=Deduper())).id
 
 
@@ -62,8 +63,18 @@ async def ask(h: Harness, fake: FakeAnthropic, message: IncomingMessage) -> list
     return list(fake.requests_of("chat")[-1].body["system"])
 
 
+PUBLIC = Place("slack", "public_channel", "T1", "C1")
+
+
 def channel(user: str, text: str) -> IncomingMessage:
-    return dm(user, text, origin="shared", conversation_key="slack:T1:C1:1.0", where="a channel")
+    return dm(
+        user,
+        text,
+        origin="shared",
+        conversation_key="slack:T1:C1:1.0",
+        where="a channel",
+        place=PUBLIC,
+    )
 
 
 async def test_standing_preference_reaches_an_unrelated_question(
@@ -185,7 +196,7 @@ async def test_channel_profile_holds_no_dm_memory(fake: FakeAnthropic, db_url: s
     text = "\n".join(b["text"] for b in blocks[1:] + question[1:])
     assert PEANUTS not in text
     assert memory_lines(blocks[1]["text"]) == [CONCISE]
-    assert "only notes learned in shared places are used" in blocks[-1]["text"]
+    assert "only notes that may be used here are" in blocks[-1]["text"]
 
 
 async def test_superseded_and_other_users_memories_never_in_the_profile(
@@ -312,7 +323,7 @@ async def test_a_channel_prompt_holds_no_dm_retired_or_other_users_memory_nor_th
         assert memory_lines(blocks[1]["text"]) == [CONCISE]
         # The count of every note would tell the channel that DM notes exist.
         assert not re.search(r"\d+ notes? (?:is|are) stored", blocks[-1]["text"])
-        assert "only notes learned in shared places are used" in blocks[-1]["text"]
+        assert "only notes that may be used here are" in blocks[-1]["text"]
     async with harness(fake, db_url, recall_private_in_channels=True) as h:
         blocks = await ask(h, fake, channel(ALICE, "Can you suggest a snack for the offsite?"))
     assert memory_lines(blocks[1]["text"]) == [

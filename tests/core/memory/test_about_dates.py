@@ -42,7 +42,7 @@ async def context_on(store: Store, message: str, today: date) -> tuple[list[Memo
         user_key=ALICE,
         message=message,
         k=6,
-        origins=None,
+        reach=None,
         budget_tokens=600,
         today=today,
     )
@@ -122,7 +122,7 @@ async def test_the_prompt_shows_a_past_memory_as_past(store: Store) -> None:
         user_key=ALICE,
         message="was I on call?",
         k=6,
-        origins=None,
+        reach=None,
         budget_tokens=600,
         today=date(2026, 12, 20),
     )

@@ -95,7 +95,7 @@ async def test_the_prompt_carries_the_newer_of_two(store: Store) -> None:
         user_key=ALICE,
         message="Where do I live, and which mode do I like?",
         k=6,
-        origins=None,
+        reach=None,
         budget_tokens=600,
         today=date(2026, 12, 5),
     )

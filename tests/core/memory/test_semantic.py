@@ -162,6 +162,6 @@ async def test_private_origin_filter_applies_to_embeddings(hybrid: Hybrid) -> No
     service = hybrid.service
     await service.remember(user_key=ALICE, text="The user drives a red car.", origin="private")
     found = await service.recaller.recall(
-        user_key=ALICE, query="automobile", k=6, origins=["shared"]
+        user_key=ALICE, query="automobile", k=6, reach=["pub_slack_t1"]
     )
     assert found == []

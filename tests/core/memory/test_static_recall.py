@@ -20,10 +20,11 @@ from core.memory.query import recall_query
 from core.memory.service import MemoryService
 from core.memory.static import MODEL_NAME, StaticEmbedder, package_dir
 from core.rules.dedupe import Deduper
+from core.rules.places import reach_of
 from core.runtime import open_recaller, open_store
 from core.settings import load_settings
 from core.store.seams import Store
-from core.types import NewMemory, Origin
+from core.types import NewMemory, Origin, Place
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply, memory_lines
 
@@ -66,10 +67,15 @@ def default_recaller(store: Store) -> HybridRecaller:
     return recaller
 
 
+PUBLIC = Place("slack", "public_channel", "T1", "C1")
+"""A public channel: memories learned there are shared (the old ``origin="shared"``)."""
+
+
 async def remember(store: Store, user: str, texts: list[str], origin: Origin = "private") -> None:
+    place = PUBLIC if origin == "shared" else None
     await store.add_many(
         user_key=user,
-        memories=[NewMemory(text=t, origin=origin) for t in texts],
+        memories=[NewMemory(text=t, origin=origin, place=place) for t in texts],
         dedupe=None,
     )
 
@@ -118,15 +124,15 @@ async def test_recalls_of_more_users_at_once_than_the_cache_holds(
     assert len(recaller._cache) == 1
 
 
-async def test_default_recall_respects_origins(default_store: Store) -> None:
+async def test_default_recall_respects_places(default_store: Store) -> None:
     await remember(default_store, ALICE, ["The user is allergic to peanuts."], origin="private")
     await remember(default_store, ALICE, DISTRACTORS, origin="shared")
     recaller = default_recaller(default_store)
     question = "Can you suggest a snack for the team offsite?"
-    found = await recaller.recall(user_key=ALICE, query=question, k=50, origins=["shared"])
-    assert found and all(s.memory.origin == "shared" for s in found)
-    assert await recaller.recall(user_key=ALICE, query=question, k=6, origins=[]) == []
-    found = await recaller.recall(user_key=ALICE, query=question, k=6, origins=["private"])
+    found = await recaller.recall(user_key=ALICE, query=question, k=50, reach=[reach_of(PUBLIC)])
+    assert found and all(s.memory.place == PUBLIC for s in found)
+    assert await recaller.recall(user_key=ALICE, query=question, k=6, reach=[]) == []
+    found = await recaller.recall(user_key=ALICE, query=question, k=6, reach=["dm"])
     assert [s.memory.text for s in found] == ["The user is allergic to peanuts."]
 
 
@@ -275,7 +281,8 @@ async def test_a_named_day_puts_that_days_memories_first(default_store: Store) -
     # A named day without memories puts nothing first; a channel's filter still holds.
     found = await recaller.recall(user_key=ALICE, query="Which film in May 1999?", k=3)
     assert found and all(s.score < DATED_FIRST for s in found)
-    assert await recaller.recall(user_key=ALICE, query=question, k=3, origins=["shared"]) == []
+    shared = [reach_of(PUBLIC)]
+    assert await recaller.recall(user_key=ALICE, query=question, k=3, reach=shared) == []
 
 
 async def test_a_failing_embedding_cancels_the_search_it_overlaps(default_store: Store) -> None:

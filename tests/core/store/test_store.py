@@ -11,8 +11,9 @@ import pytest
 from core.errors import MemoryInputError, MemoryNotFound
 from core.memory.service import MemoryService
 from core.rules.dedupe import Deduper
+from core.rules.places import reach_of
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory
+from core.types import NewMemory, Place
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
 
@@ -172,13 +173,17 @@ async def test_supersede_ignores_other_users_ids(
     assert await service.search(user_key=BOB, query="bicycle", k=1)
 
 
-async def test_origin_filter(service: MemoryService) -> None:
-    await service.remember(user_key=ALICE, text="The user is job hunting.", origin="private")
+async def test_place_filter(service: MemoryService) -> None:
+    public = Place("slack", "public_channel", "T1", "C1")
+    await service.remember(user_key=ALICE, text="The user is job hunting.")
     await service.remember(
-        user_key=ALICE, text="The user is on the job board team.", origin="shared"
+        user_key=ALICE, text="The user is on the job board team.", origin="shared", place=public
     )
-    shared = await service.search(user_key=ALICE, query="job", k=6, origins=["shared"])
-    assert [f.memory.origin for f in shared] == ["shared"]
+    shared = await service.search(user_key=ALICE, query="job", k=6, reach=[reach_of(public)])
+    assert [f.memory.place for f in shared] == [public]
+    dm = await service.search(user_key=ALICE, query="job", k=6, reach=["dm"])
+    assert [f.memory.text for f in dm] == ["The user is job hunting."]
+    assert dm[0].memory.place == Place("slack", "dm", "T1")  # stored as the owner's DM
     both = await service.search(user_key=ALICE, query="job", k=6)
     assert len(both) == 2
 

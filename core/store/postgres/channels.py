@@ -1,0 +1,163 @@
+"""A channel's own memory in PostgreSQL (:class:`core.store.channels.ChannelStore`): the
+m015 tables ``channels`` and ``channel_entries``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from core.store.channels import (
+    ATTRIBUTION_COLUMNS,
+    CHANNEL_COLUMNS,
+    CHANNEL_FROM,
+    attribution_from_row,
+    channel_from_row,
+)
+from core.store.postgres.base import PostgresBase
+from core.types import Attribution, ChannelInfo, Place
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class PostgresChannels(PostgresBase):
+    """Channels seen, their memory's settings, the attribution of their entries."""
+
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
+        key = place.channel_key
+        if key is None or place.channel is None:
+            return None
+        info = await self.channel(channel_key=key)
+        if info is None or info.kind != place.kind:
+            await self._execute(
+                "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
+                " VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (channel_key) DO UPDATE SET"
+                " kind = excluded.kind, seen_at = excluded.seen_at"
+                " WHERE channels.kind <> excluded.kind",
+                key,
+                place.platform,
+                place.workspace,
+                place.channel,
+                place.kind,
+            )
+            info = await self.channel(channel_key=key)
+        return info
+
+    async def channel(self, *, channel_key: str) -> ChannelInfo | None:
+        row = await self._fetchrow(
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = $1", channel_key
+        )
+        return None if row is None else channel_from_row(list(row), when=_same)
+
+    async def set_channel_memory(
+        self,
+        *,
+        channel_key: str,
+        on: bool,
+        by: str,
+        at: datetime,
+        allowed: Sequence[str] | None = None,
+    ) -> ChannelInfo | None:
+        status = await self._execute(
+            "UPDATE channels SET memory_on = $1, changed_by = $2, changed_at = $3,"
+            " memory_kind = CASE WHEN $1 THEN kind ELSE memory_kind END,"
+            " allowed = COALESCE($4, allowed) WHERE channel_key = $5",
+            on,
+            by,
+            at,
+            None if allowed is None else " ".join(allowed),
+            channel_key,
+        )
+        if status.endswith(" 0"):
+            return None
+        return await self.channel(channel_key=channel_key)
+
+    async def list_channels(self) -> list[ChannelInfo]:
+        rows = await self._fetch(
+            f"SELECT {CHANNEL_COLUMNS}, COALESCE(u.n_docs, 0) FROM channels c"
+            ' LEFT JOIN users u ON u.user_key = c.channel_key ORDER BY c.channel_key COLLATE "C"'
+        )
+        return [channel_from_row(list(r), when=_same, entries=r[10]) for r in rows]
+
+    async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
+        if not entries:
+            return
+        async with self._tx() as conn:
+            await conn.executemany(
+                "INSERT INTO channel_entries(memory_id, channel_key, said_by, said_by_name,"
+                " said_at, link, changed_by)"
+                " SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS"
+                " (SELECT 1 FROM memories WHERE id = $1)"
+                " ON CONFLICT (memory_id) DO UPDATE SET channel_key = excluded.channel_key,"
+                " said_by = excluded.said_by, said_by_name = excluded.said_by_name,"
+                " said_at = excluded.said_at, link = excluded.link,"
+                " changed_by = excluded.changed_by",
+                [
+                    (
+                        a.memory_id,
+                        channel_key,
+                        a.said_by,
+                        a.said_by_name,
+                        a.said_at,
+                        a.link,
+                        a.changed_by,
+                    )
+                    for a in entries
+                ],
+            )
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
+            )
+
+    async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE channel_entries SET changed_by = $1 WHERE memory_id = ANY($2::bigint[])",
+                by,
+                list(memory_ids),
+            )
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN (SELECT"
+                " channel_key FROM channel_entries WHERE memory_id = ANY($1::bigint[]))",
+                list(memory_ids),
+            )
+
+    async def touch_channel(self, *, channel_key: str) -> None:
+        await self._execute(
+            "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
+        )
+
+    async def attributions(
+        self, *, channel_key: str, memory_ids: Sequence[int] | None
+    ) -> dict[int, Attribution]:
+        if memory_ids is None:
+            every = await self._fetch(
+                f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1",
+                channel_key,
+            )
+            return {int(r[0]): attribution_from_row(list(r), when=_same) for r in every}
+        rows = await self._fetch(
+            f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1"
+            " AND memory_id = ANY($2::bigint[])",
+            channel_key,
+            list(memory_ids),
+        )
+        return {int(r[0]): attribution_from_row(list(r), when=_same) for r in rows}
+
+    async def unattribute(self, *, user_key: str) -> int:
+        async with self._tx() as conn:
+            await conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
+                " (SELECT channel_key FROM channel_entries WHERE said_by = $1)",
+                user_key,
+            )
+            status = await conn.execute(
+                "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = $1",
+                user_key,
+            )
+            await conn.execute(
+                "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = $1", user_key
+            )
+        return int(status.split()[-1])

@@ -1,0 +1,156 @@
+"""A channel's own memory in SQLite (:class:`core.store.channels.ChannelStore`): the m018
+tables ``channels`` and ``channel_entries``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from core.store.channels import (
+    ATTRIBUTION_COLUMNS,
+    CHANNEL_COLUMNS,
+    CHANNEL_FROM,
+    attribution_from_row,
+    channel_from_row,
+)
+from core.store.sqlite.base import SQLiteBase, dt, ts
+from core.types import Attribution, ChannelInfo, Place, utcnow
+
+_BUMP_ONE = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
+
+
+class SQLiteChannels(SQLiteBase):
+    """Channels seen, their memory's settings, the attribution of their entries."""
+
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
+        key = place.channel_key
+        if key is None or place.channel is None:
+            return None
+        info = await self.channel(channel_key=key)
+        if info is None or info.kind != place.kind:
+            async with self._write():
+                await self._conn.execute(
+                    "INSERT INTO channels(channel_key, platform, workspace, channel, kind,"
+                    " seen_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(channel_key) DO UPDATE SET"
+                    " kind = excluded.kind, seen_at = excluded.seen_at"
+                    " WHERE channels.kind <> excluded.kind",
+                    (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
+                )
+            info = await self.channel(channel_key=key)
+        return info
+
+    async def channel(self, *, channel_key: str) -> ChannelInfo | None:
+        row = await self._fetchone(
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = ?", (channel_key,)
+        )
+        return None if row is None else channel_from_row(row, when=dt)
+
+    async def set_channel_memory(
+        self,
+        *,
+        channel_key: str,
+        on: bool,
+        by: str,
+        at: datetime,
+        allowed: Sequence[str] | None = None,
+    ) -> ChannelInfo | None:
+        async with self._write():
+            cur = await self._conn.execute(
+                "UPDATE channels SET memory_on = ?, changed_by = ?, changed_at = ?,"
+                " memory_kind = CASE WHEN ? THEN kind ELSE memory_kind END,"
+                " allowed = COALESCE(?, allowed) WHERE channel_key = ?",
+                (
+                    int(on),
+                    by,
+                    ts(at),
+                    int(on),
+                    None if allowed is None else " ".join(allowed),
+                    channel_key,
+                ),
+            )
+            if cur.rowcount == 0:
+                return None
+        return await self.channel(channel_key=channel_key)
+
+    async def list_channels(self) -> list[ChannelInfo]:
+        rows = await self._fetchall(
+            f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} ORDER BY c.channel_key"
+        )
+        return [channel_from_row(r, when=dt) for r in rows]
+
+    async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
+        if not entries:
+            return
+        async with self._write():
+            await self._conn.executemany(
+                "INSERT OR REPLACE INTO channel_entries(memory_id, channel_key, said_by,"
+                " said_by_name, said_at, link, changed_by)"
+                " SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?)",
+                [
+                    (
+                        a.memory_id,
+                        channel_key,
+                        a.said_by,
+                        a.said_by_name,
+                        ts(a.said_at),
+                        a.link,
+                        a.changed_by,
+                        a.memory_id,
+                    )
+                    for a in entries
+                ],
+            )
+            await self._conn.execute(_BUMP_ONE, (channel_key,))
+
+    async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
+        async with self._write():
+            ids = json.dumps(list(memory_ids))
+            await self._conn.execute(
+                "UPDATE channel_entries SET changed_by = ?"
+                " WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (by, ids),
+            )
+            await self._conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN (SELECT"
+                " channel_key FROM channel_entries WHERE memory_id IN"
+                " (SELECT value FROM json_each(?)))",
+                (ids,),
+            )
+
+    async def touch_channel(self, *, channel_key: str) -> None:
+        async with self._write():
+            await self._conn.execute(_BUMP_ONE, (channel_key,))
+
+    async def attributions(
+        self, *, channel_key: str, memory_ids: Sequence[int] | None
+    ) -> dict[int, Attribution]:
+        if memory_ids is None:
+            every = await self._fetchall(
+                f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?",
+                (channel_key,),
+            )
+            return {int(r[0]): attribution_from_row(r, when=dt) for r in every}
+        rows = await self._fetchall(
+            f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?"
+            " AND memory_id IN (SELECT value FROM json_each(?))",
+            (channel_key, json.dumps(list(memory_ids))),
+        )
+        return {int(r[0]): attribution_from_row(r, when=dt) for r in rows}
+
+    async def unattribute(self, *, user_key: str) -> int:
+        async with self._write():
+            await self._conn.execute(
+                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
+                " (SELECT channel_key FROM channel_entries WHERE said_by = ?)",
+                (user_key,),
+            )
+            cur = await self._conn.execute(
+                "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = ?",
+                (user_key,),
+            )
+            changed = cur.rowcount
+            await self._conn.execute(
+                "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = ?", (user_key,)
+            )
+            return changed
