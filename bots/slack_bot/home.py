@@ -48,11 +48,11 @@ from bots.slack_bot.places import home_place
 from core.chat.controls import NOT_ENABLED, Controls
 from core.errors import MemoryNotFound, PlanNotPending, StaleButton, StoreError
 from core.memory import replies
-from core.memory.consolidation import TidyNote
 from core.memory.profile import listed_text
 from core.memory.refs import memory_ref
 from core.memory.replies import MODE_REPLIES
 from core.memory.service import MemoryService
+from core.memory.tidy_notes import TidyNote
 from core.rules.places import usable_reaches
 from core.types import Memory, MemoryMode, MemoryStats
 

@@ -12,7 +12,7 @@ runs it:
 
 - the users: every user with at least ``cleanup_min_memories`` active memories and any
   activity (a message, a memory written or changed) in the 24 hours before the window
-  opened, other than a consolidation of their own (:func:`last_tidy`) or its undo;
+  opened, other than a consolidation of their own (:func:`core.memory.tidy_notes.last_tidy`) or its undo;
 - each user's tidy is the existing cleanup (:class:`core.memory.cleanup.Cleaner`: merge
   rephrasings, supersede contradicted facts, retire transient ones; its checks, the
   ``/remember`` protection and the dedupe of merged sentences), applied as **one undoable
@@ -26,7 +26,7 @@ runs it:
   the night stops there, and also at the window's end.
 
 What it did is told where the user looks: the Slack Home tab and ``/memory`` say "Tidied 3
-memories last night" with an undo (:func:`last_tidy`, :func:`undo_tidy`); metrics count the
+memories last night" with an undo (:mod:`core.memory.tidy_notes`); metrics count the
 memories per operation and the nights stopped early (:mod:`core.metrics`); the usage report
 has its tokens under ``cleanup``; the log line per user names counts and ids, never text.
 
@@ -46,21 +46,18 @@ from typing import Protocol
 
 from core.errors import SelfMindError, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun, PlannedOp, apply_run
+from core.memory.tidy_notes import PREFIX, is_tidy
 from core.metrics import Metrics
 from core.rules.cleanup_ops import MergeOp
 from core.store.seams import ClaimStore, CleanupStore, MemoryStore, UsageStore
-from core.types import Memory, MemoryEvent, utcnow
+from core.types import Memory, utcnow
 
 logger = logging.getLogger(__name__)
 
 TICK_S = 300.0
 """Seconds between two checks of the scheduler (a night starts at most this late)."""
-PREFIX = "tidy-"
-"""The change ids of consolidation (``tidy-<YYYYMMDD>-<6 hex>``)."""
 ACTIVE_HOURS = 24
 """A user is tidied when active in this many hours before the window opened."""
-NOTE_HOURS = 36
-"""How long ``/memory`` and the Home tab say "tidied ... last night" after a change."""
 _WINDOW = re.compile(r"^([0-9]{2}):([0-9]{2})-([0-9]{2}):([0-9]{2})$")
 
 
@@ -131,16 +128,6 @@ class NightReport:
         return sum(u.tokens for u in self.users)
 
 
-@dataclass(frozen=True, slots=True)
-class TidyNote:
-    """The last consolidation change of a user: its id, the memories it took out of recall
-    and when."""
-
-    change_id: str
-    tidied: int
-    at: datetime
-
-
 def _tokens(run: CleanupRun) -> int:
     u = run.usage
     return (
@@ -199,7 +186,7 @@ class Consolidator:
             if u.memories < self.min_memories or u.last_active is None or u.last_active < since:
                 continue
             newest = await self.store.history(user_key=u.user_key, limit=1, newest_first=True)
-            if newest and _is_tidy(newest[0]) and u.last_active <= newest[0].at:
+            if newest and is_tidy(newest[0]) and u.last_active <= newest[0].at:
                 continue  # nothing since the last tidy (or its undo) but the tidy itself
             out.append(u.user_key)
         return out
@@ -302,37 +289,3 @@ class Consolidator:
             except SelfMindError as exc:
                 logger.warning("consolidation failed: %s", type(exc).__name__)
             await sleep(TICK_S)
-
-
-def _is_tidy(event: MemoryEvent) -> bool:
-    change = event.change_id or ""
-    return change.startswith(PREFIX) or change.startswith(f"undo:{PREFIX}")
-
-
-async def last_tidy(store: MemoryStore, *, user_key: str, now: datetime) -> TidyNote | None:
-    """The user's newest consolidation change of the last :data:`NOTE_HOURS` hours that was
-    not undone, or None (reads the newest 500 memory events)."""
-    events = await store.history(user_key=user_key, limit=500, newest_first=True)
-    undone = {e.change_id.removeprefix("undo:") for e in events if e.change_id and
-              e.change_id.startswith(f"undo:{PREFIX}")}  # fmt: skip
-    newest = next((e for e in events if e.change_id and e.change_id.startswith(PREFIX)), None)
-    if newest is None or newest.change_id is None or newest.change_id in undone:
-        return None
-    if newest.at < now - timedelta(hours=NOTE_HOURS):
-        return None
-    change = newest.change_id
-    taken = {
-        e.memory_id
-        for e in events
-        if e.change_id == change and e.event in ("superseded", "retired")
-    }
-    return TidyNote(change, len(taken), newest.at)
-
-
-async def undo_tidy(store: CleanupStore, *, user_key: str, change_id: str) -> int:
-    """Undo the user's consolidation change ``change_id``; the memories restored. Raises
-    ``StoreError`` for an id that is not a consolidation change (or not this user's, or
-    already undone: :meth:`core.store.seams.CleanupStore.undo_change`)."""
-    if not change_id.startswith(PREFIX) or len(change_id) > 40:
-        raise StoreError("that is not a change of mine to undo")
-    return await store.undo_change(user_key=user_key, change_id=change_id)

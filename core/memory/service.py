@@ -58,7 +58,7 @@ from core.types import (
 )
 
 if TYPE_CHECKING:
-    from core.memory.consolidation import TidyNote
+    from core.memory.tidy_notes import TidyNote
 
 logger = logging.getLogger(__name__)
 
@@ -570,7 +570,7 @@ class MemoryService:
     async def last_tidy(self, *, user_key: str) -> TidyNote | None:
         """The user's consolidation change of last night not undone, if any
         (:func:`core.memory.consolidation.last_tidy`)."""
-        from core.memory.consolidation import last_tidy
+        from core.memory.tidy_notes import last_tidy
 
         return await last_tidy(self.store, user_key=user_key, now=self.clock())
 
@@ -578,7 +578,7 @@ class MemoryService:
         """Undo the user's consolidation change ``change_id`` (default: last night's); the
         memories put back, or None when there is none to undo. Raises ``StoreError`` for
         an id that is not the user's consolidation change, or one already undone."""
-        from core.memory.consolidation import undo_tidy
+        from core.memory.tidy_notes import undo_tidy
 
         if change_id is None:
             note = await self.last_tidy(user_key=user_key)

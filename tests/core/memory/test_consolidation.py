@@ -14,12 +14,8 @@ import pytest
 
 from core.errors import StoreError
 from core.memory.cleanup import Cleaner
-from core.memory.consolidation import (
-    Consolidator,
-    Window,
-    last_tidy,
-    undo_tidy,
-)
+from core.memory.consolidation import Consolidator, Window
+from core.memory.tidy_notes import last_tidy, undo_tidy
 from core.metrics import Metrics
 from core.runtime import ChatRuntime, open_runtime, open_store
 from core.settings import Settings
