@@ -12,7 +12,8 @@ runs it:
 
 - the users: every user with at least ``cleanup_min_memories`` active memories and any
   activity (a message, a memory written or changed) in the 24 hours before the window
-  opened, other than a consolidation of their own (:func:`core.memory.tidy_notes.last_tidy`) or its undo;
+  opened, other than a consolidation of their own
+  (:func:`core.memory.tidy_notes.last_tidy`) or its undo;
 - each user's tidy is the existing cleanup (:class:`core.memory.cleanup.Cleaner`: merge
   rephrasings, supersede contradicted facts, retire transient ones; its checks, the
   ``/remember`` protection and the dedupe of merged sentences), applied as **one undoable
