@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import TypeVar
 
 from core.rules.places import merged_place, parse_place, place_key
@@ -66,6 +66,28 @@ class AppliedChange:
     added: tuple[int, ...]
     superseded: tuple[int, ...]
     retired: tuple[int, ...]
+
+
+Whose = tuple[str | None, date | None, date | None]
+"""A memory's ``(about, valid_from, valid_until)``: whose fact it is and the days it holds."""
+
+
+def merged_whose(parts: Sequence[Whose]) -> Whose:
+    """Whose fact a memory merged from ``parts`` is, and the days it holds: the parts'
+    person (they must all be about the same one, :func:`core.rules.about.same_person`;
+    a merge never turns another person's fact into the user's), from the earliest first
+    day to the latest last day, unbounded on a side where any part is.
+
+    Raises ``ValueError`` when the parts are about different people."""
+    people = {(about or "").casefold() for about, _, _ in parts}
+    if len(people) > 1:
+        raise ValueError("the merged memories are about different people")
+    about = next((a for a, _, _ in parts if a), None)
+    firsts = [f for _, f, _ in parts]
+    lasts = [u for _, _, u in parts]
+    first = None if not firsts or None in firsts else min(f for f in firsts if f is not None)
+    last = None if not lasts or None in lasts else max(u for u in lasts if u is not None)
+    return about, first, last
 
 
 def merged_labels(

@@ -34,7 +34,9 @@ from core.rules.cleanup_ops import (
     RetireOp,
     SupersedeOp,
     When,
+    Whose,
     merged_labels,
+    merged_whose,
     op_ids,
 )
 from core.rules.text import index_terms, normalize
@@ -83,6 +85,14 @@ class ChangeTx(Protocol[When]):
 
     async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
         """Set ``superseded_by = new_id`` on ``ids`` (already out of recall)."""
+        ...
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        """``(about, valid_from, valid_until)`` of each of the user's memories ``ids``."""
+        ...
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        """Set ``about``, ``valid_from`` and ``valid_until`` of ``memory_id``."""
         ...
 
     async def log(
@@ -175,6 +185,10 @@ async def _merge(
     tx: ChangeTx[When], op: MergeOp, found: dict[int, tuple[Source, Origin, When, str | None]]
 ) -> int:
     labels = merged_labels(found[i] for i in op.ids)
+    try:  # a merge never makes another person's fact the user's, nor drops its days
+        whose = merged_whose(await tx.whose(op.ids))
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
     # Out of recall first (frees the normalised text if the new sentence equals one).
     for old in op.ids:
         await tx.retire(old)
@@ -185,6 +199,8 @@ async def _merge(
         op=op, norm=norm, terms=index_terms(tx.uid, op.text), labels=labels
     )
     await tx.point_to(ids=op.ids, new_id=new_id)
+    if whose != (None, None, None):
+        await tx.set_whose(memory_id=new_id, whose=whose)
     return new_id
 
 

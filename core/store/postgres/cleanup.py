@@ -13,7 +13,7 @@ from datetime import datetime
 
 import asyncpg
 
-from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp
+from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp, Whose
 from core.rules.places import parse_place, reach_of
 from core.store.cleanup import apply_ops, check_disjoint, no_such_user, undo
 from core.store.postgres.base import PostgresBase
@@ -90,6 +90,27 @@ class _Tx:
                 place,
                 reach_of(parse_place(place)),
             )
+        )
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        rows = await self.conn.fetch(
+            "SELECT about, valid_from, valid_until FROM memories"
+            " WHERE uid = $1 AND id = ANY($2::bigint[])",
+            self.uid,
+            list(ids),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        about, first, last = whose
+        await self.conn.execute(
+            "UPDATE memories SET about = $1, valid_from = $2, valid_until = $3"
+            " WHERE id = $4 AND uid = $5",
+            about,
+            first,
+            last,
+            memory_id,
+            self.uid,
         )
 
     async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import cast
 
-from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp
+from core.rules.cleanup_ops import AppliedChange, ChangeOp, MergeOp, Whose
 from core.rules.places import parse_place, reach_of
 from core.store.cleanup import apply_ops, check_disjoint, no_such_user, undo
-from core.store.sqlite.base import SQLiteBase, ts
+from core.store.sqlite.base import SQLiteBase, day, ts
 from core.types import Origin, Source, utcnow
 
 
@@ -83,6 +83,28 @@ class _Tx:
             ),
         )
         return cast(int, cur.lastrowid)
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        rows = await self.store._fetchall(
+            "SELECT about, valid_from, valid_until FROM memories"
+            " WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
+            (self.uid, json.dumps(list(ids))),
+        )
+        return [(r[0], day(r[1]), day(r[2])) for r in rows]
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        about, first, last = whose
+        await self.store._conn.execute(
+            "UPDATE memories SET about = ?, valid_from = ?, valid_until = ?"
+            " WHERE id = ? AND uid = ?",
+            (
+                about,
+                None if first is None else first.isoformat(),
+                None if last is None else last.isoformat(),
+                memory_id,
+                self.uid,
+            ),
+        )
 
     async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
         await self.store._conn.execute(

@@ -279,6 +279,50 @@ async def test_cleanup_change_refusals_change_nothing(store: Store) -> None:
     assert await store.users_with_memories(at_least=4) == []
 
 
+async def test_a_merge_keeps_whose_fact_and_its_days(store: Store) -> None:
+    """A cleanup merge (consolidation, the audit's rewording) of memories about another
+    person keeps that person and the days the parts hold; parts about different people are
+    never merged (the merged one would become the user's own fact)."""
+    from datetime import date
+
+    added = await store.add_many(
+        user_key=ALICE,
+        memories=[
+            NewMemory(
+                text="The user's manager, Sarah, is in Lisbon.",
+                about="Sarah",
+                valid_from=date(2026, 12, 10),
+                valid_until=date(2026, 12, 12),
+            ),
+            NewMemory(
+                text="Sarah, the user's manager, is visiting Lisbon.",
+                about="sarah",
+                valid_from=date(2026, 12, 11),
+                valid_until=date(2026, 12, 14),
+            ),
+            NewMemory(text="The user likes Lisbon."),
+        ],
+        dedupe=None,
+    )
+    sarah, sarah2, own = (r.id for r in added)
+    merge = MergeOp(
+        ids=(sarah, sarah2),
+        text="The user's manager, Sarah, is visiting Lisbon.",
+        kind="fact",
+        category="general",
+    )
+    (merged,) = (await store.apply_change(user_key=ALICE, change_id="m1", ops=[merge])).added
+    got = await store.get(user_key=ALICE, memory_id=merged)
+    assert got is not None and got.about == "Sarah" and not got.about_user
+    assert (got.valid_from, got.valid_until) == (date(2026, 12, 10), date(2026, 12, 14))
+    mixed = MergeOp(
+        ids=(merged, own), text="The user and Sarah like Lisbon.", kind="fact", category="general"
+    )
+    with pytest.raises(StoreError, match="about different people"):
+        await store.apply_change(user_key=ALICE, change_id="m2", ops=[mixed])
+    assert (await store.get(user_key=ALICE, memory_id=own)) is not None
+
+
 async def test_undo_refuses_unknown_repeated_and_built_on_changes(store: Store) -> None:
     tea, tea2, oslo = await _three(store)
     with pytest.raises(StoreError, match="no change 'c0' for this user"):
