@@ -58,7 +58,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.baseline import baseline_tree, merge_base
 from bench.replay_locomo import (
     _TALKING_WITH,
     DEFAULT_EDIT_INTERVAL_S,
@@ -475,34 +475,6 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             v = r[c]
             cells.append(f"{'-' if v is None else fmt.format(v):>{w}}")
         print("".join(cells))
-
-
-def merge_base() -> str:
-    """``git merge-base HEAD main``: the commit this branch started from."""
-    return subprocess.run(
-        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
-@contextlib.contextmanager
-def baseline_tree(commit: str) -> Any:
-    path = Path(tempfile.mkdtemp(prefix="selfmind-base-")) / "tree"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
-            check=False,
-            capture_output=True,
-        )
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -32,10 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.baseline import baseline_tree, merge_base
+
 TARGET_RATIO = 2.0
 """A read-only command may take at most twice ``selfmind --version`` (main before issue 38:
 6-15x, the Anthropic SDK's import alone over a second)."""
@@ -52,35 +55,6 @@ COMMANDS = {
     "doctor": ["--db", "{db}", "doctor"],
 }
 """Row name -> arguments of ``selfmind`` (``{db}``: the tree's small store)."""
-
-
-def merge_base() -> str:
-    """``git merge-base HEAD main``: the commit this branch started from."""
-    return subprocess.run(
-        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
-@contextlib.contextmanager
-def baseline_tree(ref: str) -> Iterator[Path]:
-    """``ref`` checked out (detached) in a temporary ``git worktree``, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="selfmind-base-")) / "tree"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), ref],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(
-            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
-            check=False,
-            capture_output=True,
-        )
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
