@@ -22,8 +22,9 @@ keys, and calls:
    platform error, before that leaves the turn unanswered.
 3. :meth:`Intake.unanswered` and :meth:`Intake.recovered` at **start-up**: user messages
    stored within :data:`RECOVERY_WINDOW` that have no answer (a crash after the
-   acknowledgement: the platform will not redeliver them) are claimed once across replicas
-   (``recover:{turn_id}``) and answered as interrupted ones.
+   acknowledgement: the platform will not redeliver them) are claimed by one live process
+   (``recover:{turn_id}``, a claim that outlives no process that held it, so a recovery that
+   dies too is recovered at the next start) and answered as interrupted ones.
 
 The platform's part sits behind :class:`ReplyPlace` (find what a crash left, show the
 answer, say one line); the adapter builds one per message.
@@ -264,12 +265,13 @@ class Intake:
         )
 
     async def recovered(self, turn: Turn, *, flight_key: str) -> Received | None:
-        """Claim the recovery of ``turn`` (once across replicas and restarts); returns what
-        to pass to :meth:`respond`, or None when another process recovers it or it is in
-        flight here."""
+        """Claim the recovery of ``turn`` (``ClaimStore.claim_recovery``: held by one live
+        process; a recovery that died with its process is claimed again at the next start);
+        returns what to pass to :meth:`respond`, or None when another live process recovers
+        it or it is in flight here."""
         if flight_key in self._in_flight:
             return None
-        if not await self.store.claim_event(keys=[f"recover:{turn.id}"]):
+        if not await self.store.claim_recovery(turn_id=turn.id):
             return None
         if flight_key in self._in_flight:
             return None
