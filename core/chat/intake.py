@@ -240,6 +240,11 @@ class Intake:
             if turn is None and say is not None:
                 return None  # its one line was said before
             if turn is not None:
+                # Answered by one live process: a start-up recovery of this very message
+                # (here or in another replica) holds its claim; a dead one's passes to us.
+                if not await self.store.claim_recovery(turn_id=turn.id):
+                    logger.info("message %s: its recovery is under way", flight_key)
+                    return None
                 turn_id, resume = turn.id, True
             logger.info("message %s: answering an interrupted message", flight_key)
         if say is not None and turn_id is None:

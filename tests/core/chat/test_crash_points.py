@@ -228,3 +228,28 @@ async def test_a_message_never_answered_is_pruned_with_the_history_it_belongs_to
         assert await h.store.get_turn(turn_id=lost) is None
         kept = await h.store.get_turn(turn_id=waiting)
         assert kept is not None and kept.reflection == "pending"
+
+
+async def test_a_redelivery_while_a_live_process_recovers_the_message_is_dropped(
+    fake: FakeAnthropic, db_url: str, backend: str
+) -> None:
+    """Slack retries an event whose acknowledgement a kill lost, maybe to another replica,
+    while the restarted process's start-up recovery answers the same stored message: one of
+    them answers it. A redelivery of a message whose recovery died is answered."""
+    message = dm("u1", "what now?", platform_ref="m6")
+    turn_id = await crash_mid_answer(fake, db_url, message.text, "m6")
+    async with harness(fake, db_url) as a:
+        [turn] = await Intake(loop=a.loop).unanswered(conversation_prefix="dm:")
+        assert await Intake(loop=a.loop).recovered(turn, flight_key="a:m6") is not None
+        if backend == "postgres":  # the retry reaches another live replica
+            async with harness(fake, db_url) as b:
+                again = Intake(loop=b.loop)
+                assert await again.receive(message, flight_key="m6", claim_keys=["m6"]) is None
+        else:  # one process owns the file: the retry reaches it
+            again = Intake(loop=a.loop)
+            assert await again.receive(message, flight_key="m6", claim_keys=["m6"]) is None
+        await die(a)
+    async with harness(fake, db_url) as c:  # the recovery died: the next retry answers it
+        intake = Intake(loop=c.loop)
+        received = await intake.receive(message, flight_key="m6", claim_keys=["m6"])
+        assert received is not None and received.resume and received.turn_id == turn_id
