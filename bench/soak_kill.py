@@ -104,7 +104,7 @@ def memory(n: int) -> str:
 
 def responder(body: dict[str, Any]) -> Any:
     """The fake's answer, derived from the request: message n gets ``answer(n)`` streamed in
-    small deltas; its reflection, ``memory(n)``."""
+    small deltas; its reflection, ``memory(n)`` after 0.3 s."""
     text = json.dumps(body)
     messages = body.get("messages") or []
     last = json.dumps(messages[-1]) if messages else ""
@@ -112,7 +112,8 @@ def responder(body: dict[str, Any]) -> Any:
     n = int(numbers[-1]) if numbers else -1
     if body.get("stream"):
         return Reply(text=answer(n), chunk_size=8, chunk_delay_s=0.04)
-    return memories_reply((memory(n), "fact", "general"))
+    # A reflection call takes a moment, so a ``reflect`` kill lands while it is in flight.
+    return Reply(text=json.dumps(memories_reply((memory(n), "fact", "general"))), delay_s=0.3)
 
 
 @dataclass
@@ -246,7 +247,7 @@ class Soak:
     async def crash(self, kind: str) -> None:
         if kind == "reflect":
             await self._requests_grow("extract")
-            await asyncio.sleep(self.rng.uniform(0.0, 0.15))
+            await asyncio.sleep(self.rng.uniform(0.0, 0.2))  # the call takes 0.3 s
             await self.kill(kind)
             return
         await self._requests_grow("chat")
