@@ -276,11 +276,18 @@ class Intake:
         it or it is in flight here."""
         if flight_key in self._in_flight:
             return None
-        if not await self.store.claim_recovery(turn_id=turn.id):
-            return None
-        if flight_key in self._in_flight:
-            return None
+        # In flight from here: a redelivery arriving while the claim is written is dropped
+        # as one in flight, not taken for a recovery under way elsewhere (then neither
+        # would answer it).
         self._in_flight.add(flight_key)
+        try:
+            claimed = await self.store.claim_recovery(turn_id=turn.id)
+        except BaseException:
+            self._in_flight.discard(flight_key)
+            raise
+        if not claimed:
+            self._in_flight.discard(flight_key)
+            return None
         logger.info("answering message %s left unanswered by a crash", turn.id)
         return Received(turn_id=turn.id, flight_key=flight_key, resume=True)
 

@@ -253,3 +253,24 @@ async def test_a_redelivery_while_a_live_process_recovers_the_message_is_dropped
         intake = Intake(loop=c.loop)
         received = await intake.receive(message, flight_key="m6", claim_keys=["m6"])
         assert received is not None and received.resume and received.turn_id == turn_id
+
+
+async def test_a_redelivery_racing_the_start_up_recovery_in_one_process_is_answered_once(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """The bot listens before its start-up recovery claims: a retry of the same message
+    arriving meanwhile and the recovery must not both step aside (nor both answer)."""
+    message = dm("u1", "what now?", platform_ref="m7")
+    turn_id = await crash_mid_answer(fake, db_url, message.text, "m7")
+    async with harness(fake, db_url) as h:
+        intake = Intake(loop=h.loop)
+        [turn] = await intake.unanswered(conversation_prefix="dm:")
+        outcomes = await asyncio.gather(
+            intake.recovered(turn, flight_key="m7"),
+            intake.receive(message, flight_key="m7", claim_keys=["m7"]),
+        )
+        [received] = [o for o in outcomes if o is not None]
+        assert received.turn_id == turn_id and received.resume
+        fake.enqueue("This.", kind="chat")
+        await intake.respond(message, received, Place())
+        assert await answers(h, "dm:u1") == [("user", "what now?"), ("assistant", "This.")]
