@@ -22,8 +22,9 @@ keys, and calls:
    platform error, before that leaves the turn unanswered.
 3. :meth:`Intake.unanswered` and :meth:`Intake.recovered` at **start-up**: user messages
    stored within :data:`RECOVERY_WINDOW` that have no answer (a crash after the
-   acknowledgement: the platform will not redeliver them) are claimed once across replicas
-   (``recover:{turn_id}``) and answered as interrupted ones.
+   acknowledgement: the platform will not redeliver them) are claimed by one live process
+   (``recover:{turn_id}``, a claim that outlives no process that held it, so a recovery that
+   dies too is recovered at the next start) and answered as interrupted ones.
 
 The platform's part sits behind :class:`ReplyPlace` (find what a crash left, show the
 answer, say one line); the adapter builds one per message.
@@ -239,6 +240,11 @@ class Intake:
             if turn is None and say is not None:
                 return None  # its one line was said before
             if turn is not None:
+                # Answered by one live process: a start-up recovery of this very message
+                # (here or in another replica) holds its claim; a dead one's passes to us.
+                if not await self.store.claim_recovery(turn_id=turn.id):
+                    logger.info("message %s: its recovery is under way", flight_key)
+                    return None
                 turn_id, resume = turn.id, True
             logger.info("message %s: answering an interrupted message", flight_key)
         if say is not None and turn_id is None:
@@ -264,16 +270,24 @@ class Intake:
         )
 
     async def recovered(self, turn: Turn, *, flight_key: str) -> Received | None:
-        """Claim the recovery of ``turn`` (once across replicas and restarts); returns what
-        to pass to :meth:`respond`, or None when another process recovers it or it is in
-        flight here."""
+        """Claim the recovery of ``turn`` (``ClaimStore.claim_recovery``: held by one live
+        process; a recovery that died with its process is claimed again at the next start);
+        returns what to pass to :meth:`respond`, or None when another live process recovers
+        it or it is in flight here."""
         if flight_key in self._in_flight:
             return None
-        if not await self.store.claim_event(keys=[f"recover:{turn.id}"]):
-            return None
-        if flight_key in self._in_flight:
-            return None
+        # In flight from here: a redelivery arriving while the claim is written is dropped
+        # as one in flight, not taken for a recovery under way elsewhere (then neither
+        # would answer it).
         self._in_flight.add(flight_key)
+        try:
+            claimed = await self.store.claim_recovery(turn_id=turn.id)
+        except BaseException:
+            self._in_flight.discard(flight_key)
+            raise
+        if not claimed:
+            self._in_flight.discard(flight_key)
+            return None
         logger.info("answering message %s left unanswered by a crash", turn.id)
         return Received(turn_id=turn.id, flight_key=flight_key, resume=True)
 

@@ -255,7 +255,9 @@ class ReflectionQueue(Protocol):
     """The durable queue of reflections (a state on each user turn) and its per-user lock."""
 
     async def turns_to_reflect(self) -> list[Turn]:
-        """User turns whose reflection is ``answering`` or ``pending``, oldest first."""
+        """User turns whose reflection is queued (``pending``: the answer was delivered),
+        oldest first. A turn still ``answering`` is not: it is reflected only once its
+        answer is delivered (``finish_turn`` with ``reflect``), never when it failed."""
         ...
 
     async def set_reflection(
@@ -315,6 +317,16 @@ class ClaimStore(Protocol):
 
     async def mark_once(self, *, mark: str) -> bool:
         """True the first time ``mark`` is set (e.g. first-DM notice), False after that."""
+        ...
+
+    async def claim_recovery(self, *, turn_id: int) -> bool:
+        """Claim for this process the start-up recovery of the stored user turn ``turn_id``
+        (answering it after a crash left it unanswered): True when no live process holds
+        it, i.e. never claimed, or claimed by a process that has died since, whose claim
+        passes to this one (a recovery that died is recovered again at the next start);
+        False while this process or another live one holds it. A claim outlives no process
+        that held it: SQLite ties it to the process (one process owns the file), PostgreSQL
+        to the holder's liveness lock (:mod:`core.store.postgres.base`)."""
         ...
 
     async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:

@@ -64,6 +64,19 @@ REFLECTING_SQL = "(" + ", ".join(f"'{state}'" for state in REFLECTING) + ")"
 """:data:`REFLECTING` as an SQL list, for ``reflection IN {REFLECTING_SQL}``."""
 
 
+QUEUED_SQL = "('pending')"
+"""The state of a turn whose reflection may run: its answer was delivered (``finish_turn``
+with ``reflect``). A turn still ``answering`` waits for its answer first: it is reflected
+only once that answer is delivered, and never when it fails (then it becomes ``off``), so
+``turns_to_reflect`` reads ``reflection IN {QUEUED_SQL}``, never :data:`REFLECTING_SQL`."""
+
+
+def recovery_key(turn_id: int) -> str:
+    """The event key that claims the start-up recovery of turn ``turn_id`` (one process
+    answers a message a crash left unanswered: ``ClaimStore.claim_recovery``)."""
+    return f"recover:{turn_id}"
+
+
 def still_reflecting(state: ReflectionState | None) -> bool:
     """Whether a reflection that just ran may write what it learned from a turn whose
     reflection now reads ``state`` (None: the turn is gone, forgotten meanwhile): only while

@@ -30,7 +30,13 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.writes import REFLECTING_SQL, redacted, still_reflecting
+from core.store.writes import (
+    QUEUED_SQL,
+    REFLECTING_SQL,
+    recovery_key,
+    redacted,
+    still_reflecting,
+)
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -254,12 +260,13 @@ class PostgresConversations(PostgresBase):
         return [turn_from_row(r) for r in rows]
 
     async def turns_to_reflect(self) -> list[Turn]:
-        """User turns waiting for a reflection (``answering`` or ``pending``) that no live
-        replica holds, now claimed by this one; oldest first."""
+        """User turns whose reflection is queued (``pending``: their answer was delivered)
+        that no live replica holds, now claimed by this one; oldest first. A turn still
+        ``answering`` is never taken: its answer comes first (the start-up recovery)."""
         await self.check_session()
         rows = await self._fetch(
             f"WITH live AS ({_LIVE_REPLICAS}), orphans AS ("
-            f"  SELECT id FROM turns WHERE reflection IN {REFLECTING_SQL}"
+            f"  SELECT id FROM turns WHERE reflection IN {QUEUED_SQL}"
             "  AND (claimed_by IS NULL OR claimed_by NOT IN (SELECT replica FROM live))"
             "  ORDER BY id FOR UPDATE SKIP LOCKED"
             ") UPDATE turns t SET claimed_by = $2, claimed_at = $3 FROM orphans o"
@@ -285,7 +292,7 @@ class PostgresConversations(PostgresBase):
         async with self._tx() as conn:
             status = await conn.execute(
                 "DELETE FROM turns WHERE created_at < $1 AND (reflection IS NULL OR reflection"
-                f" NOT IN {REFLECTING_SQL})",
+                f" NOT IN {QUEUED_SQL})",
                 older_than,
             )
             await conn.execute("DELETE FROM processed_events WHERE claimed_at < $1", older_than)
@@ -320,6 +327,28 @@ class PostgresConversations(PostgresBase):
             self.replica_id,
         )
         return len(inserted) == len(wanted)
+
+    async def claim_recovery(self, *, turn_id: int) -> bool:
+        """One statement, atomic across replicas: insert the claim ``recover:{id}`` held by
+        this replica, or take it over from a replica no longer holding its liveness lock
+        (its process died, and with it the recovery it was running: the server dropped its
+        session and the lock). A live holder, this replica included, keeps it (the row lock
+        makes a second taker re-read the claim just taken, held by a live replica)."""
+        await self.check_session()
+        taken = await self._fetchval(
+            f"WITH live AS ({_LIVE_REPLICAS})"
+            " INSERT INTO processed_events(event_key, claimed_at, claimed_by) VALUES ($2, $3, $4)"
+            " ON CONFLICT (event_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at,"
+            " claimed_by = EXCLUDED.claimed_by WHERE processed_events.claimed_by IS NULL"
+            " OR (processed_events.claimed_by <> EXCLUDED.claimed_by"
+            "     AND processed_events.claimed_by NOT IN (SELECT replica FROM live))"
+            " RETURNING 1",
+            LOCK_REPLICA,
+            recovery_key(turn_id),
+            utcnow(),
+            self.replica_id,
+        )
+        return taken is not None
 
     async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
         """True when a live replica other than this one claimed the event by any of its keys:

@@ -21,7 +21,7 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
-from core.store.writes import REFLECTING_SQL, redacted
+from core.store.writes import QUEUED_SQL, REFLECTING_SQL, recovery_key, redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -44,6 +44,30 @@ class SQLiteConversations(SQLiteBase):
         """A no-op: one process owns the file, and its Reflector already runs one user's
         reflections one at a time."""
         return nullcontext()
+
+    async def claim_recovery(self, *, turn_id: int) -> bool:
+        """Claims tied to this process's generation (this store object): one process owns
+        the file, so a recovery claim this object did not make was made by a process that is
+        gone, and passes to this one. The row (``recover:{id}``) is written all the same, so
+        a copy to PostgreSQL and the turn ids' sequence see it."""
+        key = recovery_key(turn_id)
+        if key in self._recovering:
+            return False
+        self._recovering.add(key)
+        now = ts(utcnow())
+        try:
+            await self._run(
+                lambda c: c.execute(
+                    "INSERT INTO processed_events(event_key, claimed_at) VALUES (?, ?)"
+                    " ON CONFLICT(event_key) DO UPDATE SET claimed_at = excluded.claimed_at",
+                    (key, now),
+                ),
+                urgent=True,
+            )
+        except BaseException:
+            self._recovering.discard(key)
+            raise
+        return True
 
     async def event_claimed_elsewhere(self, *, keys: Sequence[str]) -> bool:
         """Always False: one process owns the file, so a claim from before was made by a
@@ -171,7 +195,7 @@ class SQLiteConversations(SQLiteBase):
 
     async def turns_to_reflect(self) -> list[Turn]:
         rows = await self._fetchall(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN {REFLECTING_SQL} ORDER BY id"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN {QUEUED_SQL} ORDER BY id"
         )
         return [turn_from_row(r, time=dt) for r in rows]
 
@@ -189,7 +213,7 @@ class SQLiteConversations(SQLiteBase):
         def prune(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
                 "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
-                f" NOT IN {REFLECTING_SQL})",
+                f" NOT IN {QUEUED_SQL})",
                 (ts(older_than),),
             )
             conn.execute("DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),))

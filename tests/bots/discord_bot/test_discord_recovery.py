@@ -134,3 +134,60 @@ async def test_an_answer_whose_final_edit_fails_is_stored_only_when_shown(
         assert WHOLE not in [m["content"] for m in w.bot_posts(dm) if m not in answers]
         assert stored_turns(w) == [("user", QUESTION), ("assistant", WHOLE)]
         assert len(claude.requests_of("chat")) == 2
+
+
+@pytest.mark.slow
+async def test_a_recovery_killed_too_is_recovered_at_the_next_start_in_place(
+    tmp_path: Path,
+) -> None:
+    """The double crash: killed mid-answer, killed again while the start-up recovery streams
+    into the cut message, started a third time: one answer, in the message the first crash
+    cut (the recovery's claim died with the process that held it)."""
+    async with world(tmp_path) as w:
+        fake, claude = w.discord, w.claude
+        channel = fake.channel_id
+        log_path = tmp_path / "bot.log"
+        with log_path.open("wb") as log:
+            first = await bot_process(w, log)
+            try:
+                await fake.wait_for_session(count=1, timeout_s=START_S)
+                claude.enqueue(Reply(text=CUT, chunk_size=40, chunk_delay_s=0.25), kind="chat")
+                asked = await fake.dispatch_message(
+                    channel, w.alice, f"{fake.bot_user.mention} {QUESTION}"
+                )
+                await fake.wait_for_request(
+                    "PATCH", f"/channels/{channel}/messages/*", count=2, timeout_s=START_S
+                )
+            finally:
+                first.send_signal(signal.SIGKILL)
+                assert await first.wait() == -signal.SIGKILL
+            [cut] = replies_to(w, channel, asked["id"])
+            edits = len(fake.find_requests("PATCH", f"/channels/{channel}/messages/*"))
+
+            claude.enqueue(Reply(text=CUT, chunk_size=40, chunk_delay_s=0.25), kind="chat")
+            second = await bot_process(w, log)
+            try:
+                await fake.wait_for_session(count=2, timeout_s=START_S)
+                await fake.wait_for_request(  # the recovery streams into the cut message
+                    "PATCH", f"/channels/{channel}/messages/*", count=edits + 2, timeout_s=START_S
+                )
+            finally:
+                second.send_signal(signal.SIGKILL)
+                assert await second.wait() == -signal.SIGKILL
+            assert stored_turns(w) == [("user", QUESTION)]
+
+            claude.enqueue(WHOLE, kind="chat")
+            third = await bot_process(w, log)
+            try:
+                await fake.wait_for_session(count=3, timeout_s=START_S)
+                await eventually(
+                    lambda: [m["content"] for m in w.bot_posts(channel)] == [WHOLE],
+                    timeout_s=START_S,
+                    what="the cut answer completed in place",
+                )
+                await eventually(lambda: ("assistant", WHOLE) in stored_turns(w), timeout_s=START_S)
+            finally:
+                assert await stop(third) == 0
+        assert [m["id"] for m in replies_to(w, channel, asked["id"])] == [cut["id"]]
+        assert len(claude.requests_of("chat")) == 3
+        assert stored_turns(w) == [("user", QUESTION), ("assistant", WHOLE)]

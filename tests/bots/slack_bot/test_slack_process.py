@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from core.runtime import open_store
 from core.store.sqlite.store import SQLiteStore
+from tests.crash_helpers import start_bot
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     Reply,
@@ -27,62 +27,9 @@ from tests.fakes.slack_server import FakeSlack, running_fake_slack
 from tests.loop_helpers import memories_reply, memory_lines, memory_text
 from tests.slack_helpers import PREFERENCE, TEAM, bot_posts, key, slack_process_env, system_text
 
-READY = re.compile(r"slack bot listening on http port (\d+)")
-
-
-@dataclass
-class BotProcess:
-    proc: asyncio.subprocess.Process
-    port: int
-    stderr: list[str] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/slack/events"
-
-    async def stop(self, sig: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        code = await asyncio.wait_for(self.proc.wait(), 30)
-        if self.reader is not None:
-            await asyncio.wait_for(self.reader, 5)
-        return code
-
 
 def bot_env(slack: FakeSlack, claude: FakeAnthropic, **extra: str) -> dict[str, str]:
     return slack_process_env(slack, claude.base_url, **extra)
-
-
-async def start_bot(db: Path, env: dict[str, str], cwd: Path) -> BotProcess:
-    """Start the bot on a free port; return once it logs that it listens."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "bots.cli", "--db", str(db), "slack", "--http", "--port", "0"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    while True:
-        raw = await asyncio.wait_for(proc.stderr.readline(), 30)
-        if not raw:
-            raise AssertionError("bot exited before listening:\n" + "".join(lines))
-        line = raw.decode()
-        lines.append(line)
-        ready = READY.search(line)
-        if ready:
-            break
-    bot = BotProcess(proc, int(ready.group(1)), lines)
-
-    async def drain() -> None:
-        assert proc.stderr is not None
-        async for raw in proc.stderr:
-            bot.stderr.append(raw.decode())
-
-    bot.reader = asyncio.create_task(drain())
-    return bot
 
 
 @contextlib.asynccontextmanager
@@ -238,6 +185,62 @@ async def test_sigkill_mid_answer_is_answered_at_start_up_without_a_retry(
     finals = [p for p in bot_posts(slack, "D1") if p["text"].endswith("rollout plan.")]
     assert len(finals) == 1
     assert len(claude.requests_of("chat")) == 2
+
+
+@pytest.mark.slow
+async def test_a_recovery_killed_too_is_recovered_at_the_next_start_and_shown_once(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The double crash, on both backends: killed mid-answer, killed again while the start-up
+    recovery streams, started a third time: one whole answer on screen and in the store."""
+    db = db_url
+    long_answer = " ".join(f"step{i}" for i in range(400))
+    async with fakes() as (slack, claude):
+        env = bot_env(slack, claude)
+        bot = await start_bot(db, env, tmp_path)
+        claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        response = await slack.send_event(bot.url, slack.events.message("Explain the rollout"))
+        assert response.status == 200  # acknowledged: Slack will not send it again
+        await slack.wait_until(
+            lambda: len(slack.calls("chat.update")) >= 1, what="a partial answer", timeout_s=20
+        )
+        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        bot = await start_bot(db, env, tmp_path)
+        await slack.wait_until(
+            lambda: len(claude.requests_of("chat")) == 2, what="the recovery", timeout_s=20
+        )
+        updates = len(slack.calls("chat.update"))
+        await slack.wait_until(
+            lambda: len(slack.calls("chat.update")) > updates + 1,
+            what="the recovery streaming",
+            timeout_s=20,
+        )
+        assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        claude.enqueue("Here is the rollout plan.", kind="chat")
+        bot = await start_bot(db, env, tmp_path)
+        await slack.wait_until(
+            lambda: any(p["text"].endswith("rollout plan.") for p in bot_posts(slack, "D0USER")),
+            what="the answer after the second restart",
+            timeout_s=30,
+        )
+        await asyncio.sleep(0.5)
+        assert await bot.stop() == 0
+    posts = [p for p in bot_posts(slack, "D0USER") if p["text"].strip()]
+    assert len(posts) == 1 and posts[0]["text"].endswith("Here is the rollout plan.")
+    assert "step" not in posts[0]["text"] and "still writing" not in posts[0]["text"]
+    assert len(claude.requests_of("chat")) == 3
+    store = await open_store(db)
+    try:
+        turns = await store.recent_turns(conversation_key=f"slack:{TEAM}:D0USER", limit=10)
+    finally:
+        await store.close()
+    assert [(t.role, t.text) for t in turns] == [
+        ("user", "Explain the rollout"),
+        ("assistant", "Here is the rollout plan."),
+    ]
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from core.store.sqlite.store import SQLiteStore
-from tests.bots.slack_bot.test_slack_process import BotProcess, bot_env, start_bot
+from tests.bots.slack_bot.test_slack_process import bot_env
+from tests.crash_helpers import BotProcess, start_bot
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
 from tests.fakes.slack_server import BotIdentity, FakeSlack, JsonDict, running_fake_slack
 from tests.slack_helpers import BOT_USER

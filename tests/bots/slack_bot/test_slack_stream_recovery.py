@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from core.store.sqlite.store import SQLiteStore
-from tests.bots.slack_bot.test_slack_process import bot_env, fakes, start_bot
+from tests.bots.slack_bot.test_slack_process import bot_env, fakes
+from tests.crash_helpers import start_bot
 from tests.fakes.anthropic_server import Reply
 from tests.slack_helpers import TEAM, bot_posts, shown_text
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from core.store.sqlite.store import SQLiteStore
 from tests.conftest import REPO_ROOT
-from tests.fakes.anthropic_server import running_fake_anthropic, slow
+from tests.fakes.anthropic_server import Reply, running_fake_anthropic, slow
 from tests.loop_helpers import API_KEY, memories_reply, memory_text
 
 PREFERENCE = "The user prefers answers in bullet points."
@@ -82,3 +83,40 @@ async def test_sigkill_after_answer_then_resume_and_recall(tmp_path: Path) -> No
         # The earlier exchange is still in the history too.
         first_message = fake.requests_of("chat")[-1].body["messages"][0]
         assert "I prefer answers in bullet points" in str(first_message)
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_answer_then_a_restart_never_reflects_the_unanswered_line(
+    tmp_path: Path,
+) -> None:
+    """Reflection waits for a delivered answer: a line whose answer a kill cut is not learned
+    from at the next start (it was: the start-up resumed every turn still answering)."""
+    db = tmp_path / "m.db"
+    async with running_fake_anthropic() as fake:
+        long_answer = " ".join(f"word{i}" for i in range(300))
+        fake.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        fake.enqueue(
+            memories_reply(("The user lives in Porto.", "fact", "general")), kind="extract"
+        )
+        first = await chat_process(db, fake.base_url, tmp_path)
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.write(b"I moved to Porto last month\n")
+        await first.stdin.drain()
+        shown = b""
+        while b"word3" not in shown:  # the answer is streaming
+            shown += await asyncio.wait_for(first.stdout.read(64), 30)
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+
+        second = await chat_process(db, fake.base_url, tmp_path)  # start, drain, exit
+        out, err = await asyncio.wait_for(second.communicate(b""), 60)
+        assert second.returncode == 0, err.decode()
+        assert b"remembered" not in out
+    assert fake.requests_of("extract") == []
+    store = await SQLiteStore.open(str(db))
+    try:
+        [turn] = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert turn.text == "I moved to Porto last month" and turn.reflection == "answering"
+        assert await store.list_memories(user_key="cli:alice") == []
+    finally:
+        await store.close()

@@ -78,6 +78,7 @@ async def test_the_turn_ids_migration_rebuilds_an_existing_store_keeping_everyth
         first = await old.add_turn(turn=asked(BOB, "Hi there."))
         await old.finish_turn(turn_id=first, answer="Hello Bob.", reflect=False)
         waiting = await old.add_turn(turn=asked(BOB, "And the weather?"))
+        await old.finish_turn(turn_id=waiting, answer="Sunny.")  # its reflection queued
         top = await old.add_turn(turn=asked(ALICE, "Plan my trip to Oslo."))
         # Named beyond the table's largest id: usage of a turn deleted since, a recovery claim.
         await old.record_usage(usage=usage(turn_id=top + 5))

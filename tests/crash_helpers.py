@@ -1,0 +1,66 @@
+"""A real ``selfmind slack --http`` process on a database, started and killed at will: the
+machinery of the crash tests (tests/bots/slack_bot/test_slack_process.py) and the kill-9
+soak (bench/soak_kill.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY = re.compile(r"slack bot listening on http port (\d+)")
+
+
+@dataclass
+class BotProcess:
+    proc: asyncio.subprocess.Process
+    port: int
+    stderr: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    async def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = await asyncio.wait_for(self.proc.wait(), 30)
+        if self.reader is not None:
+            await asyncio.wait_for(self.reader, 5)
+        return code
+
+
+async def start_bot(db: Path | str, env: dict[str, str], cwd: Path, *, port: int = 0) -> BotProcess:
+    """Start the bot on ``db`` (a SQLite path or a database URL) and ``port`` (0: a free
+    one); return once it logs that it listens."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "bots.cli", "--db", str(db), "slack", "--http", "--port", str(port)),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while True:
+        raw = await asyncio.wait_for(proc.stderr.readline(), 60)
+        if not raw:
+            raise AssertionError("bot exited before listening:\n" + "".join(lines))
+        line = raw.decode()
+        lines.append(line)
+        ready = READY.search(line)
+        if ready:
+            break
+    bot = BotProcess(proc, int(ready.group(1)), lines)
+
+    async def drain() -> None:
+        assert proc.stderr is not None
+        async for raw in proc.stderr:
+            bot.stderr.append(raw.decode())
+
+    bot.reader = asyncio.create_task(drain())
+    return bot
