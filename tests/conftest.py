@@ -81,9 +81,12 @@ def pytest_configure(config: pytest.Config) -> None:
 PROCESS_TESTS = (
     "tests/bots/terminal/",
     "tests/bots/slack_bot/test_slack_process.py",
+    "tests/bots/slack_bot/test_slack_recovery_places.py",
+    "tests/bots/slack_bot/test_slack_stream_recovery.py",
     "tests/bots/slack_bot/test_reconnect_slack.py",
     "tests/bots/slack_bot/test_revoked_token_slack.py",
     "tests/bots/discord_bot/test_discord_fake_process.py",
+    "tests/bots/discord_bot/test_discord_recovery.py",
     "tests/bots/discord_bot/test_reconnect_discord.py",
     "tests/bots/discord_bot/test_reconnect_discord_process.py",
     "tests/bots/discord_bot/test_revoked_token_discord.py",
