@@ -14,6 +14,10 @@ Anything else is a chat message for Claude.
 - Otherwise (a pipe, a script): one message per line, plain text, no ANSI, logs on
   standard error as configured; at end of input pending work is finished and the program
   exits 0.
+
+At the start, a line of this user's that a crash (a kill while its answer streamed) left
+without an answer in the last ``core.chat.intake.RECOVERY_WINDOW`` is answered once, under a
+line saying so (:meth:`TerminalChat.recover`), by the same intake rules as Slack and Discord.
 """
 
 from __future__ import annotations
@@ -60,8 +64,10 @@ async def run_terminal(
             screen=PlainScreen(stdout, history=history),
             loop=chat_loop,
         )
+        cut = await chat.cut_lines()  # before reflections resume
         if isinstance(rt, ChatRuntime):
             await rt.start(on_learned=chat.learned)
+        await chat.recover(cut)
         while True:
             line = await read_line(stdin, None, stdout)
             if line is None:

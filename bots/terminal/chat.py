@@ -9,11 +9,14 @@ arrive, no ANSI; :mod:`bots.terminal.tty` is the interactive one.
 from __future__ import annotations
 
 import asyncio
+import logging
+import textwrap
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Protocol, TextIO
 
 from bots.terminal.history import forget_in_file
+from core.chat.intake import Intake
 from core.chat.loop import IncomingMessage, TurnLoop
 from core.errors import MemoryInputError, MemoryNotFound, ModelError, SelfMindError
 from core.files import FileReader, FileRef, placeholder
@@ -22,7 +25,9 @@ from core.memory import replies
 from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
-from core.types import Place, utcnow
+from core.types import Place, Turn, utcnow
+
+logger = logging.getLogger(__name__)
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
@@ -35,6 +40,14 @@ HELP = (
 TERMINAL = Place(platform="cli", kind="dm")
 """The terminal is its owner's DM with the bot (every memory of theirs is used there)."""
 ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your next message)"
+WHERE = "a private terminal chat"
+
+
+def cut_note(text: str) -> str:
+    """The line above the answer to a message a crash cut (answered at the next start): the
+    message on one line, at most 60 characters."""
+    line = textwrap.shorten(text, width=60, placeholder="…")
+    return f"(answering your last message, cut off by a crash: {line})"
 
 
 def no_key() -> str:
@@ -134,6 +147,23 @@ class PlainScreen:
             await asyncio.to_thread(forget_in_file, self.history, texts)
 
 
+class _ScreenPlace:
+    """The terminal's :class:`core.chat.intake.ReplyPlace`: a new process cannot reach what
+    a dead one wrote, so nothing is reused; the answer is written below."""
+
+    def __init__(self, chat: TerminalChat) -> None:
+        self.chat = chat
+
+    async def shown_reply(self) -> list[str]:
+        return []
+
+    async def show(self, deltas: AsyncIterator[str], *, reuse: Sequence[str]) -> None:
+        await self.chat.screen.answer(self.chat._watched(deltas))
+
+    async def say(self, text: str) -> None:
+        self.chat.screen.say(text)
+
+
 class TerminalChat:
     """One terminal session of one user (memory key ``cli:NAME``, origin ``private``)."""
 
@@ -154,6 +184,8 @@ class TerminalChat:
         self.screen = screen
         self.loop = loop
         self.conversation_key = f"{user_key}:terminal:{session or 'default'}"
+        self.intake = Intake(loop=loop) if loop is not None else None
+        """The core's intake: here only its start-up recovery (:meth:`cut_lines`)."""
         self.messages = 0
         self.unanswered = 0
         """Chat messages sent, and those that got no whole answer (no key, a failure, a
@@ -192,11 +224,56 @@ class TerminalChat:
             text=text,
             origin="private",
             sent_at=utcnow(),
-            where="a private terminal chat",
+            where=WHERE,
             files=files,
             place=TERMINAL,
         )
         await self.screen.answer(self._watched(self.loop.answer(message)))
+
+    async def cut_lines(self) -> list[Turn]:
+        """This conversation's stored lines a crash left without an answer (the process was
+        killed while the answer streamed), within ``core.chat.intake.RECOVERY_WINDOW``,
+        oldest first: still ``answering``, so not one whose answer failed on screen (its
+        failure was said; a new start does not ask Claude again). Ask before reflections
+        resume (``ChatRuntime.start``); answer them with :meth:`recover`."""
+        if self.intake is None:
+            return []
+        turns = await self.intake.unanswered(conversation_prefix=self.conversation_key)
+        return [
+            t
+            for t in turns
+            if t.conversation_key == self.conversation_key
+            and t.user_key == self.user_key
+            and t.reflection == "answering"
+        ]
+
+    async def recover(self, turns: Sequence[Turn]) -> None:
+        """Answer each of ``turns`` (from :meth:`cut_lines`) once, under :func:`cut_note`:
+        claimed by the core's intake (``Intake.recovered``: one live process, a recovery
+        that dies is recovered at the next start) and stored, then reflected, once shown
+        whole (``Intake.respond``); an answer that fails is never reflected. An error is
+        said, as for a typed message, and the next turn is answered all the same."""
+        if self.intake is None:
+            return
+        for turn in turns:
+            received = await self.intake.recovered(turn, flight_key=f"terminal:{turn.id}")
+            if received is None:
+                continue
+            incoming = IncomingMessage(
+                user_key=self.user_key,
+                conversation_key=self.conversation_key,
+                text=turn.text,
+                origin="private",
+                sent_at=turn.sent_at,
+                where=WHERE,
+                place=TERMINAL,
+            )
+            self.messages += 1
+            self.screen.say(cut_note(turn.text))
+            try:
+                await self.intake.respond(incoming, received, _ScreenPlace(self))
+            except SelfMindError as exc:
+                self.screen.say(f"Error: {exc}")
 
     async def _watched(self, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
         """``deltas``, noting a failure (the screen shows it) as an unanswered message."""

@@ -12,13 +12,15 @@ import pytest
 
 from core.store.sqlite.store import SQLiteStore
 from tests.conftest import REPO_ROOT
-from tests.fakes.anthropic_server import Reply, running_fake_anthropic, slow
+from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic, slow
 from tests.loop_helpers import API_KEY, memories_reply, memory_text
 
 PREFERENCE = "The user prefers answers in bullet points."
 
 
-async def chat_process(db: Path, base_url: str, cwd: Path) -> asyncio.subprocess.Process:
+async def chat_process(
+    db: Path, base_url: str, cwd: Path, user: str = "alice"
+) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SELFMIND_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY, ANTHROPIC_BASE_URL=base_url)
     return await asyncio.create_subprocess_exec(
@@ -29,7 +31,7 @@ async def chat_process(db: Path, base_url: str, cwd: Path) -> asyncio.subprocess
         str(db),
         "chat",
         "--user",
-        "alice",
+        user,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -85,38 +87,129 @@ async def test_sigkill_after_answer_then_resume_and_recall(tmp_path: Path) -> No
         assert "I prefer answers in bullet points" in str(first_message)
 
 
+PORTO = "The user lives in Porto."
+LINE = "I moved to Porto last month"
+CUT_NOTE = b"(answering your last message, cut off by a crash: I moved to Porto last month)"
+
+
+async def killed_mid_answer(db: Path, fake: FakeAnthropic, cwd: Path, line: str = LINE) -> bytes:
+    """A chat process killed (SIGKILL) while an answer streams: to ``line`` typed (or, with
+    ``line`` empty, to what it answers at start); returns what it wrote."""
+    long_answer = " ".join(f"word{i}" for i in range(300))
+    fake.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+    first = await chat_process(db, fake.base_url, cwd)
+    assert first.stdin is not None and first.stdout is not None
+    if line:
+        first.stdin.write(f"{line}\n".encode())
+        await first.stdin.drain()
+    shown = b""
+    while b"word3" not in shown:  # the answer is streaming
+        shown += await asyncio.wait_for(first.stdout.read(64), 30)
+    first.send_signal(signal.SIGKILL)
+    await first.wait()
+    return shown
+
+
+async def restarted(db: Path, fake: FakeAnthropic, cwd: Path, user: str = "alice") -> bytes:
+    """Start a chat process with no input (start, drain, exit 0); returns what it wrote."""
+    process = await chat_process(db, fake.base_url, cwd, user)
+    out, err = await asyncio.wait_for(process.communicate(b""), 60)
+    assert process.returncode == 0, err.decode()
+    return out
+
+
 @pytest.mark.slow
-async def test_sigkill_mid_answer_then_a_restart_never_reflects_the_unanswered_line(
-    tmp_path: Path,
-) -> None:
-    """Reflection waits for a delivered answer: a line whose answer a kill cut is not learned
-    from at the next start (it was: the start-up resumed every turn still answering)."""
+async def test_sigkill_mid_answer_then_a_restart_answers_the_line_once(tmp_path: Path) -> None:
+    """The line a kill left unanswered is answered at the next start, once (as Slack and
+    Discord do: ``core.chat.intake``), then reflected as any delivered answer; a second
+    restart neither answers nor reflects it again (it was: never answered, "type it
+    again")."""
     db = tmp_path / "m.db"
     async with running_fake_anthropic() as fake:
-        long_answer = " ".join(f"word{i}" for i in range(300))
-        fake.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
-        fake.enqueue(
-            memories_reply(("The user lives in Porto.", "fact", "general")), kind="extract"
-        )
-        first = await chat_process(db, fake.base_url, tmp_path)
-        assert first.stdin is not None and first.stdout is not None
-        first.stdin.write(b"I moved to Porto last month\n")
-        await first.stdin.drain()
-        shown = b""
-        while b"word3" not in shown:  # the answer is streaming
-            shown += await asyncio.wait_for(first.stdout.read(64), 30)
-        first.send_signal(signal.SIGKILL)
-        await first.wait()
+        await killed_mid_answer(db, fake, tmp_path)
+        out = await restarted(db, fake, tmp_path, user="al")  # another user: not theirs
+        assert out == b"" and len(fake.requests_of("chat")) == 1
+        fake.enqueue("Porto is a lovely city to live in.", kind="chat")
+        fake.enqueue(memories_reply((PORTO, "fact", "general")), kind="extract")
+        out = await restarted(db, fake, tmp_path)
+        assert out.count(CUT_NOTE) == 1
+        assert out.count(b"Porto is a lovely city to live in.") == 1
+        assert f"(remembered #1: {PORTO})".encode() in out
+        chats = fake.requests_of("chat")
+        assert len(chats) == 2  # the cut one, and the answer at start-up
+        assert LINE in str(chats[-1].body["messages"][-1])
 
-        second = await chat_process(db, fake.base_url, tmp_path)  # start, drain, exit
-        out, err = await asyncio.wait_for(second.communicate(b""), 60)
-        assert second.returncode == 0, err.decode()
+        out = await restarted(db, fake, tmp_path)  # a second restart: nothing again
+        assert b"cut off by a crash" not in out and b"remembered" not in out
+        assert len(fake.requests_of("chat")) == 2
+        assert len(fake.requests_of("extract")) == 1
+    store = await SQLiteStore.open(str(db))
+    try:
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert [(t.role, t.text) for t in turns] == [
+            ("user", LINE),
+            ("assistant", "Porto is a lovely city to live in."),
+        ]
+        assert turns[0].reflection == "done"
+        assert [m.text for m in await store.list_memories(user_key="cli:alice")] == [PORTO]
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_a_recovery_killed_too_is_answered_at_the_next_start(tmp_path: Path) -> None:
+    """The double crash: killed mid-answer, then killed again while the start-up answers the
+    line; the third start answers it, once, and a fourth does nothing."""
+    db = tmp_path / "m.db"
+    async with running_fake_anthropic() as fake:
+        await killed_mid_answer(db, fake, tmp_path)
+        shown = await killed_mid_answer(db, fake, tmp_path, line="")  # the recovery, cut
+        assert shown.count(CUT_NOTE) == 1
+        fake.enqueue("Porto is a lovely city to live in.", kind="chat")
+        fake.enqueue(memories_reply((PORTO, "fact", "general")), kind="extract")
+        out = await restarted(db, fake, tmp_path)
+        assert out.count(CUT_NOTE) == 1
+        assert out.count(b"Porto is a lovely city to live in.") == 1
+        assert len(fake.requests_of("chat")) == 3
+        out = await restarted(db, fake, tmp_path)
+        assert b"cut off by a crash" not in out
+        assert len(fake.requests_of("chat")) == 3
+        assert len(fake.requests_of("extract")) == 1
+    store = await SQLiteStore.open(str(db))
+    try:
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert [t.role for t in turns] == ["user", "assistant"]
+        assert [m.text for m in await store.list_memories(user_key="cli:alice")] == [PORTO]
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_answer_then_a_failed_recovered_answer_is_never_reflected(
+    tmp_path: Path,
+) -> None:
+    """Reflection waits for a delivered answer: a line whose answer a kill cut, and whose
+    answer at the next start fails (a 400), is never learned from, nor asked again."""
+    db = tmp_path / "m.db"
+    async with running_fake_anthropic() as fake:
+        await killed_mid_answer(db, fake, tmp_path)
+        fake.enqueue(Reply(status=400, error_type="invalid_request_error"), kind="chat")
+        fake.enqueue(memories_reply((PORTO, "fact", "general")), kind="extract")
+        process = await chat_process(db, fake.base_url, tmp_path)
+        out, _ = await asyncio.wait_for(process.communicate(b""), 60)
+        assert out.count(CUT_NOTE) == 1
         assert b"remembered" not in out
+        assert process.returncode == 1  # piped: a message got no answer
+        assert len(fake.requests_of("chat")) == 2
+
+        out = await restarted(db, fake, tmp_path)  # its failure was said: not asked again
+        assert b"cut off by a crash" not in out
+        assert len(fake.requests_of("chat")) == 2
     assert fake.requests_of("extract") == []
     store = await SQLiteStore.open(str(db))
     try:
-        [turn] = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
-        assert turn.text == "I moved to Porto last month" and turn.reflection == "answering"
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert [(t.role, t.text, t.reflection) for t in turns] == [("user", LINE, "off")]
         assert await store.list_memories(user_key="cli:alice") == []
     finally:
         await store.close()
