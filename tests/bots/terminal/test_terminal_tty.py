@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sqlite3
 import stat
 import sys
@@ -270,6 +271,43 @@ def test_ctrl_c_stops_an_answer_then_the_next_is_answered(
         query = "SELECT text FROM turns WHERE role = 'assistant' ORDER BY id"
         stored = db.execute(query).fetchall()
     assert [t for (t,) in stored] == [cut_text, "The second answer."]
+
+
+def test_a_line_a_kill_cut_is_answered_once_at_the_next_start(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
+    """Killed (SIGKILL) mid-answer: the next chat answers the line before its first prompt,
+    under a line saying so; the one after that does not answer it again."""
+    long = " ".join(f"word{i}" for i in range(400))
+    fake.enqueue(Reply(text=long, chunk_size=6, chunk_delay_s=0.05), kind="chat")
+    term = spawn(tmp_path, fake)
+    try:
+        term.say("what is the capital of Portugal?")
+        term.wait_for("word20 ")
+        term.child.kill(signal.SIGKILL)
+        term.child.expect(pexpect.EOF)
+    finally:
+        term.close()
+    fake.enqueue("Lisbon is the capital.", kind="chat")
+    term = spawn(tmp_path, fake)  # returns once the prompt shows: after the recovery
+    try:
+        shown = term.text()
+        note = "(answering your last message, cut off by a crash: what is the capital of"
+        assert shown.count(note) == 1 and shown.count("Lisbon is the capital.") == 1
+        assert shown.index(note) < shown.index("Lisbon is the capital.")
+        term.child.sendeof()
+        assert term.exit_code() == 0
+    finally:
+        term.close()
+    term = spawn(tmp_path, fake)
+    try:
+        assert "cut off by a crash" not in term.text()
+        term.child.sendeof()
+        assert term.exit_code() == 0
+    finally:
+        term.close()
+    asked = answered(fake, 2)
+    assert len(asked) == 2 and all("capital of Portugal" in str(m) for m in asked)
 
 
 def test_ctrl_c_while_waiting_for_the_first_token(tmp_path: Path, fake: FakeAnthropic) -> None:
