@@ -1,4 +1,5 @@
-"""End to end through the terminal chat process: SIGKILL right after an answer loses nothing."""
+"""End to end through the terminal chat process: a SIGKILL after an answer, or while it
+streams (then the next start answers the line, once), loses nothing, on both backends."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.store.sqlite.store import SQLiteStore
+from core.runtime import open_store
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic, slow
 from tests.loop_helpers import API_KEY, memories_reply, memory_text
@@ -19,7 +20,7 @@ PREFERENCE = "The user prefers answers in bullet points."
 
 
 async def chat_process(
-    db: Path, base_url: str, cwd: Path, user: str = "alice"
+    db: Path | str, base_url: str, cwd: Path, user: str = "alice"
 ) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SELFMIND_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY, ANTHROPIC_BASE_URL=base_url)
@@ -92,7 +93,7 @@ LINE = "I moved to Porto last month"
 CUT_NOTE = b"(answering your last message, cut off by a crash: I moved to Porto last month)"
 
 
-async def killed_mid_answer(db: Path, fake: FakeAnthropic, cwd: Path, line: str = LINE) -> bytes:
+async def killed_mid_answer(db: str, fake: FakeAnthropic, cwd: Path, line: str = LINE) -> bytes:
     """A chat process killed (SIGKILL) while an answer streams: to ``line`` typed (or, with
     ``line`` empty, to what it answers at start); returns what it wrote."""
     long_answer = " ".join(f"word{i}" for i in range(300))
@@ -110,7 +111,7 @@ async def killed_mid_answer(db: Path, fake: FakeAnthropic, cwd: Path, line: str 
     return shown
 
 
-async def restarted(db: Path, fake: FakeAnthropic, cwd: Path, user: str = "alice") -> bytes:
+async def restarted(db: str, fake: FakeAnthropic, cwd: Path, user: str = "alice") -> bytes:
     """Start a chat process with no input (start, drain, exit 0); returns what it wrote."""
     process = await chat_process(db, fake.base_url, cwd, user)
     out, err = await asyncio.wait_for(process.communicate(b""), 60)
@@ -119,12 +120,14 @@ async def restarted(db: Path, fake: FakeAnthropic, cwd: Path, user: str = "alice
 
 
 @pytest.mark.slow
-async def test_sigkill_mid_answer_then_a_restart_answers_the_line_once(tmp_path: Path) -> None:
+async def test_sigkill_mid_answer_then_a_restart_answers_the_line_once(
+    tmp_path: Path, db_url: str
+) -> None:
     """The line a kill left unanswered is answered at the next start, once (as Slack and
     Discord do: ``core.chat.intake``), then reflected as any delivered answer; a second
     restart neither answers nor reflects it again (it was: never answered, "type it
     again")."""
-    db = tmp_path / "m.db"
+    db = db_url  # SQLite and PostgreSQL
     async with running_fake_anthropic() as fake:
         await killed_mid_answer(db, fake, tmp_path)
         out = await restarted(db, fake, tmp_path, user="al")  # another user: not theirs
@@ -143,7 +146,7 @@ async def test_sigkill_mid_answer_then_a_restart_answers_the_line_once(tmp_path:
         assert b"cut off by a crash" not in out and b"remembered" not in out
         assert len(fake.requests_of("chat")) == 2
         assert len(fake.requests_of("extract")) == 1
-    store = await SQLiteStore.open(str(db))
+    store = await open_store(db)
     try:
         turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
         assert [(t.role, t.text) for t in turns] == [
@@ -157,10 +160,12 @@ async def test_sigkill_mid_answer_then_a_restart_answers_the_line_once(tmp_path:
 
 
 @pytest.mark.slow
-async def test_a_recovery_killed_too_is_answered_at_the_next_start(tmp_path: Path) -> None:
+async def test_a_recovery_killed_too_is_answered_at_the_next_start(
+    tmp_path: Path, db_url: str
+) -> None:
     """The double crash: killed mid-answer, then killed again while the start-up answers the
     line; the third start answers it, once, and a fourth does nothing."""
-    db = tmp_path / "m.db"
+    db = db_url  # SQLite and PostgreSQL
     async with running_fake_anthropic() as fake:
         await killed_mid_answer(db, fake, tmp_path)
         shown = await killed_mid_answer(db, fake, tmp_path, line="")  # the recovery, cut
@@ -175,7 +180,7 @@ async def test_a_recovery_killed_too_is_answered_at_the_next_start(tmp_path: Pat
         assert b"cut off by a crash" not in out
         assert len(fake.requests_of("chat")) == 3
         assert len(fake.requests_of("extract")) == 1
-    store = await SQLiteStore.open(str(db))
+    store = await open_store(db)
     try:
         turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
         assert [t.role for t in turns] == ["user", "assistant"]
@@ -186,11 +191,11 @@ async def test_a_recovery_killed_too_is_answered_at_the_next_start(tmp_path: Pat
 
 @pytest.mark.slow
 async def test_sigkill_mid_answer_then_a_failed_recovered_answer_is_never_reflected(
-    tmp_path: Path,
+    tmp_path: Path, db_url: str
 ) -> None:
     """Reflection waits for a delivered answer: a line whose answer a kill cut, and whose
     answer at the next start fails (a 400), is never learned from, nor asked again."""
-    db = tmp_path / "m.db"
+    db = db_url  # SQLite and PostgreSQL
     async with running_fake_anthropic() as fake:
         await killed_mid_answer(db, fake, tmp_path)
         fake.enqueue(Reply(status=400, error_type="invalid_request_error"), kind="chat")
@@ -206,7 +211,7 @@ async def test_sigkill_mid_answer_then_a_failed_recovered_answer_is_never_reflec
         assert b"cut off by a crash" not in out
         assert len(fake.requests_of("chat")) == 2
     assert fake.requests_of("extract") == []
-    store = await SQLiteStore.open(str(db))
+    store = await open_store(db)
     try:
         turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
         assert [(t.role, t.text, t.reflection) for t in turns] == [("user", LINE, "off")]
