@@ -17,7 +17,8 @@ Anything else is a chat message for Claude.
 
 At the start, a line of this user's that a crash (a kill while its answer streamed) left
 without an answer in the last ``core.chat.intake.RECOVERY_WINDOW`` is answered once, under a
-line saying so (:meth:`TerminalChat.recover`), by the same intake rules as Slack and Discord.
+line saying so (:meth:`TerminalChat.recover`), by the same intake rules as Slack and Discord,
+unless another chat of that user is open on this machine (its line may be answering now).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 from typing import TextIO
 
 from bots.terminal.chat import PlainScreen, TerminalChat, read_line
-from bots.terminal.history import history_file, terminal_folder
+from bots.terminal.history import history_file, sole_chat, terminal_folder
 from core.errors import SelfMindError
 from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
@@ -64,21 +65,22 @@ async def run_terminal(
             screen=PlainScreen(stdout, history=history),
             loop=chat_loop,
         )
-        cut = await chat.cut_lines()  # before reflections resume
-        if isinstance(rt, ChatRuntime):
-            await rt.start(on_learned=chat.learned)
-        await chat.recover(cut)
-        while True:
-            line = await read_line(stdin, None, stdout)
-            if line is None:
-                break
-            try:
-                if not await chat.handle(line):
+        with sole_chat(terminal_folder(db_url), user_key) as alone:
+            cut = await chat.cut_lines() if alone else []  # before reflections resume
+            if isinstance(rt, ChatRuntime):
+                await rt.start(on_learned=chat.learned)
+            await chat.recover(cut)
+            while True:
+                line = await read_line(stdin, None, stdout)
+                if line is None:
                     break
-            except SelfMindError as exc:
-                chat.screen.say(f"Error: {exc}")
-        if isinstance(rt, ChatRuntime) and rt.reflector.pending:
-            await rt.reflector.drain(settings.shutdown_timeout_s)
+                try:
+                    if not await chat.handle(line):
+                        break
+                except SelfMindError as exc:
+                    chat.screen.say(f"Error: {exc}")
+            if isinstance(rt, ChatRuntime) and rt.reflector.pending:
+                await rt.reflector.drain(settings.shutdown_timeout_s)
     if chat.unanswered:
         sys.stderr.write(
             f"error: {chat.unanswered} of {chat.messages} messages got no answer"

@@ -25,10 +25,12 @@ the CLI's ``memories forget`` can use it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -42,6 +44,8 @@ LEGACY_FILE = "chat_history"
 """The one history file every user shared before (removed when found)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+logger = logging.getLogger(__name__)
 
 
 def terminal_folder(db_url: str) -> Path:
@@ -184,3 +188,35 @@ def forget_in_history(db_url: str, user_key: str, texts: Sequence[str] | None) -
     """:func:`forget_in_file` on the history of ``user_key`` for the store at ``db_url``
     (``selfmind memories forget``)."""
     return forget_in_file(history_file(terminal_folder(db_url), user_key), texts)
+
+
+@contextlib.contextmanager
+def sole_chat(folder: Path, user_key: str) -> Iterator[bool]:
+    """Hold, while inside, an exclusive lock (``flock``) on ``{history file}.lock``: yields
+    True when no other live chat of ``user_key`` on this machine holds it, False when one
+    does (then a line still unanswered may be that chat's, answering now: not this one's
+    to recover). The lock outlives no process (the OS drops it with the process). Yields
+    True when it cannot be taken (no ``fcntl``, the folder not writable; logged)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield True
+        return
+    history = history_file(folder, user_key)
+    path = history.with_name(history.name + ".lock")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        logger.warning("no chat lock (%s): %s", path, exc.strerror)
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

@@ -50,6 +50,7 @@ from bots.terminal.history import (
     history_file,
     prepare_history,
     private_file,
+    sole_chat,
     terminal_folder,
 )
 from core.errors import SelfMindError
@@ -422,18 +423,21 @@ async def run_interactive(
         async with open_runtime(settings, db_url=db_url, start=False) as rt:
             chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
             chat = TerminalChat(rt.service, user_key=user_key, screen=screen, loop=chat_loop)
-            cut = await chat.cut_lines()  # before reflections resume
-            if isinstance(rt, ChatRuntime):
-                await rt.start(on_learned=chat.learned)
-            screen.say(f"SelfMind, remembering you as {user_key}. /help lists commands and keys.")
-            if problem:
-                screen.say(problem, style="yellow")
-            with screen.catching_interrupts():
-                await chat.recover(cut)
-                await _converse(chat, screen)
-                if isinstance(rt, ChatRuntime) and rt.reflector.pending:
-                    screen.say("(finishing what I learned…)", style="dim")
-                    await rt.reflector.drain(settings.shutdown_timeout_s)
+            with sole_chat(terminal_folder(db_url), user_key) as alone:
+                cut = await chat.cut_lines() if alone else []  # before reflections resume
+                if isinstance(rt, ChatRuntime):
+                    await rt.start(on_learned=chat.learned)
+                screen.say(
+                    f"SelfMind, remembering you as {user_key}. /help lists commands and keys."
+                )
+                if problem:
+                    screen.say(problem, style="yellow")
+                with screen.catching_interrupts():
+                    await chat.recover(cut)
+                    await _converse(chat, screen)
+                    if isinstance(rt, ChatRuntime) and rt.reflector.pending:
+                        screen.say("(finishing what I learned…)", style="dim")
+                        await rt.reflector.drain(settings.shutdown_timeout_s)
     return 0
 
 

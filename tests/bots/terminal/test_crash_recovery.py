@@ -24,6 +24,7 @@ async def chat_process(
 ) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SELFMIND_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY, ANTHROPIC_BASE_URL=base_url)
+    env.update(HOME=str(cwd))  # the terminal's files with PostgreSQL: ~/.selfmind
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -187,6 +188,37 @@ async def test_a_recovery_killed_too_is_answered_at_the_next_start(
         assert [m.text for m in await store.list_memories(user_key="cli:alice")] == [PORTO]
     finally:
         await store.close()
+
+
+@pytest.mark.slow
+async def test_a_line_another_live_chat_is_answering_is_not_answered_again(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A second chat of the same user, opened while the first one's answer streams, leaves
+    that line to the first (it is not cut); once the first is killed, the next start
+    answers it, once."""
+    db = db_url  # SQLite and PostgreSQL
+    async with running_fake_anthropic() as fake:
+        long_answer = " ".join(f"word{i}" for i in range(300))
+        fake.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
+        first = await chat_process(db, fake.base_url, tmp_path)
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.write(f"{LINE}\n".encode())
+        await first.stdin.drain()
+        shown = b""
+        while b"word3" not in shown:
+            shown += await asyncio.wait_for(first.stdout.read(64), 30)
+        try:
+            out = await restarted(db, fake, tmp_path)  # while the first still answers
+            assert b"cut off by a crash" not in out
+            assert len(fake.requests_of("chat")) == 1
+        finally:
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        fake.enqueue("Porto is a lovely city to live in.", kind="chat")
+        out = await restarted(db, fake, tmp_path)
+        assert out.count(CUT_NOTE) == 1
+        assert len(fake.requests_of("chat")) == 2
 
 
 @pytest.mark.slow
