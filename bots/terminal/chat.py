@@ -25,6 +25,7 @@ from core.memory import replies
 from core.memory.profile import listed_text
 from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
+from core.rules.text import clean_text
 from core.types import Place, Turn, utcnow
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,8 @@ WHERE = "a private terminal chat"
 
 def cut_note(text: str) -> str:
     """The line above the answer to a message a crash cut (answered at the next start): the
-    message on one line, at most 60 characters."""
-    line = textwrap.shorten(text, width=60, placeholder="…")
+    message on one line (control characters dropped), at most 60 characters."""
+    line = textwrap.shorten(clean_text(text, keep_newlines=False), width=60, placeholder="…")
     return f"(answering your last message, cut off by a crash: {line})"
 
 

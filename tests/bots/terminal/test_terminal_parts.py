@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bots.terminal.chat import count
+from bots.terminal.chat import count, cut_note
 from bots.terminal.tty import (
     STOPPED,
     TERMINAL_STREAM,
@@ -34,6 +34,14 @@ def test_plurals() -> None:
     assert count(0, "memory", "memories") == "0 memories"
     assert count(1, "memory", "memories") == "1 memory"
     assert count(2, "memory", "memories") == "2 memories"
+
+
+def test_cut_note_is_one_short_plain_line() -> None:
+    note = cut_note("line one\n\tline two \x1b[31mred\x07 " + "é" * 200)
+    assert note.startswith("(answering your last message, cut off by a crash: line one line two")
+    assert "\n" not in note and "\x1b" not in note and "\x07" not in note
+    assert note.endswith("…)") and len(note) < 120
+    assert cut_note("") == "(answering your last message, cut off by a crash: )"
 
 
 async def test_stop_cancels_the_pending_step_and_closes_the_answer() -> None:
