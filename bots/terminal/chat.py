@@ -9,7 +9,6 @@ arrive, no ANSI; :mod:`bots.terminal.tty` is the interactive one.
 from __future__ import annotations
 
 import asyncio
-import logging
 import textwrap
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -27,8 +26,6 @@ from core.memory.reflection import ReflectionResult
 from core.memory.service import MemoryService, parse_memory_id
 from core.rules.text import clean_text
 from core.types import Place, Turn, utcnow
-
-logger = logging.getLogger(__name__)
 
 HELP = (
     "Commands: /remember TEXT, /forget ID, /forget all, /memories [QUERY], /stats, "
