@@ -314,7 +314,13 @@ class TeamMemory:
         flight = (info.key, info.revision)
         reading = self._reading.get(flight)
         if reading is not None:
-            return await asyncio.shield(reading)
+            try:
+                return await asyncio.shield(reading)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not reading.cancelled() or (task is not None and task.cancelling()):
+                    raise  # this turn was cancelled, not the reader's
+                return await self._block(info)  # the reader's turn was cancelled: read here
         reading = asyncio.get_running_loop().create_future()
         self._reading[flight] = reading
         try:

@@ -174,6 +174,35 @@ async def test_a_busy_channel_reads_its_block_once_a_revision(
     assert "The pager rota is weekly." in str(channel_block(fresh))
 
 
+async def test_a_cancelled_read_of_the_block_does_not_cancel_the_turns_waiting_for_it(
+    fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        await h.loop.team.remember(
+            channel_key="slack:T1:C1", text="The team ships on Mondays.", by=BOB
+        )
+        started, listed = asyncio.Event(), h.store.list_memories
+        stalls = [True]
+
+        async def stalled(**kw: Any) -> Any:
+            if stalls.pop() if stalls else False:
+                started.set()
+                await asyncio.sleep(30)  # the reader's turn is cancelled here
+            return await listed(**kw)
+
+        monkeypatch.setattr(h.store, "list_memories", stalled)
+        place = said(CAROL, QUESTION).place
+        reader = asyncio.create_task(h.loop.team.context(place=place, query=QUESTION, k=5))
+        await started.wait()
+        waiter = asyncio.create_task(h.loop.team.context(place=place, query=QUESTION, k=5))
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        got = await asyncio.wait_for(waiter, 10)
+    assert reader.cancelled()
+    assert got is not None and "The team ships on Mondays." in str(channel_block(got))
+
+
 async def test_group_dm_and_dm_never_teach_a_channel(fake: FakeAnthropic, db_url: str) -> None:
     async with harness(fake, db_url) as h:
         group = Place(platform="slack", kind="group_dm", workspace="T1", channel="GMPIM")
