@@ -3,6 +3,8 @@
     python bench/load.py [--users 50 200] [--backends sqlite postgres] [--processes 1 2]
                          [--turns-per-user 3] [--recall bm25 static hybrid] [--baseline [COMMIT]]
                          [--profile DIR] [--slack-defaults] [--json]
+                         [--channels N [--channel-memory off on] [--entries 300] [--rounds 2]
+                          [--team-every 10]]
 
 Each run starts the fake Slack and the fake Anthropic server of the test suite, the real bot
 as ``selfmind slack --http`` child process(es) on a fresh SQLite file (``synchronous`` from
@@ -22,6 +24,17 @@ bot's CPU.
 ``chat.update`` a minute per workspace: Slack's tier 3) instead of the bench's 50 ms and no
 budget: what a burst costs when the budget, not the CPU, is the limit (use
 ``--turns-per-user 1``: a baseline that waits minutes for its final edits takes long).
+
+``--channels N`` (channel mode): instead of DMs, each user mentions the bot
+(``app_mention``) in a thread of its own in one of N busy public channels (user ``u`` in
+channel ``u % N``), ``--turns-per-user`` mentions one after another in that thread. Each
+channel holds ``--entries`` team entries from the start (seeded through the store before the
+bot starts, each with who said it). ``--channel-memory off on`` runs the same burst with the
+channels' memory off (the entries kept, unused) and on (every answer reads the channel's
+block and recalls over its entries; every reflection asks for team entries, and the fake
+returns one in one reflection of ``--team-every``: most exchanges settle nothing),
+alternated ``--rounds`` times in one run, each on a fresh store; the summary prints the
+median CPU a turn of each and on/off (the issue's target: within 1.15x).
 
 ``--baseline`` runs the same harness against another commit (default: ``git merge-base HEAD
 main``, the commit this branch started from) checked out with ``git worktree`` into a
@@ -56,8 +69,10 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -84,6 +99,8 @@ from bots.slack_bot.events import DM_NOTICE
 from tests.fakes.anthropic_server import Reply, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack, running_fake_slack
 
+_SPEAKER = re.compile(r"You are talking with <@([A-Z0-9]+)>")
+"""The speaker's line in a channel (a shared place: the label unquoted)."""
 REPO = Path(__file__).resolve().parent.parent
 FIRST_TOKEN_S = 0.5
 CHUNK_CHARS, CHUNK_DELAY_S = 4, 0.02
@@ -92,6 +109,62 @@ WORDS = (
     "what did we decide about the release plan for next week and who owns the migration "
     "remind me of my favourite tea and the name of my dog please keep it short thanks"
 ).split()
+
+SEED = """
+import asyncio, sys
+from datetime import UTC, datetime, timedelta
+from core.runtime import open_store
+from core.types import Attribution, NewMemory, Place
+
+url, team, words = sys.argv[1], sys.argv[2], sys.argv[6].split()
+channels, entries, on = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "on"
+
+async def main():
+    store = await open_store(url, migrate=True)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        for n in range(channels):
+            place = Place(
+                platform="slack", kind="public_channel", workspace=team, channel=f"CBUSY{n}"
+            )
+            key = place.channel_key
+            await store.see_channel(place=place)
+            await store.set_channel_memory(channel_key=key, on=on, by="bench", at=start)
+            rule = lambda i: " ".join(words[(i * 5 + j) % len(words)] for j in range(6))
+            memories = [
+                NewMemory(text=f"The team agreed {rule(i)} rule {i}.", origin="shared",
+                          created_at=start + timedelta(minutes=i))
+                for i in range(entries)
+            ]
+            results = await store.add_many(user_key=key, memories=memories, dedupe=None)
+            await store.attribute(channel_key=key, entries=[
+                Attribution(
+                    memory_id=r.id, said_at=start, said_by=f"slack:{team}:U0", said_by_name="A"
+                )
+                for r in results
+            ])
+    finally:
+        await store.close()
+
+asyncio.run(main())
+"""
+"""Seeds the busy channels of ``--channels`` through the store of the tree under test (run
+with its ``PYTHONPATH``, so a ``--baseline`` tree seeds with its own schema; the tree needs
+team memory)."""
+
+
+async def seed_channels(
+    repo: Path, url: str, team: str, channels: int, entries: int, *, on: bool
+) -> None:
+    """``channels`` public channels ``CBUSY0``.. of workspace ``team``, each with ``entries``
+    team entries (said by ``U0``), their memory on or off, in the store at ``url``."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    args = [url, team, str(channels), str(entries), "on" if on else "off", " ".join(WORDS)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SEED, *args, cwd=repo, env=env
+    )
+    if await proc.wait():
+        raise RuntimeError(f"seeding the channels failed ({proc.returncode})")
 
 
 def answer_for(tag: str) -> str:
@@ -226,6 +299,10 @@ async def one_config(
     recall: str = "bm25",
     profile: str | None = None,
     slack_defaults: bool = False,
+    channels: int = 0,
+    channel_memory: str = "off",
+    entries: int = 300,
+    team_every: int = 10,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="selfmind-load-"))
     db = workdir / "load.db"
@@ -244,10 +321,15 @@ async def one_config(
             words = " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(6))
             memory = {"text": f"The user noted {words} ({i}).", "kind": "context"}
             memory |= {"category": "general", "supersedes": []}
-            return Reply(text=json.dumps({"memories": [memory]}))
+            out: dict[str, Any] = {"memories": [memory]}
+            schema = (body["output_config"].get("format") or {}).get("schema") or {}
+            if "team" in (schema.get("properties") or {}) and i % team_every == 0:
+                team = {"text": f"The team settled {words} ({i}).", "kind": "fact"}
+                out["team"] = [team | {"category": "workflow"}]
+            return Reply(text=json.dumps(out))
         system = body.get("system") or []
         volatile = system[-1]["text"] if len(system) > 1 else ""  # after the profile
-        speaker = _TALKING_WITH.search(volatile)
+        speaker = _TALKING_WITH.search(volatile) or _SPEAKER.search(volatile)
         return Reply(text=answer_for(current.get(speaker.group(1), "?") if speaker else "?"))
 
     async with contextlib.AsyncExitStack() as stack:
@@ -258,6 +340,11 @@ async def one_config(
                 raise SystemExit("postgres needs SELFMIND_TEST_DATABASE_URL")
             url, dbname = await stack.enter_async_context(fresh_postgres(server))
         slack = await stack.enter_async_context(running_fake_slack())
+        if channels:
+            await seed_channels(
+                repo, url or f"sqlite:///{db}", slack.identity.team_id, channels, entries,
+                on=channel_memory == "on",
+            )  # fmt: skip
         claude = await stack.enter_async_context(
             running_fake_anthropic(
                 responder=respond,
@@ -314,17 +401,27 @@ async def one_config(
         edits0 = len(slack.calls("chat.update"))
         calls0 = len(slack.calls())
         start = time.monotonic()
-        sent: list[tuple[str, str, float]] = []
+        sent: list[tuple[str, str, str, float]] = []
+
+        def where(u: int) -> str:
+            return f"CBUSY{u % channels}" if channels else slack.events.dm_channel(f"ULOAD{u:04d}")
 
         async def one_user(u: int) -> None:
             user = f"ULOAD{u:04d}"
-            channel = slack.events.dm_channel(user)
+            channel = where(u)
+            root = slack.events.next_ts()  # the user's own thread in a busy channel
             bot = bots[u % processes]
             for k in range(turns):
                 tag = f"L{u}x{k}"
                 current[user] = tag
                 words = [WORDS[(u * 31 + k * 7 + i) % len(WORDS)] for i in range(12)]
-                event = slack.events.message(" ".join(words), user=user)
+                if channels:
+                    text = f"{slack.identity.mention} {' '.join(words)}"
+                    event = slack.events.app_mention(
+                        text, user=user, channel=channel, thread_ts=root
+                    )
+                else:
+                    event = slack.events.message(" ".join(words), user=user)
                 t0 = time.monotonic()
                 try:
                     response = await slack.send_event(bot.url, event, event_id=f"Ev{u}x{k}")
@@ -342,7 +439,7 @@ async def one_config(
                         break
                     await asyncio.sleep(0.02)
                 else:
-                    sent.append((channel, tag, t0))
+                    sent.append((channel, user, tag, t0))
 
         await asyncio.gather(*(one_user(u) for u in range(users)))
         answered_s = time.monotonic() - start
@@ -352,10 +449,10 @@ async def one_config(
         wal = (await pg_value(url, "SELECT wal_sync FROM pg_stat_wal") - wal0) if url else None
         edits = len(slack.calls("chat.update")) - edits0
         writes = answer_writes(slack)
-        for channel, tag, t0 in sent:
+        for channel, user, tag, t0 in sent:
             # This turn's writes: after its event, before the user's next one, showing its
             # answer (a previous answer's final edit may come after this turn's event).
-            nxt = [t1 for ch, _, t1 in sent if ch == channel and t1 > t0]
+            nxt = [t1 for _, who, _, t1 in sent if who == user and t1 > t0]
             mine = [
                 at
                 for at, text in writes[channel]
@@ -368,7 +465,7 @@ async def one_config(
         once = twice = 0
         for u in range(users):
             for k in range(turns):
-                finals = finals_of(slack, slack.events.dm_channel(f"ULOAD{u:04d}"), f"L{u}x{k}")
+                finals = finals_of(slack, where(u), f"L{u}x{k}")
                 once += finals == 1
                 twice += finals > 1
         peak_mb = max(peak_rss_mb(pid) for pid in pids)
@@ -404,6 +501,7 @@ async def one_config(
         "store": backend if backend == "postgres" else f"sqlite/{synchronous()}",
         "procs": processes,
         "recall": recall,
+        "memory": channel_memory if channels else "-",
         "ack_p50": pct(run.acks, 0.5),
         "ack_p95": pct(run.acks, 0.95),
         "ack_max": max(run.acks, default=float("nan")),
@@ -436,6 +534,7 @@ COLS = [
     ("store", "{}", 13),
     ("procs", "{}", 6),
     ("recall", "{}", 7),
+    ("memory", "{}", 7),
     ("ack_p50", "{:.0f}", 8),
     ("ack_p95", "{:.0f}", 8),
     ("ack_max", "{:.0f}", 8),
@@ -477,6 +576,32 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         print("".join(cells))
 
 
+def memory_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (code, users, store, procs, recall): the median CPU a turn with the
+    channels' memory off and on, and on/off."""
+    groups: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        key = (r["code"], r["users"], r["store"], r["procs"], r["recall"])
+        groups[key][r["memory"]].append(r["cpu_ms_turn"])
+    out = []
+    for key, by in groups.items():
+        if by.get("off") and by.get("on"):
+            off, on = statistics.median(by["off"]), statistics.median(by["on"])
+            names = ("code", "users", "store", "procs", "recall")
+            out.append(
+                dict(zip(names, key, strict=True)) | {"off": off, "on": on, "ratio": on / off}
+            )
+    return out
+
+
+def print_memory_ratios(rows: list[dict[str, Any]]) -> None:
+    for r in memory_ratios(rows):
+        print(
+            f"{r['code']} {r['users']} users {r['store']} {r['recall']}: CPU a turn (median) off"
+            f" {r['off']:.1f} ms, on {r['on']:.1f} ms, on/off {r['ratio']:.2f}x (target 1.15x)"
+        )
+
+
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     if shutil.which("strace") is None:
         print("strace not found: fsyncs on SQLite not counted (apt-get install -y strace)")
@@ -499,24 +624,30 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             commit = args.baseline or merge_base()
             print(f"baseline: {commit[:12]} (git worktree)")
             trees.insert(0, ("base", stack.enter_context(baseline_tree(commit))))
+        memories = args.channel_memory * args.rounds if args.channels else ["off"]
         for recall in args.recall:
             for backend in args.backends:
                 for users in args.users:
                     for processes in args.processes if backend == "postgres" else [1]:
                         for label, tree in trees:
-                            row = await one_config(
-                                users=users,
-                                backend=backend,
-                                processes=processes,
-                                turns=args.turns_per_user,
-                                repo=tree,
-                                label=label,
-                                recall=recall,
-                                profile=args.profile,
-                                slack_defaults=args.slack_defaults,
-                            )
-                            rows.append(row)
-                            print_rows([row])
+                            for memory in memories:
+                                row = await one_config(
+                                    users=users,
+                                    backend=backend,
+                                    processes=processes,
+                                    turns=args.turns_per_user,
+                                    repo=tree,
+                                    label=label,
+                                    recall=recall,
+                                    profile=args.profile,
+                                    slack_defaults=args.slack_defaults,
+                                    channels=args.channels,
+                                    channel_memory=memory,
+                                    entries=args.entries,
+                                    team_every=args.team_every,
+                                )
+                                rows.append(row)
+                                print_rows([row])
     return rows
 
 
@@ -552,11 +683,31 @@ def main() -> None:
         action="store_true",
         help="run the bots with their own edit interval (1 s) and edit budget (50 a minute)",
     )
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=0,
+        help="channel mode: users mention the bot in threads of N busy channels (0: DMs)",
+    )
+    parser.add_argument(
+        "--channel-memory",
+        nargs="+",
+        default=["off", "on"],
+        choices=["off", "on"],
+        help="the busy channels' memory in each run (channel mode), alternated --rounds times",
+    )
+    parser.add_argument("--entries", type=int, default=300, help="team entries per channel")
+    parser.add_argument("--rounds", type=int, default=2, help="channel mode: off/on rounds")
+    parser.add_argument(
+        "--team-every", type=int, default=10, help="one reflection in N returns a team entry"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = asyncio.run(main_async(args))
     print()
     print_rows(rows)
+    if args.channels:
+        print_memory_ratios(rows)
     if args.json:
         print(json.dumps(rows))
 

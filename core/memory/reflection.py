@@ -576,8 +576,10 @@ class Reflector:
             text = check_text(candidate.text)
             if text is not None:
                 texts.append((text, candidate.kind, candidate.category))
+        if not texts:  # most exchanges settle nothing: no read of the channel
+            return 0
         info = await self.store.channel(channel_key=kept.channel_key)
-        if not texts or info is None or not info.in_use:  # turned off during the call
+        if info is None or not info.in_use:  # turned off during the call
             return 0
         place = Place(
             platform=info.platform,

@@ -34,6 +34,7 @@ retiring it. A person's ``/forget all`` leaves the entries and removes their nam
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -100,6 +101,9 @@ class ChannelContext:
     block: list[Memory] = field(default_factory=list)
     recalled: list[ScoredMemory] = field(default_factory=list)
     said: dict[int, Attribution] = field(default_factory=dict)
+    rendered: str | None = field(default=None, compare=False)
+    """:func:`channel_block`'s text when already built for this revision (built once a
+    revision, not once a turn), else None."""
 
     @property
     def ids(self) -> list[int]:
@@ -128,6 +132,8 @@ def channel_block(context: ChannelContext) -> str | None:
     it. Its bytes change only when the channel's entries do."""
     if not context.block:
         return None
+    if context.rendered is not None:
+        return context.rendered
     lines = ["<channel_memory>", CHANNEL_NOTICE]
     lines += [entry_line(m, context.said.get(m.id)) for m in context.block]
     lines.append("</channel_memory>")
@@ -243,7 +249,13 @@ class TeamMemory:
         self.budget_tokens = budget_tokens
         self.admins = tuple(admins)
         self.clock = clock
-        self._blocks: dict[str, tuple[str, float, list[Memory], dict[int, Attribution]]] = {}
+        # channel key -> (revision, read at, block entries, who said each, the block's text)
+        self._blocks: dict[
+            str, tuple[str, float, list[Memory], dict[int, Attribution], str | None]
+        ] = {}
+        self._reading: dict[
+            tuple[str, str], asyncio.Future[tuple[list[Memory], dict[int, Attribution]]]
+        ] = {}
 
     # --- reading
 
@@ -282,26 +294,62 @@ class TeamMemory:
             recalled = [s for s in found if s.memory.id not in held][:k]
             if any(s.memory.id not in said for s in recalled):  # new since the read: again
                 said = await self.store.attributions(channel_key=info.key, memory_ids=None)
-        return ChannelContext(info=info, block=block, recalled=recalled, said=said)
+        kept = self._blocks.get(info.key)
+        rendered = kept[4] if kept is not None and kept[2] is block else None
+        return ChannelContext(
+            info=info, block=block, recalled=recalled, said=said, rendered=rendered
+        )
 
     async def _block(self, info: ChannelInfo) -> tuple[list[Memory], dict[int, Attribution]]:
         """The channel's block entries and who said them, kept per channel while its
         :attr:`core.types.ChannelInfo.revision` (read on every message) is unchanged, at most
         :data:`BLOCK_TTL_S`: a busy channel's turns read its entries once per change, not
-        once a turn (bench/team_load.py)."""
+        once a turn. The turns that arrive while a revision's read is under way wait for
+        that one read instead of each making its own (a busy channel's in-flight turns all
+        miss at once when an entry is added; bench/load.py --channels)."""
         now = time.monotonic()
         kept = self._blocks.get(info.key)
         if kept is not None and kept[0] == info.revision and now - kept[1] < BLOCK_TTL_S:
             return kept[2], kept[3]
+        flight = (info.key, info.revision)
+        reading = self._reading.get(flight)
+        if reading is not None:
+            try:
+                return await asyncio.shield(reading)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not reading.cancelled() or (task is not None and task.cancelling()):
+                    raise  # this turn was cancelled, not the reader's
+                return await self._block(info)  # the reader's turn was cancelled: read here
+        reading = asyncio.get_running_loop().create_future()
+        self._reading[flight] = reading
+        try:
+            block, said = await self._read_block(info)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                reading.set_exception(exc)
+                reading.exception()  # retrieved: no "never retrieved" warning if none wait
+            else:
+                reading.cancel()
+            raise
+        else:
+            reading.set_result((block, said))
+            if len(self._blocks) >= KEPT_BLOCKS:
+                self._blocks.pop(next(iter(self._blocks)))
+            text = channel_block(ChannelContext(info=info, block=block, said=said))
+            self._blocks[info.key] = (info.revision, now, block, said, text)
+        finally:
+            del self._reading[flight]
+        return block, said
+
+    async def _read_block(self, info: ChannelInfo) -> tuple[list[Memory], dict[int, Attribution]]:
+        """One read of the channel's block entries and who said every entry."""
         # Only what can fit the budget is read: a line costs at least MIN_LINE_TOKENS.
         limit = min(ENTRIES_READ, self.budget_tokens // MIN_LINE_TOKENS + 1)
         newest = await self.store.list_memories(user_key=info.key, limit=limit)
         block = fit_block(newest, budget_tokens=self.budget_tokens)
         # Who said every entry, read once a revision (recall's entries need theirs too).
         said = await self.store.attributions(channel_key=info.key, memory_ids=None)
-        if len(self._blocks) >= KEPT_BLOCKS:
-            self._blocks.pop(next(iter(self._blocks)))
-        self._blocks[info.key] = (info.revision, now, block, said)
         return block, said
 
     async def entries(

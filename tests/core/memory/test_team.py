@@ -5,7 +5,9 @@ attribution removed by ``/forget all``; bad input."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from core.chat.loop import IncomingMessage
 from core.errors import MemoryInputError, MemoryNotFound, PlanNotPending, SecretInMemory
-from core.memory.team import team_sentence
+from core.memory.team import channel_block, team_sentence
 from core.rules.links import message_link
 from core.types import NewMemory, Place, PlaceKind
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic
@@ -132,6 +134,73 @@ async def test_recall_finds_an_entry_outside_the_block_by_other_words(
     assert "<channel_memory>" not in text
     recalled = text.split("<channel_memory_recalled>", 1)[1]
     assert PG16 in recalled
+
+
+async def test_a_busy_channel_reads_its_block_once_a_revision(
+    fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns that arrive at once after a change wait for one read of the channel's block
+    (not one read each), and its text is built once a revision (bench/load.py --channels)."""
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        reads: list[str] = []
+        listed = h.store.list_memories
+
+        async def counted(**kw: Any) -> Any:
+            reads.append(str(kw.get("user_key")))
+            return await listed(**kw)
+
+        monkeypatch.setattr(h.store, "list_memories", counted)
+        place = said(CAROL, QUESTION).place
+        team = h.loop.team
+
+        async def burst() -> list[Any]:
+            return await asyncio.gather(
+                *(team.context(place=place, query=QUESTION, k=5) for _ in range(8))
+            )
+
+        await team.remember(channel_key="slack:T1:C1", text="The team deploys on Fridays.", by=BOB)
+        first = await burst()
+        assert reads == ["slack:T1:C1"]  # eight turns, one read
+        again = await burst()
+        assert reads == ["slack:T1:C1"]  # the same revision: no read
+        await team.remember(channel_key="slack:T1:C1", text="The pager rota is weekly.", by=BOB)
+        changed = await burst()
+        assert reads == ["slack:T1:C1"] * 2
+    texts = {channel_block(c) for c in first + again}
+    assert len(texts) == 1 and "The team deploys on Fridays." in str(texts.pop())
+    fresh = replace(changed[0], rendered=None)  # the kept text is the text built afresh
+    assert channel_block(changed[0]) == channel_block(fresh)
+    assert "The pager rota is weekly." in str(channel_block(fresh))
+
+
+async def test_a_cancelled_read_of_the_block_does_not_cancel_the_turns_waiting_for_it(
+    fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        await h.loop.team.remember(
+            channel_key="slack:T1:C1", text="The team ships on Mondays.", by=BOB
+        )
+        started, listed = asyncio.Event(), h.store.list_memories
+        stalls = [True]
+
+        async def stalled(**kw: Any) -> Any:
+            if stalls.pop() if stalls else False:
+                started.set()
+                await asyncio.sleep(30)  # the reader's turn is cancelled here
+            return await listed(**kw)
+
+        monkeypatch.setattr(h.store, "list_memories", stalled)
+        place = said(CAROL, QUESTION).place
+        reader = asyncio.create_task(h.loop.team.context(place=place, query=QUESTION, k=5))
+        await started.wait()
+        waiter = asyncio.create_task(h.loop.team.context(place=place, query=QUESTION, k=5))
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        got = await asyncio.wait_for(waiter, 10)
+    assert reader.cancelled()
+    assert got is not None and "The team ships on Mondays." in str(channel_block(got))
 
 
 async def test_group_dm_and_dm_never_teach_a_channel(fake: FakeAnthropic, db_url: str) -> None:

@@ -1,0 +1,33 @@
+"""bench/load.py's channel mode: the on/off summary is the median of each per configuration,
+and a configuration without both is left out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.load import memory_ratios
+
+
+def row(memory: str, cpu: float, code: str = "this", store: str = "sqlite/full") -> dict[str, Any]:
+    return {
+        "code": code,
+        "users": 200,
+        "store": store,
+        "procs": 1,
+        "recall": "bm25",
+        "memory": memory,
+        "cpu_ms_turn": cpu,
+    }
+
+
+def test_memory_ratios_are_medians_per_configuration() -> None:
+    rows = [
+        row("off", 9.0), row("on", 11.0), row("off", 8.0), row("on", 10.0), row("off", 20.0),
+        row("on", 12.0), row("off", 10.0, code="base"), row("on", 15.0, code="base"),
+        row("off", 5.0, store="postgres"),
+    ]  # fmt: skip
+    by_code = {r["code"]: r for r in memory_ratios(rows)}
+    assert set(by_code) == {"this", "base"}  # postgres has no on run: left out
+    assert (by_code["this"]["off"], by_code["this"]["on"]) == (9.0, 11.0)
+    assert round(by_code["this"]["ratio"], 4) == round(11.0 / 9.0, 4)
+    assert by_code["base"]["ratio"] == 1.5
