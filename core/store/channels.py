@@ -120,3 +120,13 @@ class ChannelStore(Protocol):
         """Remove ``user_key``'s name from every entry they said (``/forget all``); the
         entries stay. Returns how many."""
         ...
+
+
+NARROWED_MEMORY_KIND = (
+    "CASE WHEN excluded.kind = 'private_channel' AND channels.memory_kind IS NOT NULL"
+    " THEN 'private_channel' ELSE channels.memory_kind END"
+)
+"""SQL (both dialects, in a channel row's upsert) for the privacy its memory is kept under
+once the channel's kind changes: a channel that turns private narrows it, so what is learned
+there from then on stays unused when the channel turns public again, until someone in the
+channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""

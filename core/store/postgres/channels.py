@@ -14,6 +14,7 @@ from core.store.channels import (
     attribution_from_row,
     channel_from_row,
 )
+from core.store.channels import NARROWED_MEMORY_KIND as _NARROWED
 from core.store.postgres.base import PostgresBase
 from core.types import Attribution, ChannelInfo, Place
 
@@ -34,7 +35,8 @@ class PostgresChannels(PostgresBase):
             await self._execute(
                 "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
                 " VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (channel_key) DO UPDATE SET"
-                " kind = excluded.kind, seen_at = excluded.seen_at"
+                " kind = excluded.kind, seen_at = excluded.seen_at,"
+                f" memory_kind = {_NARROWED}"
                 " WHERE channels.kind <> excluded.kind",
                 key,
                 place.platform,

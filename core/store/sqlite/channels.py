@@ -14,6 +14,7 @@ from core.store.channels import (
     attribution_from_row,
     channel_from_row,
 )
+from core.store.channels import NARROWED_MEMORY_KIND as _NARROWED
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import Attribution, ChannelInfo, Place, utcnow
 
@@ -33,7 +34,8 @@ class SQLiteChannels(SQLiteBase):
                 await self._conn.execute(
                     "INSERT INTO channels(channel_key, platform, workspace, channel, kind,"
                     " seen_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(channel_key) DO UPDATE SET"
-                    " kind = excluded.kind, seen_at = excluded.seen_at"
+                    " kind = excluded.kind, seen_at = excluded.seen_at,"
+                    f" memory_kind = {_NARROWED}"
                     " WHERE channels.kind <> excluded.kind",
                     (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
                 )

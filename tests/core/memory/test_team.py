@@ -361,3 +361,32 @@ def test_team_sentences_and_links() -> None:
     assert message_link("discord", "discord:9:8:7", "6") == "https://discord.com/channels/9/8/6"
     assert message_link("discord", "discord:dm:8", "6") is None
     assert message_link("slack", "slack:T1:D1", "1.0") is None
+
+
+SECRET_PLAN = "The team plans to acquire Initech in March."
+
+
+async def test_entries_learned_while_private_are_not_used_when_public_again(
+    fake: FakeAnthropic,
+    db_url: str,
+) -> None:
+    # Memory turned on while the channel was public; the channel is then made private and
+    # a confidential decision is learned there; then it is made public again. The entries
+    # learned while private must not reach the public channel without a review (the rule
+    # of core/memory/team.py's docstring and ChannelInfo.needs_review).
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)  # public, memory on (memory_kind = public_channel)
+        await turn(
+            h,
+            fake,
+            said(ALICE, "we plan to buy Initech in March", kind="private_channel", thread="500.0"),
+            team_reply(SECRET_PLAN),
+        )
+        private = await turn(h, fake, said(CAROL, "what do we plan?", kind="private_channel"))
+        assert "Initech" in private  # learned while private, used there
+        public = await turn(
+            h,
+            fake,
+            said(CAROL, "what do we plan? " + QUESTION, kind="public_channel", thread="600.0"),
+        )
+    assert "Initech" not in public, "a private-time entry reached the public channel unreviewed"
