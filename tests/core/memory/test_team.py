@@ -390,3 +390,32 @@ async def test_entries_learned_while_private_are_not_used_when_public_again(
             said(CAROL, "what do we plan? " + QUESTION, kind="public_channel", thread="600.0"),
         )
     assert "Initech" not in public, "a private-time entry reached the public channel unreviewed"
+
+
+async def test_forget_all_during_a_team_reflection_leaves_no_name(
+    fake: FakeAnthropic,
+    db_url: str,
+) -> None:
+    """Alice's /forget all lands after her reflection committed but before its team entries
+    were written (their own transaction, after it): the entries are kept and her name goes
+    from them all the same."""
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        real = h.store.add_many
+
+        async def forget_first(*, user_key: str, **kw):  # type: ignore[no-untyped-def]
+            if user_key == "slack:T1:C1":
+                await h.service.forget_all(user_key=ALICE)
+            return await real(user_key=user_key, **kw)
+
+        h.store.add_many = forget_first  # type: ignore[method-assign]
+        await turn(
+            h,
+            fake,
+            said(ALICE, "we moved standup to ten", thread="700.0"),
+            team_reply("The team holds standup at ten."),
+        )
+        said_by = await h.store.attributions(channel_key="slack:T1:C1", memory_ids=None)
+    assert said_by, "the team entry is kept"
+    named = [a for a in said_by.values() if a.said_by == ALICE or a.said_by_name == "Alice"]
+    assert named == [], named
