@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from core.rules.about import whose
+from core.rules.about import same_person, whose
 
 CASES_FILE = "data/about_cases.jsonl"  # inside the ``core`` package
 SPLITS: tuple[str, ...] = ("tune", "holdout", "all")
@@ -46,9 +46,7 @@ def load_cases() -> list[AboutCase]:
 def judge(case: AboutCase) -> tuple[bool, bool]:
     """``(whose right, text right)`` of the offline rule on ``case``."""
     got = whose(case.typed)
-    who = got.fact == case.fact and (
-        not case.fact or (got.about or "").casefold() == (case.about or "").casefold()
-    )
+    who = got.fact == case.fact and (not case.fact or same_person(got.about, case.about))
     return who, case.text is None or got.text == case.text
 
 

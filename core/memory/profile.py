@@ -69,6 +69,7 @@ from datetime import date
 from typing import Protocol
 
 from core.memory.recall import Recaller
+from core.rules.about import person_key
 from core.rules.contradict import contradicted, newest_first
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import redundant
@@ -194,7 +195,7 @@ def _twins(by_age: Sequence[Memory], deduper: Deduper) -> set[int]:
     does): the user's own preference is no twin of their manager's."""
     people: dict[str, list[Memory]] = {}
     for memory in by_age:
-        people.setdefault((memory.about or "").casefold(), []).append(memory)
+        people.setdefault(person_key(memory.about), []).append(memory)
     return {
         group[i].id
         for group in people.values()

@@ -611,7 +611,7 @@ class Reflector:
                 for i in added
             ],
         )
-        if turn.user_key is not None and await self.store.get_turn(turn_id=turn.id) is None:
+        if added and turn.user_key and await self.store.get_turn(turn_id=turn.id) is None:
             # The author forgot everything meanwhile (the turn went with it): their /forget
             # all unattributed before these were written, so their name goes now. The
             # entries stay, as a forget all leaves the team's.

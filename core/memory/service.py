@@ -25,7 +25,7 @@ from core.errors import (
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
-from core.rules.about import whose
+from core.rules.about import person_key, whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
@@ -642,14 +642,14 @@ class MemoryService:
         for about, text in [(m.about, m.text) for m in stored] + [
             (m.about, m.text) for m in memories
         ]:
-            texts.setdefault((about or "").casefold(), []).append(text)
+            texts.setdefault(person_key(about), []).append(text)
         indexes = {key: DedupeIndex(self.deduper, group) for key, group in texts.items()}
         for m in stored:
-            indexes[(m.about or "").casefold()].add(Known(m.id, m.text))
+            indexes[person_key(m.about)].add(Known(m.id, m.text))
         fresh: list[NewMemory] = []
         narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
-            index = indexes[(memory.about or "").casefold()]
+            index = indexes[person_key(memory.about)]
             decision = index.decide(memory.text)
             if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))

@@ -140,9 +140,15 @@ def whose(text: str) -> Whose:
     return Whose(third_person(text))
 
 
+def person_key(about: str | None) -> str:
+    """The key two memories about the same person share (:func:`same_person`): ``""`` for
+    the user, else the name case-folded."""
+    return (about or "").casefold()
+
+
 def same_person(a: str | None, b: str | None) -> bool:
     """Whether two memories' ``about`` name the same person (None, the user, only matches
     None; names compare case-insensitively). Dedupe compares only such memories: "The
     user's manager prefers short emails." is no more specific version of "The user prefers
     short emails.", and the user's preference no duplicate of the manager's."""
-    return (a or "").casefold() == (b or "").casefold()
+    return person_key(a) == person_key(b)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
+from core.rules.about import person_key
 from core.rules.places import merged_place, parse_place, place_key
 from core.types import Category, Kind, Origin, Source
 
@@ -79,7 +80,7 @@ def merged_whose(parts: Sequence[Whose]) -> Whose:
     day to the latest last day, unbounded on a side where any part is.
 
     Raises ``ValueError`` when the parts are about different people."""
-    people = {(about or "").casefold() for about, _, _ in parts}
+    people = {person_key(about) for about, _, _ in parts}
     if len(people) > 1:
         raise ValueError("the merged memories are about different people")
     about = next((a for a, _, _ in parts if a), None)
