@@ -122,11 +122,16 @@ class ChannelStore(Protocol):
         ...
 
 
-NARROWED_MEMORY_KIND = (
-    "CASE WHEN excluded.kind = 'private_channel' AND channels.memory_kind IS NOT NULL"
-    " THEN 'private_channel' ELSE channels.memory_kind END"
+SEE_CHANNEL = (
+    "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (channel_key) DO UPDATE SET"
+    " kind = excluded.kind, seen_at = excluded.seen_at,"
+    " memory_kind = CASE WHEN excluded.kind = 'private_channel'"
+    " AND channels.memory_kind IS NOT NULL THEN 'private_channel' ELSE channels.memory_kind END"
+    " WHERE channels.kind <> excluded.kind"
 )
-"""SQL (both dialects, in a channel row's upsert) for the privacy its memory is kept under
-once the channel's kind changes: a channel that turns private narrows it, so what is learned
+"""A channel seen (both dialects; ``?`` placeholders: channel key, platform, workspace,
+channel, kind, seen at): recorded the first time, its kind updated when it changed. A
+channel that turns private narrows the privacy its memory is kept under, so what is learned
 there from then on stays unused when the channel turns public again, until someone in the
 channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""

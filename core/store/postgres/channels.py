@@ -11,12 +11,15 @@ from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
+    SEE_CHANNEL,
     attribution_from_row,
     channel_from_row,
 )
-from core.store.channels import NARROWED_MEMORY_KIND as _NARROWED
 from core.store.postgres.base import PostgresBase
-from core.types import Attribution, ChannelInfo, Place
+from core.store.postgres.migrations import numbered
+from core.types import Attribution, ChannelInfo, Place, utcnow
+
+_SEE_CHANNEL = numbered(SEE_CHANNEL)
 
 
 def _same(value: Any) -> Any:
@@ -33,16 +36,13 @@ class PostgresChannels(PostgresBase):
         info = await self.channel(channel_key=key)
         if info is None or info.kind != place.kind:
             await self._execute(
-                "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
-                " VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (channel_key) DO UPDATE SET"
-                " kind = excluded.kind, seen_at = excluded.seen_at,"
-                f" memory_kind = {_NARROWED}"
-                " WHERE channels.kind <> excluded.kind",
+                _SEE_CHANNEL,
                 key,
                 place.platform,
                 place.workspace,
                 place.channel,
                 place.kind,
+                utcnow(),
             )
             info = await self.channel(channel_key=key)
         return info

@@ -11,10 +11,10 @@ from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
+    SEE_CHANNEL,
     attribution_from_row,
     channel_from_row,
 )
-from core.store.channels import NARROWED_MEMORY_KIND as _NARROWED
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import Attribution, ChannelInfo, Place, utcnow
 
@@ -32,11 +32,7 @@ class SQLiteChannels(SQLiteBase):
         if info is None or info.kind != place.kind:
             async with self._write():
                 await self._conn.execute(
-                    "INSERT INTO channels(channel_key, platform, workspace, channel, kind,"
-                    " seen_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(channel_key) DO UPDATE SET"
-                    " kind = excluded.kind, seen_at = excluded.seen_at,"
-                    f" memory_kind = {_NARROWED}"
-                    " WHERE channels.kind <> excluded.kind",
+                    SEE_CHANNEL,
                     (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
                 )
             info = await self.channel(channel_key=key)
