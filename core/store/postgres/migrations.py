@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from core.store.effects import Change, Effect
+from core.store.effects import Change, Effect, Execute, Fetch
 from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
 from core.store.secret_repair import (
@@ -214,6 +214,20 @@ CREATE INDEX memory_events_by_related ON memory_events(uid, related_id)
 
 logger = logging.getLogger(__name__)
 
+
+def _io(conn: asyncpg.Connection) -> tuple[Fetch, Execute]:
+    """``conn`` as the ``fetch`` and ``execute`` (``?`` placeholders) that the shared repairs
+    (:mod:`core.store.text_repair`, ``secret_repair``, ``relabel``, ``place_repair``) take."""
+
+    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await conn.fetch(numbered(sql), *args))
+
+    async def execute(sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(numbered(sql), *args)
+
+    return fetch, execute
+
+
 _PLACEHOLDER = re.compile(r"\?")
 
 
@@ -228,11 +242,7 @@ async def m006_clean_text(conn: asyncpg.Connection) -> Change:
     control characters, bidirectional overrides, zero-width spaces, BOMs (PostgreSQL never
     held NUL: it refuses it)."""
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.fetch(numbered(sql), *args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(numbered(sql), *args)
+    fetch, execute = _io(conn)
 
     return await clean_stored_text(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
@@ -285,11 +295,7 @@ async def m010_label_remembered(conn: asyncpg.Connection) -> Change:
     """The standing profile's index, and kind and category for memories that ``/remember``
     and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.fetch(numbered(sql), *args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(numbered(sql), *args)
+    fetch, execute = _io(conn)
 
     await conn.execute(M010_STANDING_INDEX)
     changed = await relabel_remembered(fetch=fetch, execute=execute)
@@ -308,11 +314,7 @@ async def m012_redact_secrets(conn: asyncpg.Connection) -> Change:
     """Erase memories and redact turns stored with a secret before the secret check
     (:mod:`core.store.secret_repair`)."""
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.fetch(numbered(sql), *args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(numbered(sql), *args)
+    fetch, execute = _io(conn)
 
     return await redact_stored_secrets(fetch=fetch, execute=execute, now=datetime.now(UTC))
 
@@ -365,11 +367,7 @@ async def m014_places(conn: asyncpg.Connection) -> Change:
         " ALTER TABLE turns ADD COLUMN place text;"
     )
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.fetch(numbered(sql), *args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(numbered(sql), *args)
+    fetch, execute = _io(conn)
 
     before = await count_shared(fetch)
     placed = await place_memories(fetch=fetch, execute=execute)

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-from core.store.effects import Change, Effect
+from core.store.effects import Change, Effect, Execute, Fetch
 from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
 from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
 from core.store.secret_repair import (
@@ -314,15 +314,24 @@ def _m006_sharded_fts() -> str:
 M006_SHARDED_FTS = _m006_sharded_fts()
 
 
-async def m007_clean_text(conn: aiosqlite.Connection) -> Change:
-    """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`): NUL,
-    control characters, bidirectional overrides, zero-width spaces, BOMs."""
+def _io(conn: aiosqlite.Connection) -> tuple[Fetch, Execute]:
+    """``conn`` as the ``fetch`` and ``execute`` (``?`` placeholders) that the shared repairs
+    (:mod:`core.store.text_repair`, ``secret_repair``, ``relabel``, ``place_repair``) take."""
 
     async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return list(await conn.execute_fetchall(sql, args))
 
     async def execute(sql: str, args: Sequence[Any]) -> None:
         await conn.execute(sql, args)
+
+    return fetch, execute
+
+
+async def m007_clean_text(conn: aiosqlite.Connection) -> Change:
+    """Clean memories and turns stored before text hygiene (:mod:`core.store.text_repair`): NUL,
+    control characters, bidirectional overrides, zero-width spaces, BOMs."""
+
+    fetch, execute = _io(conn)
 
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     return await clean_stored_text(fetch=fetch, execute=execute, now=now)
@@ -430,6 +439,7 @@ async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str
 
 logger = logging.getLogger(__name__)
 
+
 M012_STANDING_INDEX = """
 -- The standing profile (core.memory.profile) reads a user's active memories of every kind but
 -- plain general facts, newest first: this partial index answers it without a scan.
@@ -442,11 +452,7 @@ async def m012_label_remembered(conn: aiosqlite.Connection) -> Change:
     """The standing profile's index, and kind and category for memories that ``/remember``
     and import stored as ``fact``/``general`` (:mod:`core.store.relabel`)."""
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.execute_fetchall(sql, args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(sql, args)
+    fetch, execute = _io(conn)
 
     await conn.execute(M012_STANDING_INDEX)
     changed = await relabel_remembered(fetch=fetch, execute=execute)
@@ -466,11 +472,7 @@ async def m014_redact_secrets(conn: aiosqlite.Connection) -> Change:
     (:mod:`core.store.secret_repair`); the erased users' FTS5 indexes are rewritten, so the
     secret's index terms leave the file as a forget's do."""
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.execute_fetchall(sql, args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(sql, args)
+    fetch, execute = _io(conn)
 
     async def erased(uids: set[int]) -> None:
         for fts in sorted({fts_table(uid) for uid in uids}):
@@ -551,11 +553,7 @@ async def m017_places(conn: aiosqlite.Connection) -> Change:
     await conn.execute("ALTER TABLE memories ADD COLUMN reach TEXT NOT NULL DEFAULT 'dm'")
     await conn.execute("ALTER TABLE turns ADD COLUMN place TEXT")
 
-    async def fetch(sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await conn.execute_fetchall(sql, args))
-
-    async def execute(sql: str, args: Sequence[Any]) -> None:
-        await conn.execute(sql, args)
+    fetch, execute = _io(conn)
 
     before = await count_shared(fetch)
     placed = await place_memories(fetch=fetch, execute=execute)
