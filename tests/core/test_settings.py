@@ -371,3 +371,26 @@ def test_a_bad_file_memory_budget_names_the_variable(
         ConfigError, match=r"^SELFMIND_FILE_MEMORY_MB: .*\(set in environment: fix it there\)"
     ):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SELFMIND_CHANNEL_MEMORY_TOKENS", "-1"),
+        ("SELFMIND_CHANNEL_MEMORY_TOKENS", "lots"),
+        ("SELFMIND_CHANNEL_MEMORY_TOKENS", "99999"),
+        ("SELFMIND_FILE_PARSE_TIMEOUT_S", "0"),
+        ("SELFMIND_FILE_PARSE_TIMEOUT_S", "forever"),
+        ("SELFMIND_CONSOLIDATION_WINDOW", "2am-5am"),
+        ("SELFMIND_CONSOLIDATION_DAILY_TOKENS", "0"),
+        ("SELFMIND_CONSOLIDATION", "sometimes"),
+    ],
+)
+def test_a_bad_team_memory_file_or_consolidation_setting_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """The settings this stop added refuse a bad value in one line naming the variable and
+    where it is set, as every other setting does."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=rf"^{name}: .*\(set in environment: fix it there\)"):
+        load_settings()
