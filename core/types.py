@@ -190,6 +190,18 @@ class MemoryWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class TeamWrite:
+    """What a reflection on a channel's exchange teaches the channel's own memory, written
+    in the reflection's transaction (:meth:`core.store.seams.ReflectionQueue.finish_reflection`):
+    ``memories`` owned by ``channel_key``, each new one attributed as ``said`` (its
+    ``memory_id`` is replaced by the entry's)."""
+
+    channel_key: str
+    memories: tuple[NewMemory, ...]
+    said: Attribution
+
+
+@dataclass(frozen=True, slots=True)
 class ScoredMemory:
     """A recalled memory and its BM25 score (higher is better)."""
 

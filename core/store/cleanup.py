@@ -16,8 +16,9 @@ Undo window: retired and superseded memories keep their text for ``UNDO_WINDOW``
 change can no longer be undone.
 
 Each backend supplies a :class:`ChangeTx`: its SQL for one user inside one open write
-transaction (SQLite: :mod:`core.store.sqlite.cleanup`, PostgreSQL:
-:mod:`core.store.postgres.cleanup`). The rules here decide what to run and when to refuse.
+transaction (SQLite: :mod:`core.store.sqlite.tx`, PostgreSQL: :mod:`core.store.postgres.tx`),
+which :class:`core.store.memories.MemoryRules` opens. The rules here decide what to run and
+when to refuse.
 """
 
 from __future__ import annotations

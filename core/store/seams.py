@@ -44,6 +44,7 @@ from core.types import (
     NewTurn,
     ReflectionState,
     ScoredMemory,
+    TeamWrite,
     Turn,
     UsageRecord,
     UsageRow,
@@ -281,16 +282,20 @@ class ReflectionQueue(Protocol):
         dedupe: Deduper,
         attempts: int,
         usage: Sequence[UsageRecord] = (),
+        team: TeamWrite | None = None,
     ) -> list[AddResult] | None:
         """A reflection's end in ONE transaction: record ``usage`` (the reflection's calls);
         re-read the user turn ``turn_id`` of ``user_key`` and, while it still waits for its
         reflection (:func:`core.store.writes.still_reflecting`), write each of ``memories``
         as :meth:`MemoryStore.add` does (the same rule: supersede before dedupe, each one
         deduped against the stored memories and those before it; ``MemoryWrite.supersedes``
-        as given, the caller keeps them to the ids it may name) and mark the turn ``done``
-        with ``attempts``. Returns one ``AddResult`` per memory, in order; None when the turn
-        no longer waits (memory paused or off, forgotten, already finished): then only the
-        usage is written and the turn is left as it is.
+        as given, the caller keeps them to the ids it may name), then ``team``'s entries as
+        :meth:`MemoryStore.add_many` does for its channel key, each new one attributed
+        (:meth:`core.store.channels.ChannelStore.attribute`), and mark the turn ``done`` with
+        ``attempts``. Returns one ``AddResult`` per memory, in order, those of ``team``
+        after those of ``memories``; None when the turn no longer waits (memory paused or off,
+        forgotten, already finished): then only the usage is written and the turn is left as
+        it is (nothing of ``team`` either).
 
         A failure anywhere inside writes nothing (no memory, no mark, no usage): the turn
         stays pending, and running the reflection again is safe. Raises the driver's error

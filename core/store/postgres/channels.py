@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
@@ -84,34 +86,9 @@ class PostgresChannels(PostgresBase):
         return [channel_from_row(list(r), when=_same, entries=r[10]) for r in rows]
 
     async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
-        if not entries:
-            return
-        async with self._tx() as conn:
-            await conn.executemany(
-                "INSERT INTO channel_entries(memory_id, channel_key, said_by, said_by_name,"
-                " said_at, link, changed_by)"
-                " SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS"
-                " (SELECT 1 FROM memories WHERE id = $1)"
-                " ON CONFLICT (memory_id) DO UPDATE SET channel_key = excluded.channel_key,"
-                " said_by = excluded.said_by, said_by_name = excluded.said_by_name,"
-                " said_at = excluded.said_at, link = excluded.link,"
-                " changed_by = excluded.changed_by",
-                [
-                    (
-                        a.memory_id,
-                        channel_key,
-                        a.said_by,
-                        a.said_by_name,
-                        a.said_at,
-                        a.link,
-                        a.changed_by,
-                    )
-                    for a in entries
-                ],
-            )
-            await conn.execute(
-                "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
-            )
+        if entries:
+            async with self._tx() as conn:
+                await write_attribution(conn, channel_key, entries)
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
         async with self._tx() as conn:
@@ -163,3 +140,28 @@ class PostgresChannels(PostgresBase):
                 "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = $1", user_key
             )
         return int(status.split()[-1])
+
+
+async def write_attribution(
+    conn: asyncpg.Connection, channel_key: str, entries: Sequence[Attribution]
+) -> None:
+    """Inside a transaction: record (or replace) who said each entry
+    (:meth:`PostgresChannels.attribute`; an entry whose memory is gone is skipped) and give
+    the channel a new revision."""
+    await conn.executemany(
+        "INSERT INTO channel_entries(memory_id, channel_key, said_by, said_by_name,"
+        " said_at, link, changed_by)"
+        " SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS"
+        " (SELECT 1 FROM memories WHERE id = $1)"
+        " ON CONFLICT (memory_id) DO UPDATE SET channel_key = excluded.channel_key,"
+        " said_by = excluded.said_by, said_by_name = excluded.said_by_name,"
+        " said_at = excluded.said_at, link = excluded.link,"
+        " changed_by = excluded.changed_by",
+        [
+            (a.memory_id, channel_key, a.said_by, a.said_by_name, a.said_at, a.link, a.changed_by)
+            for a in entries
+        ],
+    )
+    await conn.execute(
+        "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
+    )

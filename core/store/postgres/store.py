@@ -29,371 +29,57 @@ short memory that FTS5's length-blind ranking left out. On LoCoMo (``bench/retri
 on one conversation PostgreSQL's top 6 equals exhaustive per-user BM25 for 146 of 150
 questions, SQLite's for 110.
 
-Across replicas: a write to a user's memories first locks the user's row, so concurrent
-writes of one user are serialised and dedupe sees what another replica just stored; the
-partial unique index on ``(uid, norm)`` over active memories is the last line (a violation is
-reported as a duplicate of the stored memory). Forgetting deletes the row at once; as in any
-PostgreSQL table the dead tuple stays on disk until (auto)vacuum and in WAL archives.
+Across replicas, and erasure: :mod:`core.store.postgres.tx`.
 
 Connection, replicas and locks: :mod:`core.store.postgres.base`; turns, event claims, modes
-and usage: :mod:`core.store.postgres.conversations`; cleanup changes:
-:mod:`core.store.postgres.cleanup`; embeddings: :mod:`core.store.postgres.vectors`; schema:
+and usage: :mod:`core.store.postgres.conversations`; memory writes, cleanup changes and
+erasure (SQL only; the rules: :mod:`core.store.memories`): :mod:`core.store.postgres.tx`;
+embeddings: :mod:`core.store.postgres.vectors`; schema:
 :mod:`core.store.postgres.migrations`; moving a SQLite file in: :mod:`core.store.postgres.admin`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
-import asyncpg
-
-from core.rules.about import same_person
-from core.rules.dedupe import Deduper
-from core.rules.places import stored_place
-from core.rules.text import index_terms, normalize
+from core.store.memories import MemoryRules, MemoryTx
 from core.store.postgres.channels import PostgresChannels
-from core.store.postgres.cleanup import PostgresHygiene
-from core.store.postgres.conversations import PostgresConversations, end_reflection
+from core.store.postgres.conversations import PostgresConversations
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
+from core.store.postgres.tx import PostgresTx
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
 from core.store.rows import memory_filter
-from core.store.writes import bulk_results, still_reflecting
-from core.types import (
-    AddResult,
-    Memory,
-    MemoryEvent,
-    MemoryStats,
-    MemoryWrite,
-    NewMemory,
-    ScoredMemory,
-    UsageRecord,
-    UserSummary,
-    utcnow,
-)
+from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
 
 logger = logging.getLogger(__name__)
 
-DEDUPE_CANDIDATES = 50
-"""How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
-
-_INSERT = (
-    "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-    " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
-)
+T = TypeVar("T")
 
 
 class PostgresStore(
-    PostgresChannels, PostgresHygiene, PostgresVectors, PostgresRecallLog, PostgresConversations
+    MemoryRules, PostgresChannels, PostgresVectors, PostgresRecallLog, PostgresConversations
 ):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
-    PostgresStore.open(url)``, close with ``close``."""
+    PostgresStore.open(url)``, close with ``close``. Its memory writes are the shared rules
+    (:class:`core.store.memories.MemoryRules`) over :class:`core.store.postgres.tx.PostgresTx`."""
 
-    async def _event(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        memory_id: int,
-        event: str,
-        at: datetime,
-        conversation_key: str | None,
-        related_id: int | None = None,
-    ) -> None:
-        await conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            uid,
-            memory_id,
-            event,
-            at,
-            conversation_key,
-            related_id,
-        )
-
-    # ---------------------------------------------------------------- writes
-    async def add(
-        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
-    ) -> AddResult:
+    async def _transact(
+        self, work: Callable[[MemoryTx], Awaitable[T]], *, retry: bool = False
+    ) -> T:
+        if retry:
+            return await self._tx_retrying(lambda conn: work(PostgresTx(self, conn)))
         async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key, create=True)
-            assert uid is not None
-            result = await self._add_superseding(conn, uid, user_key, memory, dedupe, supersedes)
-            await self._note_write(conn, uid, [memory], [result])
-            return result
+            return await work(PostgresTx(self, conn))
 
-    async def finish_reflection(
-        self,
-        *,
-        turn_id: int,
-        user_key: str,
-        memories: Sequence[MemoryWrite],
-        dedupe: Deduper,
-        attempts: int,
-        usage: Sequence[UsageRecord] = (),
-    ) -> list[AddResult] | None:
-        async with self._tx() as conn:
-            # The user's row first, then the turn's, as forget_all takes them (no deadlock);
-            # the turn's lock holds a mode change (which turns it off) until the commit.
-            uid = await self._lock_user(conn, user_key, create=bool(memories))
-            state = await conn.fetchval(
-                "SELECT reflection FROM turns WHERE id = $1 AND user_key = $2 FOR UPDATE",
-                turn_id,
-                user_key,
-            )
-            if not still_reflecting(state):
-                # Only the usage, and the attempt on the user's turn (when there is one), so a
-                # run again after this commit (its outcome lost) knows the usage is in.
-                noted = attempts if state is not None else None
-                await end_reflection(conn, turn_id, None, noted, usage)
-                return None
-            results = []
-            if memories:
-                assert uid is not None
-                for w in memories:
-                    results.append(
-                        await self._add_superseding(
-                            conn, uid, user_key, w.memory, dedupe, w.supersedes
-                        )
-                    )
-                await self._note_write(conn, uid, [w.memory for w in memories], results)
-            await end_reflection(conn, turn_id, "done", attempts, usage)
-            return results
-
-    async def _add_superseding(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        user_key: str,
-        memory: NewMemory,
-        dedupe: Deduper,
-        supersedes: Sequence[int],
-    ) -> AddResult:
-        """Inside a write holding the user's row: :meth:`add`'s rule for one memory."""
-        result = await self._add_one(conn, uid, user_key, memory, dedupe, supersedes)
-        done = [
-            old_id
-            for old_id in dict.fromkeys(supersedes)
-            if await self._supersede(conn, uid, old_id, result.id, memory.conversation_key)
-        ]
-        return replace(result, superseded=result.superseded + tuple(done))
-
-    async def add_many(
-        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
-    ) -> list[AddResult]:
-        """Write several memories in one transaction.
-
-        With a ``dedupe``, each is checked against all before it. With ``None`` (bulk loads
-        of trusted data) only exact duplicates are skipped, and rows go in by one statement.
-        """
-        async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key, create=True)
-            assert uid is not None
-            if dedupe is None:
-                results = await self._bulk_add(conn, uid, memories)
-            else:
-                results = [await self._add_one(conn, uid, user_key, m, dedupe) for m in memories]
-            await self._note_write(conn, uid, memories, results)
-            return results
-
-    async def _bulk_add(
-        self, conn: asyncpg.Connection, uid: int, memories: Sequence[NewMemory]
-    ) -> list[AddResult]:
-        if not memories:
-            return []
-        now = utcnow()
-        norms = [normalize(m.text) for m in memories]
-        terms = [index_terms(uid, m.text) for m in memories]
-        owner = await conn.fetchval("SELECT user_key FROM users WHERE uid = $1", uid)
-        places = [stored_place(m.place, user_key=str(owner)) for m in memories]
-        inserted = await conn.fetch(
-            f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
-            " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu, x.place,"
-            " x.reach FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[],"
-            " $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[],"
-            " $12::timestamptz[], $13::text[], $14::date[], $15::date[], $16::text[],"
-            " $17::text[]) WITH ORDINALITY AS x(text, norm, terms, n_terms, kind, category,"
-            " source, origin, ck, created, updated, about, vf, vu, place, reach, n)"
-            " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
-            uid,
-            [m.text for m in memories],
-            norms,
-            [" ".join(t) for t in terms],
-            [len(t) for t in terms],
-            [m.kind for m in memories],
-            [m.category for m in memories],
-            [m.source for m in memories],
-            [m.origin for m in memories],
-            [m.conversation_key for m in memories],
-            [m.created_at or now for m in memories],
-            [m.updated_at or m.created_at or now for m in memories],
-            [m.about for m in memories],
-            [m.valid_from for m in memories],
-            [m.valid_until for m in memories],
-            *map(list, zip(*places, strict=True)),
+    async def users_with_memories(self, *, at_least: int) -> list[str]:
+        rows = await self._fetch(
+            "SELECT user_key FROM users WHERE n_docs >= $1 ORDER BY uid", at_least
         )
-        new_ids = sorted(int(r[0]) for r in inserted)
-        await conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at)"
-            " SELECT $1, x.id, 'added', $3 FROM unnest($2::bigint[]) AS x(id) ORDER BY x.id",
-            uid,
-            new_ids,
-            now,
-        )
-        ids = {
-            r[1]: int(r[0])
-            for r in await conn.fetch(
-                "SELECT id, norm FROM memories WHERE uid = $1 AND superseded_by IS NULL"
-                " AND norm = ANY($2::text[])",
-                uid,
-                norms,
-            )
-        }
-        return bulk_results(norms, ids, set(new_ids))
-
-    async def _add_one(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        user_key: str,
-        memory: NewMemory,
-        dedupe: Deduper,
-        supersedes: Sequence[int] = (),
-    ) -> AddResult:
-        norm = normalize(memory.text)
-        twin_sql = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
-        existing = await conn.fetchval(twin_sql, uid, norm)
-        if existing is not None:
-            return AddResult(id=int(existing), status="duplicate")
-        neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
-        decision = dedupe.decide(
-            memory.text,
-            # Only memories about the same person (core.rules.about.same_person).
-            (s.memory for s in neighbours if same_person(s.memory.about, memory.about)),
-            replacing=frozenset(supersedes),
-        )
-        if decision.duplicate_of is not None:
-            return AddResult(id=decision.duplicate_of.id, status="duplicate")
-        terms = index_terms(uid, memory.text)
-        created = memory.created_at or utcnow()
-        try:
-            async with conn.transaction():  # a savepoint: a violation keeps the outer one
-                memory_id = int(
-                    await conn.fetchval(
-                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
-                        " $13, $14, $15, $16, $17) RETURNING id",
-                        uid,
-                        memory.text,
-                        norm,
-                        " ".join(terms),
-                        len(terms),
-                        memory.kind,
-                        memory.category,
-                        memory.source,
-                        memory.origin,
-                        memory.conversation_key,
-                        created,
-                        memory.updated_at or created,
-                        memory.about,
-                        memory.valid_from,
-                        memory.valid_until,
-                        *stored_place(memory.place, user_key=user_key),
-                    )
-                )
-        except asyncpg.UniqueViolationError:
-            existing = await conn.fetchval(twin_sql, uid, norm)
-            logger.info("user=%s: identical memory stored concurrently as #%s", user_key, existing)
-            return AddResult(id=int(existing), status="duplicate")
-        await self._event(conn, uid, memory_id, "added", utcnow(), memory.conversation_key)
-        # A more specific fact (or a new state) supersedes the general one it narrows.
-        narrowed = [
-            old.id
-            for old in decision.supersedes
-            if await self._supersede(conn, uid, old.id, memory_id, memory.conversation_key)
-        ]
-        return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
-
-    async def _supersede(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        old_id: int,
-        new_id: int,
-        conversation_key: str | None,
-    ) -> bool:
-        if old_id == new_id:
-            return False
-        owned = await conn.fetchval(
-            "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
-            uid,
-            [old_id, new_id],
-        )
-        if owned != 2:
-            return False
-        now = utcnow()
-        status = await conn.execute(
-            "UPDATE memories SET superseded_by = $1, superseded_at = $2"
-            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
-            new_id,
-            now,
-            old_id,
-            uid,
-        )
-        if status != "UPDATE 1":
-            return False
-        await self._event(conn, uid, old_id, "superseded", now, conversation_key, new_id)
-        return True
-
-    async def forget(self, *, user_key: str, memory_id: int) -> bool:
-        """Delete one memory (its embedding by cascade); events keep no text."""
-        async with self._tx() as conn:
-            uid = await self._lock_user(conn, user_key)
-            if uid is None:
-                return False
-            return await self._erase_ids(conn, uid, [memory_id]) == 1
-
-    async def forget_all(self, *, user_key: str) -> int:
-        """Delete all the user's memories (superseded ones too) and turns in one transaction
-        of set-based statements (linear in the user's rows; other users' rows are not
-        locked); returns how many active memories there were. Run again when the server breaks
-        a deadlock with a turn finishing or a mode change (:meth:`_tx_retrying`)."""
-
-        async def erase(conn: asyncpg.Connection) -> int:
-            uid = await self._lock_user(conn, user_key)
-            if uid is None:
-                # No committed row: a first reflection of this user may be inserting it now.
-                # Inserting it too waits for that one (its memories are then erased here,
-                # ``finish_reflection`` takes the same row first); a row made here only for
-                # that goes again at once, so a forget never leaves a user behind.
-                made = await conn.fetchval(
-                    "INSERT INTO users(user_key, created_at) VALUES ($1, now())"
-                    " ON CONFLICT (user_key) DO NOTHING RETURNING uid",
-                    user_key,
-                )
-                if made is not None:
-                    await conn.execute("DELETE FROM users WHERE uid = $1", made)
-                else:
-                    uid = await self._lock_user(conn, user_key)
-            count = 0
-            if uid is not None:
-                count = int(
-                    await conn.fetchval(
-                        "SELECT count(*) FROM memories WHERE uid = $1 AND superseded_by IS NULL",
-                        uid,
-                    )
-                )
-                await self._erase_user(conn, uid)
-            await conn.execute(
-                "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = $1)",
-                user_key,
-            )
-            await conn.execute("DELETE FROM turns WHERE user_key = $1", user_key)
-            await conn.execute("DELETE FROM pending_actions WHERE user_key = $1", user_key)
-            return count
-
-        return await self._tx_retrying(erase)
+        return [str(r[0]) for r in rows]
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
@@ -505,19 +191,7 @@ class PostgresStore(
             return []
         with self._errors():
             async with self._pool.acquire() as conn:
-                return await self._search(conn, uid, user_key, query, k, reach, pool)
-
-    async def _search(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        user_key: str,
-        query: str,
-        k: int,
-        reach: Sequence[str] | None,
-        pool: int | None = None,
-    ) -> list[ScoredMemory]:
-        return await search_user(conn, uid, user_key, query, k, reach, pool)
+                return await search_user(conn, uid, user_key, query, k, reach, pool)
 
     # ---------------------------------------------------------------- operators
     async def users(self, *, user_key: str | None = None) -> list[UserSummary]:

@@ -9,12 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-import asyncpg
-
 from core.store.postgres.base import PostgresBase
 from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
-from core.store.writes import confirmed
-from core.types import AddResult, MemoryUse, NewMemory
+from core.types import MemoryUse
 
 RECALLED = (
     "INSERT INTO memory_uses(memory_id, uid, recalls, last_recalled_at)"
@@ -25,16 +22,9 @@ RECALLED = (
 )
 """One more recall at $1 for each of user $2's memories among the ids $3."""
 
-_CONFIRMED = (
-    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
-    " SELECT x, $1, count(*) FROM unnest($2::bigint[]) AS x GROUP BY x ORDER BY x"
-    " ON CONFLICT (memory_id) DO UPDATE SET"
-    " confirmations = memory_uses.confirmations + excluded.confirmations"
-)
-
 
 class PostgresRecallLog(PostgresBase):
-    """The :class:`core.store.seams.RecallLog` reads, and the writes' confirmations."""
+    """The :class:`core.store.seams.RecallLog` reads (confirmations: :mod:`core.store.memories`)."""
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
@@ -56,16 +46,3 @@ class PostgresRecallLog(PostgresBase):
     async def recall_log_started(self) -> datetime | None:
         at = await self._fetchval(RECALL_LOG_STARTED)
         return at if isinstance(at, datetime) else None
-
-    async def _note_write(
-        self,
-        conn: asyncpg.Connection,
-        uid: int,
-        memories: Sequence[NewMemory],
-        results: Sequence[AddResult],
-    ) -> None:
-        """Inside a memory write of user ``uid`` (whose row it holds locked): count its
-        confirmations (:func:`core.store.writes.confirmed`)."""
-        ids = confirmed(memories, results)
-        if ids:
-            await conn.execute(_CONFIRMED, uid, ids)

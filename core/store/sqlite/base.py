@@ -381,6 +381,26 @@ class SQLiteBase:
             _IN_WRITE.reset(token)
             self._write_lock.release()
 
+    async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
+        """The numeric id of ``user_key``; created (inside a write) when ``create``."""
+        if user_key in self._uids:
+            return self._uids[user_key]
+        row = await self._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
+        if row is None:
+            if not create:
+                return None
+            cur = await self._conn.execute(
+                "INSERT INTO users(user_key, created_at) VALUES (?, ?)", (user_key, ts(utcnow()))
+            )
+            uid = cast(int, cur.lastrowid)
+        else:
+            uid = row[0]
+        if not _IN_WRITE.get():
+            # Only a committed uid is kept: one inserted (or read) inside a write that then
+            # rolls back would be handed by SQLite to the next new user.
+            self._uids[user_key] = uid
+        return uid
+
     async def _erase_index(self, uid: int) -> None:
         """Rewrite user ``uid``'s FTS5 index into one segment (inside the caller's write), so
         the postings of rows deleted from it leave the file. Costs about 1.2 us per memory in

@@ -7,6 +7,8 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
+import aiosqlite
+
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
     CHANNEL_COLUMNS,
@@ -78,28 +80,9 @@ class SQLiteChannels(SQLiteBase):
         return [channel_from_row(r, when=dt) for r in rows]
 
     async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
-        if not entries:
-            return
-        async with self._write():
-            await self._conn.executemany(
-                "INSERT OR REPLACE INTO channel_entries(memory_id, channel_key, said_by,"
-                " said_by_name, said_at, link, changed_by)"
-                " SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?)",
-                [
-                    (
-                        a.memory_id,
-                        channel_key,
-                        a.said_by,
-                        a.said_by_name,
-                        ts(a.said_at),
-                        a.link,
-                        a.changed_by,
-                        a.memory_id,
-                    )
-                    for a in entries
-                ],
-            )
-            await self._conn.execute(_BUMP_ONE, (channel_key,))
+        if entries:
+            async with self._write():
+                await write_attribution(self._conn, channel_key, entries)
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
         async with self._write():
@@ -152,3 +135,29 @@ class SQLiteChannels(SQLiteBase):
                 "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = ?", (user_key,)
             )
             return changed
+
+
+async def write_attribution(
+    conn: aiosqlite.Connection, channel_key: str, entries: Sequence[Attribution]
+) -> None:
+    """Inside a write: record (or replace) who said each entry (:meth:`SQLiteChannels.attribute`;
+    an entry whose memory is gone is skipped) and give the channel a new revision."""
+    await conn.executemany(
+        "INSERT OR REPLACE INTO channel_entries(memory_id, channel_key, said_by,"
+        " said_by_name, said_at, link, changed_by)"
+        " SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?)",
+        [
+            (
+                a.memory_id,
+                channel_key,
+                a.said_by,
+                a.said_by_name,
+                ts(a.said_at),
+                a.link,
+                a.changed_by,
+                a.memory_id,
+            )
+            for a in entries
+        ],
+    )
+    await conn.execute(_BUMP_ONE, (channel_key,))

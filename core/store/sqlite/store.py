@@ -21,63 +21,38 @@ claims and memory modes: :mod:`core.store.sqlite.conversations`.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar
 
-from core.rules.about import same_person
 from core.rules.bm25 import candidate_pool, rescore
-from core.rules.dedupe import Deduper
-from core.rules.places import check_reaches, parse_place, stored_place
-from core.rules.text import index_terms, normalize, query_terms
+from core.rules.places import check_reaches, parse_place
+from core.rules.text import query_terms
+from core.store.memories import MemoryRules, MemoryTx
 from core.store.rows import memory_filter
-from core.store.sqlite.base import _IN_WRITE, day, day_columns, dt, ts
+from core.store.sqlite.base import day, dt, ts
 from core.store.sqlite.channels import SQLiteChannels
-from core.store.sqlite.cleanup import SQLiteHygiene
-from core.store.sqlite.conversations import SQLiteConversations, end_reflection
+from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
+from core.store.sqlite.tx import SQLiteTx
 from core.store.sqlite.uses import SQLiteRecallLog
 from core.store.sqlite.vectors import SQLiteVectors
-from core.store.writes import bulk_results, still_reflecting
-from core.types import (
-    AddResult,
-    Memory,
-    MemoryEvent,
-    MemoryStats,
-    MemoryWrite,
-    NewMemory,
-    ScoredMemory,
-    UsageRecord,
-    UserSummary,
-    utcnow,
-)
+from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
 
 logger = logging.getLogger(__name__)
 
-DEDUPE_CANDIDATES = 50
-"""How many BM25 neighbours of a new memory are compared by Jaccard in dedupe."""
-
 FORGET_BATCH = 5000
 """Memories deleted per transaction by ``forget_all`` (about 0.2 s of write lock each)."""
+
+T = TypeVar("T")
 
 _MEMORY_COLUMNS = (
     "m.id, u.user_key, m.text, m.kind, m.category, m.source, m.origin, m.created_at, "
     "m.updated_at, m.conversation_key, m.superseded_by, m.about, m.valid_from, m.valid_until,"
     " m.place"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    """A stored memory as dedupe sees it."""
-
-    id: int
-    text: str
-    about: str | None = None
 
 
 def _memory(row: Sequence[Any]) -> Memory:
@@ -100,322 +75,30 @@ def _memory(row: Sequence[Any]) -> Memory:
     )
 
 
-class SQLiteStore(
-    SQLiteChannels, SQLiteHygiene, SQLiteVectors, SQLiteRecallLog, SQLiteConversations
-):
-    """The memory half of the SQLite store (:class:`core.store.seams.Store`); open with ``open``."""
+class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
+    """The SQLite store (:class:`core.store.seams.Store`); open with ``open``. Its memory
+    writes are the shared rules (:class:`core.store.memories.MemoryRules`) over
+    :class:`core.store.sqlite.tx.SQLiteTx`."""
 
-    async def _uid(self, user_key: str, *, create: bool = False) -> int | None:
-        """The numeric id of ``user_key``; created (inside a write) when ``create``."""
-        if user_key in self._uids:
-            return self._uids[user_key]
-        row = await self._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
-        if row is None:
-            if not create:
-                return None
-            cur = await self._conn.execute(
-                "INSERT INTO users(user_key, created_at) VALUES (?, ?)", (user_key, ts(utcnow()))
-            )
-            uid = cast(int, cur.lastrowid)
-        else:
-            uid = row[0]
-        if not _IN_WRITE.get():
-            # Only a committed uid is kept: one inserted (or read) inside a write that then
-            # rolls back would be handed by SQLite to the next new user.
-            self._uids[user_key] = uid
-        return uid
+    forget_batch = FORGET_BATCH
 
-    async def _event(
-        self,
-        uid: int,
-        memory_id: int,
-        event: str,
-        at: datetime,
-        conversation_key: str | None,
-        related_id: int | None = None,
-    ) -> None:
-        await self._conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (uid, memory_id, event, ts(at), conversation_key, related_id),
-        )
-
-    # ---------------------------------------------------------------- writes
-    async def add(
-        self, *, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int] = ()
-    ) -> AddResult:
+    async def _transact(
+        self, work: Callable[[MemoryTx], Awaitable[T]], *, retry: bool = False
+    ) -> T:
+        # One writer: no deadlock to retry.
         async with self._write():
-            uid = cast(int, await self._uid(user_key, create=True))
-            result = await self._add_superseding(uid, user_key, memory, dedupe, supersedes)
-            await self._note_write(uid, [memory], [result])
-            return result
+            return await work(SQLiteTx(self))
 
-    async def finish_reflection(
-        self,
-        *,
-        turn_id: int,
-        user_key: str,
-        memories: Sequence[MemoryWrite],
-        dedupe: Deduper,
-        attempts: int,
-        usage: Sequence[UsageRecord] = (),
-    ) -> list[AddResult] | None:
-        async with self._write():
-            row = await self._fetchone(
-                "SELECT reflection FROM turns WHERE id = ? AND user_key = ?", (turn_id, user_key)
-            )
-            if not still_reflecting(row[0] if row else None):
-                # Only the usage, and the attempt on the user's turn (when there is one), so a
-                # run again after this commit (its outcome lost) knows the usage is in.
-                noted = attempts if row else None
-                await self._on_thread(end_reflection, turn_id, None, noted, usage)
-                return None
-            results = []
-            if memories:
-                uid = cast(int, await self._uid(user_key, create=True))
-                for w in memories:
-                    results.append(
-                        await self._add_superseding(uid, user_key, w.memory, dedupe, w.supersedes)
-                    )
-                await self._note_write(uid, [w.memory for w in memories], results)
-            await self._on_thread(end_reflection, turn_id, "done", attempts, usage)
-            return results
-
-    async def _add_superseding(
-        self, uid: int, user_key: str, memory: NewMemory, dedupe: Deduper, supersedes: Sequence[int]
-    ) -> AddResult:
-        """Inside a write: :meth:`add`'s rule for one memory (the seam's docstring)."""
-        result = await self._add_one(uid, user_key, memory, dedupe, supersedes)
-        done = [
-            old_id
-            for old_id in dict.fromkeys(supersedes)
-            if await self._supersede(uid, old_id, result.id, memory.conversation_key)
-        ]
-        return replace(result, superseded=result.superseded + tuple(done))
-
-    async def add_many(
-        self, *, user_key: str, memories: Sequence[NewMemory], dedupe: Deduper | None
-    ) -> list[AddResult]:
-        """Write several memories in one transaction.
-
-        With a ``dedupe``, each is checked against all before it. With ``None`` (bulk loads
-        of trusted data) only exact duplicates are skipped, and rows go in by ``executemany``.
-        """
-        async with self._write():
-            uid = cast(int, await self._uid(user_key, create=True))
-            if dedupe is None:
-                results = await self._bulk_add(uid, memories)
-            else:
-                results = [await self._add_one(uid, user_key, m, dedupe) for m in memories]
-            await self._note_write(uid, memories, results)
-            return results
-
-    async def _bulk_add(self, uid: int, memories: Sequence[NewMemory]) -> list[AddResult]:
-        row = await self._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
-        start = row[0] if row else 0
-        now = utcnow()
-        found = await self._fetchone("SELECT user_key FROM users WHERE uid = ?", (uid,))
-        owner = str(found[0]) if found else ""
-        rows = []
-        for m in memories:
-            terms = index_terms(uid, m.text)
-            created = m.created_at or now
-            rows.append(
-                (
-                    uid,
-                    m.text,
-                    normalize(m.text),
-                    " ".join(terms),
-                    len(terms),
-                    m.kind,
-                    m.category,
-                    m.source,
-                    m.origin,
-                    m.conversation_key,
-                    ts(created),
-                    ts(m.updated_at or created),
-                    *day_columns(m),
-                    *stored_place(m.place, user_key=owner),
-                )
-            )
-        await self._conn.executemany(
-            "INSERT OR IGNORE INTO memories(uid, text, norm, terms, n_terms, kind, category,"
-            " source, origin, conversation_key, created_at, updated_at, about, valid_from,"
-            " valid_until, place, reach)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        await self._conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at)"
-            " SELECT uid, id, 'added', ? FROM memories WHERE uid = ? AND id > ?",
-            (ts(now), uid, start),
-        )
-        ids = {
-            r[1]: r[0]
-            for r in await self._fetchall(
-                "SELECT id, norm FROM memories WHERE uid = ? AND superseded_by IS NULL"
-                " AND norm IN (SELECT value FROM json_each(?))",
-                (uid, json.dumps([r[2] for r in rows])),
-            )
-        }
-        fresh = {i for i in ids.values() if i > start}
-        return bulk_results([r[2] for r in rows], ids, fresh)
-
-    async def _add_one(
-        self,
-        uid: int,
-        user_key: str,
-        memory: NewMemory,
-        dedupe: Deduper,
-        supersedes: Sequence[int] = (),
-    ) -> AddResult:
-        norm = normalize(memory.text)
-        known = await self._dedupe_candidates(uid, norm, memory.text)
-        decision = dedupe.decide(
-            memory.text,
-            # Only memories about the same person (the same text always: one active copy).
-            [c for c in known if same_person(c.about, memory.about) or normalize(c.text) == norm],
-            replacing=frozenset(supersedes),
-        )
-        if decision.duplicate_of is not None:
-            return AddResult(id=decision.duplicate_of.id, status="duplicate")
-        terms = index_terms(uid, memory.text)
-        created = memory.created_at or utcnow()
-        updated = memory.updated_at or created
-        cur = await self._conn.execute(
-            "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " conversation_key, created_at, updated_at, about, valid_from, valid_until, place,"
-            " reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                uid,
-                memory.text,
-                norm,
-                " ".join(terms),
-                len(terms),
-                memory.kind,
-                memory.category,
-                memory.source,
-                memory.origin,
-                memory.conversation_key,
-                ts(created),
-                ts(updated),
-                *day_columns(memory),
-                *stored_place(memory.place, user_key=user_key),
-            ),
-        )
-        memory_id = cast(int, cur.lastrowid)
-        await self._event(uid, memory_id, "added", utcnow(), memory.conversation_key)
-        # A more specific fact (or a new state) supersedes the general one it narrows.
-        narrowed = [
-            old.id
-            for old in decision.supersedes
-            if await self._supersede(uid, old.id, memory_id, memory.conversation_key)
-        ]
-        return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
-
-    async def _dedupe_candidates(self, uid: int, norm: str, text: str) -> list[_Candidate]:
-        """In one query: the active memory with the same normalised text, if any, then the
-        ``DEDUPE_CANDIDATES`` best BM25 neighbours (FTS5's order is enough for Jaccard)."""
-        terms = query_terms(uid, text)
-        exact = (
-            "SELECT id, text, about FROM memories WHERE uid = ? AND norm = ?"
-            " AND superseded_by IS NULL"
-        )
-        if not terms:
-            rows = await self._fetchall(exact, (uid, norm))
-        else:
-            match = " OR ".join(f'"{t}"' for t in terms)
-            fts = fts_table(uid)
-            rows = await self._fetchall(
-                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text, m.about FROM ("
-                f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
-                f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
-                (uid, norm, match, DEDUPE_CANDIDATES),
-            )
-        return [_Candidate(r[0], r[1], r[2]) for r in rows]
-
-    async def _supersede(
-        self, uid: int, old_id: int, new_id: int, conversation_key: str | None
-    ) -> bool:
-        if old_id == new_id:
-            return False
-        rows = await self._fetchall(
-            "SELECT id FROM memories WHERE uid = ? AND id IN (?, ?)", (uid, old_id, new_id)
-        )
-        if len(rows) != 2:
-            return False
-        now = utcnow()
-        cur = await self._conn.execute(
-            "UPDATE memories SET superseded_by = ?, superseded_at = ?"
-            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
-            (new_id, ts(now), old_id, uid),
-        )
-        if cur.rowcount != 1:
-            return False
-        await self._event(uid, old_id, "superseded", now, conversation_key, related_id=new_id)
-        return True
-
-    async def forget(self, *, user_key: str, memory_id: int) -> bool:
-        """Erase one memory: its row, embedding and index terms (the user's FTS5 index is
-        rewritten, :meth:`_erase_index`), then the WAL is checkpointed and truncated, so no
-        byte of its text stays in the database, ``-wal`` or ``-shm`` file."""
-        async with self._write():
-            uid = await self._uid(user_key)
-            if uid is None:
-                return False
-            gone = await self._erase_ids(uid, [memory_id]) == 1
-            if gone:
-                await self._erase_index(uid)
-        if gone:
-            await self._truncate_wal()
-        return gone
-
-    async def forget_all(self, *, user_key: str) -> int:
-        """Erase all the user's memories (superseded ones too) and conversation turns; returns
-        how many active memories there were.
-
-        Deleted in batches of ``FORGET_BATCH`` rows, each its own short transaction, so other
-        users' writes interleave; the user's FTS5 index is rewritten once at the end and the
-        WAL truncated (:meth:`forget`). Linear in the user's memories (indexed lookups only).
-        """
-        # The turns go first, and the uid is read in that same write: a reflection that
-        # commits after it finds its turn gone and writes nothing, one that committed before
-        # it left memories the batches below erase (``finish_reflection``).
-        async with self._write():
-            await self._erase_conversations(user_key)
-            uid = await self._uid(user_key)
-        count = 0
-        if uid is not None:
-            for active in (True, False):
-                last = 0
-                while True:
-                    async with self._write():
-                        rows = await self._fetchall(
-                            "SELECT id FROM memories WHERE uid = ? AND id > ?"
-                            f" AND superseded_by IS {'' if active else 'NOT '}NULL"
-                            " ORDER BY id LIMIT ?",
-                            (uid, last, FORGET_BATCH),
-                        )
-                        if not rows:
-                            break
-                        last = rows[-1][0]
-                        deleted = await self._erase_ids(uid, [r[0] for r in rows])
-                        count += deleted if active else 0
-        async with self._write():
-            await self._erase_conversations(user_key)  # an answer stored meanwhile
-            if uid is not None:
-                await self._erase_index(uid)
+    async def _after_erase(self) -> None:
+        """The WAL is checkpointed and truncated, so no byte of an erased text stays in the
+        database, ``-wal`` or ``-shm`` file (:meth:`_truncate_wal`)."""
         await self._truncate_wal()
-        return count
 
-    async def _erase_conversations(self, user_key: str) -> None:
-        """Delete the user's turns and the answers to them (inside the caller's write)."""
-        await self._conn.execute(
-            "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = ?)",
-            (user_key,),
+    async def users_with_memories(self, *, at_least: int) -> list[str]:
+        rows = await self._fetchall(
+            "SELECT user_key FROM users WHERE n_docs >= ? ORDER BY uid", (at_least,)
         )
-        await self._conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
-        await self._conn.execute("DELETE FROM pending_actions WHERE user_key = ?", (user_key,))
+        return [r[0] for r in rows]
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:

@@ -11,8 +11,7 @@ from datetime import datetime
 
 from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
 from core.store.sqlite.base import SQLiteBase, dt
-from core.store.writes import confirmed
-from core.types import AddResult, MemoryUse, NewMemory
+from core.types import MemoryUse
 
 logger = logging.getLogger(__name__)
 
@@ -22,12 +21,6 @@ _RECALLED = (
     " WHERE u.user_key = ? AND m.id IN (SELECT value FROM json_each(?))"
     " ON CONFLICT(memory_id) DO UPDATE SET recalls = recalls + 1,"
     " last_recalled_at = excluded.last_recalled_at"
-)
-_CONFIRMED = (
-    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
-    " SELECT value, ?, count(*) FROM json_each(?) WHERE true GROUP BY value"
-    " ON CONFLICT(memory_id) DO UPDATE SET"
-    " confirmations = confirmations + excluded.confirmations"
 )
 
 
@@ -52,7 +45,7 @@ def record_recalls(
 
 
 class SQLiteRecallLog(SQLiteBase):
-    """The :class:`core.store.seams.RecallLog` reads, and the writes' confirmations."""
+    """The :class:`core.store.seams.RecallLog` reads (confirmations: :mod:`core.store.memories`)."""
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
@@ -70,12 +63,3 @@ class SQLiteRecallLog(SQLiteBase):
     async def recall_log_started(self) -> datetime | None:
         row = await self._fetchone(RECALL_LOG_STARTED)
         return dt(row[0]) if row else None
-
-    async def _note_write(
-        self, uid: int, memories: Sequence[NewMemory], results: Sequence[AddResult]
-    ) -> None:
-        """Inside a memory write of user ``uid``: count its confirmations
-        (:func:`core.store.writes.confirmed`)."""
-        ids = confirmed(memories, results)
-        if ids:
-            await self._conn.execute(_CONFIRMED, (uid, json.dumps(ids)))

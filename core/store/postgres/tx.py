@@ -1,0 +1,461 @@
+"""One PostgreSQL write transaction over users' memories: the SQL of the memory rules
+(:class:`core.store.memories.MemoryTx`, the rules in :mod:`core.store.memories`) and of a
+cleanup change (:class:`core.store.cleanup.ChangeTx`), on one pooled connection inside
+``conn.transaction()`` (times as ``timestamptz``).
+
+Every write to a user's memories first locks the user's row (:meth:`PostgresTx.user`), so
+one user's writes are serialised across replicas and dedupe sees what another replica just
+stored; the partial unique index on ``(uid, norm)`` over active memories is the last line
+(:meth:`PostgresTx.insert` returns None). Forgetting deletes the row at once; as in any
+PostgreSQL table the dead tuple stays on disk until (auto)vacuum and in WAL archives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from core.rules.cleanup_ops import MergeOp, Whose
+from core.rules.places import parse_place, reach_of, stored_place
+from core.store.memories import Candidate, Candidates
+from core.store.postgres.channels import write_attribution
+from core.store.postgres.conversations import end_reflection
+from core.store.postgres.recall import search_user
+from core.types import Attribution, NewMemory, Origin, ReflectionState, Source, UsageRecord, utcnow
+
+if TYPE_CHECKING:
+    from core.store.postgres.store import PostgresStore
+
+_INSERT = (
+    "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+    " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
+)
+_TWIN = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
+_CONFIRMED = (
+    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
+    " SELECT x, $1, count(*) FROM unnest($2::bigint[]) AS x GROUP BY x ORDER BY x"
+    " ON CONFLICT (memory_id) DO UPDATE SET"
+    " confirmations = memory_uses.confirmations + excluded.confirmations"
+)
+
+
+class PostgresTx:
+    """:class:`core.store.memories.MemoryTx` in PostgreSQL, on ``conn`` inside a
+    transaction of ``store``."""
+
+    def __init__(self, store: PostgresStore, conn: asyncpg.Connection) -> None:
+        self.store, self.conn = store, conn
+        self._keys: dict[int, str] = {}
+
+    async def user(self, user_key: str, *, create: bool = False, wait: bool = False) -> int | None:
+        uid = await self.store._lock_user(self.conn, user_key, create=create)
+        if uid is not None:
+            self._keys[uid] = user_key
+        if uid is not None or not wait:
+            return uid
+        # No committed row: a first reflection of this user may be inserting it now.
+        # Inserting it too waits for that one (``finish_reflection`` takes the same row
+        # first); a row made here only for that goes again at once, so a forget never
+        # leaves a user behind.
+        made = await self.conn.fetchval(
+            "INSERT INTO users(user_key, created_at) VALUES ($1, now())"
+            " ON CONFLICT (user_key) DO NOTHING RETURNING uid",
+            user_key,
+        )
+        if made is not None:
+            await self.conn.execute("DELETE FROM users WHERE uid = $1", made)
+            return None
+        uid = await self.store._lock_user(self.conn, user_key)
+        if uid is not None:
+            self._keys[uid] = user_key
+        return uid
+
+    async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
+        twin = await self.conn.fetchval(_TWIN, uid, norm)
+        if twin is not None or limit <= 0:
+            return Candidates(None if twin is None else int(twin))
+        near = await search_user(self.conn, uid, self._keys[uid], text, limit, None)
+        return Candidates(
+            None, [Candidate(s.memory.id, s.memory.text, s.memory.about) for s in near]
+        )
+
+    async def insert(
+        self, uid: int, *, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str]
+    ) -> int | None:
+        created = memory.created_at or utcnow()
+        try:
+            async with self.conn.transaction():  # a savepoint: a violation keeps the outer one
+                return int(
+                    await self.conn.fetchval(
+                        f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
+                        " $13, $14, $15, $16, $17) RETURNING id",
+                        uid,
+                        memory.text,
+                        norm,
+                        " ".join(terms),
+                        len(terms),
+                        memory.kind,
+                        memory.category,
+                        memory.source,
+                        memory.origin,
+                        memory.conversation_key,
+                        created,
+                        memory.updated_at or created,
+                        memory.about,
+                        memory.valid_from,
+                        memory.valid_until,
+                        *stored_place(memory.place, user_key=user_key),
+                    )
+                )
+        except asyncpg.UniqueViolationError:
+            return None
+
+    async def insert_many(
+        self,
+        uid: int,
+        *,
+        user_key: str,
+        memories: Sequence[NewMemory],
+        norms: Sequence[str],
+        terms: Sequence[Sequence[str]],
+    ) -> tuple[dict[str, int], set[int]]:
+        now = utcnow()
+        places = [stored_place(m.place, user_key=user_key) for m in memories]
+        inserted = await self.conn.fetch(
+            f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
+            " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu, x.place,"
+            " x.reach FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::text[],"
+            " $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[],"
+            " $12::timestamptz[], $13::text[], $14::date[], $15::date[], $16::text[],"
+            " $17::text[]) WITH ORDINALITY AS x(text, norm, terms, n_terms, kind, category,"
+            " source, origin, ck, created, updated, about, vf, vu, place, reach, n)"
+            " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
+            uid,
+            [m.text for m in memories],
+            list(norms),
+            [" ".join(t) for t in terms],
+            [len(t) for t in terms],
+            [m.kind for m in memories],
+            [m.category for m in memories],
+            [m.source for m in memories],
+            [m.origin for m in memories],
+            [m.conversation_key for m in memories],
+            [m.created_at or now for m in memories],
+            [m.updated_at or m.created_at or now for m in memories],
+            [m.about for m in memories],
+            [m.valid_from for m in memories],
+            [m.valid_until for m in memories],
+            *map(list, zip(*places, strict=True)),
+        )
+        new_ids = sorted(int(r[0]) for r in inserted)
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT $1, x.id, 'added', $3 FROM unnest($2::bigint[]) AS x(id) ORDER BY x.id",
+            uid,
+            new_ids,
+            now,
+        )
+        rows = await self.conn.fetch(
+            "SELECT id, norm FROM memories WHERE uid = $1 AND superseded_by IS NULL"
+            " AND norm = ANY($2::text[])",
+            uid,
+            list(norms),
+        )
+        return {r[1]: int(r[0]) for r in rows}, set(new_ids)
+
+    async def supersede(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+        if old_id == new_id:
+            return False
+        owned = await self.conn.fetchval(
+            "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
+            uid,
+            [old_id, new_id],
+        )
+        if owned != 2:
+            return False
+        status = await self.conn.execute(
+            "UPDATE memories SET superseded_by = $1, superseded_at = $2"
+            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
+            new_id,
+            at,
+            old_id,
+            uid,
+        )
+        return bool(status == "UPDATE 1")
+
+    async def event(
+        self,
+        uid: int,
+        *,
+        memory_id: int,
+        event: str,
+        at: datetime,
+        conversation_key: str | None,
+        related_id: int | None = None,
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            uid,
+            memory_id,
+            event,
+            at,
+            conversation_key,
+            related_id,
+        )
+
+    async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
+        # Row locks in memory id order, as the turn's recall upsert takes them (no deadlock).
+        await self.conn.execute(_CONFIRMED, uid, list(memory_ids))
+
+    async def turn_state(
+        self, *, turn_id: int, user_key: str
+    ) -> tuple[bool, ReflectionState | None]:
+        row = await self.conn.fetchrow(
+            "SELECT reflection FROM turns WHERE id = $1 AND user_key = $2 FOR UPDATE",
+            turn_id,
+            user_key,
+        )
+        return row is not None, None if row is None else row[0]
+
+    async def end_reflection(
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState | None,
+        attempts: int | None,
+        usage: Sequence[UsageRecord],
+    ) -> None:
+        await end_reflection(self.conn, turn_id, state, attempts, usage)
+
+    async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
+        await write_attribution(self.conn, channel_key, entries)
+
+    async def memory_ids(
+        self, uid: int, *, active: bool, after: int, limit: int | None
+    ) -> list[int]:
+        rows = await self.conn.fetch(
+            "SELECT id FROM memories WHERE uid = $1 AND id > $2"
+            f" AND superseded_by IS {'' if active else 'NOT '}NULL ORDER BY id LIMIT $3",
+            uid,
+            after,
+            limit,
+        )
+        return [int(r[0]) for r in rows]
+
+    async def erase(self, uid: int, memory_ids: Sequence[int]) -> int:
+        # Three set-based statements; embeddings, uses and channel entries go by cascade.
+        if not memory_ids:
+            return 0
+        where = "uid = $1 AND id = ANY($2::bigint[])"
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            f" SELECT uid, id, 'forgotten', $3 FROM memories WHERE {where}"
+            " ORDER BY superseded_by IS NOT NULL, id",
+            uid,
+            list(memory_ids),
+            utcnow(),
+        )
+        await self.conn.execute(
+            "UPDATE memory_events SET related_id = NULL"
+            " WHERE uid = $1 AND related_id IS NOT NULL AND related_id = ANY($2::bigint[])",
+            uid,
+            list(memory_ids),
+        )
+        status = await self.conn.execute(
+            f"DELETE FROM memories WHERE {where}", uid, list(memory_ids)
+        )
+        return int(status.split()[-1])
+
+    async def erased(self, uid: int) -> None:
+        return None  # the index entries went with the rows
+
+    async def erase_conversations(self, user_key: str) -> None:
+        await self.conn.execute(
+            "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = $1)",
+            user_key,
+        )
+        await self.conn.execute("DELETE FROM turns WHERE user_key = $1", user_key)
+        await self.conn.execute("DELETE FROM pending_actions WHERE user_key = $1", user_key)
+
+    async def retired_before(self, older_than: datetime) -> list[tuple[str, int]]:
+        rows = await self.conn.fetch(
+            "SELECT DISTINCT m.uid, u.user_key, m.id FROM memory_events e"
+            " JOIN memories m ON m.id = e.memory_id JOIN users u ON u.uid = m.uid"
+            " WHERE e.change_id IS NOT NULL AND e.event IN ('retired', 'superseded')"
+            " AND m.superseded_by IS NOT NULL AND m.superseded_at < $1 ORDER BY m.uid, m.id",
+            older_than,
+        )
+        return [(str(r[1]), int(r[2])) for r in rows]
+
+    def changes(self, uid: int) -> PostgresChangeTx:
+        return PostgresChangeTx(self.conn, uid)
+
+
+class PostgresChangeTx:
+    """:class:`core.store.cleanup.ChangeTx` in PostgreSQL (times as ``timestamptz``)."""
+
+    def __init__(self, conn: asyncpg.Connection, uid: int) -> None:
+        self.conn, self.uid, self.now = conn, uid, utcnow()
+
+    async def active(
+        self, ids: Sequence[int]
+    ) -> dict[int, tuple[Source, Origin, datetime, str | None]]:
+        rows = await self.conn.fetch(
+            "SELECT id, source, origin, created_at, place FROM memories"
+            " WHERE uid = $1 AND superseded_by IS NULL AND id = ANY($2::bigint[])",
+            self.uid,
+            list(ids),
+        )
+        return {int(r[0]): (r[1], r[2], r[3], r[4]) for r in rows}
+
+    async def retire(self, memory_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = id, superseded_at = $1 WHERE id = $2 AND uid = $3",
+            self.now,
+            memory_id,
+            self.uid,
+        )
+
+    async def supersede(self, *, old_id: int, new_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = $1, superseded_at = $2 WHERE id = $3 AND uid = $4",
+            new_id,
+            self.now,
+            old_id,
+            self.uid,
+        )
+
+    async def has_active_norm(self, norm: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL",
+            self.uid,
+            norm,
+        )
+        return found is not None
+
+    async def insert_merged(
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, datetime, str],
+    ) -> int:
+        source, origin, created, place = labels
+        return int(
+            await self.conn.fetchval(
+                "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source,"
+                " origin, created_at, updated_at, place, reach) VALUES ($1, $2, $3, $4, $5, $6,"
+                " $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+                self.uid,
+                op.text,
+                norm,
+                " ".join(terms),
+                len(terms),
+                op.kind,
+                op.category,
+                source,
+                origin,
+                created,
+                self.now,
+                place,
+                reach_of(parse_place(place)),
+            )
+        )
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        rows = await self.conn.fetch(
+            "SELECT about, valid_from, valid_until FROM memories"
+            " WHERE uid = $1 AND id = ANY($2::bigint[])",
+            self.uid,
+            list(ids),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        about, first, last = whose
+        await self.conn.execute(
+            "UPDATE memories SET about = $1, valid_from = $2, valid_until = $3"
+            " WHERE id = $4 AND uid = $5",
+            about,
+            first,
+            last,
+            memory_id,
+            self.uid,
+        )
+
+    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET superseded_by = $1 WHERE uid = $2 AND id = ANY($3::bigint[])",
+            new_id,
+            self.uid,
+            list(ids),
+        )
+
+    async def log(
+        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            self.uid,
+            memory_id,
+            event,
+            utcnow(),
+            related,
+            change_id,
+        )
+
+    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
+        rows = await self.conn.fetch(
+            "SELECT memory_id, event FROM memory_events WHERE uid = $1 AND change_id = $2"
+            " ORDER BY id DESC",
+            self.uid,
+            change_id,
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    async def has_events(self, change_id: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memory_events WHERE uid = $1 AND change_id = $2 LIMIT 1",
+            self.uid,
+            change_id,
+        )
+        return found is not None
+
+    async def count_existing(self, ids: Sequence[int]) -> int:
+        return int(
+            await self.conn.fetchval(
+                "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
+                self.uid,
+                list(ids),
+            )
+        )
+
+    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
+        found = await self.conn.fetchval(
+            "SELECT 1 FROM memories WHERE uid = $1 AND superseded_by = ANY($2::bigint[])"
+            " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = $3) LIMIT 1",
+            self.uid,
+            list(added),
+            change_id,
+        )
+        return found is not None
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        await self.conn.execute(
+            "DELETE FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])", self.uid, list(ids)
+        )
+
+    async def reactivate(self, memory_id: int) -> bool:
+        status = await self.conn.execute(
+            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
+            " WHERE id = $1 AND uid = $2 AND superseded_by IS NOT NULL",
+            memory_id,
+            self.uid,
+        )
+        return bool(status == "UPDATE 1")

@@ -1,0 +1,399 @@
+"""One SQLite write transaction over users' memories: the SQL of the memory rules
+(:class:`core.store.memories.MemoryTx`, the rules in :mod:`core.store.memories`) and of a
+cleanup change (:class:`core.store.cleanup.ChangeTx`). Both run inside
+:meth:`core.store.sqlite.base.SQLiteBase._write` (times as ISO text).
+
+Erasure: a memory's row goes with its embedding, uses and channel entry (triggers), and
+its FTS5 postings when the user's index is rewritten (:meth:`SQLiteTx.erased`); the WAL is
+truncated after the commit (:meth:`core.store.sqlite.base.SQLiteBase._truncate_wal`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, cast
+
+from core.rules.cleanup_ops import MergeOp, Whose
+from core.rules.places import parse_place, reach_of, stored_place
+from core.rules.text import query_terms
+from core.store.memories import Candidate, Candidates
+from core.store.sqlite.base import SQLiteBase, day, day_columns, ts
+from core.store.sqlite.channels import write_attribution
+from core.store.sqlite.conversations import end_reflection
+from core.store.sqlite.migrations import fts_table
+from core.types import Attribution, NewMemory, Origin, ReflectionState, Source, UsageRecord, utcnow
+
+if TYPE_CHECKING:
+    from core.store.sqlite.store import SQLiteStore
+
+_CONFIRMED = (
+    "INSERT INTO memory_uses(memory_id, uid, confirmations)"
+    " SELECT value, ?, count(*) FROM json_each(?) WHERE true GROUP BY value"
+    " ON CONFLICT(memory_id) DO UPDATE SET"
+    " confirmations = confirmations + excluded.confirmations"
+)
+_INSERT = (
+    "INSERT{} INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+    " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _row(
+    uid: int, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str], now: datetime
+) -> tuple[object, ...]:
+    created = memory.created_at or now
+    return (
+        uid,
+        memory.text,
+        norm,
+        " ".join(terms),
+        len(terms),
+        memory.kind,
+        memory.category,
+        memory.source,
+        memory.origin,
+        memory.conversation_key,
+        ts(created),
+        ts(memory.updated_at or created),
+        *day_columns(memory),
+        *stored_place(memory.place, user_key=user_key),
+    )
+
+
+class SQLiteTx:
+    """:class:`core.store.memories.MemoryTx` in SQLite: the store's write connection inside
+    one :meth:`~core.store.sqlite.base.SQLiteBase._write`."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store, self.conn = store, store._conn
+
+    async def user(self, user_key: str, *, create: bool = False, wait: bool = False) -> int | None:
+        # One writer: no other transaction can be making the row (``wait`` is moot).
+        return await self.store._uid(user_key, create=create)
+
+    async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
+        # In one query: the twin, if any, then the best BM25 neighbours (FTS5's order is
+        # enough for Jaccard).
+        terms = query_terms(uid, text) if limit > 0 else []
+        exact = (
+            "SELECT 1, id, text, about FROM memories WHERE uid = ? AND norm = ?"
+            " AND superseded_by IS NULL"
+        )
+        if not terms:
+            rows = await self.store._fetchall(exact, (uid, norm))
+        else:
+            match = " OR ".join(f'"{t}"' for t in terms)
+            fts = fts_table(uid)
+            rows = await self.store._fetchall(
+                f"{exact} UNION ALL SELECT * FROM (SELECT 0, m.id, m.text, m.about FROM ("
+                f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
+                f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
+                (uid, norm, match, limit),
+            )
+        twin = next((int(r[1]) for r in rows if r[0]), None)
+        if twin is not None:
+            return Candidates(twin)
+        return Candidates(None, [Candidate(r[1], r[2], r[3]) for r in rows])
+
+    async def insert(
+        self, uid: int, *, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str]
+    ) -> int | None:
+        row = _row(uid, user_key, memory, norm, terms, utcnow())
+        cur = await self.conn.execute(_INSERT.format(""), row)
+        return cast(int, cur.lastrowid)
+
+    async def insert_many(
+        self,
+        uid: int,
+        *,
+        user_key: str,
+        memories: Sequence[NewMemory],
+        norms: Sequence[str],
+        terms: Sequence[Sequence[str]],
+    ) -> tuple[dict[str, int], set[int]]:
+        found = await self.store._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
+        start = found[0] if found else 0
+        now = utcnow()
+        rows = [
+            _row(uid, user_key, m, n, t, now)
+            for m, n, t in zip(memories, norms, terms, strict=True)
+        ]
+        await self.conn.executemany(_INSERT.format(" OR IGNORE"), rows)
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT uid, id, 'added', ? FROM memories WHERE uid = ? AND id > ?",
+            (ts(now), uid, start),
+        )
+        ids = {
+            r[1]: r[0]
+            for r in await self.store._fetchall(
+                "SELECT id, norm FROM memories WHERE uid = ? AND superseded_by IS NULL"
+                " AND norm IN (SELECT value FROM json_each(?))",
+                (uid, json.dumps(list(norms))),
+            )
+        }
+        return ids, {i for i in ids.values() if i > start}
+
+    async def supersede(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+        if old_id == new_id:
+            return False
+        rows = await self.store._fetchall(
+            "SELECT id FROM memories WHERE uid = ? AND id IN (?, ?)", (uid, old_id, new_id)
+        )
+        if len(rows) != 2:
+            return False
+        cur = await self.conn.execute(
+            "UPDATE memories SET superseded_by = ?, superseded_at = ?"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
+            (new_id, ts(at), old_id, uid),
+        )
+        return cur.rowcount == 1
+
+    async def event(
+        self,
+        uid: int,
+        *,
+        memory_id: int,
+        event: str,
+        at: datetime,
+        conversation_key: str | None,
+        related_id: int | None = None,
+    ) -> None:
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (uid, memory_id, event, ts(at), conversation_key, related_id),
+        )
+
+    async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
+        await self.conn.execute(_CONFIRMED, (uid, json.dumps(list(memory_ids))))
+
+    async def turn_state(
+        self, *, turn_id: int, user_key: str
+    ) -> tuple[bool, ReflectionState | None]:
+        row = await self.store._fetchone(
+            "SELECT reflection FROM turns WHERE id = ? AND user_key = ?", (turn_id, user_key)
+        )
+        return row is not None, None if row is None else row[0]
+
+    async def end_reflection(
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState | None,
+        attempts: int | None,
+        usage: Sequence[UsageRecord],
+    ) -> None:
+        await self.store._on_thread(end_reflection, turn_id, state, attempts, usage)
+
+    async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
+        await write_attribution(self.conn, channel_key, entries)
+
+    async def memory_ids(
+        self, uid: int, *, active: bool, after: int, limit: int | None
+    ) -> list[int]:
+        rows = await self.store._fetchall(
+            "SELECT id FROM memories WHERE uid = ? AND id > ?"
+            f" AND superseded_by IS {'' if active else 'NOT '}NULL ORDER BY id LIMIT ?",
+            (uid, after, -1 if limit is None else limit),
+        )
+        return [int(r[0]) for r in rows]
+
+    async def erase(self, uid: int, memory_ids: Sequence[int]) -> int:
+        # Three set-based statements; embeddings, uses and channel entries go by trigger.
+        if not memory_ids:
+            return 0
+        chosen = json.dumps(list(memory_ids))
+        await self.conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at)"
+            " SELECT uid, id, 'forgotten', ? FROM memories"
+            " WHERE uid = ? AND id IN (SELECT value FROM json_each(?))"
+            " ORDER BY superseded_by IS NOT NULL, id",
+            (ts(utcnow()), uid, chosen),
+        )
+        await self.conn.execute(
+            "UPDATE memory_events SET related_id = NULL WHERE uid = ? AND related_id IS NOT NULL"
+            " AND related_id IN (SELECT value FROM json_each(?))",
+            (uid, chosen),
+        )
+        cur = await self.conn.execute(
+            "DELETE FROM memories WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
+            (uid, chosen),
+        )
+        return cur.rowcount
+
+    async def erased(self, uid: int) -> None:
+        await self.store._erase_index(uid)
+
+    async def erase_conversations(self, user_key: str) -> None:
+        await self.conn.execute(
+            "DELETE FROM turns WHERE reply_to IN (SELECT id FROM turns WHERE user_key = ?)",
+            (user_key,),
+        )
+        await self.conn.execute("DELETE FROM turns WHERE user_key = ?", (user_key,))
+        await self.conn.execute("DELETE FROM pending_actions WHERE user_key = ?", (user_key,))
+
+    async def retired_before(self, older_than: datetime) -> list[tuple[str, int]]:
+        rows = await self.store._fetchall(
+            "SELECT DISTINCT m.uid, u.user_key, m.id FROM memory_events e"
+            " JOIN memories m ON m.id = e.memory_id JOIN users u ON u.uid = m.uid"
+            " WHERE e.change_id IS NOT NULL AND e.event IN ('retired', 'superseded')"
+            " AND m.superseded_by IS NOT NULL AND m.superseded_at < ? ORDER BY m.uid, m.id",
+            (ts(older_than),),
+        )
+        return [(str(r[1]), int(r[2])) for r in rows]
+
+    def changes(self, uid: int) -> SQLiteChangeTx:
+        return SQLiteChangeTx(self.store, uid)
+
+
+class SQLiteChangeTx:
+    """:class:`core.store.cleanup.ChangeTx` in SQLite (times as ISO text)."""
+
+    def __init__(self, store: SQLiteBase, uid: int) -> None:
+        self.store, self.uid, self.now = store, uid, ts(utcnow())
+
+    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, str, str | None]]:
+        rows = await self.store._fetchall(
+            "SELECT id, source, origin, created_at, place FROM memories"
+            " WHERE uid = ? AND superseded_by IS NULL"
+            " AND id IN (SELECT value FROM json_each(?))",
+            (self.uid, json.dumps(list(ids))),
+        )
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+    async def retire(self, memory_id: int) -> None:
+        await self.store._conn.execute(
+            "UPDATE memories SET superseded_by = id, superseded_at = ? WHERE id = ? AND uid = ?",
+            (self.now, memory_id, self.uid),
+        )
+
+    async def supersede(self, *, old_id: int, new_id: int) -> None:
+        await self.store._conn.execute(
+            "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ? AND uid = ?",
+            (new_id, self.now, old_id, self.uid),
+        )
+
+    async def has_active_norm(self, norm: str) -> bool:
+        row = await self.store._fetchone(
+            "SELECT 1 FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL",
+            (self.uid, norm),
+        )
+        return row is not None
+
+    async def insert_merged(
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, str, str],
+    ) -> int:
+        source, origin, created, place = labels
+        cur = await self.store._conn.execute(
+            "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+            " created_at, updated_at, place, reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.uid,
+                op.text,
+                norm,
+                " ".join(terms),
+                len(terms),
+                op.kind,
+                op.category,
+                source,
+                origin,
+                created,
+                self.now,
+                place,
+                reach_of(parse_place(place)),
+            ),
+        )
+        return cast(int, cur.lastrowid)
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        rows = await self.store._fetchall(
+            "SELECT about, valid_from, valid_until FROM memories"
+            " WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
+            (self.uid, json.dumps(list(ids))),
+        )
+        return [(r[0], day(r[1]), day(r[2])) for r in rows]
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        about, first, last = whose
+        await self.store._conn.execute(
+            "UPDATE memories SET about = ?, valid_from = ?, valid_until = ?"
+            " WHERE id = ? AND uid = ?",
+            (
+                about,
+                None if first is None else first.isoformat(),
+                None if last is None else last.isoformat(),
+                memory_id,
+                self.uid,
+            ),
+        )
+
+    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
+        await self.store._conn.execute(
+            "UPDATE memories SET superseded_by = ? WHERE uid = ?"
+            " AND id IN (SELECT value FROM json_each(?))",
+            (new_id, self.uid, json.dumps(list(ids))),
+        )
+
+    async def log(
+        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
+    ) -> None:
+        await self.store._conn.execute(
+            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (self.uid, memory_id, event, ts(utcnow()), related, change_id),
+        )
+
+    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
+        rows = await self.store._fetchall(
+            "SELECT memory_id, event FROM memory_events WHERE uid = ? AND change_id = ?"
+            " ORDER BY id DESC",
+            (self.uid, change_id),
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    async def has_events(self, change_id: str) -> bool:
+        row = await self.store._fetchone(
+            "SELECT 1 FROM memory_events WHERE uid = ? AND change_id = ? LIMIT 1",
+            (self.uid, change_id),
+        )
+        return row is not None
+
+    async def count_existing(self, ids: Sequence[int]) -> int:
+        row = await self.store._fetchone(
+            "SELECT count(*) FROM memories WHERE uid = ?"
+            " AND id IN (SELECT value FROM json_each(?))",
+            (self.uid, json.dumps(list(ids))),
+        )
+        return int(row[0]) if row else 0
+
+    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
+        row = await self.store._fetchone(
+            "SELECT 1 FROM memories WHERE uid = ?"
+            " AND superseded_by IN (SELECT value FROM json_each(?))"
+            " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = ?) LIMIT 1",
+            (self.uid, json.dumps(list(added)), change_id),
+        )
+        return row is not None
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        await self.store._conn.execute(
+            "DELETE FROM memories WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
+            (self.uid, json.dumps(list(ids))),
+        )
+
+    async def reactivate(self, memory_id: int) -> bool:
+        cur = await self.store._conn.execute(
+            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NOT NULL",
+            (memory_id, self.uid),
+        )
+        return cur.rowcount > 0
