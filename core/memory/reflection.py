@@ -19,9 +19,9 @@ not made, and the retry's note never turns an ``off`` turn back to pending.
 In a channel whose own memory is on (team memory, :mod:`core.memory.team`), the same call
 also returns what the team settled there (:class:`ChannelReflectionOutput`,
 :data:`TEAM_RULES`); those entries pass the same gate and are written to the channel's memory
-with who said them, when and a link, in a transaction of their own after the reflection's
-(a crash between the two loses them, never writes them twice). A DM's or a group DM's turn
-has no channel and never teaches one.
+with who said them, when and a link, in the reflection's own transaction (a crash writes
+all of it or none; never twice). A DM's or a group DM's turn has no channel and never
+teaches one.
 
 Reflections run in the background, one at a time per user, in message order
 (:class:`Reflector`; ``store.reflection_lock`` keeps them one at a time across processes
@@ -38,7 +38,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from typing import Protocol, cast
 
@@ -68,6 +68,7 @@ from core.types import (
     NewMemory,
     Place,
     ScoredMemory,
+    TeamWrite,
     Turn,
 )
 
@@ -530,9 +531,8 @@ class Reflector:
                     logger.info("reflection turn=%s dropped before its retry", turn_id)
                     return None
         kept = answered[0]
-        result = await self._write(turn, kept.extraction, kept.allowed, kept.attempts)
-        if result.written and kept.channel_key is not None:
-            result = replace(result, team=await self._learn_team(turn, kept))
+        team = await self._team_write(turn, kept)
+        result = await self._write(turn, kept, team)
         self.metrics.memories_stored("reflection", len(result.added))
         logger.info(
             "reflection turn=%s user=%s added=%d duplicates=%d rejected=%d secrets=%d"
@@ -565,10 +565,13 @@ class Reflector:
         info = await self.store.channel(channel_key=key)
         return key if info is not None and info.in_use else None
 
-    async def _learn_team(self, turn: Turn, kept: _Answered) -> int:
-        """Store what the team settled (the channel's memory), each candidate through the
-        memory gate (secrets never), attributed to the turn's author, time and message."""
-        assert kept.channel_key is not None
+    async def _team_write(self, turn: Turn, kept: _Answered) -> TeamWrite | None:
+        """What the team settled (for the channel's memory), each candidate through the
+        memory gate (secrets never), to be attributed to the turn's author, time and
+        message; None when nothing (most exchanges settle nothing: no read of the channel)
+        or the channel's memory was turned off during the call."""
+        if kept.channel_key is None:
+            return None
         value = kept.extraction.value
         candidates = value.team if isinstance(value, ChannelReflectionOutput) else []
         texts: list[tuple[str, Kind, Category]] = []
@@ -576,48 +579,29 @@ class Reflector:
             text = check_text(candidate.text)
             if text is not None:
                 texts.append((text, candidate.kind, candidate.category))
-        if not texts:  # most exchanges settle nothing: no read of the channel
-            return 0
+        if not texts:
+            return None
         info = await self.store.channel(channel_key=kept.channel_key)
-        if info is None or not info.in_use:  # turned off during the call
-            return 0
+        if info is None or not info.in_use:
+            return None
         place = Place(
             platform=info.platform,
             kind=info.memory_kind or info.kind,
             workspace=info.workspace,
             channel=info.channel,
         )
-        memories = [
+        said = Attribution(
+            memory_id=0,
+            said_at=turn.sent_at,
+            said_by=turn.user_key,
+            said_by_name=turn.author,
+            link=message_link(info.platform, turn.conversation_key, turn.platform_ref),
+        )
+        memories = tuple(
             NewMemory(text=t, kind=k, category=c, source="reflection", origin="shared", place=place)
             for t, k, c in texts
-        ]
-        results = await self.store.add_many(
-            user_key=kept.channel_key, memories=memories, dedupe=self.deduper
         )
-        added = [r.id for r in results if r.status == "added"]
-        link = message_link(info.platform, turn.conversation_key, turn.platform_ref)
-        # Its own transaction after the reflection's: a crash between them loses these
-        # entries (never writes them twice: the turn is done).
-        await self.store.attribute(
-            channel_key=kept.channel_key,
-            entries=[
-                Attribution(
-                    memory_id=i,
-                    said_at=turn.sent_at,
-                    said_by=turn.user_key,
-                    said_by_name=turn.author,
-                    link=link,
-                )
-                for i in added
-            ],
-        )
-        if added and turn.user_key and await self.store.get_turn(turn_id=turn.id) is None:
-            # The author forgot everything meanwhile (the turn went with it): their /forget
-            # all unattributed before these were written, so their name goes now. The
-            # entries stay, as a forget all leaves the team's.
-            await self.store.unattribute(user_key=turn.user_key)
-        logger.info("channel memory learned: channel=%s added=%d", kept.channel_key, len(added))
-        return len(added)
+        return TeamWrite(channel_key=kept.channel_key, memories=memories, said=said)
 
     async def _extract(
         self, turn: Turn, answer: Turn | None
@@ -654,17 +638,12 @@ class Reflector:
             )
         return extraction, {s.memory.id for s in related}, channel_key
 
-    async def _write(
-        self,
-        turn: Turn,
-        extraction: Extraction[ReflectionOutput],
-        allowed: set[int],
-        attempts: int,
-    ) -> ReflectionResult:
-        """Screen the candidates, then write them, the turn done and the call's usage in one
-        store transaction (``finish_reflection``)."""
+    async def _write(self, turn: Turn, kept: _Answered, team: TeamWrite | None) -> ReflectionResult:
+        """Screen the candidates, then write them, the channel's entries (``team``), the turn
+        done and the call's usage in one store transaction (``finish_reflection``)."""
         assert turn.user_key is not None
-        writes, rejected, secrets = self._screen(turn, extraction.value.memories, allowed)
+        extraction = kept.extraction
+        writes, rejected, secrets = self._screen(turn, extraction.value.memories, kept.allowed)
         usage = (
             [
                 usage_record(
@@ -687,8 +666,9 @@ class Reflector:
             user_key=turn.user_key,
             memories=writes,
             dedupe=self.deduper,
-            attempts=attempts,
+            attempts=kept.attempts,
             usage=usage,
+            team=team,
         )
         written = results is not None
         if results is None:
@@ -698,6 +678,10 @@ class Reflector:
                 turn.id,
             )
             results = []
+        results, learned = results[: len(writes)], results[len(writes) :]
+        team_added = sum(r.status == "added" for r in learned)
+        if team is not None and written:
+            logger.info("channel memory learned: channel=%s added=%d", team.channel_key, team_added)
         added: list[Memory] = []
         for result in results:
             if result.status != "added":
@@ -713,6 +697,7 @@ class Reflector:
             superseded=sum(len(r.superseded) for r in results),
             usage=extraction.usage,
             secrets=secrets,
+            team=team_added,
             written=written,
         )
 

@@ -396,19 +396,18 @@ async def test_forget_all_during_a_team_reflection_leaves_no_name(
     fake: FakeAnthropic,
     db_url: str,
 ) -> None:
-    """Alice's /forget all lands after her reflection committed but before its team entries
-    were written (their own transaction, after it): the entries are kept and her name goes
-    from them all the same."""
+    """Alice's /forget all lands right after her reflection committed (its team entries in
+    the same transaction): the entries are kept and her name goes from them all the same."""
     async with harness(fake, db_url) as h:
         await teach(h, fake)
-        real = h.store.add_many
+        real = h.store.finish_reflection
 
-        async def forget_first(*, user_key: str, **kw):  # type: ignore[no-untyped-def]
-            if user_key == "slack:T1:C1":
-                await h.service.forget_all(user_key=ALICE)
-            return await real(user_key=user_key, **kw)
+        async def forget_after(**kw):  # type: ignore[no-untyped-def]
+            results = await real(**kw)
+            await h.service.forget_all(user_key=ALICE)
+            return results
 
-        h.store.add_many = forget_first  # type: ignore[method-assign]
+        h.store.finish_reflection = forget_after  # type: ignore[method-assign]
         await turn(
             h,
             fake,
@@ -419,3 +418,37 @@ async def test_forget_all_during_a_team_reflection_leaves_no_name(
     assert said_by, "the team entry is kept"
     named = [a for a in said_by.values() if a.said_by == ALICE or a.said_by_name == "Alice"]
     assert named == [], named
+
+
+class _Crash(Exception):
+    """The process dying at one point (the reflector counts it as a crash)."""
+
+
+async def test_a_crash_right_after_a_team_reflection_commits_keeps_its_entries(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """The team entries a channel reflection learned are written in the reflection's own
+    transaction: a crash right after its commit (the turn is done, never reflected again)
+    loses none of them, each with who said it."""
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        real = h.store.finish_reflection
+
+        async def crash_after(**kw):  # type: ignore[no-untyped-def]
+            await real(**kw)
+            raise _Crash
+
+        h.store.finish_reflection = crash_after  # type: ignore[method-assign]
+        await turn(
+            h,
+            fake,
+            said(BOB, "we release on Tuesdays now", thread="800.0", author="Bob", ref="800.5"),
+            team_reply("The team releases on Tuesdays."),
+        )
+        h.store.finish_reflection = real  # type: ignore[method-assign]
+        entries = await h.loop.team.entries("slack:T1:C1", limit=50)
+        said_by = await h.store.attributions(channel_key="slack:T1:C1", memory_ids=None)
+    tuesday = [m for m, _ in entries if m.text == "The team releases on Tuesdays."]
+    assert len(tuesday) == 1, [m.text for m, _ in entries]
+    assert said_by[tuesday[0].id].said_by == BOB
+    assert said_by[tuesday[0].id].said_by_name == "Bob"
