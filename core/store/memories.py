@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from core.errors import StoreError
 from core.rules.about import same_person
@@ -106,12 +106,20 @@ class MemoryTx(Protocol):
         ...
 
     async def insert(
-        self, uid: int, *, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str]
+        self,
+        uid: int,
+        *,
+        user_key: str,
+        memory: NewMemory,
+        norm: str,
+        terms: Sequence[str],
+        at: datetime,
     ) -> int | None:
         """Store ``memory`` (active; ``terms``: its index terms, ``norm`` its normalised text;
-        its place as :func:`core.rules.places.stored_place` of ``user_key`` keeps it) and
-        return its id; None, with nothing stored and the transaction usable, when an active
-        memory with ``norm`` was stored meanwhile by another transaction (the unique index)."""
+        its place as :func:`core.rules.places.stored_place` of ``user_key`` keeps it) with its
+        ``added`` event at ``at``, and return its id; None, with nothing stored and the
+        transaction usable, when an active memory with ``norm`` was stored meanwhile by
+        another transaction (the unique index)."""
         ...
 
     async def insert_many(
@@ -129,23 +137,12 @@ class MemoryTx(Protocol):
         and the ids this call stored."""
         ...
 
-    async def supersede(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+    async def supersede(
+        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
+    ) -> bool:
         """Mark the user's active memory ``old_id`` superseded by the user's ``new_id`` at
-        ``at``; False (nothing changed) when either is not the user's, ``old_id`` is not
-        active, or they are the same."""
-        ...
-
-    async def event(
-        self,
-        uid: int,
-        *,
-        memory_id: int,
-        event: str,
-        at: datetime,
-        conversation_key: str | None,
-        related_id: int | None = None,
-    ) -> None:
-        """Append one memory event (``added``, ``superseded``, ...)."""
+        ``at``, with its ``superseded`` event (related to ``new_id``); False (nothing changed)
+        when either is not the user's, ``old_id`` is not active, or they are the same."""
         ...
 
     async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
@@ -235,7 +232,7 @@ class MemoryRules(ABC):
     ) -> AddResult:
         async def work(tx: MemoryTx) -> AddResult:
             uid = await _created(tx, user_key)
-            result = await self._add_superseding(tx, uid, user_key, memory, dedupe, supersedes)
+            result = await self._add_one(tx, uid, user_key, memory, dedupe, supersedes)
             await _confirm(tx, uid, [memory], [result])
             return result
 
@@ -286,9 +283,7 @@ class MemoryRules(ABC):
                 assert uid is not None
                 for w in memories:
                     results.append(
-                        await self._add_superseding(
-                            tx, uid, user_key, w.memory, dedupe, w.supersedes
-                        )
+                        await self._add_one(tx, uid, user_key, w.memory, dedupe, w.supersedes)
                     )
                 await _confirm(tx, uid, [w.memory for w in memories], results)
             if team is not None and team.memories:
@@ -308,25 +303,6 @@ class MemoryRules(ABC):
             await tx.attribute(channel_key=team.channel_key, entries=said)
         return results
 
-    async def _add_superseding(
-        self,
-        tx: MemoryTx,
-        uid: int,
-        user_key: str,
-        memory: NewMemory,
-        dedupe: Deduper,
-        supersedes: Sequence[int],
-    ) -> AddResult:
-        """Inside a write holding the user's row: :meth:`add`'s rule for one memory."""
-        result = await self._add_one(tx, uid, user_key, memory, dedupe, supersedes)
-        now = utcnow()
-        done = [
-            old_id
-            for old_id in dict.fromkeys(supersedes)
-            if await _supersede(tx, uid, old_id, result.id, now, memory.conversation_key)
-        ]
-        return replace(result, superseded=result.superseded + tuple(done))
-
     async def _add_one(
         self,
         tx: MemoryTx,
@@ -336,13 +312,13 @@ class MemoryRules(ABC):
         dedupe: Deduper,
         supersedes: Sequence[int] = (),
     ) -> AddResult:
-        """Dedupe one memory, store it and supersede what it narrows (not ``supersedes``)."""
+        """Inside a write holding the user's row: :meth:`add`'s rule for one memory."""
         norm = normalize(memory.text)
         known = await tx.dedupe_candidates(
             uid, norm=norm, text=memory.text, limit=DEDUPE_CANDIDATES
         )
         if known.twin is not None:
-            return AddResult(id=known.twin, status="duplicate")
+            return await _superseding(tx, uid, known.twin, memory, supersedes)
         decision = dedupe.decide(
             memory.text,
             # Only memories about the same person (core.rules.about.same_person).
@@ -350,9 +326,11 @@ class MemoryRules(ABC):
             replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
-            return AddResult(id=decision.duplicate_of.id, status="duplicate")
+            return await _superseding(tx, uid, decision.duplicate_of.id, memory, supersedes)
         terms = index_terms(uid, memory.text)
-        memory_id = await tx.insert(uid, user_key=user_key, memory=memory, norm=norm, terms=terms)
+        memory_id = await tx.insert(
+            uid, user_key=user_key, memory=memory, norm=norm, terms=terms, at=utcnow()
+        )
         if memory_id is None:
             again = await tx.dedupe_candidates(uid, norm=norm, text=memory.text, limit=0)
             if again.twin is None:
@@ -360,22 +338,11 @@ class MemoryRules(ABC):
             logger.info(
                 "user=%s: identical memory stored concurrently as #%s", user_key, again.twin
             )
-            return AddResult(id=again.twin, status="duplicate")
-        now = utcnow()
-        await tx.event(
-            uid,
-            memory_id=memory_id,
-            event="added",
-            at=now,
-            conversation_key=memory.conversation_key,
-        )
-        # A more specific fact (or a new state) supersedes the general one it narrows.
-        narrowed = [
-            old.id
-            for old in decision.supersedes
-            if await _supersede(tx, uid, old.id, memory_id, now, memory.conversation_key)
-        ]
-        return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
+            return await _superseding(tx, uid, again.twin, memory, supersedes)
+        # A more specific fact (or a new state) supersedes the general one it narrows, then
+        # the new one supersedes those named (never compared: ``replacing``).
+        narrowed = [old.id for old in decision.supersedes]
+        return await _superseding(tx, uid, memory_id, memory, [*narrowed, *supersedes], "added")
 
     # ---------------------------------------------------------------- erasure
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
@@ -487,20 +454,25 @@ async def _created(tx: MemoryTx, user_key: str) -> int:
     return uid
 
 
-async def _supersede(
-    tx: MemoryTx, uid: int, old_id: int, new_id: int, at: datetime, conversation_key: str | None
-) -> bool:
-    if not await tx.supersede(uid, old_id=old_id, new_id=new_id, at=at):
-        return False
-    await tx.event(
-        uid,
-        memory_id=old_id,
-        event="superseded",
-        at=at,
-        conversation_key=conversation_key,
-        related_id=new_id,
-    )
-    return True
+async def _superseding(
+    tx: MemoryTx,
+    uid: int,
+    memory_id: int,
+    memory: NewMemory,
+    supersedes: Sequence[int],
+    status: Literal["added", "duplicate"] = "duplicate",
+) -> AddResult:
+    """The result of writing ``memory`` as ``memory_id``, which supersedes each of
+    ``supersedes`` that is an active memory of the user (in order, once each)."""
+    now = utcnow()
+    done = [
+        old_id
+        for old_id in dict.fromkeys(supersedes)
+        if await tx.supersede(
+            uid, old_id=old_id, new_id=memory_id, at=now, conversation_key=memory.conversation_key
+        )
+    ]
+    return AddResult(id=memory_id, status=status, superseded=tuple(done))
 
 
 async def _confirm(

@@ -83,12 +83,19 @@ class PostgresTx:
         )
 
     async def insert(
-        self, uid: int, *, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str]
+        self,
+        uid: int,
+        *,
+        user_key: str,
+        memory: NewMemory,
+        norm: str,
+        terms: Sequence[str],
+        at: datetime,
     ) -> int | None:
         created = memory.created_at or utcnow()
         try:
             async with self.conn.transaction():  # a savepoint: a violation keeps the outer one
-                return int(
+                memory_id = int(
                     await self.conn.fetchval(
                         f"{_INSERT} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
                         " $13, $14, $15, $16, $17) RETURNING id",
@@ -112,6 +119,8 @@ class PostgresTx:
                 )
         except asyncpg.UniqueViolationError:
             return None
+        await self._event(uid, memory_id, "added", at, memory.conversation_key, None)
+        return memory_id
 
     async def insert_many(
         self,
@@ -166,7 +175,9 @@ class PostgresTx:
         )
         return {r[1]: int(r[0]) for r in rows}, set(new_ids)
 
-    async def supersede(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+    async def supersede(
+        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
+    ) -> bool:
         if old_id == new_id:
             return False
         owned = await self.conn.fetchval(
@@ -184,17 +195,19 @@ class PostgresTx:
             old_id,
             uid,
         )
-        return bool(status == "UPDATE 1")
+        if status != "UPDATE 1":
+            return False
+        await self._event(uid, old_id, "superseded", at, conversation_key, new_id)
+        return True
 
-    async def event(
+    async def _event(
         self,
         uid: int,
-        *,
         memory_id: int,
         event: str,
         at: datetime,
         conversation_key: str | None,
-        related_id: int | None = None,
+        related_id: int | None,
     ) -> None:
         await self.conn.execute(
             "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"

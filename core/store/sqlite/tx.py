@@ -99,11 +99,21 @@ class SQLiteTx:
         return Candidates(None, [Candidate(r[1], r[2], r[3]) for r in rows])
 
     async def insert(
-        self, uid: int, *, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str]
+        self,
+        uid: int,
+        *,
+        user_key: str,
+        memory: NewMemory,
+        norm: str,
+        terms: Sequence[str],
+        at: datetime,
     ) -> int | None:
-        row = _row(uid, user_key, memory, norm, terms, utcnow())
-        cur = await self.conn.execute(_INSERT.format(""), row)
-        return cast(int, cur.lastrowid)
+        cur = await self.conn.execute(
+            _INSERT.format(""), _row(uid, user_key, memory, norm, terms, at)
+        )
+        memory_id = cast(int, cur.lastrowid)
+        await self._event(uid, memory_id, "added", at, memory.conversation_key, None)
+        return memory_id
 
     async def insert_many(
         self,
@@ -137,7 +147,9 @@ class SQLiteTx:
         }
         return ids, {i for i in ids.values() if i > start}
 
-    async def supersede(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+    async def supersede(
+        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
+    ) -> bool:
         if old_id == new_id:
             return False
         rows = await self.store._fetchall(
@@ -150,17 +162,19 @@ class SQLiteTx:
             " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
             (new_id, ts(at), old_id, uid),
         )
-        return cur.rowcount == 1
+        if cur.rowcount != 1:
+            return False
+        await self._event(uid, old_id, "superseded", at, conversation_key, new_id)
+        return True
 
-    async def event(
+    async def _event(
         self,
         uid: int,
-        *,
         memory_id: int,
         event: str,
         at: datetime,
         conversation_key: str | None,
-        related_id: int | None = None,
+        related_id: int | None,
     ) -> None:
         await self.conn.execute(
             "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
