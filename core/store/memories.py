@@ -44,6 +44,7 @@ from core.errors import StoreError
 from core.rules.about import same_person
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
+from core.rules.places import stored_place
 from core.rules.text import index_terms, normalize
 from core.store.cleanup import ChangeTx, apply_ops, check_disjoint, no_such_user, undo
 from core.store.writes import bulk_results, confirmed, still_reflecting
@@ -84,6 +85,29 @@ class Candidates:
     near: Sequence[Candidate] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    """A memory as its owner's row stores it: ``memory``, its normalised text ``norm``,
+    index terms ``terms`` (:func:`core.rules.text.index_terms`) and its ``place`` and
+    ``reach`` columns (:func:`core.rules.places.stored_place`)."""
+
+    memory: NewMemory
+    norm: str
+    terms: Sequence[str]
+    place: str
+    reach: str
+
+
+def new_row(uid: int, user_key: str, memory: NewMemory) -> NewRow:
+    """``memory`` as the row of user ``uid`` (``user_key``) stores it."""
+    return NewRow(
+        memory,
+        normalize(memory.text),
+        index_terms(uid, memory.text),
+        *stored_place(memory.place, user_key=user_key),
+    )
+
+
 class MemoryTx(Protocol):
     """One open write transaction of a backend over users' memories: SQL only, no rule.
 
@@ -105,36 +129,18 @@ class MemoryTx(Protocol):
         ``limit`` best BM25 neighbours of ``text`` among the user's active memories."""
         ...
 
-    async def insert(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memory: NewMemory,
-        norm: str,
-        terms: Sequence[str],
-        at: datetime,
-    ) -> int | None:
-        """Store ``memory`` (active; ``terms``: its index terms, ``norm`` its normalised text;
-        its place as :func:`core.rules.places.stored_place` of ``user_key`` keeps it) with its
-        ``added`` event at ``at``, and return its id; None, with nothing stored and the
-        transaction usable, when an active memory with ``norm`` was stored meanwhile by
-        another transaction (the unique index)."""
+    async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
+        """Store ``row`` (active) with its ``added`` event at ``at`` and return its id; None,
+        with nothing stored and the transaction usable, when an active memory with its
+        ``norm`` was stored meanwhile by another transaction (the unique index)."""
         ...
 
     async def insert_many(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memories: Sequence[NewMemory],
-        norms: Sequence[str],
-        terms: Sequence[Sequence[str]],
+        self, uid: int, rows: Sequence[NewRow]
     ) -> tuple[dict[str, int], set[int]]:
-        """Store ``memories`` in order in set-based statements, skipping each whose normalised
-        text is active already (``norms[i]``, ``terms[i]`` as for :meth:`insert`), each new
-        one with its ``added`` event. Returns the active id of each normalised text after it,
-        and the ids this call stored."""
+        """Store ``rows`` in order in set-based statements, skipping each whose ``norm`` is
+        active already, each new one with its ``added`` event. Returns the active id of each
+        normalised text after it, and the ids this call stored."""
         ...
 
     async def supersede(
@@ -327,10 +333,7 @@ class MemoryRules(ABC):
         )
         if decision.duplicate_of is not None:
             return await _superseding(tx, uid, decision.duplicate_of.id, memory, supersedes)
-        terms = index_terms(uid, memory.text)
-        memory_id = await tx.insert(
-            uid, user_key=user_key, memory=memory, norm=norm, terms=terms, at=utcnow()
-        )
+        memory_id = await tx.insert(uid, new_row(uid, user_key, memory), at=utcnow())
         if memory_id is None:
             again = await tx.dedupe_candidates(uid, norm=norm, text=memory.text, limit=0)
             if again.twin is None:
@@ -488,12 +491,9 @@ async def _bulk_add(
 ) -> list[AddResult]:
     if not memories:
         return []
-    norms = [normalize(m.text) for m in memories]
-    terms = [index_terms(uid, m.text) for m in memories]
-    ids, fresh = await tx.insert_many(
-        uid, user_key=user_key, memories=memories, norms=norms, terms=terms
-    )
-    return bulk_results(norms, ids, fresh)
+    rows = [new_row(uid, user_key, m) for m in memories]
+    ids, fresh = await tx.insert_many(uid, rows)
+    return bulk_results([r.norm for r in rows], ids, fresh)
 
 
 async def _forget_turns(tx: MemoryTx, *, user_key: str) -> int | None:

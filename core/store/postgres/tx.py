@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from core.rules.cleanup_ops import MergeOp, Whose
-from core.rules.places import parse_place, reach_of, stored_place
-from core.store.memories import Candidate, Candidates
+from core.rules.places import parse_place, reach_of
+from core.store.memories import Candidate, Candidates, NewRow
 from core.store.postgres.channels import write_attribution
 from core.store.postgres.conversations import end_reflection
 from core.store.postgres.recall import search_user
-from core.types import Attribution, NewMemory, Origin, ReflectionState, Source, UsageRecord, utcnow
+from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
 
 if TYPE_CHECKING:
     from core.store.postgres.store import PostgresStore
@@ -82,16 +82,8 @@ class PostgresTx:
             None, [Candidate(s.memory.id, s.memory.text, s.memory.about) for s in near]
         )
 
-    async def insert(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memory: NewMemory,
-        norm: str,
-        terms: Sequence[str],
-        at: datetime,
-    ) -> int | None:
+    async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
+        memory = row.memory
         created = memory.created_at or utcnow()
         try:
             async with self.conn.transaction():  # a savepoint: a violation keeps the outer one
@@ -101,9 +93,9 @@ class PostgresTx:
                         " $13, $14, $15, $16, $17) RETURNING id",
                         uid,
                         memory.text,
-                        norm,
-                        " ".join(terms),
-                        len(terms),
+                        row.norm,
+                        " ".join(row.terms),
+                        len(row.terms),
                         memory.kind,
                         memory.category,
                         memory.source,
@@ -114,7 +106,8 @@ class PostgresTx:
                         memory.about,
                         memory.valid_from,
                         memory.valid_until,
-                        *stored_place(memory.place, user_key=user_key),
+                        row.place,
+                        row.reach,
                     )
                 )
         except asyncpg.UniqueViolationError:
@@ -123,16 +116,11 @@ class PostgresTx:
         return memory_id
 
     async def insert_many(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memories: Sequence[NewMemory],
-        norms: Sequence[str],
-        terms: Sequence[Sequence[str]],
+        self, uid: int, rows: Sequence[NewRow]
     ) -> tuple[dict[str, int], set[int]]:
+        memories = [r.memory for r in rows]
+        norms = [r.norm for r in rows]
         now = utcnow()
-        places = [stored_place(m.place, user_key=user_key) for m in memories]
         inserted = await self.conn.fetch(
             f"{_INSERT} SELECT $1, x.text, x.norm, x.terms, x.n_terms, x.kind, x.category,"
             " x.source, x.origin, x.ck, x.created, x.updated, x.about, x.vf, x.vu, x.place,"
@@ -144,9 +132,9 @@ class PostgresTx:
             " ORDER BY x.n ON CONFLICT DO NOTHING RETURNING id",
             uid,
             [m.text for m in memories],
-            list(norms),
-            [" ".join(t) for t in terms],
-            [len(t) for t in terms],
+            norms,
+            [" ".join(r.terms) for r in rows],
+            [len(r.terms) for r in rows],
             [m.kind for m in memories],
             [m.category for m in memories],
             [m.source for m in memories],
@@ -157,7 +145,8 @@ class PostgresTx:
             [m.about for m in memories],
             [m.valid_from for m in memories],
             [m.valid_until for m in memories],
-            *map(list, zip(*places, strict=True)),
+            [r.place for r in rows],
+            [r.reach for r in rows],
         )
         new_ids = sorted(int(r[0]) for r in inserted)
         await self.conn.execute(
@@ -167,13 +156,13 @@ class PostgresTx:
             new_ids,
             now,
         )
-        rows = await self.conn.fetch(
+        active = await self.conn.fetch(
             "SELECT id, norm FROM memories WHERE uid = $1 AND superseded_by IS NULL"
             " AND norm = ANY($2::text[])",
             uid,
-            list(norms),
+            norms,
         )
-        return {r[1]: int(r[0]) for r in rows}, set(new_ids)
+        return {r[1]: int(r[0]) for r in active}, set(new_ids)
 
     async def supersede(
         self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None

@@ -16,14 +16,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 from core.rules.cleanup_ops import MergeOp, Whose
-from core.rules.places import parse_place, reach_of, stored_place
+from core.rules.places import parse_place, reach_of
 from core.rules.text import query_terms
-from core.store.memories import Candidate, Candidates
+from core.store.memories import Candidate, Candidates, NewRow
 from core.store.sqlite.base import SQLiteBase, day, day_columns, ts
 from core.store.sqlite.channels import write_attribution
 from core.store.sqlite.conversations import end_reflection
 from core.store.sqlite.migrations import fts_table
-from core.types import Attribution, NewMemory, Origin, ReflectionState, Source, UsageRecord, utcnow
+from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
 
 if TYPE_CHECKING:
     from core.store.sqlite.store import SQLiteStore
@@ -41,16 +41,15 @@ _INSERT = (
 )
 
 
-def _row(
-    uid: int, user_key: str, memory: NewMemory, norm: str, terms: Sequence[str], now: datetime
-) -> tuple[object, ...]:
+def _row(uid: int, row: NewRow, now: datetime) -> tuple[object, ...]:
+    memory = row.memory
     created = memory.created_at or now
     return (
         uid,
         memory.text,
-        norm,
-        " ".join(terms),
-        len(terms),
+        row.norm,
+        " ".join(row.terms),
+        len(row.terms),
         memory.kind,
         memory.category,
         memory.source,
@@ -59,7 +58,8 @@ def _row(
         ts(created),
         ts(memory.updated_at or created),
         *day_columns(memory),
-        *stored_place(memory.place, user_key=user_key),
+        row.place,
+        row.reach,
     )
 
 
@@ -98,40 +98,19 @@ class SQLiteTx:
             return Candidates(twin)
         return Candidates(None, [Candidate(r[1], r[2], r[3]) for r in rows])
 
-    async def insert(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memory: NewMemory,
-        norm: str,
-        terms: Sequence[str],
-        at: datetime,
-    ) -> int | None:
-        cur = await self.conn.execute(
-            _INSERT.format(""), _row(uid, user_key, memory, norm, terms, at)
-        )
+    async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
+        cur = await self.conn.execute(_INSERT.format(""), _row(uid, row, at))
         memory_id = cast(int, cur.lastrowid)
-        await self._event(uid, memory_id, "added", at, memory.conversation_key, None)
+        await self._event(uid, memory_id, "added", at, row.memory.conversation_key, None)
         return memory_id
 
     async def insert_many(
-        self,
-        uid: int,
-        *,
-        user_key: str,
-        memories: Sequence[NewMemory],
-        norms: Sequence[str],
-        terms: Sequence[Sequence[str]],
+        self, uid: int, rows: Sequence[NewRow]
     ) -> tuple[dict[str, int], set[int]]:
         found = await self.store._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
         start = found[0] if found else 0
         now = utcnow()
-        rows = [
-            _row(uid, user_key, m, n, t, now)
-            for m, n, t in zip(memories, norms, terms, strict=True)
-        ]
-        await self.conn.executemany(_INSERT.format(" OR IGNORE"), rows)
+        await self.conn.executemany(_INSERT.format(" OR IGNORE"), [_row(uid, r, now) for r in rows])
         await self.conn.execute(
             "INSERT INTO memory_events(uid, memory_id, event, at)"
             " SELECT uid, id, 'added', ? FROM memories WHERE uid = ? AND id > ?",
@@ -142,7 +121,7 @@ class SQLiteTx:
             for r in await self.store._fetchall(
                 "SELECT id, norm FROM memories WHERE uid = ? AND superseded_by IS NULL"
                 " AND norm IN (SELECT value FROM json_each(?))",
-                (uid, json.dumps(list(norms))),
+                (uid, json.dumps([r.norm for r in rows])),
             )
         }
         return ids, {i for i in ids.values() if i > start}
