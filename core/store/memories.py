@@ -273,17 +273,13 @@ class MemoryRules(ABC):
         usage: Sequence[UsageRecord] = (),
         team: TeamWrite | None = None,
     ) -> list[AddResult] | None:
-        async def work(tx: MemoryTx) -> list[AddResult] | None:
+        async def work(tx: MemoryTx) -> list[AddResult]:
             # The user's row first, then the turn's, as forget_all takes them (no deadlock);
             # the turn's lock holds a mode change (which turns it off) until the commit.
             uid = await tx.user(user_key, create=bool(memories))
             found, state = await tx.turn_state(turn_id=turn_id, user_key=user_key)
             if not still_reflecting(state):
-                # Only the usage, and the attempt on the user's turn (when there is one), so
-                # a run again after this commit (its outcome lost) knows the usage is in.
-                noted = attempts if found else None
-                await tx.end_reflection(turn_id=turn_id, state=None, attempts=noted, usage=usage)
-                return None
+                raise _Dropped(found)  # rolls back a user row made for nothing
             results = []
             if memories:
                 assert uid is not None
@@ -297,7 +293,16 @@ class MemoryRules(ABC):
             await tx.end_reflection(turn_id=turn_id, state="done", attempts=attempts, usage=usage)
             return results
 
-        return await self._transact(work)
+        try:
+            return await self._transact(work)
+        except _Dropped as dropped:
+            # Only the usage, and the attempt on the user's turn (when there is one), so a
+            # run again after this commit (its outcome lost) knows the usage is in.
+            noted = attempts if dropped.found else None
+            await self._transact(
+                partial(_end_reflection, turn_id=turn_id, attempts=noted, usage=usage)
+            )
+            return None
 
     async def _add_team(self, tx: MemoryTx, team: TeamWrite, dedupe: Deduper) -> list[AddResult]:
         """Inside a reflection's write: the channel's entries and who said the new ones."""
@@ -449,6 +454,20 @@ class MemoryRules(ABC):
             return await undo(tx.changes(uid) if uid is not None else None, change_id=change_id)
 
         return await self._transact(work)
+
+
+class _Dropped(Exception):
+    """A reflection's write found its turn no longer waiting (``found``: the turn is there)."""
+
+    def __init__(self, found: bool) -> None:
+        super().__init__("the turn no longer waits for its reflection")
+        self.found = found
+
+
+async def _end_reflection(
+    tx: MemoryTx, *, turn_id: int, attempts: int | None, usage: Sequence[UsageRecord]
+) -> None:
+    await tx.end_reflection(turn_id=turn_id, state=None, attempts=attempts, usage=usage)
 
 
 async def _created(tx: MemoryTx, user_key: str) -> int:

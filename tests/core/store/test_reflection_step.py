@@ -275,3 +275,13 @@ async def test_a_reflection_committing_between_forgets_batches_leaves_nothing(
     store._fetchall = real  # type: ignore[attr-defined]
     assert await texts(store) == []
     assert await store.get_turn(turn_id=turn_id) is None
+
+
+async def test_a_reflection_ending_after_forget_all_leaves_no_user_behind(store: Store) -> None:
+    """The user forgot everything while the model ran: the reflection's write finds the turn
+    gone and makes no row for the user (its usage is recorded all the same)."""
+    turn_id = await pending_turn(store)
+    await store.forget_all(user_key=ALICE)
+    assert await finish(store, turn_id, [learned("The user likes green tea.")]) is None
+    assert ALICE not in [u.user_key for u in await store.users()]
+    assert await texts(store) == [] and await tokens_today(store) == 30
