@@ -14,20 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import asyncpg
 
 from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place, reach_of
 from core.store.memories import Candidate, Candidates, NewRow
+from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import write_attribution
 from core.store.postgres.conversations import end_reflection
 from core.store.postgres.recall import search_user
 from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
-
-if TYPE_CHECKING:
-    from core.store.postgres.store import PostgresStore
 
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
@@ -46,7 +43,7 @@ class PostgresTx:
     """:class:`core.store.memories.MemoryTx` in PostgreSQL, on ``conn`` inside a
     transaction of ``store``."""
 
-    def __init__(self, store: PostgresStore, conn: asyncpg.Connection) -> None:
+    def __init__(self, store: PostgresBase, conn: asyncpg.Connection) -> None:
         self.store, self.conn = store, conn
         self._keys: dict[int, str] = {}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place, reach_of
@@ -24,9 +24,6 @@ from core.store.sqlite.channels import write_attribution
 from core.store.sqlite.conversations import end_reflection
 from core.store.sqlite.migrations import fts_table
 from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
-
-if TYPE_CHECKING:
-    from core.store.sqlite.store import SQLiteStore
 
 _CONFIRMED = (
     "INSERT INTO memory_uses(memory_id, uid, confirmations)"
@@ -67,7 +64,7 @@ class SQLiteTx:
     """:class:`core.store.memories.MemoryTx` in SQLite: the store's write connection inside
     one :meth:`~core.store.sqlite.base.SQLiteBase._write`."""
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteBase) -> None:
         self.store, self.conn = store, store._conn
 
     async def user(self, user_key: str, *, create: bool = False, wait: bool = False) -> int | None:
