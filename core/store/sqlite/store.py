@@ -16,7 +16,9 @@ Within the candidate pool the ranking is exactly per-user BM25; it can differ on
 document that per-user BM25 would rank in the top ``k`` falls outside the candidate pool.
 
 Connection, durability and migrations: :mod:`core.store.sqlite.base`; conversation turns, event
-claims and memory modes: :mod:`core.store.sqlite.conversations`.
+claims and memory modes: :mod:`core.store.sqlite.conversations`; memory writes, cleanup
+changes and erasure (SQL only; the rules: :mod:`core.store.memories`):
+:mod:`core.store.sqlite.tx`.
 """
 
 from __future__ import annotations
