@@ -217,28 +217,11 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
 
     def db_url(self) -> str:
-        """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
-        return normalize_db_url(self.db)
+        """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``
+        (:func:`core.store.database.database`; ``ConfigError`` for a value it refuses)."""
+        from core.store.database import database  # the one URL -> backend map
 
-
-def normalize_db_url(value: str) -> str:
-    """Turn a path or URL into ``sqlite:///abs/path`` or return a ``postgresql://`` URL.
-
-    Raises ``ConfigError`` for an empty value or an unknown scheme.
-    """
-    value = value.strip()
-    if not value:
-        raise ConfigError("SELFMIND_DB is empty: give a file path or a sqlite:/// URL")
-    if value.startswith(("postgresql://", "postgres://")):
-        return value
-    if value.startswith("sqlite:///"):
-        path = value.removeprefix("sqlite:///")
-        # sqlite:////abs and sqlite:///rel both accepted.
-        return "sqlite:///" + str(Path(path).expanduser().resolve())
-    if "://" in value:
-        scheme = value.split("://", 1)[0]
-        raise ConfigError(f"SELFMIND_DB: unsupported scheme {scheme!r} (use a path or sqlite:///)")
-    return "sqlite:///" + str(Path(value).expanduser().resolve())
+        return database(self.db).url
 
 
 def env_name(field: str) -> str:

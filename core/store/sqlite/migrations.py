@@ -1,8 +1,8 @@
-"""Numbered SQLite migrations, applied in order, each in one transaction.
+"""The SQLite form of each schema migration, applied in order, each in one transaction.
 
-Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
-async function of the connection when it needs Python (``m007_clean_text``); either runs in
-the migration's transaction.
+The list that orders them, beside their PostgreSQL forms, is :data:`core.store.migrations.STEPS`;
+this module holds only SQLite's SQL and the Python of the SQLite migrations that need it
+(``m007_clean_text``). Never edit a released migration: add a step there.
 """
 
 from __future__ import annotations
@@ -10,21 +10,17 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
-from core.store.effects import Change, Effect, Execute, Fetch
-from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
-from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
-from core.store.secret_repair import (
-    REDACT_SECRET_FORMS,
-    REDACT_SECRETS,
-    redact_stored_secrets,
-)
-from core.store.text_repair import CLEAN_TEXT, clean_stored_text
+from core.store.effects import Change, Execute, Fetch
+from core.store.place_repair import count_shared, place_memories
+from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
+from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -617,46 +613,30 @@ END;
 """
 
 
-Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
-"""The SQL of a migration, or the async function that applies it (returning the
-:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
-
-MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (1, "m001_initial", M001_INITIAL),
-    (2, "m002_conversations", M002_CONVERSATIONS),
-    (3, "m003_usage", M003_USAGE),
-    (4, "m004_cleanup", M004_CLEANUP),
-    (5, "m005_embeddings", M005_EMBEDDINGS),
-    (6, "m006_sharded_fts", M006_SHARDED_FTS),
-    (7, "m007_clean_text", m007_clean_text),
-    (8, "m008_pending_actions", M008_PENDING_ACTIONS),
-    (9, "m009_feedback", M009_FEEDBACK),
-    (10, "m010_reply_ref", M010_REPLY_REF),
-    (11, "m011_ids_never_reused", m011_ids_never_reused),
-    (12, "m012_label_remembered", m012_label_remembered),
-    (13, "m013_thread_ref", M013_THREAD_REF),
-    (14, "m014_redact_secrets", m014_redact_secrets),
-    (15, "m015_memory_uses", M015_MEMORY_USES),
-    (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
-    (17, "m017_places", m017_places),
-    (18, "m018_channel_memory", M018_CHANNEL_MEMORY),
-    (20, "m020_redact_secret_forms", m020_redact_secret_forms),
-    (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
-]
-
-EFFECTS: dict[str, Effect] = {
-    "m007_clean_text": CLEAN_TEXT,
-    "m012_label_remembered": LABEL_REMEMBERED,
-    "m014_redact_secrets": REDACT_SECRETS,
-    "m017_places": PLACE_MEMORIES,
-    "m020_redact_secret_forms": REDACT_SECRET_FORMS,
-}
-"""The migrations that change or remove stored memories, and what each says before it runs
-and after (:mod:`core.store.effects`). A new one that does adds its row here."""
-
-UNCHANGED: dict[str, str] = {
-    "m011_ids_never_reused": "rebuilds the memories table with the same rows and ids",
-    "m016_turn_ids_never_reused": "rebuilds the turns table; memories are not touched",
-}
-"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
-every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""
+M023_USAGE_KIND_CONSOLIDATION = """
+-- Nightly consolidation's Claude calls get their own usage kind (they were 'cleanup'), so
+-- the usage report shows them on their own line. SQLite cannot change a CHECK in place:
+-- the table is rebuilt with the same columns, rows and ids, and its indexes made again.
+CREATE TABLE usage_new (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    user_key TEXT NOT NULL,
+    workspace TEXT,
+    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation')),
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_input_tokens INTEGER NOT NULL,
+    cache_creation_input_tokens INTEGER NOT NULL,
+    turn_id INTEGER
+);
+INSERT INTO usage_new(id, at, user_key, workspace, kind, model, input_tokens, output_tokens,
+                      cache_read_input_tokens, cache_creation_input_tokens, turn_id)
+    SELECT id, at, user_key, workspace, kind, model, input_tokens, output_tokens,
+           cache_read_input_tokens, cache_creation_input_tokens, turn_id FROM usage;
+DROP TABLE usage;
+ALTER TABLE usage_new RENAME TO usage;
+CREATE INDEX usage_by_user ON usage(user_key, at);
+CREATE INDEX usage_by_workspace ON usage(workspace, at);
+CREATE INDEX usage_by_time ON usage(at);
+"""
