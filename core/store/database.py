@@ -12,7 +12,8 @@ Accepted values (surrounding spaces ignored):
 
 Anything else is a :class:`~core.errors.ConfigError` in one line naming the setting: an
 empty value, an unknown scheme, a URL that does not parse, control or invisible characters
-(a value pasted with a newline, a bidirectional override). The line never holds a password (:func:`mask_url`).
+(a value pasted with a newline, a bidirectional override). The line never holds a
+password (:func:`mask_url`).
 
 Importing this module imports no backend: each operation imports its backend's code when
 it runs.

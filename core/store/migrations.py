@@ -213,8 +213,9 @@ STEPS: tuple[Step, ...] = (
         "usage_kind_consolidation",
         23,
         "m023_usage_kind_consolidation",
-        sqlite=lite.M023_USAGE_KIND_CONSOLIDATION,
+        sqlite=lite.m023_usage_kind_consolidation,
         postgres=pg.M023_USAGE_KIND_CONSOLIDATION,
+        unchanged="rebuilds (SQLite) or re-checks the usage table; memories are not touched",
     ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers

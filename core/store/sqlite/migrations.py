@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -396,23 +396,42 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
 
 
 async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str) -> None:
-    """Rebuild ``table`` with ``id INTEGER PRIMARY KEY AUTOINCREMENT`` and start its
-    sequence after ``largest`` (SQL of one value: the largest id the store ever named).
+    """Rebuild ``table`` with ``id INTEGER PRIMARY KEY AUTOINCREMENT`` (:func:`_rebuild`)
+    and start its sequence after ``largest`` (SQL of one value: the largest id the store
+    ever named)."""
 
-    SQLite cannot add AUTOINCREMENT in place: the table is rebuilt (the documented
-    procedure, https://www.sqlite.org/lang_altertable.html#otheralter) from its own stored
-    definition, so columns added by earlier migrations stay. Rows keep their ids; no
-    trigger fires during the copy (they are on the old table). The indexes and triggers are
-    recreated from their stored SQL."""
+    def add_autoincrement(ddl: str) -> str:
+        if _PRIMARY_KEY.search(ddl) is None:
+            raise sqlite3.OperationalError(
+                f"{table} has no plain 'id INTEGER PRIMARY KEY' to change"
+            )
+        return _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", ddl, count=1)
 
-    async def one(sql: str) -> Any:
-        rows = list(await conn.execute_fetchall(sql))
-        return rows[0][0] if rows else None
+    # Largest before the copy: the query may read the table itself.
+    rows = list(await conn.execute_fetchall(largest))
+    start = int((rows[0][0] if rows else None) or 0)
+    await _rebuild(conn, table, add_autoincrement)
+    await conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+    await conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, start))
 
-    ddl = await one(f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '{table}'")
-    if ddl is None or _PRIMARY_KEY.search(ddl) is None:
-        raise sqlite3.OperationalError(f"{table} has no plain 'id INTEGER PRIMARY KEY' to change")
-    ddl = _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", ddl, count=1)
+
+async def _rebuild(conn: aiosqlite.Connection, table: str, change: Callable[[str], str]) -> None:
+    """Rebuild ``table`` from its own stored definition as ``change`` (its ``CREATE TABLE``
+    SQL -> the new one; raises ``sqlite3.OperationalError`` when it finds nothing to
+    change) makes it: what SQLite cannot alter in place (AUTOINCREMENT, a CHECK).
+
+    The documented procedure (https://www.sqlite.org/lang_altertable.html#otheralter):
+    columns added by earlier migrations stay; rows keep their ids; no trigger fires during
+    the copy (they are on the old table); the indexes and triggers are recreated from
+    their stored SQL."""
+    rows = list(
+        await conn.execute_fetchall(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+    )
+    if not rows:
+        raise sqlite3.OperationalError(f"no table {table} to rebuild")
+    ddl = change(str(rows[0][0]))
     ddl = re.sub(rf"^CREATE TABLE\s+\"?{table}\"?", f"CREATE TABLE {table}_new", ddl, count=1)
     others = list(
         await conn.execute_fetchall(
@@ -421,16 +440,12 @@ async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str
             (table,),
         )
     )
-    # Largest before the copy: the query may read the table itself.
-    start = int(await one(largest) or 0)
     await conn.execute(ddl)
     await conn.execute(f"INSERT INTO {table}_new SELECT * FROM {table}")
     await conn.execute(f"DROP TABLE {table}")  # its indexes and triggers with it
     await conn.execute(f"ALTER TABLE {table}_new RENAME TO {table}")
     for (sql,) in others:
         await conn.execute(sql)
-    await conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
-    await conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, start))
 
 
 logger = logging.getLogger(__name__)
@@ -613,30 +628,20 @@ END;
 """
 
 
-M023_USAGE_KIND_CONSOLIDATION = """
--- Nightly consolidation's Claude calls get their own usage kind (they were 'cleanup'), so
--- the usage report shows them on their own line. SQLite cannot change a CHECK in place:
--- the table is rebuilt with the same columns, rows and ids, and its indexes made again.
-CREATE TABLE usage_new (
-    id INTEGER PRIMARY KEY,
-    at TEXT NOT NULL,
-    user_key TEXT NOT NULL,
-    workspace TEXT,
-    kind TEXT NOT NULL CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation')),
-    model TEXT NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    cache_read_input_tokens INTEGER NOT NULL,
-    cache_creation_input_tokens INTEGER NOT NULL,
-    turn_id INTEGER
-);
-INSERT INTO usage_new(id, at, user_key, workspace, kind, model, input_tokens, output_tokens,
-                      cache_read_input_tokens, cache_creation_input_tokens, turn_id)
-    SELECT id, at, user_key, workspace, kind, model, input_tokens, output_tokens,
-           cache_read_input_tokens, cache_creation_input_tokens, turn_id FROM usage;
-DROP TABLE usage;
-ALTER TABLE usage_new RENAME TO usage;
-CREATE INDEX usage_by_user ON usage(user_key, at);
-CREATE INDEX usage_by_workspace ON usage(workspace, at);
-CREATE INDEX usage_by_time ON usage(at);
-"""
+_USAGE_KINDS = re.compile(r"CHECK \(kind IN \('chat', 'reflection', 'cleanup'\)\)")
+
+
+async def m023_usage_kind_consolidation(conn: aiosqlite.Connection) -> None:
+    """Nightly consolidation's Claude calls get their own usage kind (they were
+    ``cleanup``), so the usage report shows them on their own line. SQLite cannot change a
+    CHECK in place: the usage table is rebuilt (:func:`_rebuild`) with the same columns,
+    rows and ids, its CHECK allowing ``consolidation`` too."""
+
+    def widen(ddl: str) -> str:
+        if _USAGE_KINDS.search(ddl) is None:
+            raise sqlite3.OperationalError("usage has no kind CHECK to widen")
+        return _USAGE_KINDS.sub(
+            "CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation'))", ddl, count=1
+        )
+
+    await _rebuild(conn, "usage", widen)

@@ -5,6 +5,7 @@ nightly consolidation's calls show on their own line of ``selfmind usage``."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,14 @@ def test_an_old_store_keeps_its_usage_and_learns_the_consolidation_kind(
     with pytest.raises(Exception, match=r"(?i)check"):  # the CHECK is still there
         run_sql(url, [_insert((11, *OLD_ROWS[0][1:4], "nightly", *OLD_ROWS[0][5:]))])
     rows = _rows(url)
+    if backend == "sqlite":  # the rebuilt table has its indexes again
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            indexes = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'usage'"
+            ).fetchall()
+        assert {n for (n,) in indexes} == {"usage_by_user", "usage_by_workspace", "usage_by_time"}
     old = [(r[0], datetime.fromisoformat(str(r[1])), *r[2:]) for r in rows if r[0] in (7, 8, 9)]
     assert old == [(r[0], datetime.fromisoformat(str(r[1])), *r[2:]) for r in OLD_ROWS]
     assert len(rows) == 4 and [r[4] for r in rows if r[0] not in (7, 8, 9)] == ["consolidation"]
