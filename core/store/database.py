@@ -46,6 +46,7 @@ SCHEMES: dict[str, Literal["sqlite", "postgres"]] = {
 """URL scheme -> backend."""
 USE = "use a file path, sqlite:///PATH or postgresql://USER@HOST/DB"
 _QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+_SCHEME_TYPO = re.compile(r"(?i)^(sqlite|postgres|postgresql):")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ def database(value: str, *, setting: str = "SELFMIND_DB") -> Database:
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value):
         raise ConfigError(f"{setting} holds control characters: {USE}")
     if "://" not in value:
+        lookalike = _SCHEME_TYPO.match(value)
+        if lookalike:  # postgresql:/h/db would silently become a new SQLite file
+            raise ConfigError(f"{setting}: {lookalike.group(1)}: needs '://': {USE}")
         return _sqlite(value)
     scheme, rest = value.split("://", 1)
     backend = SCHEMES.get(scheme.lower())

@@ -52,6 +52,8 @@ def test_paths_and_urls_name_their_backend(tmp_path: Path, monkeypatch: pytest.M
         ("postgresql://", "names no server or database"),
         ("sqlite://relative.db", "three slashes"),
         ("sqlite:///", "three slashes"),
+        ("postgresql:/u@h/db", "postgresql: needs '://'"),
+        ("sqlite:memory.db", "sqlite: needs '://'"),
         ("a.db\x00b", "control characters"),
         ("postgresql://u@h/db\nDROP", "control characters"),
         ("sqlite:///a\x1b[31m.db", "control characters"),
