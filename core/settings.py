@@ -79,7 +79,10 @@ class Settings(BaseSettings):
     )
 
     # --- storage and recall
-    db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
+    db: str = Field(
+        default="~/.selfmind/memory.db",
+        description="file path, sqlite:/// or postgresql:// URL (core.store.database reads it)",
+    )
     sqlite_synchronous: Literal["normal", "full"] = "full"
     recall: Literal["static", "bm25", "hybrid"] = "static"  # core/runtime.py open_recaller
     embedding_model_dir: str | None = None
@@ -215,13 +218,6 @@ class Settings(BaseSettings):
     # --- health and metrics (GET /healthz, GET /metrics); no port = no server, 0 = any free
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
-
-    def db_url(self) -> str:
-        """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``
-        (:func:`core.store.database.database`; ``ConfigError`` for a value it refuses)."""
-        from core.store.database import database  # the one URL -> backend map
-
-        return database(self.db).url
 
 
 def env_name(field: str) -> str:

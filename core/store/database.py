@@ -29,11 +29,13 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from core.errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from core.store.effects import Notify
     from core.store.schema import SchemaState
     from core.store.seams import Store
@@ -45,7 +47,6 @@ SCHEMES: dict[str, Literal["sqlite", "postgres"]] = {
 }
 """URL scheme -> backend."""
 USE = "use a file path, sqlite:///PATH or postgresql://USER@HOST/DB"
-_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 _SCHEME_TYPO = re.compile(r"(?i)^(sqlite|postgres|postgresql):")
 
 
@@ -123,16 +124,24 @@ def _sqlite(path: str) -> Database:
 
 
 def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    """``url`` with any password replaced by ``***`` (for logs and error messages;
+    :func:`core.store.postgres.base.mask_url`)."""
+    from core.store.postgres.base import mask_url as masked
+
+    return masked(url)
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """One connection to the PostgreSQL server at ``url`` (30 s to connect); ``StoreError``
+    naming the server (never its password) when it fails."""
+    import asyncpg
+
+    from core.store.postgres.base import DB_ERRORS, describe_error
+
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable database URL>"
-    if parts.password is not None:
-        host = parts.netloc.rsplit("@", 1)[1]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
-    return urlunsplit(parts._replace(query=query))
+        return await asyncpg.connect(url, timeout=30)
+    except DB_ERRORS as exc:
+        raise StoreError(f"cannot open database {mask_url(url)}: {describe_error(exc)}") from None
 
 
 async def open_store(
@@ -178,7 +187,6 @@ async def read_schema(db: Database) -> SchemaState | None:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read database {db.path}: {exc}") from None
         return state_of_rows(rows, known)
-    from core.store.postgres.admin import connect
     from core.store.postgres.base import DB_ERRORS, describe_error, pg_schema_rows
 
     conn = await connect(db.url)
@@ -195,7 +203,6 @@ async def server_version(db: Database) -> str | None:
     (``PostgreSQL 15.14 (Debian ...)``); None for SQLite."""
     if db.sqlite:
         return None
-    from core.store.postgres.admin import connect
     from core.store.postgres.base import DB_ERRORS, describe_error
 
     conn = await connect(db.url)
@@ -274,7 +281,6 @@ async def migrate(
         finally:
             await store.close()
         return MigrateReport(store.migrated, applied, taken)
-    from core.store.postgres.admin import connect
     from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
 
     if state is not None and state.pending and not state.fresh and not state.unknown:
@@ -312,7 +318,6 @@ async def _dry_run(db: Database, notify: Notify | None) -> MigrateReport:
             store = await SQLiteStore.open(str(copy), migrate=True, notify=notify)
             await store.close()
         return MigrateReport(store.migrated, applied)
-    from core.store.postgres.admin import connect
     from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
 
     conn = await connect(db.url)

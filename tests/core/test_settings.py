@@ -65,15 +65,6 @@ def test_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> No
         load_settings()
 
 
-def test_db_url_is_the_one_url_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert Settings(db="a.db").db_url() == f"sqlite:///{tmp_path}/a.db"
-    assert Settings(db="postgresql://u@h/db").db_url() == "postgresql://u@h/db"
-    for bad in ("", "mysql://x"):
-        with pytest.raises(ConfigError, match=r"^SELFMIND_DB"):
-            Settings(db=bad).db_url()
-
-
 def test_empty_values_mean_not_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     for name in Settings.model_fields:

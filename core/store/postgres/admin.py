@@ -40,8 +40,8 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.database import database, mask_url, read_schema
-from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error
+from core.store.database import connect, database, read_schema
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, mask_url
 from core.store.schema import check_schema
 from core.store.sqlite.base import dt
 from core.store.sqlite.migrations import FTS_SHARDS
@@ -272,14 +272,6 @@ class CopyReport:
 
 def _read_only(path: str) -> str:
     return Path(path).expanduser().resolve().as_uri() + "?mode=ro"
-
-
-async def connect(url: str) -> asyncpg.Connection:
-    """One connection to the PostgreSQL server at ``url``; ``StoreError`` when it fails."""
-    try:
-        return await asyncpg.connect(url, timeout=30)
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot open database {mask_url(url)}: {describe_error(exc)}") from None
 
 
 async def copy_sqlite_to_postgres(

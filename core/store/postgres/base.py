@@ -32,14 +32,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from core.errors import MigrationError, StoreError
-from core.store.database import mask_url
 from core.store.effects import Notes, Notify
 from core.store.locks import KeyedLocks
 from core.store.migrations import effects_of, migrations_of
@@ -74,6 +75,8 @@ DEADLOCK_RETRIES = 3
 T = TypeVar("T")
 
 
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
+
 KEEPALIVE = {
     "tcp_keepalives_idle": "30",
     "tcp_keepalives_interval": "10",
@@ -81,6 +84,19 @@ KEEPALIVE = {
 }
 """Server-side TCP keepalives for every connection: a replica whose host vanished (power,
 network) is seen as gone, and its locks released, within about a minute, not hours."""
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable database URL>"
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    return urlunsplit(parts._replace(query=query))
 
 
 def user_lock_key(user_key: str) -> int:
