@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from core.rules.text import index_terms, normalize
-from core.store.postgres.migrations import MIGRATIONS
+from core.store.postgres.base import MIGRATIONS
 from core.store.postgres.store import PostgresStore
 from core.store.seams import Store
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from core.memory.cleanup import CleanupRun
     from core.memory.service import MemoryService
     from core.settings import Settings
+    from core.store.database import Database
     from core.store.seams import MemoryStore, Store
     from core.types import Memory, ScoredMemory, UsageRow
 
@@ -79,8 +80,12 @@ class Context:
     """What the global options decided; built once per invocation."""
 
     settings: Settings
-    db_url: str
+    db: Database
     overrides: dict[str, object]
+
+    @property
+    def db_url(self) -> str:
+        return self.db.url
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -210,7 +215,8 @@ def main_options(
     ] = False,
 ) -> None:
     """Global options come before the subcommand."""
-    from core.settings import load_settings, normalize_db_url
+    from core.settings import load_settings
+    from core.store.database import database
 
     overrides: dict[str, object] = {}
     if db is not None:
@@ -221,7 +227,7 @@ def main_options(
         overrides["log_level"] = log_level.upper()
     try:
         settings = load_settings(**overrides)
-        url = normalize_db_url(settings.db)
+        where = database(settings.db)
     except SelfMindError as exc:
         raise fail(str(exc)) from None
     # Admin commands and the terminal chat stay quiet unless asked; bots log at the setting.
@@ -234,7 +240,7 @@ def main_options(
     configure_logging(
         level=level or ("WARNING" if quiet else settings.log_level), fmt=settings.log_format
     )
-    ctx.obj = Context(settings=settings, db_url=url, overrides=overrides)
+    ctx.obj = Context(settings=settings, db=where, overrides=overrides)
 
 
 async def require_database(ctx: Context) -> None:
@@ -242,10 +248,8 @@ async def require_database(ctx: Context) -> None:
     what is stored (a mistyped ``--db`` must not silently become a new, empty store)."""
     import asyncio
 
-    if ctx.db_url.startswith("sqlite:///"):
-        path = Path(ctx.db_url.removeprefix("sqlite:///"))
-        if not await asyncio.to_thread(path.exists):
-            raise MemoryInputError(f"no memory database at {path} (nothing stored there yet)")
+    if ctx.db.sqlite and not await asyncio.to_thread(ctx.db.path.exists):
+        raise MemoryInputError(f"no memory database at {ctx.db.path} (nothing stored there yet)")
 
 
 async def with_store(ctx: Context, work: Callable[[Store], Awaitable[T]]) -> T:
@@ -1129,7 +1133,7 @@ def doctor(ctx: typer.Context) -> None:
     for line in report_settings(files, setting_sources(files, obj.overrides), obj.settings):
         typer.echo(line)
     typer.echo("checks:")
-    checks = run(run_checks(obj.settings, obj.db_url))
+    checks = run(run_checks(obj.settings, obj.db))
     for check in checks:
         typer.echo(check.line())
     failed = [c for c in checks if c.ok is False]
@@ -1175,7 +1179,7 @@ def db_migrate(
     from a copy, and nothing changed). A SQLite store with migrations to apply is backed up
     first (db backup), unless --no-backup: the line under the backup's name says how to put
     it back."""
-    from core.store.postgres.admin import migrate_database
+    from core.store.database import migrate
 
     if no_backup and backup is not None:
         raise fail("--backup and --no-backup exclude each other", 2)
@@ -1191,8 +1195,8 @@ def db_migrate(
             typer.echo(line)
 
     report = run(
-        migrate_database(
-            ctx.obj.db_url,
+        migrate(
+            ctx.obj.db,
             backup=not no_backup,
             backup_path=backup,
             notify=say,
@@ -1229,9 +1233,9 @@ def db_backup(
 
     SQLite's online backup gives a consistent snapshot; PATH is written 0600, checked, and
     opens with --db PATH at once."""
-    if not ctx.obj.db_url.startswith("sqlite:///"):
+    if not ctx.obj.db.sqlite:
         raise fail("db backup copies a SQLite store; back up PostgreSQL with pg_dump")
-    source = Path(ctx.obj.db_url.removeprefix("sqlite:///"))
+    source = ctx.obj.db.path
     target = path.expanduser().absolute()  # not resolved: a symbolic link is refused, not followed
     pages = run(backup_sqlite(ctx.obj, target))
     if as_json:
@@ -1242,10 +1246,10 @@ def db_backup(
 
 async def backup_sqlite(ctx: Context, target: Path) -> int:
     """Back up the existing SQLite store of ``--db`` to the new file ``target``."""
-    from core.store.postgres.admin import backup_database
+    from core.store.database import backup
 
     await require_database(ctx)
-    return await backup_database(ctx.db_url, target)
+    return await backup(ctx.db, target)
 
 
 MODE_MEANS = {
@@ -1329,11 +1333,12 @@ def db_copy(
 ) -> None:
     """Copy a SQLite memory file into an empty PostgreSQL database, then compare the row
     counts of every table (exit 1 when any differs)."""
-    from core.settings import normalize_db_url
+    from core.store.database import database
     from core.store.postgres.admin import CopyReport, copy_sqlite_to_postgres
 
     try:
-        source_url = normalize_db_url(source)
+        source_url = database(source, setting="--from").url
+        database(target, setting="--to")
     except SelfMindError as exc:
         raise fail(str(exc), 2) from None
 

@@ -28,6 +28,7 @@ from core.settings import (
     unknown_settings,
     user_env_file,
 )
+from core.store.database import Database, mask_url
 
 TIMEOUT_S = 10.0
 """How long one service may take to answer."""
@@ -55,8 +56,6 @@ def mask(value: str) -> str:
 
 
 def shown(source: SettingSource) -> str:
-    from core.store.postgres.admin import mask_url
-
     if source.secret:
         return mask(source.value)
     if source.name == "SELFMIND_DB":
@@ -101,22 +100,21 @@ def report_settings(
     return lines
 
 
-async def check_database(url: str) -> Check:
+async def check_database(db: Database) -> Check:
     """The store's schema state, read only."""
-    from core.store.postgres.admin import mask_url, postgres_version, read_schema_state
+    from core.store.database import read_schema, server_version
 
-    sqlite = url.startswith("sqlite:///")
-    name = "SQLite" if sqlite else "PostgreSQL"
-    where = url.removeprefix("sqlite:///") if sqlite else mask_url(url)
-    state = await read_schema_state(url)
+    name, where = db.label, db.where
+    state = await read_schema(db)
     if state is None:
         return Check(
             name,
             True,
             f"{where}: not created yet (the first command that stores something creates it)",
         )
-    if not sqlite:
-        where = f"{where}, {await postgres_version(url)}"
+    version = await server_version(db)
+    if version is not None:
+        where = f"{where}, {version}"
     if state.unknown:
         return Check(name, False, f"{where}: {state.describe()}: upgrade SelfMind")
     if state.pending and not state.fresh:
@@ -222,14 +220,11 @@ async def guarded(name: str, check: Callable[[], Awaitable[Check]]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
 
 
-async def run_checks(settings: Settings, db_url: str) -> list[Check]:
+async def run_checks(settings: Settings, db: Database) -> list[Check]:
     """The database line and one line per service, checked at once."""
     return list(
         await asyncio.gather(
-            guarded(
-                "SQLite" if db_url.startswith("sqlite:///") else "PostgreSQL",
-                lambda: check_database(db_url),
-            ),
+            guarded(db.label, lambda: check_database(db)),
             guarded("Anthropic", lambda: check_anthropic(settings)),
             guarded("Slack", lambda: check_slack(settings)),
             guarded("Discord", lambda: check_discord(settings)),

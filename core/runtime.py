@@ -17,9 +17,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, overload
 
-from core.errors import ConfigError, SelfMindError
+from core.errors import SelfMindError
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
+from core.store import database
 
 if TYPE_CHECKING:
     # The chat side (the Anthropic SDK, files, numpy) is imported where a runtime with
@@ -335,9 +336,10 @@ async def _open_runtime(
 
 async def open_store(url: str, settings: Settings | None = None, *, migrate: bool = False) -> Store:
     """Open the store named by a ``sqlite:///`` or ``postgresql://`` URL (a pool of
-    ``settings.db_pool_size`` connections). A new store is created with the whole schema; a
-    store that is behind is migrated only with ``migrate`` (``selfmind db migrate``, the
-    bots' start: each applied migration is logged and named in ``store.migrated``).
+    ``settings.db_pool_size`` connections; :func:`core.store.database.open_store`). A new
+    store is created with the whole schema; a store that is behind is migrated only with
+    ``migrate`` (``selfmind db migrate``, the bots' start: each applied migration is logged
+    and named in ``store.migrated``).
 
     Raises ``ConfigError`` for other schemes or, with ``settings.recall == "hybrid"``, a
     missing semantic extra (checked before anything is opened; recall itself is
@@ -353,22 +355,12 @@ async def open_store(url: str, settings: Settings | None = None, *, migrate: boo
         from core.memory.static import package_dir
 
         package_dir()  # cheap: finds the files, loads nothing
-    store: Store
-    if url.startswith("sqlite:///"):
-        from core.store.sqlite.store import SQLiteStore
-
-        store = await SQLiteStore.open(
-            url.removeprefix("sqlite:///"),
-            synchronous=settings.sqlite_synchronous if settings is not None else "full",
-            migrate=migrate,
-        )
-    elif url.startswith(("postgresql://", "postgres://")):
-        from core.store.postgres.store import PostgresStore
-
-        pool_size = settings.db_pool_size if settings is not None else 10
-        store = await PostgresStore.open(url, pool_size=pool_size, migrate=migrate)
-    else:
-        raise ConfigError(f"SELFMIND_DB: no store for {url.split('://', 1)[0]!r} URLs")
+    store = await database.open_store(
+        database.database(url),
+        synchronous=settings.sqlite_synchronous if settings is not None else "full",
+        pool_size=settings.db_pool_size if settings is not None else 10,
+        migrate=migrate,
+    )
     for name in store.migrated:
         logger.info("applied migration %s", name)
     return store

@@ -79,7 +79,10 @@ class Settings(BaseSettings):
     )
 
     # --- storage and recall
-    db: str = Field(default="~/.selfmind/memory.db", description="file path or sqlite:/// URL")
+    db: str = Field(
+        default="~/.selfmind/memory.db",
+        description="file path, sqlite:/// or postgresql:// URL (core.store.database reads it)",
+    )
     sqlite_synchronous: Literal["normal", "full"] = "full"
     recall: Literal["static", "bm25", "hybrid"] = "static"  # core/runtime.py open_recaller
     embedding_model_dir: str | None = None
@@ -215,30 +218,6 @@ class Settings(BaseSettings):
     # --- health and metrics (GET /healthz, GET /metrics); no port = no server, 0 = any free
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"
-
-    def db_url(self) -> str:
-        """The database as a URL: ``sqlite:///ABSOLUTE/PATH`` or ``postgresql://...``."""
-        return normalize_db_url(self.db)
-
-
-def normalize_db_url(value: str) -> str:
-    """Turn a path or URL into ``sqlite:///abs/path`` or return a ``postgresql://`` URL.
-
-    Raises ``ConfigError`` for an empty value or an unknown scheme.
-    """
-    value = value.strip()
-    if not value:
-        raise ConfigError("SELFMIND_DB is empty: give a file path or a sqlite:/// URL")
-    if value.startswith(("postgresql://", "postgres://")):
-        return value
-    if value.startswith("sqlite:///"):
-        path = value.removeprefix("sqlite:///")
-        # sqlite:////abs and sqlite:///rel both accepted.
-        return "sqlite:///" + str(Path(path).expanduser().resolve())
-    if "://" in value:
-        scheme = value.split("://", 1)[0]
-        raise ConfigError(f"SELFMIND_DB: unsupported scheme {scheme!r} (use a path or sqlite:///)")
-    return "sqlite:///" + str(Path(value).expanduser().resolve())
 
 
 def env_name(field: str) -> str:

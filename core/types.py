@@ -317,7 +317,9 @@ class NewTurn:
     place: Place | None = None
 
 
-CallKind = Literal["chat", "reflection", "cleanup"]
+CallKind = Literal["chat", "reflection", "cleanup", "consolidation"]
+"""What a Claude call was for, as the usage table records it: an answer, a reflection, a
+user's own ``/memories cleanup`` or the nightly consolidation (:mod:`core.memory.consolidation`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

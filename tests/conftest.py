@@ -44,8 +44,7 @@ from core.memory.service import MemoryService
 from core.runtime import open_store
 from core.store.seams import Store
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.base import SQLiteBase
-from core.store.sqlite.migrations import MIGRATIONS
+from core.store.sqlite.base import MIGRATIONS, SQLiteBase
 from core.store.sqlite.store import SQLiteStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,6 +15,7 @@ from typing import IO, Any
 from bots.discord_bot.client import SelfMindBot, start_bot
 from core.runtime import open_runtime
 from core.settings import Settings, load_settings
+from core.store.database import database
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.discord_server import (
@@ -79,7 +80,11 @@ async def running_bot(w: World, **overrides: Any) -> AsyncIterator[SelfMindBot]:
     until ``on_ready``; closed (answers and reflections finished) on exit."""
     settings = w.settings(**overrides)
     async with open_runtime(
-        settings, db_url=settings.db_url(), require_model=True, start=False, serve_health=True
+        settings,
+        db_url=database(settings.db).url,
+        require_model=True,
+        start=False,
+        serve_health=True,
     ) as rt:
         assert rt.reflector is not None
         rt.reflector.retry_delay_s = 0.0

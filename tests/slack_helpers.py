@@ -12,6 +12,7 @@ from typing import Any
 
 from bots.slack_bot.app import RunningSlackBot, open_slack_bot
 from core.settings import Settings, load_settings
+from core.store.database import database
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack_server import FakeSlack, JsonDict, render_markdown_text, shown_markdown
@@ -72,7 +73,7 @@ def slack_process_env(slack: FakeSlack, anthropic_base_url: str, **extra: str) -
 async def running_bot(settings: Settings, *, http: bool = True) -> AsyncIterator[RunningSlackBot]:
     """The bot as ``selfmind slack`` composes it; HTTP on a free port, or Socket Mode."""
     async with open_slack_bot(
-        settings, db_url=settings.db_url(), http=http, port=0 if http else None
+        settings, db_url=database(settings.db).url, http=http, port=0 if http else None
     ) as running:
         yield running
 

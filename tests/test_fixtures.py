@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.migrations import MIGRATIONS
+from core.store.sqlite.base import MIGRATIONS
 from core.store.sqlite.store import SQLiteStore
 from tests.conftest import _ORIGINAL_OPEN
 

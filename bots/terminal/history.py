@@ -37,6 +37,7 @@ from pathlib import Path
 from core.errors import MemoryInputError
 from core.memory.service import remembered_text
 from core.rules.text import clean_text, normalize
+from core.store.database import database
 
 HISTORY_DIR = "history"
 """The folder of the per-user history files, inside :func:`terminal_folder`."""
@@ -50,10 +51,8 @@ logger = logging.getLogger(__name__)
 
 def terminal_folder(db_url: str) -> Path:
     """Where the terminal keeps its files: the SQLite database's folder, or ``~/.selfmind``
-    for PostgreSQL."""
-    if db_url.startswith("sqlite:///"):
-        return Path(db_url.removeprefix("sqlite:///")).expanduser().parent
-    return Path.home() / ".selfmind"
+    for PostgreSQL (:meth:`core.store.database.Database.local_folder`)."""
+    return database(db_url).local_folder()
 
 
 def history_file(folder: Path, user_key: str) -> Path:

@@ -43,7 +43,7 @@ from core.rules.cleanup_ops import (
 from core.rules.dedupe import Deduper
 from core.rules.text import as_data
 from core.store.seams import CleanupStore, MemoryStore, UsageStore
-from core.types import MAX_MEMORY_CHARS, Category, Kind, Memory
+from core.types import MAX_MEMORY_CHARS, CallKind, Category, Kind, Memory
 
 if TYPE_CHECKING:
     from core.settings import Settings
@@ -228,12 +228,19 @@ class Cleaner:
             groups.append(leftovers[i : i + self.batch_size])
         return _packed(groups, self.batch_size)
 
-    async def plan(self, *, user_key: str, token_budget: int | None = None) -> CleanupRun:
+    async def plan(
+        self,
+        *,
+        user_key: str,
+        token_budget: int | None = None,
+        kind: Literal["cleanup", "consolidation"] = "cleanup",
+    ) -> CleanupRun:
         """Read the user's memories and propose a plan (nothing is changed).
 
         ``token_budget``: no further batch is sent once the run's calls used this many
         tokens (input, cache and output; the run is marked ``stopped``; the batches planned
-        so far stand)."""
+        so far stand). ``kind``: what the calls' usage is recorded as (``consolidation``
+        for the nightly one, :mod:`core.memory.consolidation`)."""
         memories = await self.store.export(user_key=user_key)
         run = CleanupRun(user_key=user_key, before=len(memories))
         run.texts = {m.id: m.text for m in memories}
@@ -257,7 +264,7 @@ class Cleaner:
                 continue
             run.calls += 1
             run.usage = _add_usage(run.usage, extraction.usage)
-            await self._record(user_key, extraction.usage)
+            await self._record(user_key, extraction.usage, kind)
             checked = check_plan(extraction.value, batch)
             if checked is None:
                 run.rejected_batches += 1
@@ -278,12 +285,12 @@ class Cleaner:
         """Apply a planned run as one change; sets ``applied`` and ``after``."""
         return await apply_run(self.store, run)
 
-    async def _record(self, user_key: str, usage: Usage) -> None:
+    async def _record(self, user_key: str, usage: Usage, kind: CallKind) -> None:
         await record_call(
             self.store,
             user_key=user_key,
             workspace=None,
-            kind="cleanup",
+            kind=kind,
             model=self.model_name,
             usage=usage,
         )

@@ -20,16 +20,18 @@ runs it:
   change** whose id starts ``tidy-`` (``tidy-20261205-3fa2c1``);
 - ended dated facts: :meth:`Consolidator.end_dated` is the hook (see there);
 - the budget: ``SELFMIND_CONSOLIDATION_DAILY_TOKENS`` for the whole deployment per UTC day,
-  counted as every token of the day's cleanup calls in the usage table (they are recorded
-  as ``cleanup``: a user's own ``/memories cleanup`` spends the same budget, so background
-  cleanup never costs more than the operator set). Before each user the budget left is read
-  and the user's plan stops sending batches once it is spent (what was planned is applied);
-  the night stops there, and also at the window's end.
+  counted as every token of the day's cleanup calls in the usage table: the consolidation's
+  own (recorded as ``consolidation``) and users' ``/memories cleanup`` (``cleanup``), which
+  spends the same budget, so background cleanup never costs more than the operator set.
+  Before each user the budget left is read and the user's plan stops sending batches once
+  it is spent (what was planned is applied); the night stops there, and also at the
+  window's end.
 
 What it did is told where the user looks: the Slack Home tab and ``/memory`` say "Tidied 3
 memories last night" with an undo (:mod:`core.memory.tidy_notes`); metrics count the
 memories per operation and the nights stopped early (:mod:`core.metrics`); the usage report
-has its tokens under ``cleanup``; the log line per user names counts and ids, never text.
+(``selfmind usage``) has its tokens on their own line, ``consolidation``; the log line per
+user names counts and ids, never text.
 
 Cost (``python bench/consolidation.py``, the fake Anthropic API): see docs/memory.md.
 """
@@ -172,10 +174,11 @@ class Consolidator:
         self.clock = clock
 
     async def spent_today(self, now: datetime) -> int:
-        """Tokens of every cleanup call recorded since ``now``'s UTC midnight."""
+        """Tokens of every cleanup call (``consolidation`` and users' ``cleanup``) recorded
+        since ``now``'s UTC midnight."""
         midnight = datetime.combine(now.astimezone(UTC).date(), time(0), UTC)
         rows = await self.store.usage_report(since=midnight, by="kind")
-        return sum(r.total_tokens for r in rows if r.key == "cleanup")
+        return sum(r.total_tokens for r in rows if r.key in ("cleanup", "consolidation"))
 
     async def users_to_tidy(self, opened: datetime) -> list[str]:
         """Users with enough memories and activity of their own in the
@@ -250,7 +253,7 @@ class Consolidator:
     async def _tidy(
         self, user_key: str, night: date, budget: int, now: datetime
     ) -> tuple[UserNight, bool]:
-        run = await self.cleaner.plan(user_key=user_key, token_budget=budget)
+        run = await self.cleaner.plan(user_key=user_key, token_budget=budget, kind="consolidation")
         memories = await self.store.export(user_key=user_key)
         run.planned.extend(self.end_dated(memories, now))
         change_id = f"{PREFIX}{night:%Y%m%d}-{secrets.token_hex(3)}"

@@ -1,12 +1,13 @@
 """What a migration does to stored memories, said before it runs and after it ran.
 
-A migration that changes or removes stored memories declares an :class:`Effect` in its
-backend's ``EFFECTS`` table (``core.store.sqlite.migrations``,
-``core.store.postgres.migrations``), keyed by the migration's name: what it does to them
+A migration that changes or removes stored memories declares an :class:`Effect` on its
+step of the one list (``effect=`` in :data:`core.store.migrations.STEPS`, once for both
+backends; each runner looks it up by its migration's name there): what it does to them
 (``erase``), why, and a read-only ``count`` of what it will change (how many memories, of
-how many users, and what else). Migrations that change no memory are listed in
-``UNCHANGED`` with the reason instead, when a test could take them for one that does
-(tests/core/store/test_migration_effects.py holds every migration to one of the two).
+how many users, and what else). A step that changes no memory says why in ``unchanged=``
+instead, when a test could take it for one that does (Python, or SQL writing
+``memories``; tests/core/store/test_migration_effects.py holds every step to one of the
+two).
 
 Both backends' migration runners call :func:`before` and :func:`after` around each
 migration, in its transaction:

@@ -1,9 +1,9 @@
 """The upgrade rule both backends share: which numbered migrations a store still needs, and
 whether this SelfMind may open it.
 
-A store's ``schema_migrations`` table names the migrations applied to it; a backend's
-``MIGRATIONS`` list names the ones this version knows. Then, for any lists (numbers may
-have gaps, and branches add migrations in any order):
+A store's ``schema_migrations`` table names the migrations applied to it; the backend's
+forms of :data:`core.store.migrations.STEPS` name the ones this version knows. Then, for
+any lists (numbers may have gaps, and branches add migrations in any order):
 
 - a store holding a migration this version does not know was written by a **newer**
   SelfMind: every command refuses it (:class:`NewerSchemaError`), changing nothing;
@@ -16,45 +16,45 @@ have gaps, and branches add migrations in any order):
 The check reads only; a backend runs it before it writes anything, then applies
 :attr:`SchemaState.pending` in order when allowed.
 
-Versions: :data:`RELEASES` records, per backend, the newest migration each SelfMind version
-knows, so the first version that knows a migration is looked up in one place. A backend
+Versions: :data:`RELEASES` records the newest step each SelfMind version knows, so the
+first version that knows a migration (on either backend) is looked up in one place. A backend
 writes that version beside each migration it applies (``schema_migrations.selfmind_version``),
 so an older SelfMind refusing the store can say which version it needs
-(``needs SelfMind >= 0.3.0``), although it has never heard of that migration.
+(``needs SelfMind >= 0.4.0``), although it has never heard of that migration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from core import __version__
 from core.errors import NewerSchemaError, SchemaBehindError
-
-Backend = Literal["sqlite", "postgres"]
+from core.store.migrations import STEPS, Backend, step_of
 
 
 @dataclass(frozen=True)
 class Release:
-    """A SelfMind version and the newest migration it knows on each backend (its number in
-    :mod:`core.store.sqlite.migrations` and :mod:`core.store.postgres.migrations`)."""
+    """A SelfMind version and the newest step of :data:`core.store.migrations.STEPS` it
+    knows (by the step's key)."""
 
     version: str
-    sqlite: int
-    postgres: int
+    newest: str
 
 
 RELEASES: tuple[Release, ...] = (
-    # 0.1.0 never moved while its 16 schema changes landed: every one of them is "0.1.0".
-    Release("0.1.0", sqlite=16, postgres=13),
+    # 0.1.0 never moved while its 16 schema changes landed: every one of them is "0.1.0"
+    # (SQLite m001-m016, PostgreSQL m001-m013).
+    Release("0.1.0", newest="turn_ids_never_reused"),
     # where each memory was learned, team memory, exactly-once recovery, secret forms,
     # dedupe and consolidation, whose fact and when (SQLite m017-m022, PostgreSQL m014-m019)
-    Release("0.2.0", sqlite=22, postgres=19),
+    Release("0.2.0", newest="memory_about_dates"),
+    # consolidation's usage under its own kind (m023 on both backends)
+    Release("0.3.0", newest="usage_kind_consolidation"),
 )
-"""Oldest first. A release that adds a migration adds a row (and that row's version is
-:data:`core.__version__`); a migration no row covers fails the tests
-(:func:`unversioned`)."""
+"""Oldest first. A release that adds a step adds a row (and that row's version is
+:data:`core.__version__`); a step no row covers fails the tests (:func:`unversioned`)."""
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -62,18 +62,33 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
 
 
-def first_version(backend: Backend, number: int) -> str | None:
-    """The first SelfMind version that knows migration ``number`` of ``backend``
-    (:data:`RELEASES`), None when no release covers it."""
+def _position(key: str) -> int | None:
+    return next((i for i, step in enumerate(STEPS) if step.key == key), None)
+
+
+def first_version_of(key: str) -> str | None:
+    """The first SelfMind version that knows the step ``key`` (:data:`RELEASES`), None when
+    no release covers it (or no step has that key)."""
+    at = _position(key)
+    if at is None:
+        return None
     for release in RELEASES:
-        if number <= getattr(release, backend):
+        newest = _position(release.newest)
+        if newest is not None and at <= newest:
             return release.version
     return None
 
 
-def unversioned(backend: Backend, numbers: Iterable[int]) -> list[int]:
-    """The migration ``numbers`` of ``backend`` no release in :data:`RELEASES` covers."""
-    return sorted(n for n in numbers if first_version(backend, n) is None)
+def first_version(backend: Backend, number: int) -> str | None:
+    """The first SelfMind version that knows migration ``number`` of ``backend`` (its
+    number there, as stores record it); None when no release or no step covers it."""
+    step = step_of(backend, number)
+    return None if step is None else first_version_of(step.key)
+
+
+def unversioned(keys: Iterable[str]) -> list[str]:
+    """The step ``keys`` no release in :data:`RELEASES` covers, in their order."""
+    return [key for key in keys if first_version_of(key) is None]
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,7 @@ class SchemaState:
         return max(recorded, key=version_key) if recorded else None
 
     def needs_phrase(self) -> str:
-        """``needs SelfMind >= 0.3.0`` (or ``needs a SelfMind newer than 0.2.0``)."""
+        """``needs SelfMind >= 0.4.0`` (or ``needs a SelfMind newer than 0.3.0``)."""
         if self.needs:
             return f"needs SelfMind >= {self.needs}"
         return f"needs a SelfMind newer than {app_version()}"

@@ -23,6 +23,7 @@ from core.errors import ConfigError, ModelError
 from core.health import HealthServer
 from core.metrics import Metrics, Readiness, error_kind
 from core.runtime import open_runtime
+from core.store.database import database
 from tests.conftest import REPO_ROOT
 from tests.discord_helpers import World, eventually, settled, world
 from tests.fakes.anthropic_server import (
@@ -225,7 +226,11 @@ async def test_discord_healthz_503_until_ready_then_counters_move_and_a_drop_is_
     w.claude.enqueue(memories_reply(("The user is learning Rust.", "fact", "code")), kind="extract")
     settings = w.settings(metrics_port=0)
     async with open_runtime(
-        settings, db_url=settings.db_url(), require_model=True, start=False, serve_health=True
+        settings,
+        db_url=database(settings.db).url,
+        require_model=True,
+        start=False,
+        serve_health=True,
     ) as rt:
         assert rt.health is not None and rt.reflector is not None
         port = rt.health.port
@@ -269,7 +274,7 @@ async def test_discord_healthz_503_until_ready_then_counters_move_and_a_drop_is_
 
 async def test_remember_forget_and_forget_all_are_counted(w: World) -> None:
     settings = w.settings(metrics_port=0)
-    async with open_runtime(settings, db_url=settings.db_url(), serve_health=True) as rt:
+    async with open_runtime(settings, db_url=database(settings.db).url, serve_health=True) as rt:
         assert rt.health is not None
         key = f"discord:{w.alice.id}"
         for text in ("The user likes tea.", "The user owns a cat."):
@@ -298,14 +303,14 @@ async def test_port_in_use_is_a_one_line_config_error_and_the_store_is_closed(
 ) -> None:
     settings = w.settings(metrics_port=busy_port)
     with pytest.raises(ConfigError) as caught:
-        async with open_runtime(settings, db_url=settings.db_url(), serve_health=True):
+        async with open_runtime(settings, db_url=database(settings.db).url, serve_health=True):
             pytest.fail("started on a port in use")
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"SELFMIND_METRICS_PORT: cannot listen on 127.0.0.1:{busy_port}")
     # Nothing is held: the same database opens again at once.
     async with open_runtime(
-        settings.model_copy(update={"metrics_port": None}), db_url=settings.db_url()
+        settings.model_copy(update={"metrics_port": None}), db_url=database(settings.db).url
     ) as rt:
         assert rt.health is None
 

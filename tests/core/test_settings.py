@@ -11,7 +11,6 @@ from core.errors import ConfigError
 from core.settings import (
     Settings,
     load_settings,
-    normalize_db_url,
     settings_files,
     unknown_settings,
 )
@@ -64,15 +63,6 @@ def test_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("SELFMIND_DEDUPE_THRESHOLD", "2")
     with pytest.raises(ConfigError, match=r"^SELFMIND_DEDUPE_THRESHOLD"):
         load_settings()
-
-
-def test_db_urls(tmp_path: Path) -> None:
-    assert normalize_db_url(str(tmp_path / "a.db")) == f"sqlite:///{tmp_path}/a.db"
-    assert normalize_db_url(f"sqlite:///{tmp_path}/b.db") == f"sqlite:///{tmp_path}/b.db"
-    assert normalize_db_url("postgresql://u@h/db") == "postgresql://u@h/db"
-    for bad in ("", "mysql://x"):
-        with pytest.raises(ConfigError, match="SELFMIND_DB"):
-            normalize_db_url(bad)
 
 
 def test_empty_values_mean_not_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Database administration: apply migrations, and copy a SQLite memory file into PostgreSQL.
+"""Database administration: copy a SQLite memory file into PostgreSQL (migrating, backing up
+and reading a store's schema are :mod:`core.store.database`'s).
 
 :func:`copy_sqlite_to_postgres` moves everything a SQLite store holds - users, memories
 (active and superseded, with their ids, so events and ``superseded_by`` still point at the
@@ -28,9 +29,7 @@ the clean text (the index terms are words only, already clean); turns keep their
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -41,14 +40,11 @@ import aiosqlite
 import asyncpg
 
 from core.errors import ConfigError, StoreError
-from core.store.effects import Notify
-from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, pg_schema_rows
-from core.store.postgres.base import mask_url as mask_url  # re-exported for the CLI
-from core.store.postgres.migrations import MIGRATIONS
-from core.store.schema import SchemaState, check_schema, state_of_rows
-from core.store.sqlite.base import dt, schema_rows
+from core.store.database import connect, database, read_schema
+from core.store.postgres.base import DB_ERRORS, apply_migrations, describe_error, mask_url
+from core.store.schema import check_schema
+from core.store.sqlite.base import dt
 from core.store.sqlite.migrations import FTS_SHARDS
-from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from core.store.text_repair import memory_text, turn_text
 
 logger = logging.getLogger(__name__)
@@ -274,183 +270,8 @@ class CopyReport:
         return all(c.equal for c in self.counts)
 
 
-@dataclass(frozen=True)
-class MigrateReport:
-    """Migrations applied by this run, all applied migrations in order, and the backup
-    taken before (a SQLite file that had migrations to apply), if any."""
-
-    applied_now: tuple[str, ...]
-    applied: tuple[str, ...]
-    backup: Path | None = None
-
-
-def sqlite_path(url: str) -> str:
-    """The file of a ``sqlite:///PATH`` URL; ``ConfigError`` for anything else."""
-    if not url.startswith("sqlite:///"):
-        raise ConfigError(f"--from must be a sqlite:/// URL, not {mask_url(url)!r}")
-    return url.removeprefix("sqlite:///")
-
-
-def postgres_url(url: str) -> str:
-    """``url`` if it is ``postgresql://`` or ``postgres://``; ``ConfigError`` otherwise."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(f"--to must be a postgresql:// URL, not {mask_url(url)!r}")
-    return url
-
-
-async def migrate_database(
-    url: str,
-    *,
-    backup: bool = True,
-    backup_path: Path | None = None,
-    notify: Notify | None = None,
-    dry_run: bool = False,
-) -> MigrateReport:
-    """Create or update the schema of the store at ``url`` (SQLite or PostgreSQL).
-
-    ``dry_run``: apply the pending migrations to a copy (SQLite: a backup in a temporary
-    folder, removed after; PostgreSQL: one transaction rolled back), saying the same lines,
-    and leave the store as it is; ``applied_now`` names what a real run would apply.
-
-    Idempotent. A SQLite file with migrations to apply is first backed up (unless not
-    ``backup``) to ``backup_path`` or :func:`~core.store.sqlite.backup.before_migrate_path`.
-    ``notify`` gets each line to show as it happens: the backup and how to restore it (or,
-    on PostgreSQL, that none was taken), what a migration will change in stored memories
-    before it runs and what it did (:mod:`core.store.effects`), ``applied NAME``.
-    Raises ``StoreError`` / ``MigrationError``, ``NewerSchemaError`` for a store a newer
-    SelfMind wrote (nothing changed), ``MemoryInputError`` when the backup cannot be written.
-    """
-    say = notify or (lambda line: None)
-    if dry_run:
-        return await _dry_run(url, notify)
-    if url.startswith("sqlite:///"):
-        from core.store.sqlite.backup import backup_file, before_migrate_path, restore_hint
-        from core.store.sqlite.store import SQLiteStore
-
-        path = await asyncio.to_thread(_sqlite_file, url)
-        state = await read_schema_state(url)
-        taken: Path | None = None
-        if state is not None:
-            check_schema(state, where=f"database {path}", apply=True)
-            if backup and state.pending and not state.fresh:
-                taken = (backup_path or before_migrate_path(path)).expanduser().absolute()
-                await backup_file(path, taken)
-                say(f"backed up the database to {taken}")
-                say(restore_hint(taken, path))
-        store = await SQLiteStore.open(str(path), migrate=True, notify=notify)
-        try:
-            applied = tuple(await store.applied_migrations())
-        finally:
-            await store.close()
-        return MigrateReport(store.migrated, applied, taken)
-    state = await read_schema_state(url)
-    if state is not None and state.pending and not state.fresh and not state.unknown:
-        say(
-            "no backup taken (PostgreSQL): to undo this upgrade, restore the pg_dump you took"
-            " before it and reinstall the SelfMind you had"
-        )
-    conn = await _connect(postgres_url(url))
-    try:
-        now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
-        names = await conn.fetch("SELECT name FROM schema_migrations ORDER BY number")
-        return MigrateReport(tuple(now), tuple(str(r[0]) for r in names))
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
-    finally:
-        await conn.close()
-
-
-async def _dry_run(url: str, notify: Notify | None) -> MigrateReport:
-    """:func:`migrate_database` with ``dry_run``: the migrations run on a copy."""
-    state = await read_schema_state(url)
-    if state is None:
-        raise StoreError(f"no memory database at {url.removeprefix('sqlite:///')}")
-    check_schema(state, where=f"database {mask_url(url)}", apply=True)
-    applied = tuple(name for _, name in state.applied)
-    if url.startswith("sqlite:///"):
-        import tempfile
-
-        from core.store.sqlite.backup import backup_file
-        from core.store.sqlite.store import SQLiteStore
-
-        path = await asyncio.to_thread(_sqlite_file, url)
-        with tempfile.TemporaryDirectory(prefix="selfmind-dry-run-") as folder:
-            copy = Path(folder) / path.name
-            await backup_file(path, copy)
-            store = await SQLiteStore.open(str(copy), migrate=True, notify=notify)
-            await store.close()
-        return MigrateReport(store.migrated, applied)
-    conn = await _connect(postgres_url(url))
-    try:
-        outer = conn.transaction()
-        await outer.start()
-        try:  # each migration's own transaction is a savepoint inside this one
-            now = await apply_migrations(conn, apply=True, where=mask_url(url), notify=notify)
-        finally:
-            await outer.rollback()
-        return MigrateReport(tuple(now), applied)
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot migrate {mask_url(url)}: {describe_error(exc)}") from None
-    finally:
-        await conn.close()
-
-
-async def backup_database(url: str, target: Path) -> int:
-    """``selfmind db backup``: a consistent copy of the SQLite store at ``url`` in the new file
-    ``target`` (:func:`core.store.sqlite.backup.backup_file`); returns its page count."""
-    from core.store.sqlite.backup import backup_file
-
-    return await backup_file(await asyncio.to_thread(_sqlite_file, url), target)
-
-
-async def postgres_version(url: str) -> str:
-    """What the server at ``url`` answers to ``SELECT version()``, up to its first comma
-    (``PostgreSQL 15.14 (Debian ...) on x86_64...`` -> ``PostgreSQL 15.14 (Debian ...)``)."""
-    conn = await _connect(postgres_url(url))
-    try:
-        return str(await conn.fetchval("SELECT version()")).split(",", 1)[0]
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
-    finally:
-        await conn.close()
-
-
-async def read_schema_state(url: str) -> SchemaState | None:
-    """The schema state of the store at ``url``, read only; None when there is no SQLite
-    file there. ``StoreError`` when the file or server cannot be read."""
-    known_sqlite = ((n, name) for n, name, _ in SQLITE_MIGRATIONS)
-    if url.startswith("sqlite:///"):
-        path = await asyncio.to_thread(_sqlite_file, url)
-        if not await asyncio.to_thread(path.exists):
-            return None
-        try:  # read-write (never creating): the last connection to close removes the -wal
-            async with aiosqlite.connect(f"{path.as_uri()}?mode=rw", uri=True) as db:
-                rows = await schema_rows(db)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read database {path}: {exc}") from None
-        return state_of_rows(rows, known_sqlite)
-    conn = await _connect(postgres_url(url))
-    try:
-        return state_of_rows(await pg_schema_rows(conn), ((n, name) for n, name, _ in MIGRATIONS))
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot read {mask_url(url)}: {describe_error(exc)}") from None
-    finally:
-        await conn.close()
-
-
-def _sqlite_file(url: str) -> Path:
-    return Path(sqlite_path(url)).expanduser().resolve()
-
-
 def _read_only(path: str) -> str:
     return Path(path).expanduser().resolve().as_uri() + "?mode=ro"
-
-
-async def _connect(url: str) -> asyncpg.Connection:
-    try:
-        return await asyncpg.connect(url, timeout=30)
-    except DB_ERRORS as exc:
-        raise StoreError(f"cannot open database {mask_url(url)}: {describe_error(exc)}") from None
 
 
 async def copy_sqlite_to_postgres(
@@ -463,12 +284,17 @@ async def copy_sqlite_to_postgres(
     be used or the target already holds data, ``SchemaBehindError`` / ``NewerSchemaError``
     when either is not at this version's schema (nothing is written then).
     """
-    path, target_url = sqlite_path(source_url), postgres_url(target_url)
-    state = await read_schema_state(source_url)
+    source, target = database(source_url, setting="--from"), database(target_url, setting="--to")
+    if not source.sqlite:
+        raise ConfigError(f"--from must be a SQLite file or sqlite:/// URL, not {source.where!r}")
+    if source.sqlite == target.sqlite:
+        raise ConfigError(f"--to must be a postgresql:// URL, not {target.where!r}")
+    path, target_url = str(source.path), target.url
+    state = await read_schema(source)
     if state is None:
         raise StoreError(f"no memory database at {path} (nothing to copy)")
     check_schema(state, where=f"database {path}", apply=False)
-    conn = await _connect(target_url)
+    conn = await connect(target_url)
     try:
         await apply_migrations(conn, apply=False, where=mask_url(target_url))  # a new one
         async with aiosqlite.connect(_read_only(path), uri=True) as src:

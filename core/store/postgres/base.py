@@ -43,11 +43,16 @@ import asyncpg
 from core.errors import MigrationError, StoreError
 from core.store.effects import Notes, Notify
 from core.store.locks import KeyedLocks
-from core.store.postgres.migrations import EFFECTS, MIGRATIONS, numbered
+from core.store.migrations import effects_of, migrations_of
+from core.store.postgres.migrations import numbered
 from core.store.schema import check_schema, first_version, state_of_rows
 from core.store.writes import REFLECTING_SQL
 
 logger = logging.getLogger(__name__)
+
+MIGRATIONS = migrations_of("postgres")
+"""PostgreSQL's migrations in order (:data:`core.store.migrations.STEPS`)."""
+EFFECTS = effects_of("postgres")
 
 LOCK_MIGRATIONS = 0x534D0001
 """Advisory lock namespace for migrations (first key of the two-key form)."""

@@ -1,36 +1,32 @@
-"""Numbered PostgreSQL migrations, applied in order, each in one transaction, recorded in
-``schema_migrations`` and taken under an advisory lock (:mod:`core.store.postgres.base`), so two
-replicas starting at once never race.
+"""The PostgreSQL form of each schema migration, applied in order, each in one transaction,
+recorded in ``schema_migrations`` and taken under an advisory lock
+(:mod:`core.store.postgres.base`), so two replicas starting at once never race.
 
 The schema mirrors :mod:`core.store.sqlite.migrations` with native types (``bigint`` identities,
 ``timestamptz``). Recall uses a GIN-indexed ``tsvector`` of the Python-made index terms
 (``u{uid}_{stem}``, :func:`core.rules.text.index_terms`) built by ``array_to_tsvector``: each term
 is one lexeme, as it is (``to_tsvector`` would split ``u17_prefer`` at the underscore).
 
-Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
-async function of the connection when it needs Python (``m006_clean_text``); either runs in
-the migration's transaction.
+The list that orders them, beside their SQLite forms, is :data:`core.store.migrations.STEPS`;
+this module holds only PostgreSQL's SQL and the Python of the PostgreSQL migrations that
+need it (``m006_clean_text``). Never edit a released migration: add a step there.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
-from core.store.effects import Change, Effect, Execute, Fetch
-from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
-from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
-from core.store.secret_repair import (
-    REDACT_SECRET_FORMS,
-    REDACT_SECRETS,
-    redact_stored_secrets,
-)
-from core.store.text_repair import CLEAN_TEXT, clean_stored_text
+from core.store.effects import Change, Execute, Fetch
+from core.store.place_repair import count_shared, place_memories
+from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
+from core.store.text_repair import clean_stored_text
 
 M001_MEMORIES = """
 CREATE TABLE users (
@@ -407,40 +403,11 @@ CREATE INDEX channel_entries_by_speaker ON channel_entries(said_by) WHERE said_b
 CREATE INDEX channel_entries_by_channel ON channel_entries(channel_key);
 """
 
-Migration = str | Callable[[asyncpg.Connection], Awaitable[object]]
-"""The SQL of a migration, or the async function that applies it (returning the
-:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
-
-MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (1, "m001_memories", M001_MEMORIES),
-    (2, "m002_conversations", M002_CONVERSATIONS),
-    (3, "m003_usage", M003_USAGE),
-    (4, "m004_embeddings", M004_EMBEDDINGS),
-    (5, "m005_forget_index", M005_FORGET_INDEX),
-    (6, "m006_clean_text", m006_clean_text),
-    (7, "m007_pending_actions", M007_PENDING_ACTIONS),
-    (8, "m008_feedback", M008_FEEDBACK),
-    (9, "m009_reply_ref", M009_REPLY_REF),
-    (10, "m010_label_remembered", m010_label_remembered),
-    (11, "m011_thread_ref", M011_THREAD_REF),
-    (12, "m012_redact_secrets", m012_redact_secrets),
-    (13, "m013_memory_uses", M013_MEMORY_USES),
-    (14, "m014_places", m014_places),
-    (15, "m015_channel_memory", M015_CHANNEL_MEMORY),
-    (17, "m017_redact_secret_forms", m017_redact_secret_forms),
-    (19, "m019_memory_about_dates", M019_MEMORY_ABOUT_DATES),
-]
-
-EFFECTS: dict[str, Effect] = {
-    "m006_clean_text": CLEAN_TEXT,
-    "m010_label_remembered": LABEL_REMEMBERED,
-    "m012_redact_secrets": REDACT_SECRETS,
-    "m014_places": PLACE_MEMORIES,
-    "m017_redact_secret_forms": REDACT_SECRET_FORMS,
-}
-"""The migrations that change or remove stored memories, and what each says before it runs
-and after (:mod:`core.store.effects`). A new one that does adds its row here."""
-
-UNCHANGED: dict[str, str] = {}
-"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
-every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""
+M023_USAGE_KIND_CONSOLIDATION = """
+-- Nightly consolidation's Claude calls get their own usage kind (they were 'cleanup'), so
+-- the usage report shows them on their own line: the column's CHECK (named by PostgreSQL
+-- usage_kind_check) is replaced by a wider one; the rows stay as they are (one scan).
+ALTER TABLE usage DROP CONSTRAINT usage_kind_check,
+    ADD CONSTRAINT usage_kind_check
+        CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation'));
+"""

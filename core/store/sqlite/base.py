@@ -63,11 +63,16 @@ import aiosqlite
 
 from core.errors import MigrationError, StoreError
 from core.store.effects import Notes, Notify
+from core.store.migrations import effects_of, migrations_of
 from core.store.schema import check_schema, first_version, state_of_rows
-from core.store.sqlite.migrations import EFFECTS, MIGRATIONS, fts_table
+from core.store.sqlite.migrations import fts_table
 from core.types import NewMemory, utcnow
 
 logger = logging.getLogger(__name__)
+
+MIGRATIONS = migrations_of("sqlite")
+"""SQLite's migrations in order (:data:`core.store.migrations.STEPS`)."""
+EFFECTS = effects_of("sqlite")
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another process's write lock before ``database is locked``."""

@@ -1,8 +1,8 @@
-"""Numbered SQLite migrations, applied in order, each in one transaction.
+"""The SQLite form of each schema migration, applied in order, each in one transaction.
 
-Never edit a released migration: add ``m00N_...`` at the end. A migration is SQL, or an
-async function of the connection when it needs Python (``m007_clean_text``); either runs in
-the migration's transaction.
+The list that orders them, beside their PostgreSQL forms, is :data:`core.store.migrations.STEPS`;
+this module holds only SQLite's SQL and the Python of the SQLite migrations that need it
+(``m007_clean_text``). Never edit a released migration: add a step there.
 """
 
 from __future__ import annotations
@@ -10,21 +10,17 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 
-from core.store.effects import Change, Effect, Execute, Fetch
-from core.store.place_repair import PLACE_MEMORIES, count_shared, place_memories
-from core.store.relabel import LABEL_REMEMBERED, relabel_remembered
-from core.store.secret_repair import (
-    REDACT_SECRET_FORMS,
-    REDACT_SECRETS,
-    redact_stored_secrets,
-)
-from core.store.text_repair import CLEAN_TEXT, clean_stored_text
+from core.store.effects import Change, Execute, Fetch
+from core.store.place_repair import count_shared, place_memories
+from core.store.relabel import relabel_remembered
+from core.store.secret_repair import redact_stored_secrets
+from core.store.text_repair import clean_stored_text
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -400,23 +396,42 @@ async def m011_ids_never_reused(conn: aiosqlite.Connection) -> None:
 
 
 async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str) -> None:
-    """Rebuild ``table`` with ``id INTEGER PRIMARY KEY AUTOINCREMENT`` and start its
-    sequence after ``largest`` (SQL of one value: the largest id the store ever named).
+    """Rebuild ``table`` with ``id INTEGER PRIMARY KEY AUTOINCREMENT`` (:func:`_rebuild`)
+    and start its sequence after ``largest`` (SQL of one value: the largest id the store
+    ever named)."""
 
-    SQLite cannot add AUTOINCREMENT in place: the table is rebuilt (the documented
-    procedure, https://www.sqlite.org/lang_altertable.html#otheralter) from its own stored
-    definition, so columns added by earlier migrations stay. Rows keep their ids; no
-    trigger fires during the copy (they are on the old table). The indexes and triggers are
-    recreated from their stored SQL."""
+    def add_autoincrement(ddl: str) -> str:
+        if _PRIMARY_KEY.search(ddl) is None:
+            raise sqlite3.OperationalError(
+                f"{table} has no plain 'id INTEGER PRIMARY KEY' to change"
+            )
+        return _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", ddl, count=1)
 
-    async def one(sql: str) -> Any:
-        rows = list(await conn.execute_fetchall(sql))
-        return rows[0][0] if rows else None
+    # Largest before the copy: the query may read the table itself.
+    rows = list(await conn.execute_fetchall(largest))
+    start = int((rows[0][0] if rows else None) or 0)
+    await _rebuild(conn, table, add_autoincrement)
+    await conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+    await conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, start))
 
-    ddl = await one(f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '{table}'")
-    if ddl is None or _PRIMARY_KEY.search(ddl) is None:
-        raise sqlite3.OperationalError(f"{table} has no plain 'id INTEGER PRIMARY KEY' to change")
-    ddl = _PRIMARY_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", ddl, count=1)
+
+async def _rebuild(conn: aiosqlite.Connection, table: str, change: Callable[[str], str]) -> None:
+    """Rebuild ``table`` from its own stored definition as ``change`` (its ``CREATE TABLE``
+    SQL -> the new one; raises ``sqlite3.OperationalError`` when it finds nothing to
+    change) makes it: what SQLite cannot alter in place (AUTOINCREMENT, a CHECK).
+
+    The documented procedure (https://www.sqlite.org/lang_altertable.html#otheralter):
+    columns added by earlier migrations stay; rows keep their ids; no trigger fires during
+    the copy (they are on the old table); the indexes and triggers are recreated from
+    their stored SQL."""
+    rows = list(
+        await conn.execute_fetchall(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+    )
+    if not rows:
+        raise sqlite3.OperationalError(f"no table {table} to rebuild")
+    ddl = change(str(rows[0][0]))
     ddl = re.sub(rf"^CREATE TABLE\s+\"?{table}\"?", f"CREATE TABLE {table}_new", ddl, count=1)
     others = list(
         await conn.execute_fetchall(
@@ -425,16 +440,12 @@ async def _autoincrement(conn: aiosqlite.Connection, table: str, *, largest: str
             (table,),
         )
     )
-    # Largest before the copy: the query may read the table itself.
-    start = int(await one(largest) or 0)
     await conn.execute(ddl)
     await conn.execute(f"INSERT INTO {table}_new SELECT * FROM {table}")
     await conn.execute(f"DROP TABLE {table}")  # its indexes and triggers with it
     await conn.execute(f"ALTER TABLE {table}_new RENAME TO {table}")
     for (sql,) in others:
         await conn.execute(sql)
-    await conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
-    await conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, start))
 
 
 logger = logging.getLogger(__name__)
@@ -617,46 +628,20 @@ END;
 """
 
 
-Migration = str | Callable[[aiosqlite.Connection], Awaitable[object]]
-"""The SQL of a migration, or the async function that applies it (returning the
-:class:`~core.store.effects.Change` it made, when it changes memories and counts them)."""
+_USAGE_KINDS = re.compile(r"CHECK \(kind IN \('chat', 'reflection', 'cleanup'\)\)")
 
-MIGRATIONS: list[tuple[int, str, Migration]] = [
-    (1, "m001_initial", M001_INITIAL),
-    (2, "m002_conversations", M002_CONVERSATIONS),
-    (3, "m003_usage", M003_USAGE),
-    (4, "m004_cleanup", M004_CLEANUP),
-    (5, "m005_embeddings", M005_EMBEDDINGS),
-    (6, "m006_sharded_fts", M006_SHARDED_FTS),
-    (7, "m007_clean_text", m007_clean_text),
-    (8, "m008_pending_actions", M008_PENDING_ACTIONS),
-    (9, "m009_feedback", M009_FEEDBACK),
-    (10, "m010_reply_ref", M010_REPLY_REF),
-    (11, "m011_ids_never_reused", m011_ids_never_reused),
-    (12, "m012_label_remembered", m012_label_remembered),
-    (13, "m013_thread_ref", M013_THREAD_REF),
-    (14, "m014_redact_secrets", m014_redact_secrets),
-    (15, "m015_memory_uses", M015_MEMORY_USES),
-    (16, "m016_turn_ids_never_reused", m016_turn_ids_never_reused),
-    (17, "m017_places", m017_places),
-    (18, "m018_channel_memory", M018_CHANNEL_MEMORY),
-    (20, "m020_redact_secret_forms", m020_redact_secret_forms),
-    (22, "m022_memory_about_dates", M022_MEMORY_ABOUT_DATES),
-]
 
-EFFECTS: dict[str, Effect] = {
-    "m007_clean_text": CLEAN_TEXT,
-    "m012_label_remembered": LABEL_REMEMBERED,
-    "m014_redact_secrets": REDACT_SECRETS,
-    "m017_places": PLACE_MEMORIES,
-    "m020_redact_secret_forms": REDACT_SECRET_FORMS,
-}
-"""The migrations that change or remove stored memories, and what each says before it runs
-and after (:mod:`core.store.effects`). A new one that does adds its row here."""
+async def m023_usage_kind_consolidation(conn: aiosqlite.Connection) -> None:
+    """Nightly consolidation's Claude calls get their own usage kind (they were
+    ``cleanup``), so the usage report shows them on their own line. SQLite cannot change a
+    CHECK in place: the usage table is rebuilt (:func:`_rebuild`) with the same columns,
+    rows and ids, its CHECK allowing ``consolidation`` too."""
 
-UNCHANGED: dict[str, str] = {
-    "m011_ids_never_reused": "rebuilds the memories table with the same rows and ids",
-    "m016_turn_ids_never_reused": "rebuilds the turns table; memories are not touched",
-}
-"""Migrations in Python (or SQL writing to ``memories``) that change no memory, and why:
-every such migration is in :data:`EFFECTS` or here (tests/core/store/test_migration_effects.py)."""
+    def widen(ddl: str) -> str:
+        if _USAGE_KINDS.search(ddl) is None:
+            raise sqlite3.OperationalError("usage has no kind CHECK to widen")
+        return _USAGE_KINDS.sub(
+            "CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation'))", ddl, count=1
+        )
+
+    await _rebuild(conn, "usage", widen)

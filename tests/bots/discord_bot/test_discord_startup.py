@@ -14,6 +14,7 @@ from bots.cli import app
 from bots.discord_bot.client import INTENT_HELP, run_discord
 from core.errors import ConfigError
 from core.settings import Settings, load_settings
+from core.store.database import database
 from tests.discord_helpers import running_bot, world
 from tests.fakes.anthropic_server import running_fake_anthropic
 from tests.fakes.discord_server import FakeDiscord
@@ -61,7 +62,7 @@ async def run_against(fake: FakeDiscord, tmp_path: Path, **overrides: object) ->
             discord_gateway_url=fake.gateway_url,
             **overrides,
         )
-        await run_discord(settings, db_url=settings.db_url())
+        await run_discord(settings, db_url=database(settings.db).url)
 
 
 async def test_refused_token_names_the_variable(tmp_path: Path) -> None:

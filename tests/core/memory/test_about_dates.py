@@ -187,10 +187,11 @@ def test_the_migration_leaves_old_memories_the_users_undated(
     url: str,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from core.store.postgres.migrations import MIGRATIONS as PG
-    from core.store.sqlite.migrations import MIGRATIONS as SQLITE
+    from core.store.migrations import migrations_of
 
-    before = len(SQLITE if backend == "sqlite" else PG) - 1
+    known = migrations_of("sqlite" if backend == "sqlite" else "postgres")
+    name = "m022" if backend == "sqlite" else "m019"
+    before = [n for _, n, _ in known].index(f"{name}_memory_about_dates")
     make_store(url, backend, monkeypatch, upto=before)
     run_sql(
         url,
@@ -205,8 +206,7 @@ def test_the_migration_leaves_old_memories_the_users_undated(
     async def read() -> list[Memory]:
         store = await open_store(url, migrate=True)
         try:
-            name = "m022" if backend == "sqlite" else "m019"
-            assert store.migrated == (f"{name}_memory_about_dates",)
+            assert store.migrated[0] == f"{name}_memory_about_dates"
             return await store.list_memories(user_key=ALICE)
         finally:
             await store.close()

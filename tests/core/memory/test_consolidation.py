@@ -116,13 +116,14 @@ async def test_a_night_tidies_each_active_user_as_one_undoable_change(
         assert alice.tidied == 4 and alice.calls >= 1 and alice.tokens > 0
         texts = {m.text for m in await h.store.list_memories(user_key=ALICE)}
         assert texts == {MERGED, NEW_HOME, "The user has a cat named Miso."}
-        # counted in metrics and in the usage report (as cleanup)
+        # counted in metrics and in the usage report, on its own line (not as cleanup)
         assert sample(metrics, "selfmind_consolidation_changes_total", op="users") == 1
         assert sample(metrics, "selfmind_consolidation_changes_total", op="merged") == 3
         assert sample(metrics, "selfmind_consolidation_changes_total", op="superseded") == 1
         usage = {r.key: r for r in await h.store.usage_report(since=now - timedelta(hours=1))}
-        assert usage["cleanup"].calls == alice.calls
-        assert usage["cleanup"].total_tokens == alice.tokens
+        assert "cleanup" not in usage
+        assert usage["consolidation"].calls == alice.calls
+        assert usage["consolidation"].total_tokens == alice.tokens
         # what /memory and the Home tab say, and the undo they offer
         note = await last_tidy(h.store, user_key=ALICE, now=now)
         assert note is not None and (note.change_id, note.tidied) == (alice.change_id, 4)

@@ -15,9 +15,9 @@ from core.memory.service import MemoryService
 from core.rules.cleanup_ops import MergeOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
+from core.store.migrations import Migration
 from core.store.seams import Store
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.migrations import Migration
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory, utcnow
 
@@ -78,7 +78,7 @@ async def test_ids_stay_used_across_a_restart(db_url: str) -> None:
 IDS_MIGRATION = "m011_ids_never_reused"
 
 
-def _before_ids_migration() -> list[tuple[int, str, Migration]]:
+def _before_ids_migration() -> list[Migration]:
     # Every other migration: the store code that fills the old store needs later tables.
     return [m for m in sqlite_base.MIGRATIONS if m[1] != IDS_MIGRATION]
 

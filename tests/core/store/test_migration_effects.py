@@ -22,14 +22,12 @@ from core import __version__
 from core.memory.service import MemoryService
 from core.runtime import open_store
 from core.store.effects import Change, Effect, Notes
-from core.store.postgres import migrations as pg_migrations
-from core.store.schema import RELEASES, Backend, first_version, unversioned, version_key
-from core.store.sqlite import migrations as sqlite_migrations
+from core.store.migrations import BACKENDS, STEPS, Backend
+from core.store.schema import RELEASES, first_version, first_version_of, unversioned, version_key
 from tests.conftest import run_sync
 from tests.core.rules.test_text_hygiene import write_raw
 
 AWS_ID = "AKIA" + "Z7Q2XK4M9TBW3HJD"
-BACKENDS = {"sqlite": sqlite_migrations, "postgres": pg_migrations}
 
 
 def secrets_migration(db_url: str) -> tuple[int, str]:
@@ -153,46 +151,51 @@ async def test_a_migration_without_its_own_count_is_reported_by_counting_again()
 WRITES_MEMORIES = re.compile(r"\b(UPDATE|DELETE\s+FROM|INSERT\s+INTO)\s+memories\b", re.I)
 
 
-@pytest.mark.parametrize("which", sorted(BACKENDS))
-def test_every_migration_that_may_change_memories_declares_what_it_changes(which: str) -> None:
-    """A migration in Python, or SQL that writes the memories table, is in ``EFFECTS`` (it
-    says what it will change) or in ``UNCHANGED`` with the reason it changes no memory."""
-    module = BACKENDS[which]
-    names = {name for _, name, _ in module.MIGRATIONS}
-    assert set(module.EFFECTS) <= names and set(module.UNCHANGED) <= names
-    assert not set(module.EFFECTS) & set(module.UNCHANGED)
+@pytest.mark.parametrize("which", BACKENDS)
+def test_every_migration_that_may_change_memories_declares_what_it_changes(
+    which: Backend,
+) -> None:
+    """A step whose form is Python, or SQL that writes the memories table, declares its
+    ``effect`` (it says what it will change) or why it changes no memory (``unchanged``)."""
     undeclared = [
-        name
-        for _, name, body in module.MIGRATIONS
-        if (callable(body) or WRITES_MEMORIES.search(body))
-        and name not in module.EFFECTS
-        and name not in module.UNCHANGED
+        form.name
+        for step in STEPS
+        if (form := step.form(which))
+        and (callable(form.body) or WRITES_MEMORIES.search(form.body))
+        and step.effect is None
+        and step.unchanged is None
     ]
-    assert undeclared == [], f"declare them in {module.__name__}.EFFECTS or UNCHANGED"
-    for name, body in ((n, b) for _, n, b in module.MIGRATIONS if n in module.EFFECTS):
-        if callable(body):  # a Python one reports its own Change
-            assert "Change" in str(inspect.signature(body).return_annotation), name
+    assert undeclared == [], "declare their effect (or why unchanged) in core.store.migrations"
+    assert not [s.key for s in STEPS if s.effect is not None and s.unchanged is not None]
+    for step in STEPS:
+        form = step.form(which)
+        if step.effect is not None and form is not None and callable(form.body):
+            # a Python one reports its own Change
+            assert "Change" in str(inspect.signature(form.body).return_annotation), form.name
 
 
-@pytest.mark.parametrize("backend_name", ["sqlite", "postgres"])
-def test_every_migration_has_the_first_version_that_knows_it(backend_name: Backend) -> None:
-    backend = backend_name
-    module = BACKENDS[backend]
-    numbers = [number for number, _, _ in module.MIGRATIONS]
-    assert unversioned(backend, numbers) == []
-    # a migration added without a release row is caught
-    newest = getattr(RELEASES[-1], backend)
-    assert unversioned(backend, [*numbers, newest + 1]) == [newest + 1]
-    assert first_version(backend, 1) == RELEASES[0].version
+@pytest.mark.parametrize("which", BACKENDS)
+def test_every_migration_has_the_first_version_that_knows_it(which: Backend) -> None:
+    keys = [step.key for step in STEPS]
+    assert unversioned(keys) == []
+    # a step added without a release row is caught
+    assert unversioned([*keys, "from_a_later_branch"]) == ["from_a_later_branch"]
+    assert first_version(which, 1) == RELEASES[0].version
+    # the numbers stores recorded before the one list map to the versions they had
+    old = {"sqlite": (16, 17, 22), "postgres": (13, 14, 19)}[which]
+    assert [first_version(which, n) for n in old] == ["0.1.0", "0.2.0", "0.2.0"]
+    assert first_version(which, 23) == "0.3.0" == first_version_of("usage_kind_consolidation")
+    assert first_version(which, 999) is None and first_version_of("nope") is None
 
 
 def test_the_newest_release_is_this_version_and_versions_only_move_forward() -> None:
     assert RELEASES[-1].version == __version__
     keys = [version_key(r.version) for r in RELEASES]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
-    for backend in ("sqlite", "postgres"):
-        bounds = [getattr(r, backend) for r in RELEASES]
-        assert bounds == sorted(bounds)
+    steps = [step.key for step in STEPS]
+    bounds = [steps.index(r.newest) for r in RELEASES]
+    assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds)
+    assert RELEASES[-1].newest == STEPS[-1].key
     pyproject = (Path(__file__).parents[3] / "pyproject.toml").read_text(encoding="utf-8")
     assert 'dynamic = ["version"]' in pyproject and 'attr = "core.__version__"' in pyproject
 

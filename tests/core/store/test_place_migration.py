@@ -16,9 +16,9 @@ from core.rules.places import reach_of
 from core.rules.text import index_terms, normalize
 from core.runtime import open_store
 from core.store.postgres import base as pg_base
-from core.store.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
+from core.store.postgres.base import MIGRATIONS as PG_MIGRATIONS
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
+from core.store.sqlite.base import MIGRATIONS as SQLITE_MIGRATIONS
 from core.types import NewMemory, Place
 from tests.conftest import fresh_pg_database, run_sync
 from tests.core.rules.test_text_hygiene import write_raw

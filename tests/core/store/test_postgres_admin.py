@@ -17,12 +17,8 @@ from core.memory.service import MemoryService
 from core.rules.cleanup_ops import RetireOp
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
-from core.store.postgres.admin import (
-    NOT_COPIED,
-    TABLES,
-    copy_sqlite_to_postgres,
-    migrate_database,
-)
+from core.store.database import database, migrate
+from core.store.postgres.admin import NOT_COPIED, TABLES, copy_sqlite_to_postgres
 from core.store.seams import FeedbackRow, Store
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory, NewTurn, UsageRecord, utcnow
@@ -354,7 +350,7 @@ async def test_migrate_is_idempotent_and_safe_to_race() -> None:
         assert again["applied_now"] == [] and again["applied"] == first["applied"]
         assert again["backup"] is None and again["notes"] == [] and again["dry_run"] is False
     with fresh_pg_database(migrated=False) as url:
-        reports = await asyncio.gather(*(migrate_database(url) for _ in range(4)))
+        reports = await asyncio.gather(*(migrate(database(url)) for _ in range(4)))
         applied_now = [name for r in reports for name in r.applied_now]
         assert sorted(applied_now) == sorted(first["applied"])  # each exactly once
 

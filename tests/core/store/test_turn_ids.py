@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from core.runtime import open_store
+from core.store.migrations import Migration
 from core.store.seams import Store
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.migrations import Migration
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewTurn, utcnow
 from tests.core.store.test_memory_ids import assert_rebuilt_as_new
@@ -64,7 +64,7 @@ async def test_turn_ids_stay_used_across_a_restart(db_url: str) -> None:
 TURN_IDS = "m016_turn_ids_never_reused"
 
 
-def _before_turn_ids() -> list[tuple[int, str, Migration]]:
+def _before_turn_ids() -> list[Migration]:
     return [m for m in sqlite_base.MIGRATIONS if m[1] != TURN_IDS]
 
 

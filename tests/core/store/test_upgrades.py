@@ -18,10 +18,10 @@ from core.errors import NewerSchemaError, SchemaBehindError
 from core.runtime import open_runtime, open_store
 from core.settings import load_settings
 from core.store.postgres import base as pg_base
-from core.store.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
+from core.store.postgres.base import MIGRATIONS as PG_MIGRATIONS
 from core.store.schema import SchemaState, check_schema
 from core.store.sqlite import base as sqlite_base
-from core.store.sqlite.migrations import MIGRATIONS as SQLITE_MIGRATIONS
+from core.store.sqlite.base import MIGRATIONS as SQLITE_MIGRATIONS
 from tests.conftest import fresh_pg_database, run_sync
 
 runner = CliRunner()
