@@ -3,7 +3,7 @@ the core's rules give a key whose platform no adapter registered."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib.metadata import EntryPoint, EntryPoints
 
 import pytest
@@ -104,3 +104,43 @@ def test_the_registered_platforms_answer_for_their_keys() -> None:
     assert owner_dm("") == Place(platform=LOCAL, kind="dm")
     assert platform_of("cli:alice") == LOCAL
     assert speaker("discord:42", None) == "<@42>"
+
+
+def _teams_place(parts: Sequence[str]) -> Place | None:
+    if len(parts) != 4:
+        return None
+    return Place(platform="teams", kind="private_channel", workspace=parts[1], channel=parts[2])
+
+
+TEAMS = Platform(
+    name="teams",
+    title="Microsoft Teams",
+    user_workspace=lambda parts: parts[1] if len(parts) == 3 else None,
+    conversation_place=_teams_place,
+    message_link=lambda parts, ref: f"https://teams.example/{parts[2]}/{ref}",
+    mention="<at>{id}</at>",
+    allow_lists=("allowed_discord_guilds", "allowed_discord_channels"),  # any two lists
+    channels=True,
+)
+"""A fourth platform, described as an adapter would describe it."""
+
+
+def test_a_new_platform_is_known_to_every_rule_by_its_description_alone(
+    installed: list[EntryPoint],
+) -> None:
+    installed.append(_point("teams", "tests.core.test_platforms:TEAMS"))
+    assert list(registered()) == ["teams"]
+    user = "teams:TENANT:AAD1"
+    assert owner_dm(user) == Place(platform="teams", kind="dm", workspace="TENANT")
+    shared = place_of_conversation("teams:TENANT:CH1:MSG1", user_key=user)
+    assert shared == Place("teams", "private_channel", "TENANT", "CH1")
+    assert message_link("teams", "teams:TENANT:CH1:MSG1", "m7") == "https://teams.example/CH1/m7"
+    assert speaker(user, None) == "<at>AAD1</at>"
+    assert platform_of(user) == "teams"
+    assert platform_of("slack:T1:U1") == "other"  # only what is registered becomes a label
+    controls = Controls(
+        load_settings(allowed_discord_guilds=("TENANT",)),
+        usage=None,  # type: ignore[arg-type]
+    )
+    assert controls.allows(ControlPlace("teams", user, workspace="TENANT", channel="CH1"))
+    assert not controls.allows(ControlPlace("teams", user, workspace="OTHER", channel="CH1"))
