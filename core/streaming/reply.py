@@ -214,8 +214,8 @@ class EditBudgets:
 
 @dataclass(frozen=True, slots=True)
 class StreamConfig:
-    """How replies stream on one platform (each adapter makes its own:
-    ``bots/<platform>/platform.py``, ``bots/terminal/tty.py``).
+    """How replies stream on one platform (each adapter makes its own: ``stream_config()``
+    in its ``platform.py``).
 
     ``max_chars``: message length limit, characters, marker and fences included.
     ``edit_interval_s``: minimum seconds between two writes of one message.
