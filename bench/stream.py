@@ -48,13 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 
 from bots.slack_bot.blocks import feedback_blocks
+from bots.slack_bot.platform import edit_budgets, stream_config
 from bots.slack_bot.sink import SlackReplySink, StreamingSupport
 from core.streaming.native import NativeReply
 from core.streaming.reply import (
     DEFAULT_WRITING_MARKER,
-    EditBudgets,
     ReplyResult,
-    StreamConfig,
     stream_reply,
 )
 from tests.fakes.virtual_time import SlackLikeWorkspace, now, run_virtual
@@ -154,10 +153,8 @@ class Run:
 def run(name: str, args: argparse.Namespace, *, replies: int, budget: bool) -> Run:
     async def main() -> Run:
         workspace = SlackLikeWorkspace(limit=args.updates_per_minute)
-        budgets = EditBudgets.for_slack(updates_per_minute=args.updates_per_minute)
-        config = StreamConfig.for_slack(
-            max_chars=args.max_chars, edit_interval_s=args.edit_interval_s
-        )
+        budgets = edit_budgets(updates_per_minute=args.updates_per_minute)
+        config = stream_config(max_chars=args.max_chars, edit_interval_s=args.edit_interval_s)
         rng = random.Random(args.seed)
         answers = [make_answer(rng, args.chars) for _ in range(replies)]
         threads = [FakeSlackThread(workspace, args.max_chars) for _ in range(replies)]
@@ -287,10 +284,8 @@ def run_mode(name: str, args: argparse.Namespace) -> ModeRun:
             streaming=StreamingSupport(enabled=name == "native"),
             final_blocks=feedback_blocks(asker="U1", answers_ts="1699999999.000001"),
         )
-        config = StreamConfig.for_slack(
-            max_chars=args.max_chars, edit_interval_s=args.edit_interval_s
-        )
-        limiter = EditBudgets.for_slack(updates_per_minute=args.updates_per_minute)
+        config = stream_config(max_chars=args.max_chars, edit_interval_s=args.edit_interval_s)
+        limiter = edit_budgets(updates_per_minute=args.updates_per_minute)
         scope = limiter.for_scope("slack:T1")
         reply = NativeReply(sink, config, limiter=scope) if sink.can_stream else None
         deltas = timed_tokens(answer, random.Random(args.seed), args.duration_s)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from core.errors import MemoryInputError
+from core.platforms import platform_of_key
 from core.rules.text import needs_cleaning
 
 if TYPE_CHECKING:
@@ -41,18 +42,18 @@ T = TypeVar("T")
 CLI_ACTOR = "cli"
 """Who a change made from the command line is recorded as made by."""
 
-PLATFORMS = ("slack", "discord")
-
 
 def parse_channel_key(value: str) -> str:
     """A channel key as :attr:`core.types.Place.channel_key` makes it: ``slack:TEAM:CHANNEL``
     or ``discord:GUILD:CHANNEL``. Raises ``MemoryInputError`` for anything else (empty, two
-    parts, blank parts, control or invisible characters, another platform)."""
+    parts, blank parts, control or invisible characters, a platform without channels:
+    :attr:`core.platforms.Platform.channels`)."""
     key = value.strip()
-    parts = key.split(":")
+    platform, parts = platform_of_key(key)
     if (
         len(parts) != 3
-        or parts[0] not in PLATFORMS
+        or platform is None
+        or not platform.channels
         or any(not p.strip() for p in parts)
         or needs_cleaning(key)
         or len(key) > 200

@@ -1056,7 +1056,7 @@ def chat(
     """Chat in the terminal (one message per line when stdin is not a terminal)."""
     import getpass
 
-    from bots.terminal import run_terminal
+    from bots.terminal.run import run_terminal
 
     name = user or getpass.getuser()
     key = _key(name)

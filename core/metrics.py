@@ -11,7 +11,8 @@ or id, or a workspace id):
 
 =============================================  ==============================================
 ``selfmind_messages_received_total{platform}`` user messages stored for an answer;
-                                               ``platform`` is slack, discord, cli or other
+                                               ``platform``: a registered platform's name
+                                               (slack, discord, cli) or other
 ``selfmind_answer_latency_seconds``            histogram: from the start of a turn (history,
                                                recall) to the answer's last token, answers
                                                that finished
@@ -55,6 +56,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.errors import MalformedOutput, StreamCutError
+from core.platforms import platform_of_key
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -76,7 +78,6 @@ class TokenCounts(Protocol):
 
 E = TypeVar("E", bound=BaseException)
 
-PLATFORMS = ("slack", "discord", "cli")
 ERROR_KINDS = (
     "rate_limit",
     "overloaded",
@@ -95,10 +96,11 @@ normal; the last bucket is the SDK's default request timeout (600 s)."""
 
 
 def platform_of(user_key: str) -> str:
-    """The platform word of a user key (``slack:T1:U1`` -> ``slack``); ``other`` if unknown,
-    so no part of a key beyond the platform can reach a label."""
-    prefix = user_key.split(":", 1)[0]
-    return prefix if prefix in PLATFORMS else "other"
+    """The platform word of a user key (``slack:T1:U1`` -> ``slack``); ``other`` unless a
+    platform of that name is registered (:mod:`core.platforms`), so no part of a key beyond
+    the platform can reach a label."""
+    platform, _ = platform_of_key(user_key)
+    return platform.name if platform is not None else "other"
 
 
 def error_kind(error: BaseException, cause: BaseException | None = None) -> str:

@@ -55,6 +55,7 @@ from bots.discord_bot.channel_memory import add_channel_commands
 from bots.discord_bot.cleanup import add_cleanup_command
 from bots.discord_bot.commands import GuardedTree, add_memory_commands, on_tree_error, user_key_of
 from bots.discord_bot.files import file_origins, file_refs
+from bots.discord_bot.platform import settings_stream_config
 from bots.discord_bot.routing import Conversations, Route, channel_of, message_text, where_of
 from bots.discord_bot.sink import NO_MENTIONS, DiscordSink, partial_message
 from core.chat.controls import NOT_ENABLED, Place
@@ -65,7 +66,7 @@ from core.memory.reflection import ReflectionResult, Reflector
 from core.runtime import Runtime, open_runtime
 from core.settings import Settings, missing
 from core.store.locks import KeyedLocks
-from core.streaming.reply import StreamConfig, stream_reply
+from core.streaming.reply import stream_reply
 from core.types import Turn
 
 logger = logging.getLogger(__name__)
@@ -237,10 +238,7 @@ class SelfMindBot(discord.Client):
         self.settings: Settings = rt.settings
         self.turns: TurnLoop = rt.loop
         self.reflector: Reflector = rt.reflector
-        self.stream_config = StreamConfig.for_discord(
-            max_chars=self.settings.discord_max_reply_chars,
-            edit_interval_s=self.settings.discord_edit_interval_s,
-        )
+        self.stream_config = settings_stream_config(self.settings)
         self.tree = GuardedTree(self, controls=rt.loop.controls)
         self.tree.error(on_tree_error)
         add_memory_commands(self.tree, service=rt.service)

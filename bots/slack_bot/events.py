@@ -87,6 +87,7 @@ from bots.slack_bot.blocks import feedback_blocks
 from bots.slack_bot.commands import user_key
 from bots.slack_bot.files import file_origins, file_refs
 from bots.slack_bot.places import CHANNEL_TYPES, ChannelKinds, slack_workspace
+from bots.slack_bot.platform import edit_budgets, settings_stream_config
 from bots.slack_bot.revocation import REFUSED_BOT_TOKEN_ERRORS
 from bots.slack_bot.sink import (
     SlackReplySink,
@@ -102,7 +103,7 @@ from core.errors import IntakeFailed
 from core.files import FileRef
 from core.settings import Settings
 from core.streaming.native import NativeReply
-from core.streaming.reply import EditBudgets, StreamConfig, stream_reply
+from core.streaming.reply import stream_reply
 from core.types import Place as MemoryPlace
 from core.types import PlaceKind, Turn
 
@@ -291,11 +292,8 @@ class SlackConversations:
         self.identity = identity
         self.client = client
         self.stream_client = stream_client
-        self.stream_config = StreamConfig.for_slack(
-            max_chars=settings.slack_max_reply_chars,
-            edit_interval_s=settings.slack_edit_interval_s,
-        )
-        self.budgets = EditBudgets.for_slack(updates_per_minute=settings.slack_updates_per_minute)
+        self.stream_config = settings_stream_config(settings)
+        self.budgets = edit_budgets(updates_per_minute=settings.slack_updates_per_minute)
         self.status = StatusIndicator(stream_client)
         self.streaming = StreamingSupport(enabled=settings.slack_streaming == "native")
         self._mention = re.compile(rf"<@{re.escape(identity.user_id)}(\|[^>]*)?>[ \t]*")

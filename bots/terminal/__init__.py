@@ -17,74 +17,10 @@ Anything else is a chat message for Claude.
 
 At the start, a line of this user's that a crash (a kill while its answer streamed) left
 without an answer in the last ``core.chat.intake.RECOVERY_WINDOW`` is answered once, under a
-line saying so (:meth:`TerminalChat.recover`), by the same intake rules as Slack and Discord,
-unless another chat of that user is open on this machine (its line may be answering now).
+line saying so (:meth:`bots.terminal.chat.TerminalChat.recover`), by the same intake rules
+as Slack and Discord, unless another chat of that user is open on this machine (its line
+may be answering now).
+
+:func:`bots.terminal.run.run_terminal` runs it. This package imports nothing, so the core
+reading :mod:`bots.terminal.platform` (the terminal's description) loads no chat machinery.
 """
-
-from __future__ import annotations
-
-import logging
-import sys
-from typing import TextIO
-
-from bots.terminal.chat import PlainScreen, TerminalChat, read_line
-from bots.terminal.history import history_file, sole_chat, terminal_folder
-from core.errors import SelfMindError
-from core.runtime import ChatRuntime, open_runtime
-from core.settings import Settings
-
-__all__ = ["TerminalChat", "run_terminal"]
-
-logger = logging.getLogger(__name__)
-
-
-async def run_terminal(
-    settings: Settings,
-    *,
-    db_url: str,
-    user_key: str,
-    stdin: TextIO | None = None,
-    stdout: TextIO | None = None,
-) -> int:
-    """Run the chat until /quit, Ctrl-D or end of input; returns the exit code: 0, or (piped)
-    1 when a message got no answer, with one line on stderr saying how many and why."""
-    stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
-    if stdin.isatty() and stdout.isatty():
-        from bots.terminal.tty import run_interactive
-
-        return await run_interactive(
-            settings, db_url=db_url, user_key=user_key, stdin=stdin, stdout=stdout
-        )
-    async with open_runtime(settings, db_url=db_url, start=False) as rt:
-        chat_loop = rt.loop if isinstance(rt, ChatRuntime) else None  # None: no API key
-        history = history_file(terminal_folder(db_url), user_key)
-        chat = TerminalChat(
-            rt.service,
-            user_key=user_key,
-            screen=PlainScreen(stdout, history=history),
-            loop=chat_loop,
-        )
-        with sole_chat(terminal_folder(db_url), user_key) as alone:
-            cut = await chat.cut_lines() if alone else []  # before reflections resume
-            if isinstance(rt, ChatRuntime):
-                await rt.start(on_learned=chat.learned)
-            await chat.recover(cut)
-            while True:
-                line = await read_line(stdin, None, stdout)
-                if line is None:
-                    break
-                try:
-                    if not await chat.handle(line):
-                        break
-                except SelfMindError as exc:
-                    chat.screen.say(f"Error: {exc}")
-            if isinstance(rt, ChatRuntime) and rt.reflector.pending:
-                await rt.reflector.drain(settings.shutdown_timeout_s)
-    if chat.unanswered:
-        sys.stderr.write(
-            f"error: {chat.unanswered} of {chat.messages} messages got no answer"
-            f" (last: {chat.last_failure})\n"
-        )
-        return 1
-    return 0

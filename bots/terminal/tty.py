@@ -5,7 +5,8 @@
   many lines it has, Ctrl-C clears the line, Ctrl-D (on an empty line) leaves.
 - Output (rich): the answer streams through :func:`core.streaming.reply.stream_reply` into a
   :class:`LiveSink`: a spinner while recall and the first token are pending, then the text
-  rendered as Markdown and re-rendered at most every :data:`EDIT_INTERVAL_S`, with a
+  rendered as Markdown and re-rendered at most every
+  :data:`bots.terminal.platform.EDIT_INTERVAL_S`, with a
   spinner under it until the answer is whole.
 - Ctrl-C during an answer stops it: the pending step of the turn loop is cancelled, so the
   loop stores what was shown and reflects on it (as for any cut answer), and the screen
@@ -53,25 +54,17 @@ from bots.terminal.history import (
     sole_chat,
     terminal_folder,
 )
+from bots.terminal.platform import stream_config
 from core.errors import SelfMindError
 from core.rules.secrets import redact_secrets
 from core.runtime import ChatRuntime, open_runtime
 from core.settings import Settings
-from core.streaming.reply import StreamConfig, stream_reply
+from core.streaming.reply import stream_reply
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two renderings of a streaming answer (a Markdown parse each).
-EDIT_INTERVAL_S = 0.1
-#: How an answer streams in a terminal: no length limit worth rolling over at, no
-#: "still writing" marker in the text (a spinner under it says so), no placeholder.
-TERMINAL_STREAM = StreamConfig(
-    max_chars=1_000_000,
-    edit_interval_s=EDIT_INTERVAL_S,
-    writing_marker="",
-    placeholder=None,
-    status_text="thinking…",
-)
+#: How an answer streams here (:func:`bots.terminal.platform.stream_config`).
+TERMINAL_STREAM = stream_config()
 STOPPED = "Stopped (Ctrl-C)."
 LOG_FILE = "chat.log"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -1,7 +1,9 @@
 """Team controls: who may use the bot (allow-lists) and how much (daily caps).
 
-Allow-lists come from settings (empty = everyone): Slack workspaces and channels, Discord
-guilds and channels, and user keys. Adapters ask :meth:`Controls.allows` before answering;
+Allow-lists come from settings (empty = everyone): user keys, and each platform's
+workspaces and channels, in the two settings its :class:`core.platforms.Platform` names
+(``allow_lists``: Slack teams and channels, Discord guilds and channels; none for the
+terminal). Adapters ask :meth:`Controls.allows` before answering;
 outside the lists they stay silent in channels and answer DMs and slash commands with
 :data:`NOT_ENABLED`.
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from core.errors import LimitReached
+from core.platforms import platform_named
 from core.settings import Settings
 from core.store.seams import UsageStore
 from core.types import utcnow
@@ -28,7 +31,7 @@ NOT_ENABLED = "SelfMind is not enabled here. Ask your workspace admin to allow i
 class Place:
     """Where a message or command comes from."""
 
-    platform: str  # "slack" | "discord" | "cli"
+    platform: str  # a registered platform's name (core.platforms)
     user_key: str
     workspace: str | None = None  # Slack team id, Discord guild id
     channel: str | None = None  # None or the DM channel in private conversations
@@ -52,12 +55,10 @@ class Controls:
         s = self.settings
         if s.allowed_users and place.user_key not in s.allowed_users:
             return False
-        if place.platform == "slack":
-            workspaces, channels = s.allowed_slack_teams, s.allowed_slack_channels
-        elif place.platform == "discord":
-            workspaces, channels = s.allowed_discord_guilds, s.allowed_discord_channels
-        else:
+        platform = platform_named(place.platform)
+        if platform is None or platform.allow_lists is None:
             return True
+        workspaces, channels = (getattr(s, name) for name in platform.allow_lists)
         if workspaces and place.workspace is not None and place.workspace not in workspaces:
             return False
         if workspaces and place.workspace is None and not place.private:

@@ -39,6 +39,7 @@ from core.evaluation.suites import correction_cases, negative_cases
 from core.memory.reflection import ReflectionResult, Reflector
 from core.model.claude import ChatModel, Usage
 from core.model.prices import price_of
+from core.platforms import LOCAL
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.types import NewMemory, NewTurn
@@ -50,7 +51,7 @@ FORMAT_VERSION = 1
 
 def user_key(conv: str, speaker: str) -> str:
     """The throwaway user key of one speaker."""
-    return f"cli:eval-{conv}-{_slug(speaker)}"
+    return f"{LOCAL}:eval-{conv}-{_slug(speaker)}"
 
 
 def _slug(text: str) -> str:
@@ -296,7 +297,7 @@ class EvalRun:
             return True
         if self._stop():
             return False
-        key = f"cli:eval-{_slug(case_id)}"
+        key = f"{LOCAL}:eval-{_slug(case_id)}"
         result = await self._reflect(
             key=key,
             conversation=f"eval:{case_id}",
@@ -317,7 +318,7 @@ class EvalRun:
             return True
         if self._stop():
             return False
-        key = f"cli:eval-{_slug(case_id)}"
+        key = f"{LOCAL}:eval-{_slug(case_id)}"
         seeded = await self.store.list_memories(user_key=key, include_superseded=True)
         if not seeded:
             await self.store.add(

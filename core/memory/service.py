@@ -25,6 +25,7 @@ from core.errors import (
 from core.memory.recall import BM25Recaller, Recaller
 from core.memory.refs import STALE_BUTTON, parse_memory_ref
 from core.metrics import Metrics
+from core.platforms import LOCAL
 from core.rules.about import person_key, whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
@@ -178,7 +179,8 @@ def parse_memory_id(text: str) -> int:
 
 
 def parse_user_key(value: str) -> str:
-    """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME``.
+    """A full user key (``slack:T1:U1``) or a bare name, which means ``cli:NAME`` (the
+    terminal's, :data:`core.platforms.LOCAL`).
 
     Raises ``MemoryInputError`` for an empty key, one with blank parts, or one holding
     control or invisible formatting characters (:func:`core.rules.text.needs_cleaning`).
@@ -186,7 +188,7 @@ def parse_user_key(value: str) -> str:
     value = value.strip()
     if not value:
         raise MemoryInputError("a user is required")
-    key = value if ":" in value else f"cli:{value}"
+    key = value if ":" in value else f"{LOCAL}:{value}"
     if any(not part.strip() for part in key.split(":")) or needs_cleaning(key):
         raise MemoryInputError(f"malformed user key {value!r}")
     return key

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TypeVar
 
+from core.platforms import LOCAL
 from core.rules.about import person_key
 from core.rules.places import merged_place, parse_place, place_key
 from core.types import Category, Kind, Origin, Source
@@ -105,6 +106,6 @@ def merged_labels(
     source: Source = "remember" if any(r[0] == "remember" for r in rows) else "reflection"
     origin: Origin = "private" if any(r[1] == "private" for r in rows) else "shared"
     places = [parse_place(r[3]) for r in rows]
-    platform = next((p.platform for p in places if p is not None), "cli")
+    platform = next((p.platform for p in places if p is not None), LOCAL)
     place = merged_place(places, user_key=platform)
     return source, origin, min(r[2] for r in rows), place_key(place)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from core.platforms import LOCAL, platform_of_key
 from core.types import PLACE_KINDS, Place, PlaceKind, Turn
 
 DM_REACH = "dm"
@@ -109,13 +110,15 @@ def parse_place(key: str | None) -> Place | None:
 
 
 def owner_dm(user_key: str) -> Place:
-    """The owner's DM with the bot on the platform of ``user_key`` (``slack:{team}:{user}``
-    -> that team's DM; ``discord:...``, ``cli:...`` -> a DM outside any workspace): where a
-    memory whose place is not known is treated as learned."""
-    parts = user_key.split(":")
-    platform = parts[0] if parts and parts[0] else "cli"
-    workspace = parts[1] if platform == "slack" and len(parts) == 3 else None
-    return Place(platform=platform, kind="dm", workspace=workspace)
+    """The owner's DM with the bot on the platform of ``user_key``, in the workspace the key
+    names (:attr:`core.platforms.Platform.user_workspace`: ``slack:{team}:{user}`` -> that
+    team's DM; ``discord:...``, ``cli:...`` -> a DM outside any workspace): where a memory
+    whose place is not known is treated as learned. A key with no first word is the
+    terminal's (:data:`core.platforms.LOCAL`)."""
+    platform, parts = platform_of_key(user_key)
+    name = parts[0] or LOCAL
+    workspace = platform.user_workspace(parts) if platform is not None else None
+    return Place(platform=name, kind="dm", workspace=workspace)
 
 
 def merged_place(places: Sequence[Place | None], *, user_key: str) -> Place:
@@ -151,26 +154,23 @@ def place_of_conversation(
     conversation_key: str | None, *, user_key: str, shared: bool = False
 ) -> Place:
     """The place a conversation key names, for a turn stored before places were recorded
-    (and the migration of older memories): a DM key (``slack:{install}:{D...}``,
-    ``discord:dm:{id}``, ``cli:...``) is the owner's DM; a Slack channel thread
-    (``slack:{install}:{channel}:{thread}``) a group DM for a ``G`` id and otherwise a
-    private channel (the stored data cannot tell public from private: the narrowest); a
-    Discord server conversation a private channel of its guild (the thread's or the
-    channel's id); anything else, or None, the owner's DM, unless ``shared`` (said where
-    others read it): then a private place of that conversation alone."""
+    (and the migration of older memories): the place its platform reads in it
+    (:attr:`core.platforms.Platform.conversation_place`: a Slack channel thread
+    ``slack:{install}:{channel}:{thread}`` is a group DM for a ``G`` id and otherwise a
+    private channel, the stored data cannot tell public from private: the narrowest; a
+    Discord server conversation a private channel of its guild); a DM key
+    (``slack:{install}:{D...}``, ``discord:dm:{id}``, ``cli:...``), anything else, or None,
+    the owner's DM, unless ``shared`` (said where others read it): then a private place of
+    that conversation alone."""
     if not conversation_key:
         return owner_dm(user_key)
-    parts = conversation_key.split(":")
-    if parts[0] == "slack" and len(parts) == 4:
-        kind: PlaceKind = "group_dm" if parts[2].startswith("G") else "private_channel"
-        return Place(platform="slack", kind=kind, workspace=parts[1], channel=parts[2])
-    if parts[0] == "discord" and len(parts) in (3, 4) and parts[1] != "dm":
-        return Place(
-            platform="discord", kind="private_channel", workspace=parts[1], channel=parts[2]
-        )
+    platform, parts = platform_of_key(conversation_key)
+    named = platform.conversation_place(parts) if platform is not None else None
+    if named is not None:
+        return named
     if shared:
         alone = conversation_key.replace(":", "-")
-        return Place(platform=parts[0] or "cli", kind="private_channel", channel=alone)
+        return Place(platform=parts[0] or LOCAL, kind="private_channel", channel=alone)
     return owner_dm(user_key)
 
 

@@ -60,14 +60,10 @@ from core.streaming.chunking import (
     fence_at_end,
     locate,
     reopen_prefix,
-    slack_markdown,
     split_message,
 )
 
 __all__ = [
-    "DISCORD_MAX_REPLY_CHARS",
-    "SLACK_MAX_REPLY_CHARS",
-    "SLACK_UPDATES_PER_MINUTE",
     "EditBudget",
     "EditBudgets",
     "EditLimiter",
@@ -82,20 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Discord message content limit, characters
-#: (https://discord.com/developers/docs/resources/message#create-message).
-DISCORD_MAX_REPLY_CHARS = 2000
-#: Slack: stays clear of ``msg_too_long``, which ``chat.update`` returns well below the
-#: documented 40,000 characters (https://api.slack.com/methods/chat.update).
-SLACK_MAX_REPLY_CHARS = 3500
-#: Slack ``chat.update`` is rate tier 3, about 50 calls a minute per workspace
-#: (https://api.slack.com/methods/chat.update, https://api.slack.com/apis/rate-limits).
-SLACK_UPDATES_PER_MINUTE = 50
-#: Slack clears an ``assistant.threads.setStatus`` status after two minutes without a
-#: message (https://docs.slack.dev/reference/methods/assistant.threads.setStatus): shown
-#: again this often while the model thinks, well inside the limit.
-SLACK_STATUS_REFRESH_S = 90.0
 
 DEFAULT_WRITING_MARKER = "\n\n_✍️ still writing…_"
 DEFAULT_PLACEHOLDER = "_thinking…_"
@@ -216,11 +198,6 @@ class EditBudgets:
         self._period_s = burst * 60.0 / (calls_per_minute - burst)
         self._limiters: dict[str, EditBudget] = {}
 
-    @classmethod
-    def for_slack(cls, *, updates_per_minute: int = SLACK_UPDATES_PER_MINUTE) -> EditBudgets:
-        """Budgets for Slack ``chat.update``, scoped per workspace (``"slack:{team_id}"``)."""
-        return cls(calls_per_minute=updates_per_minute)
-
     def for_scope(self, scope: str) -> EditBudget:
         """The budget shared by every reply in ``scope``."""
         limiter = self._limiters.get(scope)
@@ -237,22 +214,24 @@ class EditBudgets:
 
 @dataclass(frozen=True, slots=True)
 class StreamConfig:
-    """How replies stream on one platform.
+    """How replies stream on one platform (each adapter makes its own: ``stream_config()``
+    in its ``platform.py``).
 
     ``max_chars``: message length limit, characters, marker and fences included.
     ``edit_interval_s``: minimum seconds between two writes of one message.
     ``writing_marker``: appended while streaming, gone in the final edit.
     ``placeholder``: posted by ``start()`` before the first delta (None: post nothing).
     ``status_text``: shown by ``start()`` through ``sink.status`` (None: not used).
-    ``render``: applied to every text before it is sent (e.g. :func:`slack_markdown`); a
-    rendering longer than ``max_chars`` is replaced by the unrendered text.
+    ``render``: applied to every text before it is sent (e.g.
+    :func:`core.streaming.chunking.slack_markdown`); a rendering longer than ``max_chars``
+    is replaced by the unrendered text.
     ``max_rate_limit_retries``: 429s in a row on one message before it is given up.
     ``empty_text``: shown when the answer is empty.
     ``busy_hold_s``: how long a reply started with the edit budget spent holds its first
     message back for the whole answer (seconds; 0: never held).
     ``status_refresh_s``: the status is shown again this often while nothing of the reply
-    is on screen yet, i.e. while the model thinks (None: shown once; Slack drops it after two
-    minutes, :data:`SLACK_STATUS_REFRESH_S`).
+    is on screen yet, i.e. while the model thinks (None: shown once; Slack drops a status
+    after two minutes, so its adapter refreshes it).
     Raises ``ValueError`` for limits the splitter cannot meet.
     """
 
@@ -287,26 +266,6 @@ class StreamConfig:
     def reserve(self) -> int:
         """Characters kept free in every message for the marker and its line break."""
         return len(self.writing_marker) + 1 if self.writing_marker else 0
-
-    @classmethod
-    def for_slack(
-        cls, *, max_chars: int = SLACK_MAX_REPLY_CHARS, edit_interval_s: float = 1.0
-    ) -> StreamConfig:
-        """Slack: texts go out as ``markdown_text``, with tables in code blocks; the status
-        is refreshed every :data:`SLACK_STATUS_REFRESH_S` while the model thinks."""
-        return cls(
-            max_chars=max_chars,
-            edit_interval_s=edit_interval_s,
-            render=slack_markdown,
-            status_refresh_s=SLACK_STATUS_REFRESH_S,
-        )
-
-    @classmethod
-    def for_discord(
-        cls, *, max_chars: int = DISCORD_MAX_REPLY_CHARS, edit_interval_s: float = 1.0
-    ) -> StreamConfig:
-        """Discord: renders standard Markdown as it is."""
-        return cls(max_chars=max_chars, edit_interval_s=edit_interval_s)
 
 
 @dataclass(frozen=True, slots=True)

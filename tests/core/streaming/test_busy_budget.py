@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bots.slack_bot.platform import edit_budgets
 from core.errors import EditFailed, ModelError, RateLimited
-from core.streaming.reply import EditBudgets, ReplyResult, StreamConfig, StreamedReply, stream_reply
+from core.streaming.reply import ReplyResult, StreamConfig, StreamedReply, stream_reply
 from tests.core.streaming.test_streaming import (
     FakeSink,
     check_result,
@@ -33,7 +34,7 @@ def test_aclose_of_a_held_reply_right_after_a_feed_stops_it() -> None:
     waits for a wake forever, and aclose() never returns."""
 
     async def main() -> tuple[bool, FakeSink]:
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         await _spend(limiter)
         sink = FakeSink(max_chars=3500)
         reply = StreamedReply(sink, StreamConfig(max_chars=3500), limiter=limiter)
@@ -61,7 +62,7 @@ def test_tokens_taken_at_start_are_spent_later_and_break_the_50_a_minute_window(
 
     async def main() -> tuple[list[ReplyResult], list[FakeSink], SlackLikeWorkspace]:
         workspace = SlackLikeWorkspace(limit=50, window_s=60.0)
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         config = StreamConfig(max_chars=3500, max_rate_limit_retries=100)
         starts = [0.0] * 5 + [(i + 1) * 1.34 for i in range(45)] + [74.0] * 5
         answer_at = [75.0] * 50 + [76.0] * 5
@@ -92,7 +93,7 @@ def test_random_faults_with_a_shared_busy_budget_end_exact(seed: int) -> None:
     rng = random.Random(seed)
 
     async def main() -> list[tuple[ReplyResult, FakeSink, str]]:
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         if rng.random() < 0.5:
             await _spend(limiter)
         config = StreamConfig(
@@ -158,7 +159,7 @@ def test_a_held_answer_cancelled_just_after_a_delta_ends_as_the_bots_shutdown_ex
     wait_for): stream_reply's finally (aclose) waits for it forever, and so would shutdown."""
 
     async def main() -> tuple[bool, list[str]]:
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         await _spend(limiter)
         sink = FakeSink(max_chars=3500)
 

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bots.slack_bot.platform import edit_budgets, stream_config
 from core.errors import EditFailed, ModelError, RateLimited, StreamCutError
 from core.streaming.chunking import START, fence_at_end
 from core.streaming.reply import (
@@ -338,7 +339,7 @@ def run_workspace(
 ) -> tuple[list[ReplyResult], list[FakeSink], list[str], SlackLikeWorkspace]:
     async def main() -> tuple[list[ReplyResult], list[FakeSink], list[str], SlackLikeWorkspace]:
         workspace = SlackLikeWorkspace(limit=50, window_s=60.0)
-        budgets = EditBudgets.for_slack()
+        budgets = edit_budgets()
         rng = random.Random(7)
         texts = [long_answer(rng, chars) for _ in range(replies)]
         sinks = [FakeSink(max_chars=3500, workspace=workspace) for _ in range(replies)]
@@ -388,7 +389,7 @@ def run_burst(
 
     async def main() -> tuple[list[ReplyResult], list[FakeSink], list[float], SlackLikeWorkspace]:
         workspace = SlackLikeWorkspace(limit=50, window_s=60.0)
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         sinks = [FakeSink(max_chars=3500, workspace=workspace) for _ in range(replies)]
         config = StreamConfig(max_chars=3500, busy_hold_s=hold_s, max_rate_limit_retries=100)
         ended: list[float] = [0.0] * replies
@@ -434,7 +435,7 @@ def test_a_burst_past_the_budget_is_posted_whole_and_no_final_waits_for_minutes(
 
 def test_a_held_long_answer_is_posted_when_the_hold_ends_and_streams_on() -> None:
     async def main() -> tuple[ReplyResult, FakeSink, float, str]:
-        limiter = EditBudgets.for_slack().for_scope("slack:T1")
+        limiter = edit_budgets().for_scope("slack:T1")
         for _ in range(int(limiter.max_rate)):
             await limiter.acquire()  # the budget is spent
         sink = FakeSink(max_chars=3500)
@@ -659,7 +660,7 @@ def test_slack_config_renders_tables_as_code() -> None:
 
     async def main() -> FakeSink:
         sink = FakeSink(max_chars=3500)
-        config = StreamConfig.for_slack()
+        config = stream_config()
         await stream_reply(sink, timed_deltas([f"Table:\n{table}\n"], every_s=0.1), config)
         return sink
 
@@ -741,4 +742,4 @@ def test_the_status_is_refreshed_while_the_model_thinks_then_cleared_once(native
         (270.0, thinking),
     ]
     assert statuses[-1][1] is None and statuses[-1][0] >= 540.0  # once, after the last token
-    assert StreamConfig.for_slack().status_refresh_s == 90.0
+    assert stream_config().status_refresh_s == 90.0
