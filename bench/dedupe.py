@@ -67,14 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         "--threshold", type=float, default=DEFAULT_THRESHOLD, help="the rule's screen"
     )
     parser.add_argument("--misses", action="store_true", help="list the rule's errors (tune)")
-    parser.add_argument(
-        "--baseline",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="REF",
-        help="also score the rule of commit REF (default: the merge base with main)",
-    )
+    # --baseline [REF]: also score REF's rule (default: the merge base with main)
+    parser.add_argument("--baseline", nargs="?", const="", default=None, metavar="REF")
     args = parser.parse_args(argv)
     pairs = load_pairs()
     also = []

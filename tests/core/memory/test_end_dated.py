@@ -22,6 +22,7 @@ from core.rules.cleanup_ops import MergeOp
 from core.rules.when import as_past, ended, told_as_past
 from core.store.seams import Store
 from core.types import Memory, NewMemory, utcnow
+from tests.cleanup_helpers import plan_op, prompt_rows
 from tests.fakes.anthropic_server import FakeAnthropic, request_kind, running_fake_anthropic
 from tests.loop_helpers import harness
 
@@ -43,33 +44,18 @@ def day_month(d: date) -> str:
     return f"{d.day} {calendar.month_name[d.month]}"
 
 
-def _op(name: str, ids: list[int], **fields: Any) -> dict[str, Any]:
-    return {
-        "op": name,
-        "ids": ids,
-        "newer_id": 0,
-        "text": "",
-        "kind": "fact",
-        "category": "general",
-        "user_added": [],
-        "reason": "over",
-    } | fields
-
-
 def ender(body: dict[str, Any]) -> str:
     """A careful model: ends the platform-team lead on the day the migration finished."""
     if request_kind(body) != "extract":
         return "Noted."
-    prompt = body["messages"][0]["content"]
-    text = prompt if isinstance(prompt, str) else prompt[0]["text"]
-    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    rows = prompt_rows(body)
     ids = {r["text"]: r["id"] for r in rows}
     done = next((r for r in rows if r["text"].startswith("The migration to")), None)
     if LEAD not in ids or done is None:
         return json.dumps({"operations": []})
     until = done["date"]
     return json.dumps(
-        {"operations": [_op("end", [ids[LEAD]], until=until, text=LED.format(until))]}
+        {"operations": [plan_op("end", [ids[LEAD]], until=until, text=LED.format(until))]}
     )
 
 
@@ -210,7 +196,7 @@ def test_end_dated_skips_what_the_plan_changes_and_flags_remember() -> None:
 
 
 def plan(ids: tuple[int, ...] = (7,), **fields: Any) -> PlanOutput:
-    return PlanOutput(operations=[PlanOperation(**_op("end", list(ids), **fields))])
+    return PlanOutput(operations=[PlanOperation(**plan_op("end", list(ids), **fields))])
 
 
 @pytest.mark.parametrize(
