@@ -286,7 +286,9 @@ class Consolidator:
     async def _tidy(
         self, user_key: str, night: date, budget: int, now: datetime
     ) -> tuple[UserNight, bool]:
-        run = await self.cleaner.plan(user_key=user_key, token_budget=budget, today=now.date())
+        run = await self.cleaner.plan(
+            user_key=user_key, token_budget=budget, today=now.astimezone(UTC).date()
+        )
         memories = await self.store.export(user_key=user_key)
         touched = {i for p in run.planned for i in op_ids(p.op)}
         touched |= {p.op.new_id for p in run.planned if isinstance(p.op, SupersedeOp)}
