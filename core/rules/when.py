@@ -220,7 +220,9 @@ def dated(text: str, today: date) -> Dated:
     A date wholly before ``today`` dates nothing (a past event stays a fact: "moved to
     Berlin in May 2023"), though a relative one is still written out ("yesterday" ->
     "on 2026-12-04"). Recurring days ("every Monday", "on Mondays", and "on Monday" outside
-    a plan: "the standup is on Monday") are not dates; "today's" is not today.
+    a plan: "the standup is on Monday") are not dates; "today's" is not today. A day of
+    every year (a birthday, an anniversary) holds no dates: "my birthday is on 3 March"
+    stays so, "tomorrow" becomes "on 6 December".
     """
     m = _EXPR.search(text) if _MAYBE_DATED.search(text) else None
     if m is None:
@@ -231,6 +233,8 @@ def dated(text: str, today: date) -> Dated:
     if span is None:
         return Dated(text)
     first, last, said = span
+    if _YEARLY.search(text):  # a birthday, an anniversary: a day of every year, no validity
+        return Dated(_yearly(text, m, first, last, said))
     start, end = m.start(), m.end()
     before = text[:start]
     to = _TO.match(text[end:]) if not m.group("rdm") else None
@@ -258,12 +262,27 @@ def dated(text: str, today: date) -> Dated:
             said = said.removeprefix("on ")
         if said.startswith("from ") and _FROM.search(before):
             said = said.removeprefix("from ")
+        if said.startswith("in ") and re.search(r"\bfor\s+$", before, re.IGNORECASE):
+            said = said.removeprefix("in ")  # "for next month" -> "for January 2027"
         text = f"{before}{said}{text[end:]}"
     if (valid_until is not None and valid_until < today) or (
         valid_until is None and valid_from is not None and valid_from < today
     ):
         return Dated(text)  # a past event: a fact, not a state with days
     return Dated(text, valid_from, valid_until)
+
+
+def _yearly(text: str, m: re.Match[str], first: date, last: date, said: str | None) -> str:
+    """``text`` naming a day of every year: a relative day written as its day and month
+    ("The user's birthday is tomorrow." -> "... is on 6 December."), any other date as
+    written (never a year it does not say)."""
+    if said is None or first != last:
+        return text
+    day = f"{first.day} {calendar.month_name[first.month]}"
+    before = text[: m.start()]
+    if not re.search(r"\b(on|the)\s+$", before, re.IGNORECASE):
+        day = f"on {day}"
+    return f"{before}{day}{text[m.end() :]}"
 
 
 _PRESENT = re.compile(r"\b(is|are|has|have|will be|will|plans to|intends to)\b")
