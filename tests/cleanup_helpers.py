@@ -43,27 +43,40 @@ async def seed_reminders(store: Store, user_key: str, count: int) -> None:
     await store.add_many(user_key=user_key, memories=memories, dedupe=None)
 
 
+def plan_op(
+    name: str, ids: list[int], *, user_added: list[int] | None = None, **fields: Any
+) -> dict[str, Any]:
+    """One operation of a cleanup plan as the model writes it (``fields`` override)."""
+    return {
+        "op": name,
+        "ids": ids,
+        "newer_id": 0,
+        "text": "",
+        "kind": "fact",
+        "category": "general",
+        "user_added": user_added or [],
+        "reason": "tidy",
+    } | fields
+
+
+def prompt_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The memory rows of a cleanup request (one JSON object a line)."""
+    prompt = body["messages"][0]["content"]
+    text = prompt if isinstance(prompt, str) else prompt[0]["text"]
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
 def planner(body: dict[str, Any]) -> str:
     """Cleanup plans: merge the dark-mode memories (listing /remember ones in ``user_added``),
     supersede the old home by the new one, retire reminders. Chat requests get a short text."""
     if request_kind(body) != "extract":
         return "Noted."
-    prompt = body["messages"][0]["content"]
-    text = prompt if isinstance(prompt, str) else prompt[0]["text"]
-    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    rows = prompt_rows(body)
     ops: list[dict[str, Any]] = []
 
     def op(name: str, ids: list[int], **fields: Any) -> dict[str, Any]:
-        return {
-            "op": name,
-            "ids": ids,
-            "newer_id": 0,
-            "text": "",
-            "kind": "fact",
-            "category": "general",
-            "user_added": [r["id"] for r in rows if r["id"] in ids and r["user_added"]],
-            "reason": "tidy",
-        } | fields
+        mine = [r["id"] for r in rows if r["id"] in ids and r["user_added"]]
+        return plan_op(name, ids, user_added=mine, **fields)
 
     dark = [r["id"] for r in rows if r["text"] in DARK]
     if len(dark) >= 2:

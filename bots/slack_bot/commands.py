@@ -454,7 +454,11 @@ class SlackCommands:
         if not word:
             current = await self.service.get_mode(user_key=key)
             note = await self.service.last_tidy(user_key=key)
-            tidy = f"\n{replies.tidied(note.tidied)}" if note is not None and note.tidied else ""
+            tidy = (
+                f"\n{replies.tidied(note.tidied, dated=note.dated)}"
+                if note is not None and note.tidied
+                else ""
+            )
             await respond(
                 text=f"{MODE_REPLIES[current]} {MEMORY_USAGE}{tidy}", response_type="ephemeral"
             )

@@ -184,7 +184,7 @@ def home_view(
             }
         )
     if tidy is not None and tidy.tidied:
-        block = section(escape_mrkdwn(replies.tidied(tidy.tidied, command=False)))
+        block = section(escape_mrkdwn(replies.tidied(tidy.tidied, command=False, dated=tidy.dated)))
         block["accessory"] = button("Undo", UNDO_TIDY, tidy.change_id)
         blocks.append(block)
     if notice:

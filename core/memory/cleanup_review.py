@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from core.errors import ConfigError, LimitReached, MemoryNotFound, PlanNotPending, StoreError
@@ -302,7 +302,7 @@ def _op_to_dict(op: ChangeOp) -> dict[str, Any]:
             "text": op.text,
             "kind": op.kind,
             "category": op.category,
-        }
+        } | ({"days": [d.isoformat() if d else None for d in op.days]} if op.days else {})
     if isinstance(op, SupersedeOp):
         return {"supersede": op.old_id, "by": op.new_id}
     return {"retire": op.memory_id}
@@ -315,10 +315,17 @@ def _op_from_dict(data: dict[str, Any]) -> ChangeOp:
             text=str(data["text"]),
             kind=data["kind"],
             category=data["category"],
+            days=_days(data["days"]) if data.get("days") else None,
         )
     if "supersede" in data:
         return SupersedeOp(old_id=int(data["supersede"]), new_id=int(data["by"]))
     return RetireOp(memory_id=int(data["retire"]))
+
+
+def _days(data: list[str | None]) -> tuple[date | None, date | None]:
+    """A dated merge's ``(valid_from, valid_until)`` from its stored ISO days."""
+    first, last = (date.fromisoformat(d) if d else None for d in data)
+    return first, last
 
 
 def plan_header(run: CleanupRun) -> str:

@@ -18,7 +18,13 @@ runs it:
   rephrasings, supersede contradicted facts, retire transient ones; its checks, the
   ``/remember`` protection and the dedupe of merged sentences), applied as **one undoable
   change** whose id starts ``tidy-`` (``tidy-20261205-3fa2c1``);
-- ended dated facts: :meth:`Consolidator.end_dated` is the hook (see there);
+- **end dated facts**, in the same change: offline, every memory that names when it ends
+  but carries no days gets them, and every memory past its last day that is still told in
+  the present is told as past (:meth:`Consolidator.end_dated`, :func:`core.rules.when.ended`:
+  no tokens); with Claude, the cleanup's "end" gives its last day to a time-bound fact a
+  later memory shows is over ("until the migration is done"). Each is a rewording: the old
+  memory superseded by the dated one, so the undo puts it back; a past one leaves the
+  standing profile and recall still finds it, told as past;
 - the budget: ``SELFMIND_CONSOLIDATION_DAILY_TOKENS`` for the whole deployment per UTC day,
   counted as every token of the day's cleanup calls in the usage table: the consolidation's
   own (recorded as ``consolidation``) and users' ``/memories cleanup`` (``cleanup``), which
@@ -42,7 +48,7 @@ import asyncio
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol
@@ -51,9 +57,10 @@ from core.errors import SelfMindError, StoreError
 from core.memory.cleanup import Cleaner, CleanupRun, PlannedOp, apply_run
 from core.memory.tidy_notes import PREFIX, is_tidy
 from core.metrics import Metrics
-from core.rules.cleanup_ops import MergeOp
+from core.rules.cleanup_ops import MergeOp, SupersedeOp, op_ids
+from core.rules.when import ended
 from core.store.seams import ClaimStore, CleanupStore, MemoryStore, UsageStore
-from core.types import Memory, utcnow
+from core.types import MAX_MEMORY_CHARS, Memory, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -101,13 +108,15 @@ class Window:
 @dataclass
 class UserNight:
     """One user's tidy: the change (None: nothing to change), memories taken out of recall,
-    calls and tokens."""
+    calls and tokens; ``dated``: of the tidied, the facts given their days or told as past
+    (:meth:`Consolidator.end_dated` and the plan's "end")."""
 
     user_key: str
     change_id: str | None
     tidied: int
     calls: int
     tokens: int
+    dated: int = 0
 
 
 @dataclass
@@ -195,13 +204,40 @@ class Consolidator:
             out.append(u.user_key)
         return out
 
-    def end_dated(self, memories: Sequence[Memory], now: datetime) -> list[PlannedOp]:
-        """The hook for ended dated facts: operations that end memories whose dates have
-        passed. None on this branch: a memory carries no dates here. Issue 37's ``about``
-        work adds ``valid_until``; with it an ended fact already leaves the standing profile
-        and is shown as past without a change (retiring it would lose "was in Singapore"
-        from recall), so this stays empty unless a fact needs rewording as past."""
-        return []
+    def end_dated(
+        self, memories: Sequence[Memory], now: datetime, *, skip: Collection[int] = ()
+    ) -> list[PlannedOp]:
+        """The offline part of "end dated facts" on ``now``'s UTC day: for each active
+        memory not in ``skip`` (those the plan already changes) that
+        :func:`core.rules.when.ended` changes (an undated memory whose text names when it
+        ends, read against the day it was stored; a past one still told in the present),
+        a rewording into that text with those days (a one-memory
+        :class:`core.rules.cleanup_ops.MergeOp` with ``days``: kind, category, source,
+        place, creation time and whose fact it is kept). A ``/remember`` memory is flagged
+        as such. Pure: no store, no tokens."""
+        today = now.astimezone(UTC).date()
+        out = []
+        for m in memories:
+            if m.id in skip or not m.active:
+                continue
+            stored = m.created_at.astimezone(UTC).date()
+            new = ended(
+                m.text, valid_from=m.valid_from, valid_until=m.valid_until, stored=stored,
+                today=today,
+            )  # fmt: skip
+            if new is None or len(new.text) >= MAX_MEMORY_CHARS:
+                continue  # an over-long memory is the audit's (too_long), not reworded
+            past = new.valid_until is not None and new.valid_until < today
+            out.append(
+                PlannedOp(
+                    MergeOp(
+                        (m.id,), new.text, m.kind, m.category, (new.valid_from, new.valid_until)
+                    ),
+                    "ended: told as past" if past else "dated: the days its text names",
+                    (m.id,) if m.source == "remember" else (),
+                )
+            )
+        return out
 
     async def run_night(self) -> NightReport | None:
         """Run tonight's consolidation if it is on, the clock is inside the window and no
@@ -253,17 +289,29 @@ class Consolidator:
     async def _tidy(
         self, user_key: str, night: date, budget: int, now: datetime
     ) -> tuple[UserNight, bool]:
-        run = await self.cleaner.plan(user_key=user_key, token_budget=budget, kind="consolidation")
+        run = await self.cleaner.plan(
+            user_key=user_key,
+            token_budget=budget,
+            kind="consolidation",
+            today=now.astimezone(UTC).date(),
+        )
         memories = await self.store.export(user_key=user_key)
-        run.planned.extend(self.end_dated(memories, now))
+        touched = {i for p in run.planned for i in op_ids(p.op)}
+        touched |= {p.op.new_id for p in run.planned if isinstance(p.op, SupersedeOp)}
+        run.planned.extend(self.end_dated(memories, now, skip=touched))
         change_id = f"{PREFIX}{night:%Y%m%d}-{secrets.token_hex(3)}"
         try:
             await apply_run(self.store, run, change_id=change_id)
         except StoreError as exc:  # a memory changed meanwhile: left for the next night
             logger.info("consolidation user=%s not applied: %s", user_key, exc)
         a = run.applied
+        dated = [p for p in run.planned if isinstance(p.op, MergeOp) and p.op.days is not None]
         if a is not None:
-            merged = sum(len(p.op.ids) for p in run.planned if isinstance(p.op, MergeOp))
+            merged = sum(
+                len(p.op.ids)
+                for p in run.planned
+                if isinstance(p.op, MergeOp) and p.op.days is None
+            )
             self.metrics.consolidated(
                 merged=merged, superseded=len(a.superseded) - merged, retired=len(a.retired)
             )
@@ -273,12 +321,14 @@ class Consolidator:
             _tidied(run),
             run.calls,
             _tokens(run),
+            len(dated) if a is not None else 0,
         )
         logger.info(
-            "consolidation user=%s change=%s tidied=%d calls=%d tokens=%d",
+            "consolidation user=%s change=%s tidied=%d dated=%d calls=%d tokens=%d",
             user_key,
             done.change_id,
             done.tidied,
+            done.dated,
             done.calls,
             done.tokens,
         )

@@ -75,7 +75,7 @@ from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import redundant
 from core.rules.memory_questions import is_memory_question
 from core.rules.text import as_data
-from core.rules.when import as_past
+from core.rules.when import as_past, told_as_past
 from core.types import Memory, MemoryMode, MemoryUse, ScoredMemory, utcnow
 
 PROFILE_CANDIDATES = 200
@@ -138,8 +138,8 @@ def shown_text(memory: Memory, today: date | None) -> str:
     day before ``today``) told as past (:func:`core.rules.when.as_past`: "The user was
     travelling to Singapore in the week of 2026-12-07 to 2026-12-13."), or with "Until
     2026-12-13: " before it when no verb can say so; any other memory as stored."""
-    if today is None or not memory.past(today):
-        return memory.text
+    if today is None or not memory.past(today) or told_as_past(memory.text):
+        return memory.text  # one that consolidation told as past already stays as stored
     told = as_past(memory.text)
     return told if told != memory.text else f"Until {memory.valid_until}: {memory.text}"
 

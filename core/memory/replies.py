@@ -130,12 +130,22 @@ MODE_REPLIES: dict[MemoryMode, str] = {
 MEMORY_USAGE = "Usage: `/memory pause | resume | off | on`."
 
 
-def tidied(count: int, *, command: bool = True) -> str:
+def tidied(count: int, *, command: bool = True, dated: int = 0) -> str:
     """What ``/memory`` and the Home tab say after a night's consolidation took ``count``
-    memories out of recall (merged, superseded or retired): "Tidied 3 memories last night
-    — `/memory undo` puts them back." (``command`` False: the Home tab's button does)."""
+    memories out of recall (merged, superseded or retired; ``dated`` of them facts given
+    their end date or told as past): "Tidied 3 memories last night (2 of them dated facts
+    given their end) — `/memory undo` puts them back." (``command`` False: the Home tab's
+    button does)."""
     them = "it" if count == 1 else "them"
     undo = f" — `/memory undo` puts {them} back." if command else "."
+    if dated:
+        n = min(dated, count)
+        of = {1: "a dated fact given its end"}.get(count) or (
+            "one of them a dated fact given its end"
+            if n == 1
+            else f"{n} of them dated facts given their end"
+        )
+        return f"Tidied {_memories(count)} last night ({of}){undo}"
     return f"Tidied {_memories(count)} last night{undo}"
 
 

@@ -22,11 +22,13 @@ NOTE_HOURS = 36
 @dataclass(frozen=True, slots=True)
 class TidyNote:
     """The last consolidation change of a user: its id, the memories it took out of recall
-    and when."""
+    and when; ``dated``: of those, the facts it gave their days or told as past (each
+    reworded into one new memory that carries a last day)."""
 
     change_id: str
     tidied: int
     at: datetime
+    dated: int = 0
 
 
 def is_tidy(event: MemoryEvent) -> bool:
@@ -37,7 +39,8 @@ def is_tidy(event: MemoryEvent) -> bool:
 
 async def last_tidy(store: MemoryStore, *, user_key: str, now: datetime) -> TidyNote | None:
     """The user's newest consolidation change of the last :data:`NOTE_HOURS` hours that was
-    not undone, or None (reads the newest 500 memory events)."""
+    not undone, or None (reads the newest 500 memory events, and the change's new memories
+    that reword exactly one old one, to count the dated)."""
     events = await store.history(user_key=user_key, limit=500, newest_first=True)
     undone = {e.change_id.removeprefix("undo:") for e in events if e.change_id and
               e.change_id.startswith(f"undo:{PREFIX}")}  # fmt: skip
@@ -52,7 +55,17 @@ async def last_tidy(store: MemoryStore, *, user_key: str, now: datetime) -> Tidy
         for e in events
         if e.change_id == change and e.event in ("superseded", "retired")
     }
-    return TidyNote(change, len(taken), newest.at)
+    sources: dict[int, int] = {}
+    for e in events:
+        if e.change_id == change and e.event == "superseded" and e.related_id is not None:
+            sources[e.related_id] = sources.get(e.related_id, 0) + 1
+    added = [e.memory_id for e in events if e.change_id == change and e.event == "added"]
+    dated = 0
+    for memory_id in added:
+        if sources.get(memory_id) == 1:
+            new = await store.get(user_key=user_key, memory_id=memory_id)
+            dated += new is not None and new.valid_until is not None
+    return TidyNote(change, len(taken), newest.at, dated)
 
 
 async def undo_tidy(store: CleanupStore, *, user_key: str, change_id: str) -> int:

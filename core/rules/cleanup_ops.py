@@ -24,12 +24,17 @@ PAST_UNDO_WINDOW = "is past the undo window (its memories were erased)"
 
 @dataclass(frozen=True)
 class MergeOp:
-    """Replace ``ids`` (two or more) by one new memory ``text``."""
+    """Replace ``ids`` (two or more; one for a rewording) by one new memory ``text``.
+
+    ``days``: the ``(valid_from, valid_until)`` the new memory holds instead of the merged
+    ones' (:func:`merged_whose`); None keeps theirs. Set when a dated fact is ended or
+    dated (:func:`core.rules.when.ended`, a cleanup plan's "end")."""
 
     ids: tuple[int, ...]
     text: str
     kind: Kind
     category: Category
+    days: tuple[date | None, date | None] | None = None
 
 
 @dataclass(frozen=True)

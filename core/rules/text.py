@@ -121,6 +121,11 @@ _FACT = re.compile(
     """,
     re.VERBOSE,
 )
+# A hyphen after a single letter or "co" joins a prefix that is no word of its own to its word,
+# as the closed spelling writes it: "e-mail" is "email", "co-worker" "coworker", "t-shirt"
+# "tshirt". Other hyphens part words as a space does ("open-source" is "open source"; "ex-wife"
+# keeps its "ex", a state word).
+_PREFIXED = re.compile(r"(?<![^\W_])([^\W\d_]|co)[-\u2010\u2011](?=[^\W\d_]{2})")
 _KEPT_ASCII = frozenset("$%+<=>")
 _JOINERS = frozenset("\u200d\ufe0f")  # ZWJ and emoji presentation: part of an emoji
 
@@ -145,9 +150,12 @@ def fact_tokens(text: str) -> tuple[str, ...]:
     (``a@example.com``), versions and dotted numbers (``3.11``, ``192.168.1.10``), signed
     numbers (``UTC+1`` -> ``utc``, ``+1``) and runs of symbols (``€``, ``$``, ``%``, ``🍕``,
     ``★★★``). Lower-cased (NFKC, casefold); URLs, addresses and paths lose trailing
-    punctuation. Recall keeps :func:`words` (the index terms are unchanged).
+    punctuation; a single letter or "co" hyphenated to a word is joined to it (``e-mail`` ->
+    ``email``, ``co-worker`` -> ``coworker``; other hyphens part words). Recall keeps
+    :func:`words` (the index terms are unchanged).
     """
     text = unicodedata.normalize("NFKC", text).casefold().replace("\u2212", "-")
+    text = _PREFIXED.sub(r"\1", text)
     out: list[str] = []
     for m in _FACT.finditer(text):
         kind, token = m.lastgroup, m.group()

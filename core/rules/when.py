@@ -100,6 +100,13 @@ _STARTS = re.compile(
     r"\b(start\w*|begin\w*|began|join\w*|mov(?:e|es|ing)|relocat\w*|switch\w*|from now on)\b",
     re.IGNORECASE,
 )
+# What every match of ``_EXPR`` holds (a digit, a day, week or month word, a month's name):
+# a cheap first look (``_EXPR.search`` costs about 150 us on a sentence; the nightly
+# consolidation reads every memory of a user).
+_MAYBE_DATED = re.compile(
+    r"\d|day|week|month|tonight|tomorrow|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec",
+    re.IGNORECASE,
+)
 _NUMBERS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4}
 # "on Monday" names a day only in a plan ("is presenting on Monday", "has a dentist
 # appointment on Friday", "will ..."); else it is a habit ("the standup is on Monday").
@@ -213,9 +220,11 @@ def dated(text: str, today: date) -> Dated:
     A date wholly before ``today`` dates nothing (a past event stays a fact: "moved to
     Berlin in May 2023"), though a relative one is still written out ("yesterday" ->
     "on 2026-12-04"). Recurring days ("every Monday", "on Mondays", and "on Monday" outside
-    a plan: "the standup is on Monday") are not dates; "today's" is not today.
+    a plan: "the standup is on Monday") are not dates; "today's" is not today. A day of
+    every year (a birthday, an anniversary) holds no dates: "my birthday is on 3 March"
+    stays so, "tomorrow" becomes "on 6 December".
     """
-    m = _EXPR.search(text)
+    m = _EXPR.search(text) if _MAYBE_DATED.search(text) else None
     if m is None:
         return Dated(text)
     if (m.group("wd") or "").casefold().startswith("on ") and not _PLAN.search(text):
@@ -224,6 +233,8 @@ def dated(text: str, today: date) -> Dated:
     if span is None:
         return Dated(text)
     first, last, said = span
+    if _YEARLY.search(text):  # a birthday, an anniversary: a day of every year, no validity
+        return Dated(_yearly(text, m, first, last, said))
     start, end = m.start(), m.end()
     before = text[:start]
     to = _TO.match(text[end:]) if not m.group("rdm") else None
@@ -251,12 +262,27 @@ def dated(text: str, today: date) -> Dated:
             said = said.removeprefix("on ")
         if said.startswith("from ") and _FROM.search(before):
             said = said.removeprefix("from ")
+        if said.startswith("in ") and re.search(r"\bfor\s+$", before, re.IGNORECASE):
+            said = said.removeprefix("in ")  # "for next month" -> "for January 2027"
         text = f"{before}{said}{text[end:]}"
     if (valid_until is not None and valid_until < today) or (
         valid_until is None and valid_from is not None and valid_from < today
     ):
         return Dated(text)  # a past event: a fact, not a state with days
     return Dated(text, valid_from, valid_until)
+
+
+def _yearly(text: str, m: re.Match[str], first: date, last: date, said: str | None) -> str:
+    """``text`` naming a day of every year: a relative day written as its day and month
+    ("The user's birthday is tomorrow." -> "... is on 6 December."), any other date as
+    written (never a year it does not say)."""
+    if said is None or first != last:
+        return text
+    day = f"{first.day} {calendar.month_name[first.month]}"
+    before = text[: m.start()]
+    if not re.search(r"\b(on|the)\s+$", before, re.IGNORECASE):
+        day = f"on {day}"
+    return f"{before}{day}{text[m.end() :]}"
 
 
 _PRESENT = re.compile(r"\b(is|are|has|have|will be|will|plans to|intends to)\b")
@@ -276,5 +302,72 @@ def as_past(text: str) -> str:
     """``text`` told as past: its first present-tense verb ("is", "are", "has", "will",
     "plans to") made past ("The user is travelling to Singapore ..." -> "The user was
     travelling to Singapore ..."); text with none of them is returned as is (the caller
-    marks it past otherwise)."""
+    marks it past otherwise); text already told as past (:func:`told_as_past`) is returned
+    as is."""
+    if told_as_past(text):
+        return text
     return _PRESENT.sub(lambda m: _PAST_OF[m.group(1)], text, count=1)
+
+
+_PAST_VERB = re.compile(r"\b(was|were|had|planned to|intended to)\b")
+_YEARLY = re.compile(r"\b(birthdays?|anniversar(?:y|ies)|born|annual(?:ly)?|yearly)\b", re.I)
+
+
+# The verb right after "the user" (or "the user's team") in the simple past: "The user led
+# the platform team ...", "The user finished ...".
+_USER_PAST = re.compile(
+    r"\buser(?:['’]s \w+)? (?:\w+ly )?(?:\w+(?<!e)ed|led|went|left|ran|took|made|met|flew|drove"
+    r"|spent|kept|held|gave|came|saw|did)\b",
+    re.IGNORECASE,
+)
+
+
+def told_as_past(text: str) -> bool:
+    """True when ``text``'s first verb is already past: one :func:`as_past` knows ("The user
+    was travelling ...", "The user had a dentist appointment ...") or the simple past right
+    after "the user" ("The user led the platform team until ...")."""
+    present = _PRESENT.search(text)
+    for past in (_PAST_VERB.search(text), _USER_PAST.search(text)):
+        if past is not None and (present is None or past.start() < present.start()):
+            return True
+    return False
+
+
+def ended(
+    text: str, *, valid_from: date | None, valid_until: date | None, stored: date, today: date
+) -> Dated | None:
+    """What consolidation's "end dated facts" makes of one stored memory on ``today``
+    (:mod:`core.memory.consolidation`), or None when nothing changes:
+
+    - **undated** (no ``valid_from`` nor ``valid_until``) but its text names when it ends,
+      read by :func:`dated` against ``stored`` (the day it was stored, when its "next week"
+      was said): it gets those days and the text they were written out in ("The user is
+      travelling to Singapore next week." stored 2026-11-02 -> "... in the week of
+      2026-11-09 to 2026-11-15.", valid to 2026-11-15). A yearly day (a birthday, an
+      anniversary, "born") ends nothing, nor a start with no end ("starting next month"),
+      nor an event told as past ("was finished on ...") or, without a present-tense verb,
+      on the day it was stored ("finished the marathon on 2026-11-02");
+    - **past** (its last day before ``today``, given now or before) and told in the present:
+      told as past (:func:`as_past`: "The user was travelling ..."), its days kept, so that
+      the stored sentence stays true (a later "The user is on leave." is a new fact, not a
+      duplicate of an ended leave). A text :func:`as_past` cannot tell as past keeps its
+      words (listings prefix "Until <day>:").
+    """
+    changed = False
+    if valid_from is None and valid_until is None:
+        if told_as_past(text) or _YEARLY.search(text):
+            return None
+        found = dated(text, stored)
+        if found.valid_until is None or (found.valid_until <= stored and not _PRESENT.search(text)):
+            return None  # no end, or an event of the day it was told ("finished on ...")
+        text, valid_from, valid_until, changed = (
+            found.text,
+            found.valid_from,
+            found.valid_until,
+            True,
+        )
+    if valid_until is not None and valid_until < today and not told_as_past(text):
+        told = as_past(text)
+        changed = changed or told != text
+        text = told
+    return Dated(text, valid_from, valid_until) if changed else None

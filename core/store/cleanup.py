@@ -190,6 +190,8 @@ async def _merge(
         whose = merged_whose(await tx.whose(op.ids))
     except ValueError as exc:
         raise StoreError(str(exc)) from None
+    if op.days is not None:  # an ended or dated fact: its new days
+        whose = (whose[0], op.days[0], op.days[1])
     # Out of recall first (frees the normalised text if the new sentence equals one).
     for old in op.ids:
         await tx.retire(old)

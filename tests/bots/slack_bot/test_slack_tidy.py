@@ -10,7 +10,7 @@ import pytest
 
 from bots.slack_bot import home
 from bots.slack_bot.app import RunningSlackBot
-from core.memory.consolidation import Consolidator, Window
+from core.memory.consolidation import Consolidator, UserNight, Window
 from core.types import utcnow
 from tests.bots.slack_bot.test_slack_home import click_view, open_home, texts, view_buttons
 from tests.cleanup_helpers import DARK, MERGED, planner, seed
@@ -25,7 +25,8 @@ async def claude() -> AsyncIterator[FakeAnthropic]:
         yield fake
 
 
-async def tidy_night(bot: RunningSlackBot) -> str:
+async def run_tidy(bot: RunningSlackBot) -> UserNight:
+    """Tonight's consolidation of the one user the store holds."""
     rt = bot.runtime
     now = utcnow()
     night = Consolidator(
@@ -40,6 +41,11 @@ async def tidy_night(bot: RunningSlackBot) -> str:
     report = await night.run_night()
     assert report is not None
     (user,) = report.users
+    return user
+
+
+async def tidy_night(bot: RunningSlackBot) -> str:
+    user = await run_tidy(bot)
     assert user.change_id is not None and user.tidied == 4
     return user.change_id
 
@@ -84,3 +90,26 @@ async def test_home_tab_lists_the_tidy_with_an_undo_for_its_owner(
     # a replayed click: already undone, said so
     await click_view(slack, bot, view, home.UNDO_TIDY, change, user="U1")
     assert "already undone" in texts(slack.home_views["U1"])
+
+
+async def test_memory_and_home_count_the_dated_facts_the_night_ended(
+    slack: FakeSlack, bot: RunningSlackBot
+) -> None:
+    """A trip stored before memories had dates: the night dates it and tells it as past."""
+    from datetime import timedelta
+
+    from core.types import NewMemory
+
+    await seed(bot.runtime.store, key("U1"))
+    trip = NewMemory(
+        text="The user is travelling to Singapore next week.",
+        source="reflection",
+        created_at=utcnow() - timedelta(days=40),
+    )
+    await bot.runtime.store.add_many(user_key=key("U1"), memories=[trip], dedupe=None)
+    user = await run_tidy(bot)
+    assert (user.tidied, user.dated) == (5, 1)
+    said = (await command(slack, bot, "/memory", user="U1"))["text"]
+    assert "Tidied 5 memories last night (one of them a dated fact given its end)" in said
+    view = await open_home(slack, bot, "U1")
+    assert "Tidied 5 memories last night (one of them a dated fact given its end)." in texts(view)

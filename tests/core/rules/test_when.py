@@ -111,6 +111,24 @@ SAT = date(2026, 12, 5)  # a Saturday
         ),
         ("The user uses Python 3.12 at work.", "The user uses Python 3.12 at work.", None, None),
         (
+            "The user's birthday is on 3 March.",
+            "The user's birthday is on 3 March.",
+            None,
+            None,
+        ),
+        (
+            "The user's wedding anniversary is tomorrow.",
+            "The user's wedding anniversary is on 6 December.",
+            None,
+            None,
+        ),
+        (
+            "The user is in Lisbon for next month.",
+            "The user is in Lisbon for January 2027.",
+            date(2027, 1, 1),
+            date(2027, 1, 31),
+        ),
+        (
             "The user was born on 31 February 1990.",
             "The user was born on 31 February 1990.",
             None,
