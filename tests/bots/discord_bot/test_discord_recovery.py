@@ -43,7 +43,9 @@ def stored_turns(w: World) -> list[tuple[str, str]]:
 async def answer_stored(db: str) -> None:
     """Wait until the store of ``db`` (either backend) holds the answer."""
     async with asyncio.timeout(START_S):
-        while ("assistant", WHOLE) not in await read_turns(db):
+        while True:
+            if ("assistant", WHOLE) in await read_turns(db):
+                return
             await asyncio.sleep(0.05)
 
 
