@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.slack_server import FakeSlack
+
 READY = re.compile(r"slack bot listening on http port (\d+)")
 
 
@@ -85,3 +88,17 @@ async def stored_turns(db: Path | str) -> list[tuple[str, str]]:
     with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
         found = conn.execute("SELECT role, text FROM turns ORDER BY id").fetchall()
     return [(str(role), str(text)) for role, text in found]
+
+
+async def recovery_streaming(slack: FakeSlack, claude: FakeAnthropic, *, chat_calls: int) -> None:
+    """Wait until the fake Claude got its ``chat_calls``-th chat request (a start-up
+    recovery's) and that answer edited the Slack message on screen twice since."""
+    await slack.wait_until(
+        lambda: len(claude.requests_of("chat")) == chat_calls, what="the recovery", timeout_s=20
+    )
+    updates = len(slack.calls("chat.update"))
+    await slack.wait_until(
+        lambda: len(slack.calls("chat.update")) > updates + 1,
+        what="the recovery streaming",
+        timeout_s=20,
+    )

@@ -14,7 +14,7 @@ import pytest
 
 from core.chat.intake import RECOVERY_WINDOW
 from tests.bots.slack_bot.test_slack_process import fakes
-from tests.crash_helpers import stored_turns
+from tests.crash_helpers import recovery_streaming, stored_turns
 from tests.fakes.anthropic_server import Reply
 from tests.reconnect_helpers import BotProcess, socket_mode_env
 from tests.slack_helpers import bot_posts
@@ -52,15 +52,7 @@ async def test_socket_mode_a_recovery_killed_too_is_recovered_at_the_next_start_
 
             claude.enqueue(Reply(text=LONG, chunk_size=4, chunk_delay_s=0.05), kind="chat")
             bots.append(await BotProcess.start(db_url, env, tmp_path))
-            await slack.wait_until(
-                lambda: len(claude.requests_of("chat")) == 2, what="the recovery", timeout_s=20
-            )
-            updates = len(slack.calls("chat.update"))
-            await slack.wait_until(
-                lambda: len(slack.calls("chat.update")) > updates + 1,
-                what="the recovery streaming",
-                timeout_s=20,
-            )
+            await recovery_streaming(slack, claude, chat_calls=2)
             bots[-1].kill()
             assert await bots[-1].wait() == -signal.SIGKILL
             assert await stored_turns(db_url) == [("user", QUESTION)]  # not shown whole
