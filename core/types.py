@@ -214,12 +214,14 @@ class AddResult:
     """What happened to one write: ``added`` (``id`` is new) or ``duplicate`` of ``id``;
     ``superseded``: the ids of the memories ``id`` replaced in the same write (named by the
     writer, or less specific versions of it that dedupe found); ``text``: the text as stored,
-    when the writer reports it (``MemoryService.remember``), else ""."""
+    when the writer reports it (``MemoryService.remember``), else ""; ``left_out``: the
+    secret the writer left out of the text it was given, named ("a password"), else ""."""
 
     id: int
     status: Literal["added", "duplicate"]
     superseded: tuple[int, ...] = ()
     text: str = ""
+    left_out: str = ""
 
     @property
     def duplicate_of(self) -> int | None:

@@ -80,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 PROCESS_TESTS = (
     "tests/bots/terminal/",
     "tests/bots/slack_bot/test_slack_process.py",
+    "tests/bots/slack_bot/test_slack_socket_crash.py",
     "tests/bots/slack_bot/test_slack_recovery_places.py",
     "tests/bots/slack_bot/test_slack_stream_recovery.py",
     "tests/bots/slack_bot/test_reconnect_slack.py",

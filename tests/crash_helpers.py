@@ -1,15 +1,20 @@
 """A real ``selfmind slack --http`` process on a database, started and killed at will: the
 machinery of the crash tests (tests/bots/slack_bot/test_slack_process.py) and the kill-9
-soak (bench/soak_kill.py)."""
+soak (bench/soak_kill.py); what such a process left in the store (:func:`stored_turns`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import signal
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.slack_server import FakeSlack
 
 READY = re.compile(r"slack bot listening on http port (\d+)")
 
@@ -64,3 +69,36 @@ async def start_bot(db: Path | str, env: dict[str, str], cwd: Path, *, port: int
 
     bot.reader = asyncio.create_task(drain())
     return bot
+
+
+async def stored_turns(db: Path | str) -> list[tuple[str, str]]:
+    """``(role, text)`` of every stored turn, oldest first, read straight from the database
+    (a SQLite path or ``sqlite:///`` URL, or a PostgreSQL URL) while a bot process may hold
+    it: no store opened, no migration run."""
+    url = str(db)
+    if url.startswith(("postgres://", "postgresql://")):
+        import asyncpg
+
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            rows = await conn.fetch("SELECT role, text FROM turns ORDER BY id")
+        finally:
+            await conn.close()
+        return [(str(r["role"]), str(r["text"])) for r in rows]
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+        found = conn.execute("SELECT role, text FROM turns ORDER BY id").fetchall()
+    return [(str(role), str(text)) for role, text in found]
+
+
+async def recovery_streaming(slack: FakeSlack, claude: FakeAnthropic, *, chat_calls: int) -> None:
+    """Wait until the fake Claude got its ``chat_calls``-th chat request (a start-up
+    recovery's) and that answer edited the Slack message on screen twice since."""
+    await slack.wait_until(
+        lambda: len(claude.requests_of("chat")) == chat_calls, what="the recovery", timeout_s=20
+    )
+    updates = len(slack.calls("chat.update"))
+    await slack.wait_until(
+        lambda: len(slack.calls("chat.update")) > updates + 1,
+        what="the recovery streaming",
+        timeout_s=20,
+    )

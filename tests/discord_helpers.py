@@ -198,15 +198,18 @@ def discord_process_env(w: World, **extra: str) -> dict[str, str]:
     return env | extra
 
 
-async def bot_process(w: World, log: IO[bytes]) -> asyncio.subprocess.Process:
-    """``selfmind discord`` in a child process, reaching both fakes through settings."""
+async def bot_process(
+    w: World, log: IO[bytes], db: str | None = None
+) -> asyncio.subprocess.Process:
+    """``selfmind discord`` in a child process, reaching both fakes through settings, on
+    ``db`` (a database URL; default: the world's SQLite file)."""
     env = discord_process_env(w)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bots.cli",
         "--db",
-        str(w.db),
+        db or str(w.db),
         "discord",
         stdin=asyncio.subprocess.DEVNULL,
         stdout=log,

@@ -71,9 +71,10 @@ class BotProcess:
 
     @classmethod
     async def start(
-        cls, db: Path, env: dict[str, str], cwd: Path, args: tuple[str, ...] = SOCKET_MODE
+        cls, db: Path | str, env: dict[str, str], cwd: Path, args: tuple[str, ...] = SOCKET_MODE
     ) -> BotProcess:
-        """Start it; return once it logged that it is connected (or listening)."""
+        """Start it on ``db`` (a SQLite path or a database URL); return once it logged that
+        it is connected (or listening)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "bots.cli", "--db", str(db), *args),

@@ -15,11 +15,14 @@ Anything else is a chat message for Claude.
   standard error as configured; at end of input pending work is finished and the program
   exits 0.
 
-At the start, a line of this user's that a crash (a kill while its answer streamed) left
-without an answer in the last ``core.chat.intake.RECOVERY_WINDOW`` is answered once, under a
-line saying so (:meth:`bots.terminal.chat.TerminalChat.recover`), by the same intake rules
-as Slack and Discord, unless another chat of that user is open on this machine (its line
-may be answering now).
+At the start, a line of this user's left without an answer in the last
+``core.chat.intake.RECOVERY_WINDOW`` (a kill while its answer streamed, or an answer that
+failed before any of it showed) is answered once, under a line saying so
+(:meth:`bots.terminal.chat.TerminalChat.recover`), by the same intake rules as Slack and
+Discord, unless another chat of that user is open on this machine (its line may be answering
+now). An answer is stored before its last character is written
+(:meth:`bots.terminal.chat.TerminalChat._watched`), so a kill never leaves a whole answer on
+screen that the next start writes again.
 
 :func:`bots.terminal.run.run_terminal` runs it. This package imports nothing, so the core
 reading :mod:`bots.terminal.platform` (the terminal's description) loads no chat machinery.

@@ -41,11 +41,13 @@ ATTACH_USAGE = "Usage: /attach PATH (repeat it to send several files with your n
 WHERE = "a private terminal chat"
 
 
-def cut_note(text: str) -> str:
-    """The line above the answer to a message a crash cut (answered at the next start): the
+def cut_note(text: str, *, failed: bool = False) -> str:
+    """The line above the answer to a message answered at the next start: one a crash cut,
+    or (``failed``) one whose answer failed, or was stopped, before any of it showed; the
     message on one line (control characters dropped), at most 60 characters."""
     line = textwrap.shorten(clean_text(text, keep_newlines=False), width=60, placeholder="…")
-    return f"(answering your last message, cut off by a crash: {line})"
+    why = "which got no answer" if failed else "cut off by a crash"
+    return f"(answering your last message, {why}: {line})"
 
 
 def no_key() -> str:
@@ -229,28 +231,29 @@ class TerminalChat:
         await self.screen.answer(self._watched(self.loop.answer(message)))
 
     async def cut_lines(self) -> list[Turn]:
-        """This conversation's stored lines a crash left without an answer (the process was
-        killed while the answer streamed), within ``core.chat.intake.RECOVERY_WINDOW``,
-        oldest first: still ``answering``, so not one whose answer failed on screen (its
-        failure was said; a new start does not ask Claude again). Ask before reflections
-        resume (``ChatRuntime.start``); answer them with :meth:`recover`."""
+        """This conversation's stored lines with no answer within
+        ``core.chat.intake.RECOVERY_WINDOW``, oldest first, as Slack and Discord find theirs
+        (``Intake.unanswered``): one a crash left (the process was killed while the answer
+        streamed: still ``answering``), and one whose answer failed, or was stopped, before
+        any of it showed (``off``; a cut answer is stored, so not asked again). Ask before
+        reflections resume (``ChatRuntime.start``); answer them with :meth:`recover`."""
         if self.intake is None:
             return []
         turns = await self.intake.unanswered(conversation_prefix=self.conversation_key)
         return [
             t
             for t in turns
-            if t.conversation_key == self.conversation_key
-            and t.user_key == self.user_key
-            and t.reflection == "answering"
+            if t.conversation_key == self.conversation_key and t.user_key == self.user_key
         ]
 
     async def recover(self, turns: Sequence[Turn]) -> None:
         """Answer each of ``turns`` (from :meth:`cut_lines`) once, under :func:`cut_note`:
         claimed by the core's intake (``Intake.recovered``: one live process, a recovery
-        that dies is recovered at the next start) and stored, then reflected, once shown
-        whole (``Intake.respond``); an answer that fails is never reflected. An error is
-        said, as for a typed message, and the next turn is answered all the same."""
+        that dies is recovered at the next start) and stored as its stream ends, before its
+        last character is written (``Intake.respond(store_at_end=True)``, :meth:`_watched`),
+        then reflected; an answer that fails is never reflected (and is asked again at the
+        next start within the window, as on Slack and Discord). An error is said, as for a
+        typed message, and the next turn is answered all the same."""
         if self.intake is None:
             return
         for turn in turns:
@@ -267,20 +270,37 @@ class TerminalChat:
                 place=TERMINAL,
             )
             self.messages += 1
-            self.screen.say(cut_note(turn.text))
+            self.screen.say(cut_note(turn.text, failed=turn.reflection != "answering"))
             try:
-                await self.intake.respond(incoming, received, _ScreenPlace(self))
+                await self.intake.respond(incoming, received, _ScreenPlace(self), store_at_end=True)
             except SelfMindError as exc:
                 self.screen.say(f"Error: {exc}")
 
     async def _watched(self, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
-        """``deltas``, noting a failure (the screen shows it) as an unanswered message."""
+        """``deltas`` with the answer's last character held back until they end, noting a
+        failure (the screen shows it) as an unanswered message.
+
+        ``deltas`` end once the turn loop stored the answer (``TurnLoop.answer`` without a
+        delivery; ``Intake.respond(store_at_end=True)``), so a kill never leaves the whole
+        answer on screen and unstored (the next start would write it a second time): before
+        the store the screen shows it cut, and the next start answers it below; in the
+        instant between the store and the last write, the screen lacks that one character
+        (the store has it whole)."""
+        held = ""
         try:
             async for delta in deltas:
-                yield delta
+                if not delta:
+                    continue
+                shown, held = held + delta[:-1], delta[-1]
+                if shown:
+                    yield shown
         except SelfMindError as exc:
             self._unanswered(exc.user_message)
+            if held:  # what the loop stored as shown: shown before the failure's note
+                yield held
             raise
+        if held:
+            yield held
 
     def _unanswered(self, why: str) -> None:
         self.unanswered += 1

@@ -305,15 +305,21 @@ class Intake:
         *,
         notice: str | None = None,
         notice_mark: str | None = None,
+        store_at_end: bool = False,
     ) -> None:
         """Answer a received message into ``place`` (see the module docstring); ``notice``
         comes first, the first time ``notice_mark`` is asked for. Platform errors propagate
         (the answer then stays unstored); the flight ends whatever happens. Waits for a place
         first (:attr:`admission`: after the person's earlier answers, at most
-        ``SELFMIND_MAX_CONCURRENT_TURNS`` at once)."""
+        ``SELFMIND_MAX_CONCURRENT_TURNS`` at once).
+
+        ``store_at_end``: store the answer as its stream ends, before ``place.show``
+        returns, for a place a restart cannot read back (the terminal: it shows the answer's
+        last part only once the stream ended, so a kill leaves either a cut answer and an
+        unanswered message, or the answer stored; never the whole answer unstored)."""
         try:
             async with self.admission.turn(incoming.user_key):
-                await self._respond(incoming, received, place, notice, notice_mark)
+                await self._respond(incoming, received, place, notice, notice_mark, store_at_end)
         finally:
             self._in_flight.discard(received.flight_key)
 
@@ -324,6 +330,7 @@ class Intake:
         place: ReplyPlace,
         notice: str | None,
         notice_mark: str | None,
+        store_at_end: bool,
     ) -> None:
         if received.say is not None:
             await place.say(received.say)
@@ -341,7 +348,9 @@ class Intake:
         answer = (
             _failing(received.limit)
             if received.limit is not None
-            else self.loop.answer(incoming, turn_id=received.turn_id, delivery=delivery)
+            else self.loop.answer(
+                incoming, turn_id=received.turn_id, delivery=None if store_at_end else delivery
+            )
         )
         deltas = with_prefix(notice, answer)
         try:
@@ -354,5 +363,6 @@ class Intake:
                 logger.warning("turn=%s usage not recorded: %s", received.turn_id, exc)
             raise
         # Stored once the platform shows the whole answer (its final edit): a crash or a
-        # platform error before this leaves the message to be answered at start-up.
+        # platform error before this leaves the message to be answered at start-up. (With
+        # ``store_at_end`` the turn loop stored it already: nothing left to do here.)
         await delivery.done()

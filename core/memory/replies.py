@@ -40,13 +40,21 @@ def remembered(
     """``Remembered (`#12`): The user prefers tabs over spaces.`` (the text as stored, when
     the result carries it, through the platform's ``escape``, so a stored ``<!channel>`` or
     ``**bold**`` shows as typed), followed by ``It replaces `#7`.`` when it superseded a less
-    specific memory; for a duplicate, ``I already knew that (`#12`).``"""
+    specific memory; for a duplicate, ``I already knew that (`#12`).``; then, when a secret
+    was left out of it, ``(A password was left out: secrets are never stored as
+    memories.)``"""
     ref = code(f"#{result.id}")
     if result.status != "added":
-        return f"I already knew that ({ref})."
-    said = f"Remembered ({ref}): {escape(result.text)}" if result.text else f"Remembered ({ref})."
-    if result.superseded:
-        said += f" It replaces {', '.join(code(f'#{i}') for i in result.superseded)}."
+        said = f"I already knew that ({ref})."
+    else:
+        said = (
+            f"Remembered ({ref}): {escape(result.text)}" if result.text else f"Remembered ({ref})."
+        )
+        if result.superseded:
+            said += f" It replaces {', '.join(code(f'#{i}') for i in result.superseded)}."
+    if result.left_out:
+        name = result.left_out[0].upper() + result.left_out[1:]
+        said += f" ({name} was left out: secrets are never stored as memories.)"
     return said
 
 

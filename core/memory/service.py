@@ -32,7 +32,7 @@ from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.places import parse_place, place_key
 from core.rules.secrets import KINDS as KIND_NAMES
-from core.rules.secrets import find_secrets, refusal
+from core.rules.secrets import SecretFinding, durable_part, find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
 from core.rules.when import dated
 from core.store.channels import ChannelStore
@@ -140,13 +140,22 @@ def remembered_text(text: str, *, today: date | None = None) -> str:
 def clean_memory_text(text: str) -> str:
     """Clean (:func:`core.rules.text.clean_text`, one line), collapse whitespace; raise
     ``MemoryInputError`` if empty or too long, ``SecretInMemory`` if it carries a secret
-    (:func:`core.rules.secrets.find_secrets`). A memory is one sentence under
+    (:func:`core.rules.secrets.find_secrets`) and no part that stands without it (else that
+    part is returned: :func:`screened_memory_text`). A memory is one sentence under
     ``MAX_MEMORY_CHARS`` (200) characters.
 
     The one gate of every memory text: ``/remember`` on each platform and the terminal, the
     CLI's ``memories remember``, each import line, each reflection candidate and cleanup
     merge (:func:`core.memory.reflection.screen_text`).
     """
+    return screened_memory_text(text)[0]
+
+
+def screened_memory_text(text: str) -> tuple[str, SecretFinding | None]:
+    """:func:`clean_memory_text`, and the first secret it left out: a text with a secret
+    keeps the part that stands without it (:func:`core.rules.secrets.durable_part`: "The
+    user uses Postgres 16 with password admin123" -> "The user uses Postgres 16."), and is
+    refused whole (``SecretInMemory``) when it has none."""
     cleaned = clean_text(text, keep_newlines=False)
     if not cleaned:
         raise MemoryInputError("a memory needs some text")
@@ -155,9 +164,12 @@ def clean_memory_text(text: str) -> str:
             f"a memory must be under {MAX_MEMORY_CHARS} characters (this one has {len(cleaned)})"
         )
     findings = find_secrets(cleaned)
-    if findings:
+    if not findings:
+        return cleaned, None
+    kept = durable_part(cleaned, findings)
+    if kept is None:
         raise SecretInMemory(refusal(findings), kind=findings[0].kind)
-    return cleaned
+    return kept, findings[0]
 
 
 MAX_MEMORY_ID = 2**63 - 1
@@ -451,11 +463,14 @@ class MemoryService:
         stored) for a text carrying a secret.
         """
         try:
-            worded = offline_memory(clean_memory_text(text), today=self.clock().date())
+            screened, left_out = screened_memory_text(text)
         except SecretInMemory as exc:
             logger.info("remember refused: user=%s secret=%s", user_key, exc.kind)
             self.metrics.secrets_refused(source)
             raise
+        if left_out is not None:
+            logger.info("remember left a secret out: user=%s secret=%s", user_key, left_out.kind)
+        worded = offline_memory(screened, today=self.clock().date())
         cleaned = worded.text
         memory = NewMemory(
             text=cleaned,
@@ -479,7 +494,7 @@ class MemoryService:
             memory.category,
         )
         self.metrics.memories_stored(source, int(result.status == "added"))
-        return replace(result, text=cleaned)
+        return replace(result, text=cleaned, left_out=left_out.name if left_out else "")
 
     async def forget(self, *, user_key: str, memory_id: int) -> Memory:
         """Forget one of the user's memories (an id the user typed); returns it as it was.

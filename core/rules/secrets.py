@@ -903,6 +903,53 @@ def redact_secrets(text: str, findings: Sequence[SecretFinding] | None = None) -
     return "".join(parts)
 
 
+_CLAUSE_BREAK = re.compile(
+    r"\s*(?:[,;(]|\s[-–—]\s)\s*|\s+(?:and|but|with|using|via|plus|while|where)\s+",
+    re.IGNORECASE,
+)
+"""Where a clause may begin: a comma, semicolon, bracket or dash, or a joining word."""
+_SECRET_WORDS = re.compile(
+    r"pass|pwd|\bpw\b|\bpins?\b|key|token|secret|card|cvv|cvc|iban|ssn|social security"
+    r"|\b2fa\b|totp|\botp\b|code|credential|login|account n|routing|seed",
+    re.IGNORECASE,
+)
+"""Words that say a secret is near (substrings, so "keyboard" counts too: a part that names
+one is never kept, whatever it says)."""
+_WORD = re.compile(r"[^\W\d_]+")
+MIN_DURABLE_WORDS = 3
+"""The fewest words a kept part has (fewer: "The user" is no fact of its own)."""
+
+
+def durable_part(text: str, findings: Sequence[SecretFinding]) -> str | None:
+    """The part of the one-sentence ``text`` that stands without its secrets: the words
+    before the clause that carries the first of ``findings`` (from :func:`find_secrets` of
+    this text), as a sentence; None when there is no such part, and the text is refused
+    whole. ``text`` itself when ``findings`` is empty.
+
+    "The user uses Postgres 16 with password admin123" -> "The user uses Postgres 16.".
+    Only what comes before the clause's start (a comma, semicolon, bracket or dash, or
+    "and", "but", "with", "using", "via", "plus", "while", "where") is kept, and only when it
+    has at least :data:`MIN_DURABLE_WORDS` words, names nothing secret-like
+    (``_SECRET_WORDS``: "The user's password" is refused) and holds no secret itself; nothing
+    after a secret is ever kept.
+    """
+    if not findings:
+        return text
+    head = text[: min(f.start for f in findings)]
+    starts = [m.start() for m in _CLAUSE_BREAK.finditer(head)]
+    if not starts:
+        return None
+    kept = head[: starts[-1]].rstrip(" ,;:-–—(")
+    if (
+        len(_WORD.findall(kept)) < MIN_DURABLE_WORDS
+        or _SECRET_WORDS.search(kept)
+        or REDACTED_MARK in kept
+        or find_secrets(kept)
+    ):
+        return None
+    return kept if kept.endswith((".", "!", "?")) else f"{kept}."
+
+
 def refusal(findings: Sequence[SecretFinding]) -> str:
     """The one sentence a refused memory gets: what it looked like and why (no secret
     echoed)."""

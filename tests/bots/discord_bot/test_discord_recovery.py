@@ -8,6 +8,7 @@ process for the SIGKILL, in process for the failed final edit) against the fakes
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash_helpers import stored_turns as read_turns
 from tests.discord_helpers import (
     START_S,
     World,
@@ -36,6 +38,15 @@ def stored_turns(w: World) -> list[tuple[str, str]]:
     with sqlite3.connect(w.db) as db:
         rows = db.execute("SELECT role, text FROM turns ORDER BY id").fetchall()
     return [(str(r), str(t)) for r, t in rows]
+
+
+async def answer_stored(db: str) -> None:
+    """Wait until the store of ``db`` (either backend) holds the answer."""
+    async with asyncio.timeout(START_S):
+        while True:
+            if ("assistant", WHOLE) in await read_turns(db):
+                return
+            await asyncio.sleep(0.05)
 
 
 def replies_to(w: World, channel: int, message_id: str) -> list[dict[str, Any]]:
@@ -138,17 +149,18 @@ async def test_an_answer_whose_final_edit_fails_is_stored_only_when_shown(
 
 @pytest.mark.slow
 async def test_a_recovery_killed_too_is_recovered_at_the_next_start_in_place(
-    tmp_path: Path,
+    tmp_path: Path, db_url: str
 ) -> None:
-    """The double crash: killed mid-answer, killed again while the start-up recovery streams
-    into the cut message, started a third time: one answer, in the message the first crash
-    cut (the recovery's claim died with the process that held it)."""
+    """The double crash, on both backends: killed mid-answer, killed again while the
+    start-up recovery streams into the cut message, started a third time: one answer, in
+    the message the first crash cut (the recovery's claim died with the process that held
+    it)."""
     async with world(tmp_path) as w:
         fake, claude = w.discord, w.claude
         channel = fake.channel_id
         log_path = tmp_path / "bot.log"
         with log_path.open("wb") as log:
-            first = await bot_process(w, log)
+            first = await bot_process(w, log, db_url)
             try:
                 await fake.wait_for_session(count=1, timeout_s=START_S)
                 claude.enqueue(Reply(text=CUT, chunk_size=40, chunk_delay_s=0.25), kind="chat")
@@ -165,7 +177,7 @@ async def test_a_recovery_killed_too_is_recovered_at_the_next_start_in_place(
             edits = len(fake.find_requests("PATCH", f"/channels/{channel}/messages/*"))
 
             claude.enqueue(Reply(text=CUT, chunk_size=40, chunk_delay_s=0.25), kind="chat")
-            second = await bot_process(w, log)
+            second = await bot_process(w, log, db_url)
             try:
                 await fake.wait_for_session(count=2, timeout_s=START_S)
                 await fake.wait_for_request(  # the recovery streams into the cut message
@@ -174,10 +186,10 @@ async def test_a_recovery_killed_too_is_recovered_at_the_next_start_in_place(
             finally:
                 second.send_signal(signal.SIGKILL)
                 assert await second.wait() == -signal.SIGKILL
-            assert stored_turns(w) == [("user", QUESTION)]
+            assert await read_turns(db_url) == [("user", QUESTION)]
 
             claude.enqueue(WHOLE, kind="chat")
-            third = await bot_process(w, log)
+            third = await bot_process(w, log, db_url)
             try:
                 await fake.wait_for_session(count=3, timeout_s=START_S)
                 await eventually(
@@ -185,9 +197,9 @@ async def test_a_recovery_killed_too_is_recovered_at_the_next_start_in_place(
                     timeout_s=START_S,
                     what="the cut answer completed in place",
                 )
-                await eventually(lambda: ("assistant", WHOLE) in stored_turns(w), timeout_s=START_S)
+                await answer_stored(db_url)
             finally:
                 assert await stop(third) == 0
         assert [m["id"] for m in replies_to(w, channel, asked["id"])] == [cut["id"]]
         assert len(claude.requests_of("chat")) == 3
-        assert stored_turns(w) == [("user", QUESTION), ("assistant", WHOLE)]
+        assert await read_turns(db_url) == [("user", QUESTION), ("assistant", WHOLE)]

@@ -17,7 +17,7 @@ import pytest
 
 from core.runtime import open_store
 from core.store.sqlite.store import SQLiteStore
-from tests.crash_helpers import start_bot
+from tests.crash_helpers import recovery_streaming, start_bot
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     Reply,
@@ -208,15 +208,7 @@ async def test_a_recovery_killed_too_is_recovered_at_the_next_start_and_shown_on
 
         claude.enqueue(Reply(text=long_answer, chunk_size=4, chunk_delay_s=0.05), kind="chat")
         bot = await start_bot(db, env, tmp_path)
-        await slack.wait_until(
-            lambda: len(claude.requests_of("chat")) == 2, what="the recovery", timeout_s=20
-        )
-        updates = len(slack.calls("chat.update"))
-        await slack.wait_until(
-            lambda: len(slack.calls("chat.update")) > updates + 1,
-            what="the recovery streaming",
-            timeout_s=20,
-        )
+        await recovery_streaming(slack, claude, chat_calls=2)
         assert await bot.stop(signal.SIGKILL) == -signal.SIGKILL
 
         claude.enqueue("Here is the rollout plan.", kind="chat")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core.chat.loop import CUT_MARK
 from core.runtime import open_store
 from tests.conftest import REPO_ROOT
 from tests.fakes.anthropic_server import FakeAnthropic, Reply, running_fake_anthropic, slow
@@ -19,16 +20,43 @@ from tests.loop_helpers import API_KEY, memories_reply, memory_text
 PREFERENCE = "The user prefers answers in bullet points."
 
 
+KILLED_AT_STORE = """
+import os, signal, sys
+from core.chat.loop import TurnLoop
+store = TurnLoop._finish
+async def killed(self, *args, **kwargs):
+    if {after}:
+        await store(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+TurnLoop._finish = killed
+from bots.cli import main
+main()
+"""
+"""The fault injection of the store-versus-screen tests, test-only: ``selfmind`` with the
+turn loop's store of an answer (``TurnLoop._finish``: the answer, its usage, the reflection
+queued, one transaction) replaced by a SIGKILL of the process, just before it (``after``
+False) or just after it (True)."""
+
+
 async def chat_process(
-    db: Path | str, base_url: str, cwd: Path, user: str = "alice"
+    db: Path | str,
+    base_url: str,
+    cwd: Path,
+    user: str = "alice",
+    *,
+    killed_at_store: str | None = None,
 ) -> asyncio.subprocess.Process:
+    """``selfmind chat --user USER`` on ``db``; ``killed_at_store``: ``"before"`` or
+    ``"after"`` (:data:`KILLED_AT_STORE`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "SELFMIND_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), ANTHROPIC_API_KEY=API_KEY, ANTHROPIC_BASE_URL=base_url)
     env.update(HOME=str(cwd))  # the terminal's files with PostgreSQL: ~/.selfmind
+    run = ("-m", "bots.cli")
+    if killed_at_store is not None:
+        run = ("-c", KILLED_AT_STORE.format(after=killed_at_store == "after"))
     return await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "bots.cli",
+        *run,
         "--db",
         str(db),
         "chat",
@@ -92,6 +120,7 @@ async def test_sigkill_after_answer_then_resume_and_recall(tmp_path: Path) -> No
 PORTO = "The user lives in Porto."
 LINE = "I moved to Porto last month"
 CUT_NOTE = b"(answering your last message, cut off by a crash: I moved to Porto last month)"
+FAILED_NOTE = b"(answering your last message, which got no answer: I moved to Porto last month)"
 
 
 async def killed_mid_answer(db: str, fake: FakeAnthropic, cwd: Path, line: str = LINE) -> bytes:
@@ -226,7 +255,9 @@ async def test_sigkill_mid_answer_then_a_failed_recovered_answer_is_never_reflec
     tmp_path: Path, db_url: str
 ) -> None:
     """Reflection waits for a delivered answer: a line whose answer a kill cut, and whose
-    answer at the next start fails (a 400), is never learned from, nor asked again."""
+    answer at the next start fails (a 400), is never learned from; nothing of it showed, so
+    a later start asks again (as Slack and Discord do), and a failure there is not learned
+    from either."""
     db = db_url  # SQLite and PostgreSQL
     async with running_fake_anthropic() as fake:
         await killed_mid_answer(db, fake, tmp_path)
@@ -239,14 +270,132 @@ async def test_sigkill_mid_answer_then_a_failed_recovered_answer_is_never_reflec
         assert process.returncode == 1  # piped: a message got no answer
         assert len(fake.requests_of("chat")) == 2
 
-        out = await restarted(db, fake, tmp_path)  # its failure was said: not asked again
-        assert b"cut off by a crash" not in out
-        assert len(fake.requests_of("chat")) == 2
+        fake.enqueue(Reply(status=400, error_type="invalid_request_error"), kind="chat")
+        process = await chat_process(db, fake.base_url, tmp_path)
+        out, _ = await asyncio.wait_for(process.communicate(b""), 60)
+        assert out.count(FAILED_NOTE) == 1 and b"cut off by a crash" not in out
+        assert process.returncode == 1
+        assert len(fake.requests_of("chat")) == 3
     assert fake.requests_of("extract") == []
     store = await open_store(db)
     try:
         turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
         assert [(t.role, t.text, t.reflection) for t in turns] == [("user", LINE, "off")]
         assert await store.list_memories(user_key="cli:alice") == []
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_a_line_whose_answer_failed_before_showing_is_answered_at_the_next_start(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A typed line whose answer failed with nothing of it shown (a 400) is answered at the
+    next start, once, through the same intake as a line a crash cut (as Slack and Discord
+    ask again what showed nothing); it stays unreflected (its turn was marked so when the
+    answer failed, as there). A line whose failed answer showed a part (stored, marked as
+    cut) is not asked again."""
+    db = db_url  # SQLite and PostgreSQL
+    cut_line = "and the tram to the beach"
+    async with running_fake_anthropic() as fake:
+        fake.enqueue(Reply(status=400, error_type="invalid_request_error"), kind="chat")
+        fake.enqueue(
+            Reply(text="Trams run along the river all day.", chunk_size=4, cut_after_chunks=2),
+            kind="chat",
+        )
+        process = await chat_process(db, fake.base_url, tmp_path)
+        out, _ = await asyncio.wait_for(process.communicate(f"{LINE}\n{cut_line}\n".encode()), 60)
+        assert process.returncode == 1  # piped: a message got no answer
+        assert b"Porto is" not in out and b"Tram" in out
+        assert len(fake.requests_of("chat")) == 2
+
+        fake.enqueue("Porto is a lovely city to live in.", kind="chat")
+        out = await restarted(db, fake, tmp_path)
+        assert out.count(FAILED_NOTE) == 1 and b"cut off by a crash" not in out
+        assert out.count(b"Porto is a lovely city to live in.") == 1
+        assert b"tram to the beach" not in out  # its cut answer is stored
+        chats = fake.requests_of("chat")
+        assert len(chats) == 3 and LINE in str(chats[-1].body["messages"][-1])
+
+        out = await restarted(db, fake, tmp_path)  # answered: nothing again
+        assert b"answering your last message" not in out
+        assert len(fake.requests_of("chat")) == 3
+    assert fake.requests_of("extract") == []
+    store = await open_store(db)
+    try:
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=9)
+        assert [(t.role, t.text) for t in turns] == [
+            ("user", LINE),
+            ("user", cut_line),
+            ("assistant", "Trams ru" + CUT_MARK),
+            ("assistant", "Porto is a lovely city to live in."),
+        ]
+    finally:
+        await store.close()
+
+
+async def killed_at(
+    db: str, fake: FakeAnthropic, cwd: Path, when: str, answer: str, line: str = LINE
+) -> bytes:
+    """A chat killed (SIGKILL) just ``when`` ("before", "after") the answer to ``line``
+    typed (or, with ``line`` empty, to what it answers at start) is stored; returns what it
+    wrote."""
+    fake.enqueue(answer, kind="chat")
+    process = await chat_process(db, fake.base_url, cwd, killed_at_store=when)
+    typed = f"{line}\n".encode() if line else b""
+    out, err = await asyncio.wait_for(process.communicate(typed), 60)
+    assert process.returncode == -signal.SIGKILL, err.decode()
+    return out
+
+
+@pytest.mark.slow
+async def test_a_kill_between_the_answer_on_screen_and_its_store_never_shows_it_twice(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The answer is stored before its last character is written: killed just before the
+    store (of a typed line's answer, then of the answer at the next start), the screen holds
+    a cut answer each time, and the third start writes the one whole answer."""
+    db = db_url  # SQLite and PostgreSQL
+    answers = ("Porto is a lovely city.", "Porto has seven hills.", "Porto is by the sea.")
+    async with running_fake_anthropic() as fake:
+        first = await killed_at(db, fake, tmp_path, "before", answers[0])
+        assert first.startswith(answers[0][:-1].encode())  # it was streaming, cut
+        second = await killed_at(db, fake, tmp_path, "before", answers[1], line="")
+        assert second.count(CUT_NOTE) == 1
+        fake.enqueue(answers[2], kind="chat")
+        third = await restarted(db, fake, tmp_path)
+        assert third.count(CUT_NOTE) == 1
+        out = await restarted(db, fake, tmp_path)  # answered: nothing again
+        assert b"answering your last message" not in out
+        assert len(fake.requests_of("chat")) == 3
+    screen = first + second + third
+    assert [screen.count(a.encode()) for a in answers] == [0, 0, 1]  # one whole answer
+    store = await open_store(db)
+    try:
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert [(t.role, t.text) for t in turns] == [("user", LINE), ("assistant", answers[2])]
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+async def test_a_kill_just_after_the_store_leaves_one_answer_less_its_last_character(
+    tmp_path: Path, db_url: str
+) -> None:
+    """What is left of the window: killed in the instant after the store and before the last
+    character is written, the screen shows the answer once without that character; the
+    store has it whole, and the next start has nothing to answer."""
+    db = db_url  # SQLite and PostgreSQL
+    answer = "Porto is a lovely city."
+    async with running_fake_anthropic() as fake:
+        shown = await killed_at(db, fake, tmp_path, "after", answer)
+        assert shown == answer[:-1].encode()
+        out = await restarted(db, fake, tmp_path)
+        assert b"answering your last message" not in out
+        assert len(fake.requests_of("chat")) == 1
+    store = await open_store(db)
+    try:
+        turns = await store.recent_turns(conversation_key="cli:alice:terminal:default", limit=5)
+        assert [(t.role, t.text) for t in turns] == [("user", LINE), ("assistant", answer)]
     finally:
         await store.close()

@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from core.errors import ImportFormatError, SecretInMemory
+from core.memory import replies
 from core.memory.cleanup import PlanOperation, PlanOutput, check_plan
 from core.memory.reflection import screen_text
 from core.memory.service import MemoryService
 from core.metrics import Metrics
+from core.rules.cleanup_ops import MergeOp
+from core.rules.secrets import has_secret
 from core.types import Memory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import dm, harness, memories_reply
@@ -237,4 +240,46 @@ def test_a_cleanup_merge_cannot_write_a_secret() -> None:
         return PlanOutput(operations=[op])
 
     assert check_plan(merge("The user deploys staging to AWS."), batch) is not None
-    assert check_plan(merge(f"The user deploys to AWS with {AWS_ID}."), batch) is None
+    assert check_plan(merge(f"The user's AWS key is {AWS_ID}."), batch) is None
+    # a durable part is merged without the secret (core.rules.secrets.durable_part)
+    assert screen_text(f"The user deploys to AWS with {AWS_ID}.") == "The user deploys to AWS."
+    planned = check_plan(merge(f"The user deploys to AWS with {AWS_ID}."), batch)
+    assert planned is not None
+    assert [p.op.text for p in planned if isinstance(p.op, MergeOp)] == ["The user deploys to AWS."]
+
+
+@pytest.mark.parametrize(
+    ("text", "kept", "named"),
+    [
+        ("I use Postgres 16 with password admin123", "The user uses Postgres 16.", "A password"),
+        (
+            "I live in Porto, and my SSN is 536-22-1234.",
+            "The user lives in Porto.",
+            "A US Social Security number",
+        ),
+        (
+            "The user pays for the team lunch; card 4111 1111 1111 1111",
+            "The user pays for the team lunch.",
+            "A payment card number",
+        ),
+    ],
+)
+async def test_remember_keeps_the_durable_part_and_says_the_secret_was_left_out(
+    service: MemoryService, text: str, kept: str, named: str
+) -> None:
+    metrics = service.metrics = Metrics.create()
+    result = await service.remember(user_key=ALICE, text=text)
+    assert result.text == kept and result.left_out
+    said = replies.remembered(result, code=str)
+    assert said == (
+        f"Remembered (#{result.id}): {kept} ({named} was left out: secrets are never stored"
+        " as memories.)"
+    )
+    assert [m.text for m in await service.list_memories(user_key=ALICE)] == [kept]
+    assert refused(metrics, "remember") is None  # stored, not refused
+    for part in ("admin123", "536-22", "1111"):
+        assert part not in said
+    # the same gate for import lines (and reflection candidates: screen_text)
+    await service.import_lines(user_key="cli:bob", lines=[json.dumps({"text": text})])
+    (imported,) = await service.list_memories(user_key="cli:bob")
+    assert imported.text == kept and not has_secret(imported.text)

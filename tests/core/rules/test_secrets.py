@@ -14,6 +14,7 @@ from core.rules.secrets import (
     KINDS,
     REDACTED_MARK,
     SecretFinding,
+    durable_part,
     find_secrets,
     has_secret,
     redact_secrets,
@@ -381,3 +382,55 @@ def test_each_form_of_issue_36_is_redacted_whole(text: str) -> None:
     for part in ("1111", "0366", "12/27", "admin123", "blue-moon", "hunter2", "AbCd", "3pxp"):
         assert part not in redacted, (part, redacted)
     assert not has_secret(redacted)  # a marker is no secret: redaction is stable
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("The user uses Postgres 16 with password admin123", "The user uses Postgres 16."),
+        ("The user lives in Porto, and their SSN is 536-22-1234.", "The user lives in Porto."),
+        ("The user likes tea; card 4111 1111 1111 1111", "The user likes tea."),
+        (
+            "The user deploys with Terraform and the token is ghp_" + "a1B2c3D4e5" * 4,
+            "The user deploys with Terraform.",
+        ),
+        ("The user runs Redis 7 (redis://:hunter2@cache:6379/0)", "The user runs Redis 7."),
+    ],
+)
+def test_a_sentence_with_a_durable_part_keeps_it_without_the_secret(text: str, kept: str) -> None:
+    assert durable_part(text, find_secrets(text)) == kept
+    assert durable_part(kept, find_secrets(kept)) == kept  # no secret: the text itself
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The user's password, hunter2, expires soon.",  # the part before names the secret
+        "The user, whose password is hunter2, likes tea.",  # two words before it
+        "The user's router password admin123 is on a sticker.",  # no clause of its own
+        "My card is 4111 1111 1111 1111",
+        "The user's cache is redis://:hunter2@cache:6379/0.",
+        "The user keeps a monkey, password hunter22",  # "key" in the part: never kept
+        "The user's SSN is 536-22-1234, and they live in Porto.",  # only before a secret
+        "The user stores backup codes, 84729163 19283746 56473829",
+    ],
+)
+def test_a_sentence_with_no_durable_part_is_refused_whole(text: str) -> None:
+    findings = find_secrets(text)
+    assert findings and durable_part(text, findings) is None
+
+
+def test_each_labelled_secret_after_a_durable_clause_leaves_that_clause_alone() -> None:
+    """Every secret of the labelled set, said after a clause of its own: what is kept is
+    that clause (or nothing, when the words before the secret name it), never a part of the
+    secret's clause."""
+    clause = "The user moved to Lisbon last spring"
+    kept = []
+    for row in _labelled():
+        if row["secret"] is None:
+            continue
+        text = f"{clause}, and {row['text']}"
+        part = durable_part(text, find_secrets(text))
+        assert part in (f"{clause}.", None), text
+        kept.append(part)
+    assert kept.count(f"{clause}.") >= len(kept) - 2  # the two that name it: refused whole
