@@ -53,6 +53,7 @@ import asyncpg
 from core.rules.about import same_person
 from core.rules.dedupe import Deduper
 from core.rules.places import stored_place
+from core.rules.reassert import decide
 from core.rules.text import index_terms, normalize
 from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.cleanup import PostgresHygiene
@@ -69,6 +70,7 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
+    Place,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -264,17 +266,32 @@ class PostgresStore(
     ) -> AddResult:
         norm = normalize(memory.text)
         twin_sql = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
-        existing = await conn.fetchval(twin_sql, uid, norm)
-        if existing is not None:
-            return AddResult(id=int(existing), status="duplicate")
-        neighbours = await self._search(conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None)
-        decision = dedupe.decide(
-            memory.text,
+        exact = await conn.fetchrow(
+            f"SELECT {MEMORY_COLUMNS} FROM memories m"
+            " WHERE m.uid = $1 AND m.norm = $2 AND m.superseded_by IS NULL",
+            uid,
+            norm,
+        )
+        if exact is not None:
+            known = [memory_from_row(exact, user_key)]  # the same text: one active copy
+        else:
+            neighbours = await self._search(
+                conn, uid, user_key, memory.text, DEDUPE_CANDIDATES, None
+            )
             # Only memories about the same person (core.rules.about.same_person).
-            (s.memory for s in neighbours if same_person(s.memory.about, memory.about)),
+            known = [s.memory for s in neighbours if same_person(s.memory.about, memory.about)]
+        decision = decide(
+            dedupe,
+            text=memory.text,
+            about=memory.about,
+            place=memory.place,
+            known=known,
             replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
+            if decision.widen is not None:
+                twin, said_in = decision.duplicate_of.id, memory.conversation_key
+                await self._widen(conn, uid, user_key, twin, decision.widen, said_in)
             return AddResult(id=decision.duplicate_of.id, status="duplicate")
         terms = index_terms(uid, memory.text)
         created = memory.created_at or utcnow()
@@ -314,6 +331,29 @@ class PostgresStore(
             if await self._supersede(conn, uid, old.id, memory_id, memory.conversation_key)
         ]
         return AddResult(id=memory_id, status="added", superseded=tuple(narrowed))
+
+    async def _widen(
+        self,
+        conn: asyncpg.Connection,
+        uid: int,
+        user_key: str,
+        memory_id: int,
+        place: Place,
+        conversation_key: str | None,
+    ) -> None:
+        """Inside a write holding the user's row: memory ``memory_id`` takes ``place``, where
+        its owner said it again (:mod:`core.rules.reassert`); a ``restored`` event moves the
+        user's memory head (hybrid recall's cache of reaches)."""
+        place_key, reach = stored_place(place, user_key=user_key)
+        await conn.execute(
+            "UPDATE memories SET place = $1, reach = $2"
+            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
+            place_key,
+            reach,
+            memory_id,
+            uid,
+        )
+        await self._event(conn, uid, memory_id, "restored", utcnow(), conversation_key)
 
     async def _supersede(
         self,

@@ -33,6 +33,7 @@ from core.rules.about import same_person
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.dedupe import Deduper
 from core.rules.places import check_reaches, parse_place, stored_place
+from core.rules.reassert import decide
 from core.rules.text import index_terms, normalize, query_terms
 from core.store.rows import memory_filter
 from core.store.sqlite.base import _IN_WRITE, day, day_columns, dt, ts
@@ -50,6 +51,7 @@ from core.types import (
     MemoryStats,
     MemoryWrite,
     NewMemory,
+    Place,
     ScoredMemory,
     UsageRecord,
     UserSummary,
@@ -78,6 +80,7 @@ class _Candidate:
     id: int
     text: str
     about: str | None = None
+    place: Place | None = None
 
 
 def _memory(row: Sequence[Any]) -> Memory:
@@ -271,13 +274,21 @@ class SQLiteStore(
     ) -> AddResult:
         norm = normalize(memory.text)
         known = await self._dedupe_candidates(uid, norm, memory.text)
-        decision = dedupe.decide(
-            memory.text,
+        decision = decide(
+            dedupe,
+            text=memory.text,
+            about=memory.about,
+            place=memory.place,
             # Only memories about the same person (the same text always: one active copy).
-            [c for c in known if same_person(c.about, memory.about) or normalize(c.text) == norm],
+            known=[
+                c for c in known if same_person(c.about, memory.about) or normalize(c.text) == norm
+            ],
             replacing=frozenset(supersedes),
         )
         if decision.duplicate_of is not None:
+            if decision.widen is not None:
+                twin = decision.duplicate_of.id
+                await self._widen(uid, user_key, twin, decision.widen, memory.conversation_key)
             return AddResult(id=decision.duplicate_of.id, status="duplicate")
         terms = index_terms(uid, memory.text)
         created = memory.created_at or utcnow()
@@ -318,7 +329,7 @@ class SQLiteStore(
         ``DEDUPE_CANDIDATES`` best BM25 neighbours (FTS5's order is enough for Jaccard)."""
         terms = query_terms(uid, text)
         exact = (
-            "SELECT id, text, about FROM memories WHERE uid = ? AND norm = ?"
+            "SELECT id, text, about, place FROM memories WHERE uid = ? AND norm = ?"
             " AND superseded_by IS NULL"
         )
         if not terms:
@@ -327,12 +338,27 @@ class SQLiteStore(
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = fts_table(uid)
             rows = await self._fetchall(
-                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text, m.about FROM ("
+                f"{exact} UNION ALL SELECT * FROM (SELECT m.id, m.text, m.about, m.place FROM ("
                 f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
                 f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
                 (uid, norm, match, DEDUPE_CANDIDATES),
             )
-        return [_Candidate(r[0], r[1], r[2]) for r in rows]
+        return [_Candidate(r[0], r[1], r[2], parse_place(r[3])) for r in rows]
+
+    async def _widen(
+        self, uid: int, user_key: str, memory_id: int, place: Place, conversation_key: str | None
+    ) -> None:
+        """Inside a write: memory ``memory_id`` takes ``place``, where its owner said it again
+        (:mod:`core.rules.reassert`); its FTS5 marker term follows (``terms`` in the SET fires
+        the shard's reworded trigger), and a ``restored`` event moves the user's memory head
+        (hybrid recall's cache of reaches)."""
+        place_key, reach = stored_place(place, user_key=user_key)
+        await self._conn.execute(
+            "UPDATE memories SET place = ?, reach = ?, terms = terms"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
+            (place_key, reach, memory_id, uid),
+        )
+        await self._event(uid, memory_id, "restored", utcnow(), conversation_key)
 
     async def _supersede(
         self, uid: int, old_id: int, new_id: int, conversation_key: str | None
