@@ -1299,8 +1299,9 @@ def memory_mode(
 def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List every user key with its memories, messages and last activity (UTC).
 
-    The keys are what --user takes in the other commands."""
-    rows = run(with_store(ctx.obj, lambda store: store.users()))
+    The keys are what --user takes in the other commands; channels, which own their own
+    memory, are listed by `selfmind channels list`."""
+    rows = run(with_store(ctx.obj, channels_cli.people))
     if as_json:
         typer.echo(
             json.dumps(

@@ -221,3 +221,15 @@ def test_a_channel_import_refuses_a_bad_speaker_and_imports_nothing(
     path.write_text(json.dumps({"x": 1}) + "\n" + json.dumps(bad[0]) + "\n", encoding="utf-8")
     code, _, err = cli(db_url, "memories", "import", str(path), "--channel", C1)
     assert code == 1 and "line 1:" in err and "line 2:" in err
+
+
+def test_users_lists_people_and_channels_list_lists_channels(db_url: str) -> None:
+    seen(db_url, PUBLIC)
+    assert cli(db_url, "memories", "remember", "--channel", C1, "we ship on Fridays")[0] == 0
+    assert cli(db_url, "memories", "remember", "--user", "slack:T1:UALICE", "I like tea")[0] == 0
+    code, out, _ = cli(db_url, "users", "--json")
+    assert code == 0 and [u["user"] for u in json.loads(out)] == ["slack:T1:UALICE"]
+    code, out, _ = cli(db_url, "users")
+    assert code == 0 and "slack:T1:UALICE" in out and C1 not in out
+    code, out, _ = cli(db_url, "channels", "list", "--json")
+    assert [(c["key"], c["entries"]) for c in json.loads(out)] == [(C1, 1)]
