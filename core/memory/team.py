@@ -352,20 +352,18 @@ class TeamMemory:
         return block, said
 
     async def _read_block(self, info: ChannelInfo) -> tuple[list[Memory], dict[int, Attribution]]:
-        """One read of the channel's block entries and who said every entry; a channel of
-        at most :data:`INDEXED_ENTRIES` entries is read whole, and its entries indexed for
-        recall (:mod:`core.memory.team_index`)."""
+        """One read of the channel's block entries and who said every entry; the entries of
+        a channel of at most :data:`INDEXED_ENTRIES` are indexed for recall
+        (:mod:`core.memory.team_index`)."""
         # Only what can fit the budget is read: a line costs at least MIN_LINE_TOKENS.
         limit = min(ENTRIES_READ, self.budget_tokens // MIN_LINE_TOKENS + 1)
-        whole = info.entries <= INDEXED_ENTRIES
-        newest = await self.store.list_memories(
-            user_key=info.key, limit=INDEXED_ENTRIES + 1 if whole else limit
-        )
-        if whole and len(newest) <= INDEXED_ENTRIES:
+        newest = await self.store.list_memories(user_key=info.key, limit=limit)
+        every = await self._every_entry(info, newest, limit)
+        if every is not None:
             terms = self._terms.setdefault(info.key, TermCache())
-            terms.keep_only(newest)
+            terms.keep_only(every)
             self._indexes.pop(info.key, None)
-            self._indexes[info.key] = (info.revision, ChannelIndex.build(newest, terms))
+            self._indexes[info.key] = (info.revision, ChannelIndex.build(every, terms))
             while len(self._indexes) > KEPT_INDEXES:
                 gone = next(iter(self._indexes))
                 del self._indexes[gone]
@@ -374,6 +372,26 @@ class TeamMemory:
         # Who said every entry, read once a revision (recall's entries need theirs too).
         said = await self.store.attributions(channel_key=info.key, memory_ids=None)
         return block, said
+
+    async def _every_entry(
+        self, info: ChannelInfo, newest: list[Memory], limit: int
+    ) -> list[Memory] | None:
+        """Every active entry of the channel, newest first, given its ``limit`` newest; None
+        for a channel too large to index. The entries indexed before are reused when nothing
+        can be missing: one of ``newest`` was among them (no gap after them) and the count
+        agrees with the channel's (nothing removed since), else the channel is read whole."""
+        if info.entries > INDEXED_ENTRIES:
+            return None
+        if len(newest) < limit:
+            return newest  # the whole channel
+        prior = self._indexes.get(info.key)
+        if prior is not None:
+            fresh = {m.id for m in newest}
+            kept = [m for m in prior[1].memories if m.id not in fresh]
+            if len(kept) < len(prior[1].memories) and len(kept) + len(newest) == info.entries:
+                return sorted([*newest, *kept], key=lambda m: -m.id)
+        every = await self.store.list_memories(user_key=info.key, limit=INDEXED_ENTRIES + 1)
+        return every if len(every) <= INDEXED_ENTRIES else None
 
     async def entries(
         self, channel_key: str, *, limit: int = PAGE_SIZE, offset: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,41 @@ async def test_a_channel_too_large_to_index_is_recalled_through_the_store(
         assert large is not None and large.recalled and searched == [KEY]
         info = await h.store.channel(channel_key=KEY)
         assert info is not None and team._indexes[KEY][0] != info.revision  # not this one
+
+
+async def test_the_index_follows_every_change_of_the_channel(
+    fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with harness(fake, db_url) as h:
+        await h.store.see_channel(place=C1)
+        # A block of a few entries (the 6 newest read for it), recall over the rest.
+        team = TeamMemory(h.store, deduper=Deduper(), budget_tokens=5 * 16)
+        await team.switch(channel_key=KEY, on=True, by="slack:T1:UA")
+        ids = [
+            (await team.remember(channel_key=KEY, text=entry(i), by="slack:T1:UA")).memory_id
+            for i in range(10)
+        ]
+        reads: list[int] = []
+        listed = h.store.list_memories
+
+        async def counted(**kw: Any) -> Any:
+            reads.append(int(kw["limit"]))
+            return await listed(**kw)
+
+        monkeypatch.setattr(h.store, "list_memories", counted)
+
+        async def recalled(query: str) -> set[int]:
+            context = await team.context(place=C1, query=query, k=20)
+            assert context is not None and context.block  # the prompt carries both
+            return {s.memory.id for s in context.recalled} | {m.id for m in context.block}
+
+        assert await recalled("The team settled") == set(ids)
+        assert reads[-1] > 6  # read whole once
+        added = await team.remember(channel_key=KEY, text="The pager rota is weekly.", by="u")
+        assert added.memory_id in await recalled("pager rota")
+        assert reads[-1] == 6  # only the newest: the others were indexed already
+        # An older entry forgotten: gone from recall (the counts disagree: read whole).
+        await team.forget(channel_key=KEY, memory_id=ids[0], by="slack:T1:UA")
+        assert ids[0] not in await recalled("The team settled")
+        assert reads[-1] > 6
+        assert await recalled("The team settled") == {*ids[1:], added.memory_id}
