@@ -78,18 +78,12 @@ def _text(obj: dict[str, Any], key: str, limit: int, line: int) -> str | None:
     return value
 
 
-def parse_attribution(raw: str, line: int) -> Attribution | None:
-    """Who said the entry of one export line (``memory_id`` 0: not stored yet), None for a
-    line without ``said_at`` and the other fields (or a blank line). Raises
-    ``ImportFormatError`` naming ``line`` for a malformed field (a ``said_at`` without
-    offset, a link that is not http(s), a name with control characters, ...)."""
-    if not raw.strip():
-        return None
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(line, f"not JSON ({exc.msg})") from None
-    if not isinstance(obj, dict) or all(obj.get(f) is None for f in _FIELDS):
+def parse_attribution(obj: dict[str, Any], line: int) -> Attribution | None:
+    """Who said the entry of one export line, parsed (``memory_id`` 0: not stored yet); None
+    for a line without ``said_at`` and the other fields. Raises ``ImportFormatError`` naming
+    ``line`` for a malformed field (a ``said_at`` without offset, a link that is not
+    http(s), a name with control characters, ...)."""
+    if all(obj.get(f) is None for f in _FIELDS):
         return None
     said_by = _text(obj, "said_by", MAX_KEY_CHARS, line)
     changed_by = _text(obj, "changed_by", MAX_KEY_CHARS, line)
@@ -132,12 +126,14 @@ async def import_entries(
         except ImportFormatError as exc:
             unusable.append(exc)
             continue
+        if parsed is None:  # a blank line
+            continue
         try:
-            attribution = parse_attribution(raw, number)
+            attribution = parse_attribution(json.loads(raw), number)  # an object: parsed
         except ImportFormatError as exc:
             problems.append(exc)
             continue
-        if parsed is not None and attribution is not None:
+        if attribution is not None:
             said.append((normalize(parsed.text), attribution))
     if problems:
         raise ImportFormatError.of(sorted(unusable + problems, key=lambda e: e.line))
