@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bots.cli import app
+from core.memory.service import is_token, new_token
 from core.memory.team import TeamMemory
 from core.rules.dedupe import Deduper
 from core.runtime import open_store
@@ -233,3 +234,8 @@ def test_users_lists_people_and_channels_list_lists_channels(db_url: str) -> Non
     assert code == 0 and "slack:T1:UALICE" in out and C1 not in out
     code, out, _ = cli(db_url, "channels", "list", "--json")
     assert [(c["key"], c["entries"]) for c in json.loads(out)] == [(C1, 1)]
+
+
+def test_an_undo_token_is_never_read_as_an_option() -> None:
+    tokens = [new_token() for _ in range(3000)]  # one in 64 started with "-" before
+    assert all(is_token(t) and not t.startswith("-") for t in tokens)
