@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from core.memory.team import Change, TeamMemory
     from core.settings import Settings
     from core.store.seams import Store
-    from core.types import Attribution, ChannelInfo, Memory
+    from core.types import Attribution, ChannelInfo, Memory, UserSummary
 
 T = TypeVar("T")
 
@@ -87,6 +87,13 @@ async def require_channel(store: Store, key: str) -> ChannelInfo:
             " the bot has seen; a channel appears once the bot is talked to there)"
         )
     return info
+
+
+async def people(store: Store) -> list[UserSummary]:
+    """The store's users without the channels (``selfmind users``): a channel's key owns its
+    memory's entries, but it is ``selfmind channels list`` that shows channels."""
+    channels = {c.key for c in await store.list_channels()}
+    return [u for u in await store.users() if u.user_key not in channels]
 
 
 def channel_row(info: ChannelInfo) -> dict[str, Any]:

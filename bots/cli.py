@@ -587,15 +587,17 @@ def memories_export(
     channel: ChannelOpt = None,
     as_json: JsonFlag = True,
 ) -> None:
-    """Print a user's memories, or a channel's (--channel), as JSON Lines (importable under
-    any user or channel)."""
+    """Print a user's memories, or a channel's (--channel, with who said each entry, when
+    and the link), as JSON Lines (importable under any user or channel)."""
     key, is_channel = _owner(user, channel)
 
     async def work(s: MemoryService) -> list[dict[str, Any]]:
         if is_channel:
+            from core.memory.team_transfer import export_entries
+
             await channels_cli.require_channel(s.store, key)  # type: ignore[arg-type]
-        else:
-            await require_user(s.store, key)
+            return await export_entries(s.store, channel_key=key)
+        await require_user(s.store, key)
         return await s.export(user_key=key)
 
     records = run(with_service(ctx.obj, work))
@@ -623,7 +625,10 @@ def memories_import(
 
     async def work(s: MemoryService) -> Any:
         if is_channel:
+            from core.memory.team_transfer import import_entries
+
             await channels_cli.require_channel(s.store, key)  # type: ignore[arg-type]
+            return await import_entries(s, s.store, channel_key=key, lines=lines)
         if not sys.stderr.isatty() or len(lines) <= 1000:
             return await s.import_lines(user_key=key, lines=lines)
         from rich.console import Console
@@ -1298,8 +1303,9 @@ def memory_mode(
 def users(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List every user key with its memories, messages and last activity (UTC).
 
-    The keys are what --user takes in the other commands."""
-    rows = run(with_store(ctx.obj, lambda store: store.users()))
+    The keys are what --user takes in the other commands; channels, which own their own
+    memory, are listed by `selfmind channels list`."""
+    rows = run(with_store(ctx.obj, channels_cli.people))
     if as_json:
         typer.echo(
             json.dumps(

@@ -345,8 +345,13 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{8,64}")
 
 
 def new_token() -> str:
-    """A random single-use token for a button: 16 URL-safe characters (96 bits)."""
-    return secrets.token_urlsafe(12)
+    """A random single-use token for a button: 16 URL-safe characters (96 bits), never
+    starting with ``-`` (printed in a command such as ``selfmind channels undo KEY TOKEN``,
+    it would be read as an option)."""
+    while True:
+        token = secrets.token_urlsafe(12)
+        if not token.startswith("-"):
+            return token
 
 
 def is_token(value: str) -> bool:

@@ -47,6 +47,7 @@ from core.errors import MemoryInputError, MemoryNotFound, PlanNotPending
 from core.memory.profile import estimate_tokens
 from core.memory.reflection import screen_text
 from core.memory.service import MAX_MEMORY_ID, is_token, new_token
+from core.memory.team_index import INDEXED_ENTRIES, KEPT_INDEXES, ChannelIndex, TermCache
 from core.rules.bm25 import candidate_pool
 from core.rules.classify import classify
 from core.rules.cleanup_ops import UNDO_WINDOW, MergeOp, RetireOp
@@ -256,6 +257,9 @@ class TeamMemory:
         self._reading: dict[
             tuple[str, str], asyncio.Future[tuple[list[Memory], dict[int, Attribution]]]
         ] = {}
+        # channel key -> (revision, its entries' index), the least recently read first
+        self._indexes: dict[str, tuple[str, ChannelIndex]] = {}
+        self._terms: dict[str, TermCache] = {}
 
     # --- reading
 
@@ -286,14 +290,19 @@ class TeamMemory:
         recalled: list[ScoredMemory] = []
         if len(block) < info.entries:  # entries outside the block: recall searches them
             held = {m.id for m in block}
-            # The best 2k of the pool a top-k recall re-scores (not k + the whole block: that
-            # re-scored every entry of a 300-entry channel each turn; bench/team_load.py).
-            found = await self.store.search(
-                user_key=info.key, query=query, k=2 * k, pool=candidate_pool(k)
-            )
-            recalled = [s for s in found if s.memory.id not in held][:k]
-            if any(s.memory.id not in said for s in recalled):  # new since the read: again
-                said = await self.store.attributions(channel_key=info.key, memory_ids=None)
+            index = self._indexes.get(info.key)
+            if index is not None and index[0] == info.revision:
+                # Read with the block, at this revision (core.memory.team_index).
+                recalled = index[1].search(query, k=k, skip=held)
+            else:
+                # The best 2k of the pool a top-k recall re-scores (not k + the whole block:
+                # that re-scored every entry of a 300-entry channel each turn).
+                found = await self.store.search(
+                    user_key=info.key, query=query, k=2 * k, pool=candidate_pool(k)
+                )
+                recalled = [s for s in found if s.memory.id not in held][:k]
+                if any(s.memory.id not in said for s in recalled):  # new since the read
+                    said = await self.store.attributions(channel_key=info.key, memory_ids=None)
         kept = self._blocks.get(info.key)
         rendered = kept[4] if kept is not None and kept[2] is block else None
         return ChannelContext(
@@ -343,14 +352,46 @@ class TeamMemory:
         return block, said
 
     async def _read_block(self, info: ChannelInfo) -> tuple[list[Memory], dict[int, Attribution]]:
-        """One read of the channel's block entries and who said every entry."""
+        """One read of the channel's block entries and who said every entry; the entries of
+        a channel of at most :data:`INDEXED_ENTRIES` are indexed for recall
+        (:mod:`core.memory.team_index`)."""
         # Only what can fit the budget is read: a line costs at least MIN_LINE_TOKENS.
         limit = min(ENTRIES_READ, self.budget_tokens // MIN_LINE_TOKENS + 1)
         newest = await self.store.list_memories(user_key=info.key, limit=limit)
-        block = fit_block(newest, budget_tokens=self.budget_tokens)
+        every = await self._every_entry(info, newest, limit)
+        if every is not None:
+            terms = self._terms.setdefault(info.key, TermCache())
+            terms.keep_only(every)
+            self._indexes.pop(info.key, None)
+            self._indexes[info.key] = (info.revision, ChannelIndex.build(every, terms))
+            while len(self._indexes) > KEPT_INDEXES:
+                gone = next(iter(self._indexes))
+                del self._indexes[gone]
+                self._terms.pop(gone, None)
+        block = fit_block(newest[:limit], budget_tokens=self.budget_tokens)
         # Who said every entry, read once a revision (recall's entries need theirs too).
         said = await self.store.attributions(channel_key=info.key, memory_ids=None)
         return block, said
+
+    async def _every_entry(
+        self, info: ChannelInfo, newest: list[Memory], limit: int
+    ) -> list[Memory] | None:
+        """Every active entry of the channel, newest first, given its ``limit`` newest; None
+        for a channel too large to index. The entries indexed before are reused when nothing
+        can be missing: one of ``newest`` was among them (no gap after them) and the count
+        agrees with the channel's (nothing removed since), else the channel is read whole."""
+        if info.entries > INDEXED_ENTRIES:
+            return None
+        if len(newest) < limit:
+            return newest  # the whole channel
+        prior = self._indexes.get(info.key)
+        if prior is not None:
+            fresh = {m.id for m in newest}
+            kept = [m for m in prior[1].memories if m.id not in fresh]
+            if len(kept) < len(prior[1].memories) and len(kept) + len(newest) == info.entries:
+                return sorted([*newest, *kept], key=lambda m: -m.id)
+        every = await self.store.list_memories(user_key=info.key, limit=INDEXED_ENTRIES + 1)
+        return every if len(every) <= INDEXED_ENTRIES else None
 
     async def entries(
         self, channel_key: str, *, limit: int = PAGE_SIZE, offset: int = 0

@@ -12,7 +12,9 @@ owner asks in place ``A`` if and only if:
   channel is a workspace of its own; the Discord guild): never another workspace's or
   guild's;
 - or the operator opted in with ``SELFMIND_RECALL_PRIVATE_IN_CHANNELS`` (every memory
-  everywhere, as that setting always meant). Nothing else widens a memory's reach.
+  everywhere, as that setting always meant). Nothing else widens a memory's reach but its
+  owner saying it again where it is not usable (:func:`widened_place`,
+  :mod:`core.rules.reassert`).
 
 The rule is computed by comparing one short token per place, its *reach*
 (:func:`reach_of`): a memory is usable in ``A`` iff ``A`` is a DM or the memory's reach
@@ -75,6 +77,22 @@ def usable_reaches(asked: Place | None, *, private_in_channels: bool = False) ->
     if asked is None or asked.kind == "dm" or private_in_channels:
         return None
     return [reach_of(asked)]
+
+
+def widened_place(learned: Place | None, said: Place | None) -> Place | None:
+    """The place a stored memory learned in ``learned`` takes when its owner says it again
+    in ``said`` where it is not usable, or None when it keeps its place.
+
+    Only a memory learned in the owner's DM (usable there alone) takes ``said``: every
+    memory is usable in the owner's DM, so the new place keeps every place the old one had
+    and adds exactly the one the owner said it in (that workspace's public channels, that
+    group DM or private channel), never another workspace's. A memory learned in a group
+    DM, a private channel or a public channel keeps its place: no one place holds both it
+    and ``said``, and moving it would take it away from where it was learned.
+    """
+    if said is None or said.kind == "dm" or usable(learned, said):
+        return None
+    return said if reach_of(learned) == DM_REACH else None
 
 
 def check_reaches(reaches: Iterable[str]) -> list[str]:

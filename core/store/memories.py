@@ -4,10 +4,12 @@ What is decided here, and nowhere else:
 
 - **add** (:meth:`MemoryRules.add`): supersede comes before dedupe. An active memory with the
   same normalised text (the twin) makes the new one a duplicate; else the new one is compared
-  (:meth:`core.rules.dedupe.Deduper.decide`) with its ``DEDUPE_CANDIDATES`` best BM25
-  neighbours about the same person (:func:`core.rules.about.same_person`), leaving out those
-  it names in ``supersedes``; it is stored, its ``added`` event appended, and it supersedes
-  the neighbours it narrows, then the memories it names. A duplicate still supersedes the
+  (:func:`core.rules.reassert.decide` over :meth:`core.rules.dedupe.Deduper.decide`) with its
+  ``DEDUPE_CANDIDATES`` best BM25 neighbours about the same person
+  (:func:`core.rules.about.same_person`), leaving out those it names in ``supersedes``; it is
+  stored, its ``added`` event appended, and it supersedes the neighbours it narrows, then the
+  memories it names. A duplicate said again where its stored twin is not usable may widen
+  the twin's place to there (:mod:`core.rules.reassert`). A duplicate still supersedes the
   named ones (by the memory it duplicates). A memory dedupe answered with an older one
   confirms it (:func:`core.store.writes.confirmed`, :class:`core.store.seams.RecallLog`);
 - **add many**: each memory deduped against all before it, or, without a deduper (trusted
@@ -45,6 +47,7 @@ from core.rules.about import same_person
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
 from core.rules.places import stored_place
+from core.rules.reassert import decide
 from core.rules.text import index_terms, normalize
 from core.store.cleanup import ChangeTx, apply_ops, check_disjoint, no_such_user, undo
 from core.store.writes import bulk_results, confirmed, still_reflecting
@@ -53,6 +56,7 @@ from core.types import (
     Attribution,
     MemoryWrite,
     NewMemory,
+    Place,
     ReflectionState,
     TeamWrite,
     UsageRecord,
@@ -74,14 +78,15 @@ class Candidate:
     id: int
     text: str
     about: str | None = None
+    place: Place | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """What dedupe compares a new memory with: ``twin`` (the id of the active memory with the
-    same normalised text, or None) and, when there is none, its ``near`` BM25 neighbours."""
+    """What dedupe compares a new memory with: ``twin`` (the active memory with the same
+    normalised text, or None) and, when there is none, its ``near`` BM25 neighbours."""
 
-    twin: int | None
+    twin: Candidate | None
     near: Sequence[Candidate] = ()
 
 
@@ -127,6 +132,15 @@ class MemoryTx(Protocol):
     async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
         """The active twin of normalised text ``norm`` or, when there is none, at most
         ``limit`` best BM25 neighbours of ``text`` among the user's active memories."""
+        ...
+
+    async def widen(
+        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
+    ) -> None:
+        """Active memory ``memory_id`` takes the ``place`` and ``reach`` columns
+        (:func:`core.rules.places.stored_place`) with a ``restored`` event at ``at`` (said again
+        in conversation ``said_in``; the event moves the user's memory head, which hybrid
+        recall's cache of reaches follows); its index follows the new reach."""
         ...
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
@@ -328,15 +342,32 @@ class MemoryRules(ABC):
         known = await tx.dedupe_candidates(
             uid, norm=norm, text=memory.text, limit=DEDUPE_CANDIDATES
         )
+        replacing = frozenset(supersedes)
         if known.twin is not None:
-            return await _superseding(tx, uid, known.twin, memory, supersedes)
-        decision = dedupe.decide(
-            memory.text,
+            twin = known.twin
+            same = decide(
+                dedupe,
+                text=memory.text,
+                about=memory.about,
+                place=memory.place,
+                known=[twin],
+                replacing=replacing,
+            )
+            if same.widen is not None:
+                await _widen(tx, uid, user_key, twin.id, same.widen, memory)
+            return await _superseding(tx, uid, twin.id, memory, supersedes)
+        decision = decide(
+            dedupe,
+            text=memory.text,
+            about=memory.about,
+            place=memory.place,
             # Only memories about the same person (core.rules.about.same_person).
-            [c for c in known.near if same_person(c.about, memory.about)],
-            replacing=frozenset(supersedes),
+            known=[c for c in known.near if same_person(c.about, memory.about)],
+            replacing=replacing,
         )
         if decision.duplicate_of is not None:
+            if decision.widen is not None:
+                await _widen(tx, uid, user_key, decision.duplicate_of.id, decision.widen, memory)
             return await _superseding(tx, uid, decision.duplicate_of.id, memory, supersedes)
         memory_id = await tx.insert(uid, new_row(uid, user_key, memory), at=utcnow())
         if memory_id is None:
@@ -344,9 +375,9 @@ class MemoryRules(ABC):
             if again.twin is None:
                 raise StoreError("a memory was refused as a duplicate of none")
             logger.info(
-                "user=%s: identical memory stored concurrently as #%s", user_key, again.twin
+                "user=%s: identical memory stored concurrently as #%s", user_key, again.twin.id
             )
-            return await _superseding(tx, uid, again.twin, memory, supersedes)
+            return await _superseding(tx, uid, again.twin.id, memory, supersedes)
         # A more specific fact (or a new state) supersedes the general one it narrows, then
         # the new one supersedes those named (never compared: ``replacing``).
         narrowed = [old.id for old in decision.supersedes]
@@ -468,6 +499,16 @@ async def _end_reflection(
     tx: MemoryTx, *, turn_id: int, attempts: int | None, usage: Sequence[UsageRecord]
 ) -> None:
     await tx.end_reflection(turn_id=turn_id, state=None, attempts=attempts, usage=usage)
+
+
+async def _widen(
+    tx: MemoryTx, uid: int, user_key: str, memory_id: int, place: Place, memory: NewMemory
+) -> None:
+    """Memory ``memory_id`` takes ``place``, where its owner said ``memory`` again."""
+    place_key, reach = stored_place(place, user_key=user_key)
+    await tx.widen(
+        uid, memory_id, place=place_key, reach=reach, at=utcnow(), said_in=memory.conversation_key
+    )
 
 
 async def _created(tx: MemoryTx, user_key: str) -> int:

@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from bots.cli import app
+from core.memory.service import is_token, new_token
+from core.memory.team import TeamMemory
+from core.rules.dedupe import Deduper
 from core.runtime import open_store
 from core.store.postgres.admin import copy_sqlite_to_postgres
 from core.types import Place
@@ -140,3 +144,98 @@ async def test_db_copy_carries_a_channels_memory(fake: FakeAnthropic, tmp_path: 
     assert (info.key, info.memory_on, info.entries) == (C1, True, 2)
     assert all(who is not None and who.said_by_name == "Alice" for _, who in entries)
     assert PG16 in text
+
+
+def test_a_channel_export_carries_who_said_each_entry_and_import_restores_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    c2 = Place(platform="slack", kind="public_channel", workspace="T1", channel="C2")
+    link = "https://t1.slack.com/archives/C1/p1733380000000100"
+    said_at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+
+    async def teach_c1() -> None:
+        store = await open_store(db_url)
+        try:
+            for place in (PUBLIC, c2):
+                await store.see_channel(place=place)
+            team = TeamMemory(store, deduper=Deduper(), clock=lambda: said_at)
+            await team.remember(
+                channel_key=C1,
+                text="We use PostgreSQL 16 for billing.",
+                by="slack:T1:UALICE",
+                by_name="Alice Ångström",
+                link=link,
+            )
+            await team.remember(channel_key=C1, text="we deploy on Tuesdays", by="slack:T1:UBOB")
+        finally:
+            await store.close()
+
+    run_sync(teach_c1())
+    code, out, _ = cli(db_url, "memories", "export", "--channel", C1)
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(r["said_by"], r["said_by_name"], r["link"]) for r in lines] == [
+        ("slack:T1:UALICE", "Alice Ångström", link),
+        ("slack:T1:UBOB", None, None),
+    ]
+    assert {datetime.fromisoformat(r["said_at"]) for r in lines} == {said_at}
+    exported = tmp_path / "c1.jsonl"
+    exported.write_text(out, encoding="utf-8")
+    code, out, err = cli(db_url, "memories", "import", str(exported), "--channel", "slack:T1:C2")
+    assert code == 0, err
+    code, out, _ = cli(db_url, "memories", "list", "--channel", "slack:T1:C2", "--json")
+    restored = sorted(json.loads(out), key=lambda r: r["text"])
+    assert [
+        (r["text"], r["said_by"], r["said_by_name"], r["link"], r["changed_by"]) for r in restored
+    ] == [
+        ("The team deploys on Tuesdays.", "slack:T1:UBOB", None, None, "slack:T1:UBOB"),
+        ("The team uses PostgreSQL 16 for billing.", "slack:T1:UALICE", "Alice Ångström", link,
+         "slack:T1:UALICE"),
+    ]  # fmt: skip
+    assert {datetime.fromisoformat(r["said_at"]) for r in restored} == {said_at}
+    # Imported again: the entries keep who said them, nothing doubles.
+    code, out, _ = cli(db_url, "memories", "import", str(exported), "--channel", "slack:T1:C2")
+    assert code == 0 and "imported 0, 2 already known" in out
+
+
+def test_a_channel_import_refuses_a_bad_speaker_and_imports_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    seen(db_url, PUBLIC)
+    good = {"text": "The team deploys on Tuesdays.", "said_at": "2026-12-01T09:30:00+00:00"}
+    bad = [
+        {**good, "said_at": "2026-12-01T09:30:00"},  # no timezone
+        {**good, "said_at": None, "said_by": "slack:T1:U1"},  # who, but not when
+        {**good, "link": "javascript:alert(1)"},
+        {**good, "said_by_name": "Mallory\u202e\x00"},
+        {**good, "said_by": "x" * 5000},
+        {**good, "said_by": 42},
+    ]
+    for n, line in enumerate(bad, start=1):
+        path = tmp_path / f"bad{n}.jsonl"
+        path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+        code, _, err = cli(db_url, "memories", "import", str(path), "--channel", C1)
+        assert code == 1 and "line 2:" in err, (line, err)
+        assert json.loads(cli(db_url, "memories", "list", "--channel", C1, "--json")[1]) == []
+    # A memory line's own fault and a speaker's fault are named together.
+    path = tmp_path / "both.jsonl"
+    path.write_text(json.dumps({"x": 1}) + "\n" + json.dumps(bad[0]) + "\n", encoding="utf-8")
+    code, _, err = cli(db_url, "memories", "import", str(path), "--channel", C1)
+    assert code == 1 and "line 1:" in err and "line 2:" in err
+
+
+def test_users_lists_people_and_channels_list_lists_channels(db_url: str) -> None:
+    seen(db_url, PUBLIC)
+    assert cli(db_url, "memories", "remember", "--channel", C1, "we ship on Fridays")[0] == 0
+    assert cli(db_url, "memories", "remember", "--user", "slack:T1:UALICE", "I like tea")[0] == 0
+    code, out, _ = cli(db_url, "users", "--json")
+    assert code == 0 and [u["user"] for u in json.loads(out)] == ["slack:T1:UALICE"]
+    code, out, _ = cli(db_url, "users")
+    assert code == 0 and "slack:T1:UALICE" in out and C1 not in out
+    code, out, _ = cli(db_url, "channels", "list", "--json")
+    assert [(c["key"], c["entries"]) for c in json.loads(out)] == [(C1, 1)]
+
+
+def test_an_undo_token_is_never_read_as_an_option() -> None:
+    tokens = [new_token() for _ in range(3000)]  # one in 64 started with "-" before
+    assert all(is_token(t) and not t.startswith("-") for t in tokens)

@@ -30,7 +30,10 @@ _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
     " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
 )
-_TWIN = "SELECT id FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
+_TWIN = (
+    "SELECT id, text, about, place FROM memories"
+    " WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
+)
 _CONFIRMED = (
     "INSERT INTO memory_uses(memory_id, uid, confirmations)"
     " SELECT x, $1, count(*) FROM unnest($2::bigint[]) AS x GROUP BY x ORDER BY x"
@@ -71,13 +74,30 @@ class PostgresTx:
         return uid
 
     async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
-        twin = await self.conn.fetchval(_TWIN, uid, norm)
-        if twin is not None or limit <= 0:
-            return Candidates(None if twin is None else int(twin))
+        row = await self.conn.fetchrow(_TWIN, uid, norm)
+        if row is not None or limit <= 0:
+            twin = (
+                None if row is None else Candidate(int(row[0]), row[1], row[2], parse_place(row[3]))
+            )
+            return Candidates(twin)
         near = await search_user(self.conn, uid, self._keys[uid], text, limit, None)
         return Candidates(
-            None, [Candidate(s.memory.id, s.memory.text, s.memory.about) for s in near]
+            None,
+            [Candidate(s.memory.id, s.memory.text, s.memory.about, s.memory.place) for s in near],
         )
+
+    async def widen(
+        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
+    ) -> None:
+        await self.conn.execute(
+            "UPDATE memories SET place = $1, reach = $2"
+            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
+            place,
+            reach,
+            memory_id,
+            uid,
+        )
+        await self._event(uid, memory_id, "restored", at, said_in, None)
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
         memory = row.memory

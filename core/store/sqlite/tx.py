@@ -76,7 +76,7 @@ class SQLiteTx:
         # enough for Jaccard).
         terms = query_terms(uid, text) if limit > 0 else []
         exact = (
-            "SELECT 1, id, text, about FROM memories WHERE uid = ? AND norm = ?"
+            "SELECT 1, id, text, about, place FROM memories WHERE uid = ? AND norm = ?"
             " AND superseded_by IS NULL"
         )
         if not terms:
@@ -85,15 +85,27 @@ class SQLiteTx:
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = fts_table(uid)
             rows = await self.store._fetchall(
-                f"{exact} UNION ALL SELECT * FROM (SELECT 0, m.id, m.text, m.about FROM ("
+                f"{exact} UNION ALL SELECT * FROM (SELECT 0, m.id, m.text, m.about, m.place FROM ("
                 f"  SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?"
                 f"  ORDER BY bm25({fts}) LIMIT ?) f JOIN memories m ON m.id = f.id)",
                 (uid, norm, match, limit),
             )
-        twin = next((int(r[1]) for r in rows if r[0]), None)
+        found = [Candidate(r[1], r[2], r[3], parse_place(r[4])) for r in rows]
+        twin = next((c for r, c in zip(rows, found, strict=True) if r[0]), None)
         if twin is not None:
             return Candidates(twin)
-        return Candidates(None, [Candidate(r[1], r[2], r[3]) for r in rows])
+        return Candidates(None, found)
+
+    async def widen(
+        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
+    ) -> None:
+        # Naming ``terms`` fires the shard's reworded trigger: the FTS5 reach marker follows.
+        await self.conn.execute(
+            "UPDATE memories SET place = ?, reach = ?, terms = terms"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
+            (place, reach, memory_id, uid),
+        )
+        await self._event(uid, memory_id, "restored", at, said_in, None)
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
         cur = await self.conn.execute(_INSERT.format(""), _row(uid, row, at))

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core.chat.loop import IncomingMessage
 from core.rules.places import usable
 from core.types import Place
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
@@ -48,7 +49,7 @@ def fact(name: str) -> str:
     return f"The user mentioned the code word {name.replace(' ', '')}."
 
 
-def said(user: str, place: Place, text: str, n: int) -> object:
+def said(user: str, place: Place, text: str, n: int) -> IncomingMessage:
     shared = place.kind != "dm"
     return dm(
         user,
@@ -64,7 +65,7 @@ async def learn(h: Harness, fake: FakeAnthropic, user: str, places: dict[str, Pl
     """One reflection per place, each learning that place's fact."""
     for n, (name, place) in enumerate(places.items()):
         fake.enqueue(memories_reply((fact(name), "fact", "general")), kind="extract")
-        await h.say(said(user, place, f"remember the code word {name}", n))  # type: ignore[arg-type]
+        await h.say(said(user, place, f"remember the code word {name}", n))
         await h.reflector.drain(10)
 
 
@@ -81,7 +82,7 @@ async def test_a_memory_is_used_exactly_where_the_rule_says(
         asked: list[tuple[str, str, dict[str, Place]]] = []
         for user, places in ((ALICE, SLACK), (DANA, DISCORD)):
             for n, (name, place) in enumerate(places.items()):
-                await h.say(said(user, place, question, 100 + n))  # type: ignore[arg-type]
+                await h.say(said(user, place, question, 100 + n))
                 asked.append((name, user, places))
         await h.reflector.drain(10)
     requests = fake.requests_of("chat")[first:]
@@ -99,7 +100,7 @@ async def test_a_memory_is_used_exactly_where_the_rule_says(
 async def test_the_operator_opt_in_keeps_its_meaning(fake: FakeAnthropic, db_url: str) -> None:
     async with harness(fake, db_url, recall_private_in_channels=True) as h:
         await learn(h, fake, ALICE, {"slack DM": SLACK["slack DM"], "group DM": SLACK["group DM"]})
-        await h.say(said(ALICE, SLACK["public channel"], "what is my code word?", 90))  # type: ignore[arg-type]
+        await h.say(said(ALICE, SLACK["public channel"], "what is my code word?", 90))
         await h.reflector.drain(10)
     shown = set(memory_lines(memory_text(fake.requests_of("chat")[-1].body)))
     assert shown == {fact("slack DM"), fact("group DM")}
@@ -125,9 +126,95 @@ async def test_a_private_channel_reflection_never_supersedes_what_it_cannot_see(
         )
         await h.say(
             said(ALICE, SLACK["public channel"], "I live in Porto now, where do I live?", 1)
-        )  # type: ignore[arg-type]
+        )
         await h.reflector.drain(10)
         extract = fake.requests_of("extract")[-1].body
         assert "Lisbon" not in str(extract["messages"])
         still = await h.store.get(user_key=ALICE, memory_id=secret.id)
         assert still is not None and still.active
+
+
+TABS = "The user prefers tabs over spaces."
+
+
+async def ask(
+    h: Harness,
+    fake: FakeAnthropic,
+    user: str,
+    place: Place,
+    n: int,
+    question: str = "tabs or spaces for me?",
+) -> set[str]:
+    """The memory lines of the prompt answering ``user``'s ``question`` in ``place``."""
+    await h.say(said(user, place, question, n))
+    await h.reflector.drain(10)
+    return set(memory_lines(memory_text(fake.requests_of("chat")[-1].body)))
+
+
+async def test_a_fact_said_again_in_a_wider_place_is_used_there_and_no_wider(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    async with harness(fake, db_url) as h:
+        for user, home in ((ALICE, SLACK["slack DM"]), (DANA, DISCORD["discord DM"])):
+            fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
+            await h.say(said(user, home, "I prefer tabs over spaces", 1))
+            await h.reflector.drain(10)
+        bob = "slack:T1:UBOB"
+        await h.service.remember(user_key=bob, text=TABS)  # Bob's own, in his DM
+        # Said again in a public channel: dedupe finds the DM twin.
+        for user, there in ((ALICE, SLACK["public channel"]), (DANA, DISCORD["guild A"])):
+            fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
+            await h.say(said(user, there, "I prefer tabs over spaces, always", 2))
+            await h.reflector.drain(10)
+        [tabs] = await h.service.list_memories(user_key=ALICE, limit=10)
+        assert tabs.text == TABS and tabs.place == SLACK["public channel"]  # one copy
+        events = await h.store.history(user_key=ALICE, newest_first=True)
+        assert (events[0].memory_id, events[0].event) == (tabs.id, "restored")
+        # Used where it was said again and in that workspace's other public channels ...
+        assert TABS in await ask(h, fake, ALICE, SLACK["public channel"], 3)
+        assert TABS in await ask(h, fake, ALICE, SLACK["another public channel"], 4)
+        assert TABS in await ask(h, fake, ALICE, SLACK["slack DM"], 5)  # still in the DM
+        assert TABS in await ask(h, fake, DANA, DISCORD["guild A other channel"], 6)
+        # ... and nowhere the user did not say it: another workspace, a private channel,
+        # a group DM, another guild.
+        assert TABS not in await ask(h, fake, ALICE, SLACK["another workspace"], 7)
+        assert TABS not in await ask(h, fake, ALICE, SLACK["Slack Connect channel"], 8)
+        assert TABS not in await ask(h, fake, ALICE, SLACK["private channel"], 9)
+        assert TABS not in await ask(h, fake, ALICE, SLACK["group DM"], 10)
+        assert TABS not in await ask(h, fake, DANA, DISCORD["guild B"], 11)
+        assert TABS not in await ask(h, fake, DANA, DISCORD["guild A private"], 12)
+        # Another person's same fact stays in their DM.
+        assert TABS not in await ask(h, fake, bob, SLACK["public channel"], 13)
+        [bobs] = await h.service.list_memories(user_key=bob, limit=10)
+        assert bobs.place is not None and bobs.place.kind == "dm"
+
+
+async def test_what_the_user_did_not_say_again_keeps_its_narrow_place(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    younger = "The user has a younger brother."
+    group = "The user prefers dark mode in every editor."
+    async with harness(fake, db_url) as h:
+        fake.enqueue(memories_reply((younger, "fact", "general")), kind="extract")
+        await h.say(said(ALICE, SLACK["slack DM"], "my younger brother visits", 1))
+        await h.reflector.drain(10)
+        fake.enqueue(memories_reply((group, "preference", "tools")), kind="extract")
+        await h.say(said(ALICE, SLACK["group DM"], "dark mode everywhere", 2))
+        await h.reflector.drain(10)
+        # The general fact and the group DM's fact said again (in other words) in public.
+        fake.enqueue(
+            memories_reply(
+                ("The user has a brother.", "fact", "general"),
+                ("The user prefers dark mode in all editors.", "preference", "tools"),
+            ),
+            kind="extract",
+        )
+        await h.say(said(ALICE, SLACK["public channel"], "I have a brother; dark mode", 3))
+        await h.reflector.drain(10)
+        everything = "what do you remember about me?"
+        public = await ask(h, fake, ALICE, SLACK["another public channel"], 4, everything)
+        assert "The user has a brother." in public and younger not in public
+        assert "The user prefers dark mode in all editors." in public and group not in public
+        assert group in await ask(h, fake, ALICE, SLACK["group DM"], 5, everything)  # kept
+        stored = {m.text: m.place for m in await h.service.list_memories(user_key=ALICE)}
+        assert stored[younger] == SLACK["slack DM"] and stored[group] == SLACK["group DM"]

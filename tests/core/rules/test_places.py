@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 
 from core.rules.cleanup_ops import merged_labels
+from core.rules.dedupe import Deduper
 from core.rules.places import (
     check_reaches,
     merged_place,
@@ -18,7 +20,9 @@ from core.rules.places import (
     turn_place,
     usable,
     usable_reaches,
+    widened_place,
 )
+from core.rules.reassert import decide
 from core.types import Place, Turn
 
 DM = Place("slack", "dm", "T1", "D1")
@@ -98,3 +102,64 @@ def test_a_merge_never_widens() -> None:
     )
     assert reach_of(parse_place(two[3])) == "dm" and two[1] == "shared"
     assert merged_place([PUBLIC, PUBLIC_2], user_key="slack:T1:U1") == PUBLIC  # one reach
+
+
+def test_a_dm_memory_said_again_elsewhere_takes_that_place_and_nothing_wider() -> None:
+    for said in (GROUP, PRIVATE, PUBLIC, OTHER_WS, CONNECT, GUILD_A):
+        assert widened_place(DM, said) == said
+        assert widened_place(None, said) == said  # unknown: the owner's DM
+    assert widened_place(DM, DM) is None and widened_place(DM, None) is None
+    assert widened_place(PUBLIC, PUBLIC_2) is None  # usable there already
+    # Learned in a shared place: no one place holds both, so it keeps its own.
+    for learned in (GROUP, PRIVATE, OTHER_WS, GUILD_B):
+        assert widened_place(learned, PUBLIC if learned != GUILD_B else GUILD_A) is None
+
+
+@dataclass(frozen=True)
+class _Stored:
+    id: int
+    text: str
+    place: Place | None
+    about: str | None = None
+
+
+def test_reassert_widens_only_the_same_fact_of_the_same_person_learned_in_the_dm() -> None:
+    tabs = _Stored(1, "The user prefers tabs over spaces.", DM)
+    out = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC, known=[tabs])
+    assert out.duplicate_of == tabs and out.widen == PUBLIC
+    # In other words, still the same fact.
+    same = decide(
+        Deduper(), text="The user really prefers tabs over spaces.", about=None, place=PUBLIC,
+        known=[tabs],
+    )  # fmt: skip
+    assert same.duplicate_of == tabs and same.widen == PUBLIC
+    # Usable there already, or said in the DM: nothing moves.
+    assert decide(Deduper(), text=tabs.text, about=None, place=DM, known=[tabs]).widen is None
+    public = _Stored(2, tabs.text, PUBLIC)
+    kept = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC_2, known=[public])
+    assert kept.duplicate_of == public and kept.widen is None
+    # A more specific twin is not widened by the general fact: that is stored for the place.
+    younger = _Stored(3, "The user has a younger brother.", DM)
+    general = decide(
+        Deduper(), text="The user has a brother.", about=None, place=PUBLIC, known=[younger]
+    )
+    assert general.duplicate_of is None and general.widen is None
+    # Another person's fact (the manager's) is not the user's, even in the same words.
+    manager = _Stored(4, tabs.text, DM, about="manager")
+    other = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC, known=[manager])
+    assert other.widen is None
+    # Learned in a group DM: it keeps its place; reworded, the new one is stored here.
+    group = _Stored(5, tabs.text, GROUP)
+    exact = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC, known=[group])
+    assert exact.duplicate_of == group and exact.widen is None
+    reworded = decide(
+        Deduper(), text="The user really prefers tabs over spaces.", about=None, place=PUBLIC,
+        known=[group],
+    )  # fmt: skip
+    assert reworded.duplicate_of is None
+    # A twin usable here wins over one that is not.
+    both = decide(
+        Deduper(), text="The user really prefers tabs over spaces.", about=None, place=PUBLIC_2,
+        known=[tabs, public],
+    )  # fmt: skip
+    assert both.duplicate_of == public and both.widen is None

@@ -63,7 +63,7 @@ async def test_insert_twin_neighbours_and_supersede_stay_within_one_user(store: 
         assert [c.id for c in twin.near] == [first]  # Bob's memory is not Alice's neighbour
         again = new_row(alice, ALICE, cats)
         found = await tx.dedupe_candidates(alice, norm=again.norm, text=cats.text, limit=5)
-        assert found.twin == first
+        assert found.twin is not None and found.twin.id == first
         nothing = await tx.dedupe_candidates(alice, norm="no such text", text="", limit=5)
         assert nothing.twin is None and list(nothing.near) == []
         second = await tx.insert(alice, row, at=at)
