@@ -30,6 +30,7 @@ import typer
 from core.errors import MemoryInputError
 from core.platforms import platform_of_key
 from core.rules.text import needs_cleaning
+from core.store.channels import channel_keys
 
 if TYPE_CHECKING:
     from core.memory.team import Change, TeamMemory
@@ -92,7 +93,7 @@ async def require_channel(store: Store, key: str) -> ChannelInfo:
 async def people(store: Store) -> list[UserSummary]:
     """The store's users without the channels (``selfmind users``): a channel's key owns its
     memory's entries, but it is ``selfmind channels list`` that shows channels."""
-    channels = {c.key for c in await store.list_channels()}
+    channels = await channel_keys(store)
     return [u for u in await store.users() if u.user_key not in channels]
 
 

@@ -21,6 +21,7 @@ from core.errors import SelfMindError
 from core.memory.service import MemoryService
 from core.metrics import Metrics, Readiness
 from core.store import database
+from core.store.channels import channel_keys
 
 if TYPE_CHECKING:
     # The chat side (the Anthropic SDK, files, numpy) is imported where a runtime with
@@ -137,7 +138,10 @@ async def scheduled_cleanups(rt: ChatRuntime) -> None:
     s, cleaner = rt.settings, rt.cleaner
     while True:
         await asyncio.sleep(s.cleanup_interval_hours * 3600)
+        channels = await channel_keys(rt.store)  # a channel's entries are not a user's
         for user_key in await rt.store.users_with_memories(at_least=s.cleanup_min_memories):
+            if user_key in channels:
+                continue
             try:
                 run = await cleaner.apply(await cleaner.plan(user_key=user_key))
             except SelfMindError as exc:

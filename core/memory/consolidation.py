@@ -59,6 +59,7 @@ from core.memory.tidy_notes import PREFIX, is_tidy
 from core.metrics import Metrics
 from core.rules.cleanup_ops import MergeOp, SupersedeOp, op_ids
 from core.rules.when import ended
+from core.store.channels import ChannelStore, channel_keys
 from core.store.seams import ClaimStore, CleanupStore, MemoryStore, UsageStore
 from core.types import MAX_MEMORY_CHARS, Memory, utcnow
 
@@ -71,9 +72,9 @@ ACTIVE_HOURS = 24
 _WINDOW = re.compile(r"^([0-9]{2}):([0-9]{2})-([0-9]{2}):([0-9]{2})$")
 
 
-class ConsolidationStore(MemoryStore, CleanupStore, UsageStore, ClaimStore, Protocol):
+class ConsolidationStore(MemoryStore, CleanupStore, UsageStore, ClaimStore, ChannelStore, Protocol):
     """What consolidation uses of the store: users and history, cleanup changes, usage
-    (the budget) and claims (one process a night)."""
+    (the budget), claims (one process a night) and the channels (whose keys are no user's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,10 @@ class Consolidator:
         in key order."""
         since = opened - timedelta(hours=ACTIVE_HOURS)
         out = []
+        channels = await channel_keys(self.store)  # a channel's entries are not a user's
         for u in await self.store.users():
+            if u.user_key in channels:
+                continue
             if u.memories < self.min_memories or u.last_active is None or u.last_active < since:
                 continue
             newest = await self.store.history(user_key=u.user_key, limit=1, newest_first=True)

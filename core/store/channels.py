@@ -135,3 +135,10 @@ channel, kind, seen at): recorded the first time, its kind updated when it chang
 channel that turns private narrows the privacy its memory is kept under, so what is learned
 there from then on stays unused when the channel turns public again, until someone in the
 channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""
+
+
+async def channel_keys(store: ChannelStore) -> frozenset[str]:
+    """The keys that own channels' entries (``slack:T1:C1``): never a person, so what runs
+    per user (``selfmind users``, scheduled cleanup, nightly consolidation) leaves them out;
+    a channel's entries change only through its members' announced commands."""
+    return frozenset(c.key for c in await store.list_channels())

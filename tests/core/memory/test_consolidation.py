@@ -20,7 +20,7 @@ from core.metrics import Metrics
 from core.runtime import ChatRuntime, open_runtime, open_store
 from core.settings import Settings
 from core.store.seams import Store
-from core.types import NewMemory, utcnow
+from core.types import NewMemory, Place, utcnow
 from tests.cleanup_helpers import DARK, MERGED, NEW_HOME, OLD_HOME, planner, seed, seed_reminders
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import harness, settings_for
@@ -252,3 +252,25 @@ async def test_the_scheduler_checks_each_tick_and_runs_a_night_once(
         with pytest.raises(asyncio.CancelledError):
             await night.serve(sleep=sleep)
         assert len(fake.requests_of("extract")) == calls
+
+
+async def test_a_channels_entries_are_never_tidied_at_night(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    """A channel key owns its entries like a user, but a team's memory changes only through
+    its members' announced commands: the night's consolidation never picks a busy channel,
+    however many entries it holds (the scheduled cleanup leaves channel keys out by the same
+    :func:`core.store.channels.channel_keys`)."""
+    channel = Place(platform="slack", kind="public_channel", workspace="T1", channel="C1")
+    key = channel.channel_key
+    assert key is not None
+    async with harness(fake, db_url) as h:
+        await h.store.see_channel(place=channel)
+        await seed(h.store, key)  # the same near-duplicates a person's tidy merges
+        await seed(h.store, ALICE)
+        now = utcnow()
+        night = consolidator(h.store, h.model, clock=lambda: now)
+        assert await night.users_to_tidy(now) == [ALICE]
+        report = await night.run_night()
+        assert report is not None and [u.user_key for u in report.users] == [ALICE]
+        assert len(await h.store.list_memories(user_key=key)) == 6  # untouched
