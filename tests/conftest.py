@@ -112,6 +112,7 @@ def worker_group(nodeid: str) -> str | None:
     return next((name for name, paths in WORKER_GROUPS.items() if nodeid.startswith(paths)), None)
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup`` over :data:`WORKER_GROUPS` (pytest-xdist's ``xdist_group`` marker
     cannot do it under pytest 9: xdist 3.8 names a test's group by rewriting
