@@ -3,7 +3,7 @@
 The ``store`` and ``db_url`` fixtures (and ``service`` over ``store``) run each test against
 every backend: SQLite always (a file under ``tmp_path``), PostgreSQL when
 ``SELFMIND_TEST_DATABASE_URL`` names a server (else those variants are skipped, with the
-reason shown). Each test run creates its own database on that server (random name), truncates
+reason shown). Each test run creates its own database on that server (random name), empties
 it before each test and drops it at the end. A server that is named but unreachable fails the
 run instead of skipping it.
 
@@ -19,9 +19,10 @@ migration list (an old store) gets it run for real; a test about migrating a new
 ``@pytest.mark.real_migrations``. Processes a test starts (``selfmind``
 commands) migrate for real.
 
-Parallel runs (``pytest -n 2 --dist loadgroup``, scripts/check): tests that start processes,
-terminals or servers that share ports or much CPU may carry ``@pytest.mark.xdist_group(name)``
-to run on one worker; every worker has its own PostgreSQL database and SQLite template.
+Parallel runs (``pytest -n 2 --dist loadgroup``, scripts/check): the tests that run bots,
+terminals and writers as processes, and those that load the embedding model, are in
+:data:`WORKER_GROUPS`, each group on one worker; every worker has its own PostgreSQL
+database, SQLite template and embedding model.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import logging
 import os
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -72,38 +73,60 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "real_migrations: new SQLite stores run every migration (no migrated template copy)",
     )
-    config.addinivalue_line(  # pytest-xdist's own (registered here too for runs without it)
-        "markers", "xdist_group(name): run on one worker with the group's other tests"
-    )
 
 
-PROCESS_TESTS = (
-    "tests/bots/terminal/",
-    "tests/bots/slack_bot/test_slack_process.py",
-    "tests/bots/slack_bot/test_slack_socket_crash.py",
-    "tests/bots/slack_bot/test_slack_recovery_places.py",
-    "tests/bots/slack_bot/test_slack_stream_recovery.py",
-    "tests/bots/slack_bot/test_reconnect_slack.py",
-    "tests/bots/slack_bot/test_revoked_token_slack.py",
-    "tests/bots/discord_bot/test_discord_fake_process.py",
-    "tests/bots/discord_bot/test_discord_recovery.py",
-    "tests/bots/discord_bot/test_reconnect_discord.py",
-    "tests/bots/discord_bot/test_reconnect_discord_process.py",
-    "tests/bots/discord_bot/test_revoked_token_discord.py",
-    "tests/bots/test_eval_cli.py",
-    "tests/core/store/test_durability.py",
-    "tests/core/store/test_postgres_replicas.py",
-)
-"""Tests that run bots, terminals or writers as processes against deadlines: in a parallel
-run (``--dist loadgroup``) they share one worker (``xdist_group("processes")``), one at a
-time, as in a serial run; the other worker runs everything else."""
+WORKER_GROUPS: dict[str, tuple[str, ...]] = {
+    "terminals": (
+        "tests/bots/terminal/",
+        "tests/bots/test_eval_cli.py",
+    ),
+    "processes": (
+        "tests/bots/slack_bot/test_slack_process.py",
+        "tests/bots/slack_bot/test_slack_socket_crash.py",
+        "tests/bots/slack_bot/test_slack_recovery_places.py",
+        "tests/bots/slack_bot/test_slack_stream_recovery.py",
+        "tests/bots/slack_bot/test_reconnect_slack.py",
+        "tests/bots/slack_bot/test_revoked_token_slack.py",
+        "tests/bots/discord_bot/test_discord_fake_process.py",
+        "tests/bots/discord_bot/test_discord_recovery.py",
+        "tests/bots/discord_bot/test_reconnect_discord.py",
+        "tests/bots/discord_bot/test_reconnect_discord_process.py",
+        "tests/bots/discord_bot/test_revoked_token_discord.py",
+        "tests/core/store/test_durability.py",
+        "tests/core/store/test_postgres_replicas.py",
+    ),
+    "embedding model": (
+        "tests/core/memory/test_embeddings.py",
+        "tests/core/memory/test_semantic.py",
+    ),
+}
+"""Tests that run on one worker, one at a time, in a parallel run (``--dist loadgroup``):
+those that run bots, terminals or writers as processes against deadlines, in two groups
+that xdist hands out first, one to each worker (each under half of the run); and those that
+share the sentence-transformers model a worker loads once (:func:`embedding_models_once`).
+The workers share everything else as they come free."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        where = item.nodeid.split("::")[0]
-        if where.startswith(PROCESS_TESTS) and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("processes"))
+def worker_group(nodeid: str) -> str | None:
+    """The :data:`WORKER_GROUPS` group of the test ``nodeid``, or None."""
+    return next((name for name, paths in WORKER_GROUPS.items() if nodeid.startswith(paths)), None)
+
+
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist (-p no:xdist) has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` over :data:`WORKER_GROUPS` (pytest-xdist's ``xdist_group`` marker
+    cannot do it under pytest 9: xdist 3.8 names a test's group by rewriting
+    ``item._nodeid``, which pytest 9 no longer reads, so every test ran wherever it fell).
+    xdist hands out the units with the most tests first: the groups."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ProcessGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid) or nodeid
+
+    return ProcessGroupScheduling(config, log)  # type: ignore[arg-type]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -160,7 +183,19 @@ def fresh_pg_database(migrated: bool = True) -> Iterator[str]:
             run_sync(_migrate(url))
         yield url
     finally:
-        run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        # In the background: a DROP DATABASE waits for a checkpoint, seconds on a busy disk.
+        drop = _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _DROPPING.append(_DROPS.submit(asyncio.run, drop))
+
+
+_DROPS = ThreadPoolExecutor(1, thread_name_prefix="drop-database")
+_DROPPING: list[Future[None]] = []
+"""The databases :func:`fresh_pg_database` is dropping; the run waits for each at its end."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for dropping in _DROPPING:
+        dropping.result()  # a database that could not be dropped fails the run
 
 
 async def _migrate(url: str) -> None:
@@ -168,17 +203,45 @@ async def _migrate(url: str) -> None:
     await store.close()
 
 
-async def _truncate(url: str) -> None:
-    import asyncpg
+_TABLES_AND_REFERENCES = """
+SELECT c.relname, coalesce(array_agg(f.conrelid::regclass::text)
+                           FILTER (WHERE f.conrelid <> c.oid), '{}')
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()
+LEFT JOIN pg_constraint f ON f.confrelid = c.oid AND f.contype = 'f'
+WHERE c.relkind IN ('r', 'p') AND c.relname <> 'schema_migrations'
+GROUP BY c.relname
+"""
+"""Every table of the store but its migrations record, with the tables whose foreign keys
+reference it."""
 
-    from core.store.postgres.admin import TABLES
+_RESTART_SEQUENCES = """
+SELECT setval(s.seqrelid, s.seqstart, false)
+FROM pg_sequence s JOIN pg_depend d ON d.objid = s.seqrelid AND d.deptype IN ('a', 'i')
+WHERE d.refobjid = ANY($1::regclass[])
+"""
+"""The identities (serial and identity columns) of those tables back to their start, as
+``TRUNCATE ... RESTART IDENTITY`` would."""
+
+
+async def _truncate(url: str) -> None:
+    """Empty every table of the store at ``url`` (its migrations record kept) and restart its
+    identities. ``DELETE``, referencing tables first, rather than ``TRUNCATE``: on the few rows
+    a test leaves it takes milliseconds where ``TRUNCATE`` of every table takes 0.1-0.9 s
+    (a new file for each table, synced at commit)."""
+    from graphlib import TopologicalSorter
+
+    import asyncpg
 
     conn = await asyncpg.connect(url, timeout=10)
     try:
         await conn.execute("SET lock_timeout = '10s'")
-        # Every table that holds data: the ones db copy moves (feedback was once left out).
-        tables = ", ".join(t.name for t in TABLES)
-        await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+        # A table after the tables that reference it, so no foreign key stops a DELETE.
+        references = {name: set(refs) for name, refs in await conn.fetch(_TABLES_AND_REFERENCES)}
+        tables = list(TopologicalSorter(references).static_order())
+        async with conn.transaction():
+            await conn.execute("".join(f'DELETE FROM "{table}";' for table in tables))
+            await conn.execute(_RESTART_SEQUENCES, tables)
     finally:
         await conn.close()
 
@@ -245,6 +308,53 @@ def _new_sqlite_stores_from_template(
         return store
 
     monkeypatch.setattr(SQLiteBase, "open", classmethod(open_from_template))
+
+
+_MODELS: dict[str, object] = {}
+"""This run's (this worker's) sentence-transformers models, by directory."""
+_PROBES: dict[tuple[str, int], object] = {}
+"""This run's answers of the bfloat16 probes, by probe and model."""
+
+
+@pytest.fixture
+def embedding_models_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each sentence-transformers model loaded once per run (per xdist worker) and its
+    bfloat16 probes (``bf16_keeps_vectors``, ``bf16_speedup`` with its default rounds)
+    measured once, as in one long-lived process: loading the model and choosing its precision
+    for real takes 5-40 s, and every embedder a test made did it again. A test that patches a
+    probe gets its own. For the tests that load a model in their own process; a no-op when
+    the semantic extra is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("sentence_transformers") is None:
+        return
+    import sentence_transformers
+
+    import core.memory.embeddings as embeddings
+
+    load = sentence_transformers.SentenceTransformer
+
+    def loaded_once(model_dir: str, *args: object, **kwargs: object) -> object:
+        if (args, kwargs) != ((), {"device": "cpu"}):
+            return load(model_dir, *args, **kwargs)
+        if model_dir not in _MODELS:
+            _MODELS[model_dir] = load(model_dir, device="cpu")
+        return _MODELS[model_dir]
+
+    def measured_once(name: str, probe: Callable[..., T]) -> Callable[..., T]:
+        def once(model: object, **kwargs: object) -> T:
+            key = (name, id(model))
+            if kwargs or not any(model is m for m in _MODELS.values()):  # the test's own
+                return probe(model, **kwargs)
+            if key not in _PROBES:
+                _PROBES[key] = probe(model)
+            return _PROBES[key]  # type: ignore[return-value]
+
+        return once
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", loaded_once)
+    for name in ("bf16_keeps_vectors", "bf16_speedup"):
+        monkeypatch.setattr(embeddings, name, measured_once(name, getattr(embeddings, name)))
 
 
 @pytest.fixture(scope="session")

@@ -50,3 +50,67 @@ async def test_a_patched_migration_list_runs_for_real(
     store = await SQLiteStore.open(str(tmp_path / "old.db"))
     await store.close()
     assert store.migrated == tuple(name for _, name, _ in MIGRATIONS[:3])
+
+
+async def test_the_postgres_database_is_emptied_for_each_test(pg_url: str) -> None:
+    """``pg_url`` empties every table a store writes and restarts its ids, as a new database
+    would, and keeps the migrations record (``DELETE`` in foreign-key order, not
+    ``TRUNCATE``)."""
+    import asyncpg
+
+    from core.memory.service import MemoryService
+    from core.runtime import open_store
+    from core.store.postgres.admin import TABLES
+    from tests.conftest import _truncate
+
+    async def counts() -> dict[str, int]:
+        conn = await asyncpg.connect(pg_url)
+        try:
+            return {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in tables}
+        finally:
+            await conn.close()
+
+    tables = [t.name for t in TABLES] + ["schema_migrations"]
+    store = await open_store(pg_url)
+    try:
+        service = MemoryService(store)
+        first = await service.remember(user_key="cli:alice", text="The user likes tea.")
+        await service.remember(user_key="cli:bob", text="The user likes coffee.")
+        written = await counts()
+        assert written["users"] == written["memories"] == 2, written
+        await _truncate(pg_url)
+        emptied = await counts()
+        assert emptied.pop("schema_migrations") == written["schema_migrations"] > 0
+        assert set(emptied.values()) == {0}, emptied
+        again = await service.remember(user_key="cli:bob", text="The user likes coffee.")
+        assert again.id == first.id == 1
+    finally:
+        await store.close()
+
+
+def test_every_worker_group_names_files_that_exist_and_the_scheduler_keeps_each_together(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A file renamed or moved would fall out of its group and run beside the others."""
+    from tests.conftest import REPO_ROOT, WORKER_GROUPS, pytest_xdist_make_scheduler
+
+    for paths in WORKER_GROUPS.values():
+        for path in paths:
+            assert (REPO_ROOT / path).exists(), path
+
+    class Dist:
+        def __init__(self, dist: str) -> None:
+            self.dist = dist
+
+        def getvalue(self, name: str) -> object:
+            return {"dist": self.dist, "tx": ["2*popen"]}[name]
+
+    assert pytest_xdist_make_scheduler(Dist("load"), None) is None  # type: ignore[arg-type]
+    scheduler = pytest_xdist_make_scheduler(Dist("loadgroup"), None)  # type: ignore[arg-type]
+    scope = scheduler._split_scope  # type: ignore[attr-defined]
+    assert scope("tests/bots/terminal/test_terminal.py::test_a") == "terminals"
+    assert scope("tests/bots/test_eval_cli.py::test_b[x]") == "terminals"
+    assert scope("tests/core/store/test_durability.py::test_c") == "processes"
+    assert scope("tests/core/memory/test_semantic.py::test_d") == "embedding model"
+    alone = "tests/core/store/test_store.py::test_e[sqlite]"
+    assert scope(alone) == alone

