@@ -80,19 +80,21 @@ WORKER_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/bots/terminal/",
         "tests/bots/test_eval_cli.py",
     ),
-    "processes": (
+    "slack processes": (
         "tests/bots/slack_bot/test_slack_process.py",
         "tests/bots/slack_bot/test_slack_socket_crash.py",
         "tests/bots/slack_bot/test_slack_recovery_places.py",
         "tests/bots/slack_bot/test_slack_stream_recovery.py",
         "tests/bots/slack_bot/test_reconnect_slack.py",
         "tests/bots/slack_bot/test_revoked_token_slack.py",
+        "tests/core/store/test_durability.py",
+    ),
+    "discord processes": (
         "tests/bots/discord_bot/test_discord_fake_process.py",
         "tests/bots/discord_bot/test_discord_recovery.py",
         "tests/bots/discord_bot/test_reconnect_discord.py",
         "tests/bots/discord_bot/test_reconnect_discord_process.py",
         "tests/bots/discord_bot/test_revoked_token_discord.py",
-        "tests/core/store/test_durability.py",
         "tests/core/store/test_postgres_replicas.py",
     ),
     "embedding model": (
@@ -101,10 +103,11 @@ WORKER_GROUPS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Tests that run on one worker, one at a time, in a parallel run (``--dist loadgroup``):
-those that run bots, terminals or writers as processes against deadlines, in two groups
-that xdist hands out first, one to each worker (each under half of the run); and those that
-share the sentence-transformers model a worker loads once (:func:`embedding_models_once`).
-The workers share everything else as they come free."""
+those that run bots, terminals or writers as processes against deadlines, in three groups
+that xdist hands out first, one to each of ``scripts/check``'s three workers (each group is
+the run's longest thread, and mostly waits on processes, so three fit on two cores); and
+those that share the sentence-transformers model a worker loads once
+(:func:`embedding_models_once`). The workers share everything else as they come free."""
 
 
 def worker_group(nodeid: str) -> str | None:

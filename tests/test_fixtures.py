@@ -110,7 +110,8 @@ def test_every_worker_group_names_files_that_exist_and_the_scheduler_keeps_each_
     scope = scheduler._split_scope  # type: ignore[attr-defined]
     assert scope("tests/bots/terminal/test_terminal.py::test_a") == "terminals"
     assert scope("tests/bots/test_eval_cli.py::test_b[x]") == "terminals"
-    assert scope("tests/core/store/test_durability.py::test_c") == "processes"
+    assert scope("tests/core/store/test_durability.py::test_c") == "slack processes"
+    assert scope("tests/bots/discord_bot/test_discord_recovery.py::test_f") == "discord processes"
     assert scope("tests/core/memory/test_semantic.py::test_d") == "embedding model"
     alone = "tests/core/store/test_store.py::test_e[sqlite]"
     assert scope(alone) == alone
