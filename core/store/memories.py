@@ -46,7 +46,7 @@ from core.errors import StoreError
 from core.rules.about import same_person
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
-from core.rules.places import stored_place
+from core.rules.places import stored_place, usable
 from core.rules.reassert import decide
 from core.rules.text import index_terms, normalize
 from core.store.cleanup import ChangeTx, apply_ops, check_disjoint, no_such_user, undo
@@ -343,18 +343,21 @@ class MemoryRules(ABC):
             uid, norm=norm, text=memory.text, limit=DEDUPE_CANDIDATES
         )
         replacing = frozenset(supersedes)
-        if known.twin is not None:
-            twin = known.twin
-            same = decide(
-                dedupe,
-                text=memory.text,
-                about=memory.about,
-                place=memory.place,
-                known=[twin],
-                replacing=replacing,
-            )
-            if same.widen is not None:
-                await _widen(tx, uid, user_key, twin.id, same.widen, memory)
+        twin = known.twin
+        if twin is not None:
+            # The twin usable where this was said (the common case) needs no rule at all;
+            # only one that is not may take the place (core.rules.reassert).
+            if not usable(twin.place, memory.place):
+                same = decide(
+                    dedupe,
+                    text=memory.text,
+                    about=memory.about,
+                    place=memory.place,
+                    known=[twin],
+                    replacing=replacing,
+                )
+                if same.widen is not None:
+                    await _widen(tx, uid, user_key, twin.id, same.widen, memory)
             return await _superseding(tx, uid, twin.id, memory, supersedes)
         decision = decide(
             dedupe,
