@@ -543,7 +543,10 @@ _HEDGE_STEMS = frozenset(_token_stem(w) for w in HEDGES)
 
 
 @lru_cache(maxsize=8192)
-def _parse(text: str, rephrase: bool = True) -> _Parsed:
+def _parse(text: str, rephrase: bool, /) -> _Parsed:
+    """``text`` parsed once for every caller: both arguments are positional and required,
+    so every call with the same text and ``rephrase`` is one cache entry (``_parse(t)`` and
+    ``_parse(t, True)`` were two, and an import parsed each text twice)."""
     raw = fact_tokens(text)
     toks = _rephrase(raw) if rephrase else raw
     sts = tuple(_token_stem(w) for w in toks)
@@ -625,12 +628,13 @@ def screen_tokens(text: str, rephrase: bool = True) -> frozenset[str]:
     return _parse(text, rephrase).stem_set
 
 
-def info_words(text: str) -> frozenset[str]:
+def info_words(text: str, rephrase: bool = True) -> frozenset[str]:
     """The stems (and markers) of ``text`` that carry information. A candidate whose set is
     not inside the known memory's is never its duplicate (:func:`compare` calls a pair a
     duplicate only when the candidate has no information word of its own): a cheap filter
-    before the rule."""
-    return _parse(text).info
+    before the rule. The same parse as :func:`screen_tokens` and :func:`compare` (one cache
+    entry per text)."""
+    return _parse(text, rephrase).info
 
 
 def similarity(a: str, b: str, rephrase: bool = True) -> float:

@@ -742,3 +742,19 @@ def test_redundant_keeps_the_newest_twin_and_the_specific_fact() -> None:
     ]
     assert redundant(texts, Deduper()) == {0, 3, 4, 5}
     assert redundant([], Deduper()) == set()
+
+
+def test_one_parse_serves_the_screen_the_filter_and_the_rule() -> None:
+    """``redundant`` (the profile) filters by information words, an import's index screens
+    by stems and both then judge: each text is parsed once for all of them."""
+    from core.rules import dedupe
+    from core.rules.dedupe_index import DedupeIndex, Known, redundant
+
+    texts = ["The user has a younger brother.", "The user has a brother."]
+    dedupe._parse.cache_clear()
+    assert redundant(texts, Deduper()) == {1}
+    index = DedupeIndex(Deduper(), texts)
+    index.add(Known(1, texts[0]))
+    assert index.decide(texts[1]).duplicate_of == Known(1, texts[0])
+    assert dedupe.info_words(texts[0]) <= dedupe.screen_tokens(texts[0])
+    assert dedupe._parse.cache_info().misses == len(texts)
