@@ -9,8 +9,10 @@
   :data:`bots.terminal.platform.EDIT_INTERVAL_S`, with a
   spinner under it until the answer is whole.
 - Ctrl-C during an answer stops it: the pending step of the turn loop is cancelled, so the
-  loop stores what was shown and reflects on it (as for any cut answer), and the screen
-  ends the answer with a visible note (:data:`STOPPED`).
+  loop stores what was shown, marked as stopped (:data:`core.chat.loop.STOPPED_MARK`), and
+  never reflects on it (as for any answer not delivered); with nothing shown, no answer is
+  stored and the line is asked again at the next start (:meth:`TerminalChat.cut_lines`).
+  The screen ends the answer with a visible note (:data:`STOPPED`).
 - Files (:class:`ChatFiles`), both created 0600 in a 0700 folder: the input history (one
   file per user, which forgetting reaches: :mod:`bots.terminal.history`) and the log.
   While the chat runs every log record goes to the log file, never to the screen.
@@ -237,8 +239,8 @@ def _text_presentation(text: str) -> str:
 
 async def until_stopped(stop: asyncio.Event, deltas: AsyncIterator[str]) -> AsyncIterator[str]:
     """``deltas`` until ``stop`` is set; then the pending step of ``deltas`` is cancelled
-    (the turn loop stores the answer so far and reflects on it) and ``AnswerStopped`` is
-    raised. ``deltas`` is closed in any case."""
+    (the turn loop stores the answer so far, marked as stopped, and does not reflect on it)
+    and ``AnswerStopped`` is raised. ``deltas`` is closed in any case."""
     waiter: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
     step: asyncio.Future[object] | None = None
     try:
