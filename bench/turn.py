@@ -55,7 +55,7 @@ from core.model.claude import (
 )
 from core.settings import load_settings
 from core.store.sqlite.store import SQLiteStore
-from core.types import NewMemory, NewTurn
+from core.types import CallKind, NewMemory, NewTurn
 
 REFLECTION = {
     "memories": [
@@ -99,8 +99,10 @@ class TimedModel:
     ) -> AnswerStream:
         return _TimedStream(self, self.inner.stream(system=system, messages=messages))
 
-    async def extract(self, *, system: str, prompt: str, output: Any) -> Extraction[Any]:
-        return await self.inner.extract(system=system, prompt=prompt, output=output)
+    async def extract(
+        self, *, system: str, prompt: str, output: Any, call: CallKind
+    ) -> Extraction[Any]:
+        return await self.inner.extract(system=system, prompt=prompt, output=output, call=call)
 
 
 class _TimedStream:

@@ -100,7 +100,10 @@ async def run(repeat: int) -> list[tuple[str, float]]:
 
     async def extract() -> None:
         await model.extract(
-            system="reflect " * 200, prompt="the turn " * 100, output=ReflectionOutput
+            system="reflect " * 200,
+            prompt="the turn " * 100,
+            output=ReflectionOutput,
+            call="reflection",
         )
 
     rows: list[tuple[str, float]] = []

@@ -22,9 +22,11 @@ or id, or a workspace id):
 ``selfmind_reflections_skipped_total``         reflections given up after ``max_attempts``
 ``selfmind_claude_errors_total{kind}``         failed Claude calls after the SDK's retries;
                                                ``kind`` in :data:`ERROR_KINDS`
-``selfmind_claude_tokens_total{call,kind}``    tokens the API reported; ``call`` chat or
-                                               extract (reflection, cleanup), ``kind`` input,
-                                               output, cache_read, cache_write
+``selfmind_claude_tokens_total{call,kind}``    tokens the API reported; ``call`` what the
+                                               call was for, as ``selfmind usage`` names it
+                                               (:data:`core.types.CallKind`: chat,
+                                               reflection, cleanup, consolidation), ``kind``
+                                               input, output, cache_read, cache_write
 ``selfmind_memories_stored_total{source}``     new memories (not duplicates): reflection,
                                                remember, import
 ``selfmind_memories_refused_total{source}``    memories not stored because they carry a
@@ -61,6 +63,8 @@ from core.platforms import platform_of_key
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
+
+    from core.types import CallKind
 
 
 class TokenCounts(Protocol):
@@ -346,8 +350,9 @@ class Metrics:
             self._errors.labels(kind=error_kind(error, cause)).inc()
         return error
 
-    def tokens(self, *, call: str, usage: TokenCounts) -> None:
-        """Count one call's reported ``usage``; ``call`` is ``chat`` or ``extract``."""
+    def tokens(self, *, call: CallKind, usage: TokenCounts) -> None:
+        """Count one call's reported ``usage`` under ``call``, what it was for (a
+        :data:`core.types.CallKind`: chat, reflection, cleanup, consolidation)."""
         if self.registry is None:
             return
         for kind, count in (

@@ -276,7 +276,7 @@ class Cleaner:
             run.batches.append(len(batch))
             try:
                 extraction = await self.model.extract(
-                    system=CLEANUP_RULES, prompt=_batch_prompt(batch), output=PlanOutput
+                    system=CLEANUP_RULES, prompt=_batch_prompt(batch), output=PlanOutput, call=kind
                 )
             except ModelError as exc:
                 run.calls += 1

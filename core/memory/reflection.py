@@ -626,6 +626,7 @@ class Reflector:
                 system=REFLECTION_RULES,
                 prompt=reflection_prompt(turn, answer, related),
                 output=ReflectionOutput,
+                call="reflection",
             )
         else:
             extraction = cast(
@@ -634,6 +635,7 @@ class Reflector:
                     system=REFLECTION_RULES + TEAM_RULES,
                     prompt=reflection_prompt(turn, answer, related),
                     output=ChannelReflectionOutput,
+                    call="reflection",
                 ),
             )
         return extraction, {s.memory.id for s in related}, channel_key

@@ -4,8 +4,9 @@ Two calls reach the model:
 
 - ``stream(system=..., messages=...)``: the answer, streamed with adaptive thinking
   (``thinking={"type": "adaptive"}``). Only text deltas are yielded; thinking never is.
-- ``extract(system=..., prompt=..., output=Model)``: reflection/extraction, one non-streaming
-  call with thinking disabled and structured output
+- ``extract(system=..., prompt=..., output=Model, call=...)``: a reflection, cleanup or
+  consolidation call (``call``, a :data:`core.types.CallKind`, labels its tokens in the
+  metrics), one non-streaming call with thinking disabled and structured output
   (``output_config={"format": {"type": "json_schema", "schema": ...}}``), parsed and validated
   with the pydantic model here, since the API returns it as text.
 
@@ -57,6 +58,7 @@ import pydantic
 from core.errors import MalformedOutput, ModelError, StreamCutError
 from core.metrics import Metrics
 from core.model.body import FileMarkers, RequestBody
+from core.types import CallKind
 
 if TYPE_CHECKING:
     # The SDK (over a second of imports) is loaded by the code that calls the API, not by
@@ -193,8 +195,12 @@ class ChatModel(Protocol):
         then on nothing of ``messages`` is held for it, its files' bytes included."""
         ...
 
-    async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
-        """Ask for JSON matching ``output``'s schema; raises ``MalformedOutput`` if it is not."""
+    async def extract(
+        self, *, system: str, prompt: str, output: type[T], call: CallKind
+    ) -> Extraction[T]:
+        """Ask for JSON matching ``output``'s schema; raises ``MalformedOutput`` if it is not.
+        ``call``: what the call is for (``reflection``, ``cleanup``, ``consolidation``), as
+        its usage is recorded; its tokens are counted under it (:meth:`Metrics.tokens`)."""
         ...
 
 
@@ -299,7 +305,9 @@ class ClaudeChatModel:
         and :meth:`ChatModel.stream`."""
         return _ClaudeAnswerStream(self, system=system, messages=messages, on_sent=on_sent)
 
-    async def extract(self, *, system: str, prompt: str, output: type[T]) -> Extraction[T]:
+    async def extract(
+        self, *, system: str, prompt: str, output: type[T], call: CallKind
+    ) -> Extraction[T]:
         """One structured-output call to ``reflection_model`` (thinking disabled).
 
         The schema sent is ``anthropic.transform_schema(output)``: ``additionalProperties:
@@ -327,7 +335,7 @@ class ClaudeChatModel:
         except anthropic.APIError as exc:
             raise self.metrics.claude_error(_model_error(exc, call="extract"), exc) from exc
         usage = Usage.from_json(_json_object(message.get("usage")))
-        self.metrics.tokens(call="extract", usage=usage)
+        self.metrics.tokens(call=call, usage=usage)
         stop_reason = message.get("stop_reason")
         text = "".join(
             str(block.get("text") or "")

@@ -130,7 +130,7 @@ async def test_slack_http_conversation_moves_the_counters_and_both_healthz_agree
         assert value(after, "selfmind_answer_latency_seconds_sum") > 0
         for kind in ("input", "output"):
             assert value(after, "selfmind_claude_tokens_total", call="chat", kind=kind) > 0
-            assert value(after, "selfmind_claude_tokens_total", call="extract", kind=kind) > 0
+            assert value(after, "selfmind_claude_tokens_total", call="reflection", kind=kind) > 0
         assert value(after, "selfmind_memories_stored_total", source="reflection") == 1
         assert value(after, "selfmind_reflection_queue_depth") == 0
         assert value(after, "selfmind_claude_errors_total") == 0
@@ -139,7 +139,7 @@ async def test_slack_http_conversation_moves_the_counters_and_both_healthz_agree
         assert ("selfmind_recall_records_dropped_total", {}, 0) in after
         assert_no_private_labels(after, text, "bullet", "U1", TEAM, PREFERENCE)
         words = {v for _, ls, _ in after for k, v in ls.items() if k != "le"}  # le: buckets
-        assert words <= {"slack", "chat", "extract", "reflection", "input", "output"} | {
+        assert words <= {"slack", "chat", "reflection", "input", "output"} | {
             "cache_read",
             "cache_write",
         }

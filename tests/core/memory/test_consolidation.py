@@ -17,6 +17,7 @@ from core.memory.cleanup import Cleaner
 from core.memory.consolidation import Consolidator, Window
 from core.memory.tidy_notes import last_tidy, undo_tidy
 from core.metrics import Metrics
+from core.model.claude import ClaudeChatModel
 from core.runtime import ChatRuntime, open_runtime, open_store
 from core.settings import Settings
 from core.store.seams import Store
@@ -107,8 +108,10 @@ async def test_a_night_tidies_each_active_user_as_one_undoable_change(
         )  # too few memories to tidy
         now = utcnow()
         metrics = Metrics.create()
-        night = consolidator(h.store, h.model, clock=lambda: now, metrics=metrics)
-        report = await night.run_night()
+        # one Metrics for the model and the night, as the runtime wires them
+        async with ClaudeChatModel.from_settings(h.settings, metrics=metrics) as model:
+            night = consolidator(h.store, model, clock=lambda: now, metrics=metrics)
+            report = await night.run_night()
         assert report is not None and report.stopped is None and report.failed == 0
         (alice,) = report.users
         assert alice.user_key == ALICE and alice.change_id is not None
@@ -124,6 +127,21 @@ async def test_a_night_tidies_each_active_user_as_one_undoable_change(
         assert "cleanup" not in usage
         assert usage["consolidation"].calls == alice.calls
         assert usage["consolidation"].total_tokens == alice.tokens
+        # and its tokens on their own line in Prometheus too, as the usage report counts them
+        tokens = {
+            kind: sample(metrics, "selfmind_claude_tokens_total", call="consolidation", kind=kind)
+            for kind in ("input", "output", "cache_read", "cache_write")
+        }
+        line = usage["consolidation"]
+        assert tokens == {
+            "input": line.input_tokens,
+            "output": line.output_tokens,
+            "cache_read": line.cache_read_input_tokens,
+            "cache_write": line.cache_creation_input_tokens,
+        }
+        assert tokens["input"] > 0 and tokens["output"] > 0
+        for other in ("cleanup", "reflection", "extract"):
+            assert sample(metrics, "selfmind_claude_tokens_total", call=other, kind="input") == 0
         # what /memory and the Home tab say, and the undo they offer
         note = await last_tidy(h.store, user_key=ALICE, now=now)
         assert note is not None and (note.change_id, note.tidied) == (alice.change_id, 4)

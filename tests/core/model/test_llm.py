@@ -296,7 +296,9 @@ async def test_abandoned_stream_closes_cleanly(fake: FakeAnthropic, model: Claud
 async def test_extract_request_shape_and_value(fake: FakeAnthropic, model: ClaudeChatModel) -> None:
     answer = {"facts": [{"text": "likes green tea", "confidence": 0.9}], "summary": None}
     fake.enqueue(answer, kind="extract")
-    result = await model.extract(system="Extract facts.", prompt="I like green tea.", output=Facts)
+    result = await model.extract(
+        system="Extract facts.", prompt="I like green tea.", output=Facts, call="reflection"
+    )
     assert result.value == Facts(facts=[Fact(text="likes green tea", confidence=0.9)])
     (sent,) = fake.requests
     assert sent.kind == "extract"
@@ -323,7 +325,9 @@ async def test_extract_request_shape_and_value(fake: FakeAnthropic, model: Claud
 async def test_extract_default_reply_is_schema_valid(
     fake: FakeAnthropic, model: ClaudeChatModel
 ) -> None:
-    result = await model.extract(system="Extract.", prompt="Nothing here.", output=Facts)
+    result = await model.extract(
+        system="Extract.", prompt="Nothing here.", output=Facts, call="reflection"
+    )
     assert result.value == Facts(facts=[])
 
 
@@ -365,7 +369,7 @@ async def test_untransformed_schema_would_be_refused(
 ) -> None:
     monkeypatch.setattr(core.model.claude, "_schema", lambda output: output.model_json_schema())
     with pytest.raises(ModelError) as caught:
-        await model.extract(system="Extract.", prompt="x", output=Facts)
+        await model.extract(system="Extract.", prompt="x", output=Facts, call="reflection")
     assert caught.value.user_message == "Claude refused the request."
     assert [r.status for r in fake.requests] == [400]
 
@@ -384,7 +388,7 @@ async def test_malformed_structured_output(
 ) -> None:
     fake.enqueue(reply, kind="extract")
     with pytest.raises(MalformedOutput) as caught:
-        await model.extract(system="Extract.", prompt="x", output=Facts)
+        await model.extract(system="Extract.", prompt="x", output=Facts, call="reflection")
     assert "xxxx" not in str(caught.value)  # no model text in the message
     assert caught.value.user_message == "Claude's answer was not in the expected format."
 
@@ -393,7 +397,7 @@ async def test_extract_server_error_then_success(
     fake: FakeAnthropic, model: ClaudeChatModel
 ) -> None:
     fake.enqueue(server_error(retry_after_s=0.01), {"facts": []}, kind="extract")
-    result = await model.extract(system="Extract.", prompt="x", output=Facts)
+    result = await model.extract(system="Extract.", prompt="x", output=Facts, call="reflection")
     assert result.value == Facts(facts=[])
     assert [r.status for r in fake.requests] == [500, 200]
 
@@ -402,7 +406,7 @@ async def test_slow_reflection_times_out(fake: FakeAnthropic) -> None:
     fake.enqueue(slow({"facts": []}, delay_s=30), kind="extract")
     async with make_model(fake.base_url, timeout_s=0.2, max_retries=0) as claude:
         with pytest.raises(ModelError) as caught:
-            await claude.extract(system="Extract.", prompt="x", output=Facts)
+            await claude.extract(system="Extract.", prompt="x", output=Facts, call="reflection")
     assert caught.value.user_message == "Claude timed out."
 
 
@@ -417,7 +421,7 @@ async def test_responder_oracle_answers_by_kind(
 
     fake.responder = oracle
     assert "".join(await collect(chat(model, "ping"))) == "chat:ping"
-    result = await model.extract(system="Extract.", prompt="tea", output=Facts)
+    result = await model.extract(system="Extract.", prompt="tea", output=Facts, call="reflection")
     assert result.value.facts[0].text == "tea"
 
 
@@ -467,7 +471,7 @@ async def test_unreachable_api() -> None:
         closed_url = server.base_url
     async with make_model(closed_url, max_retries=0) as claude:
         with pytest.raises(ModelError) as caught:
-            await claude.extract(system="Extract.", prompt="x", output=Facts)
+            await claude.extract(system="Extract.", prompt="x", output=Facts, call="reflection")
     assert caught.value.user_message == "I can't reach Claude right now."
 
 
