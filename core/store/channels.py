@@ -13,6 +13,7 @@ to the message; deleted with the memory). Reflection finds a turn's channel in i
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, cast
@@ -135,6 +136,40 @@ channel, kind, seen at): recorded the first time, its kind updated when it chang
 channel that turns private narrows the privacy its memory is kept under, so what is learned
 there from then on stays unused when the channel turns public again, until someone in the
 channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""
+
+
+def see_channel_params(place: Place, *, at: object) -> tuple[object, ...] | None:
+    """:data:`SEE_CHANNEL`'s parameters for ``place`` (``at``: now, as the backend stores a
+    time); None for a place that is no channel (a DM or group DM)."""
+    if place.channel_key is None or place.channel is None:
+        return None
+    return (place.channel_key, place.platform, place.workspace, place.channel, place.kind, at)
+
+
+class ChannelRules(ABC):
+    """The channel rule both backends share (:meth:`see_channel`), over the backend's read
+    (:meth:`channel`) and its run of :data:`SEE_CHANNEL` (:meth:`_record_channel`)."""
+
+    @abstractmethod
+    async def channel(self, *, channel_key: str) -> ChannelInfo | None:
+        """As :meth:`ChannelStore.channel`."""
+
+    @abstractmethod
+    async def _record_channel(self, place: Place) -> None:
+        """Run :data:`SEE_CHANNEL` for ``place`` (a channel), seen now
+        (:func:`see_channel_params`)."""
+
+    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
+        """:meth:`ChannelStore.see_channel`: read first (every message asks), write only a
+        channel never seen or whose kind changed, then read what is stored."""
+        key = place.channel_key
+        if key is None or place.channel is None:
+            return None
+        info = await self.channel(channel_key=key)
+        if info is None or info.kind != place.kind:
+            await self._record_channel(place)
+            info = await self.channel(channel_key=key)
+        return info
 
 
 async def channel_keys(store: ChannelStore) -> frozenset[str]:

@@ -113,6 +113,27 @@ def new_row(uid: int, user_key: str, memory: NewMemory) -> NewRow:
     )
 
 
+SUPERSEDE = (
+    "UPDATE memories SET superseded_by = ?, superseded_at = ?"
+    " WHERE id = ? AND uid = ? AND superseded_by IS NULL AND id <> ?"
+    " AND EXISTS (SELECT 1 FROM memories n WHERE n.id = ? AND n.uid = ?)"
+)
+"""Both dialects' statement of :meth:`MemoryTx.set_superseded` (``?`` placeholders: new id,
+at, old id, uid, new id, new id, uid; PostgreSQL numbers them)."""
+
+EVENT = (
+    "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+"""Both dialects' statement of :meth:`MemoryTx.event` (``?`` placeholders: uid, memory id,
+event, at, conversation key, related id; PostgreSQL numbers them)."""
+
+
+def supersede_params(uid: int, *, old_id: int, new_id: int, at: object) -> tuple[object, ...]:
+    """:data:`SUPERSEDE`'s parameters in order (``at`` as the backend stores a time)."""
+    return (new_id, at, old_id, uid, new_id, new_id, uid)
+
+
 class MemoryTx(Protocol):
     """One open write transaction of a backend over users' memories: SQL only, no rule.
 
@@ -134,19 +155,17 @@ class MemoryTx(Protocol):
         ``limit`` best BM25 neighbours of ``text`` among the user's active memories."""
         ...
 
-    async def widen(
-        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
-    ) -> None:
-        """Active memory ``memory_id`` takes the ``place`` and ``reach`` columns
-        (:func:`core.rules.places.stored_place`) with a ``restored`` event at ``at`` (said again
-        in conversation ``said_in``; the event moves the user's memory head, which hybrid
-        recall's cache of reaches follows); its index follows the new reach."""
+    async def widen(self, uid: int, memory_id: int, *, place: str, reach: str) -> None:
+        """Active memory ``memory_id`` of the user takes the ``place`` and ``reach`` columns
+        (:func:`core.rules.places.stored_place`); its index follows the new reach. (Its
+        ``restored`` event is the rules', :meth:`event`.)"""
         ...
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
-        """Store ``row`` (active) with its ``added`` event at ``at`` and return its id; None,
-        with nothing stored and the transaction usable, when an active memory with its
-        ``norm`` was stored meanwhile by another transaction (the unique index)."""
+        """Store ``row`` (active; created ``at`` unless it says when) and return its id;
+        None, with nothing stored and the transaction usable, when an active memory with its
+        ``norm`` was stored meanwhile by another transaction (the unique index). (Its
+        ``added`` event is the rules', :meth:`event`.)"""
         ...
 
     async def insert_many(
@@ -157,12 +176,23 @@ class MemoryTx(Protocol):
         normalised text after it, and the ids this call stored."""
         ...
 
-    async def supersede(
-        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
-    ) -> bool:
-        """Mark the user's active memory ``old_id`` superseded by the user's ``new_id`` at
-        ``at``, with its ``superseded`` event (related to ``new_id``); False (nothing changed)
-        when either is not the user's, ``old_id`` is not active, or they are the same."""
+    async def set_superseded(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+        """Run :data:`SUPERSEDE`: the user's active memory ``old_id`` superseded at ``at`` by
+        ``new_id``, when that is another memory of the user's; False when nothing changed."""
+        ...
+
+    async def event(
+        self,
+        uid: int,
+        memory_id: int,
+        event: str,
+        *,
+        at: datetime,
+        conversation_key: str | None,
+        related_id: int | None = None,
+    ) -> None:
+        """Run :data:`EVENT`: append ``event`` of the user's ``memory_id`` at ``at`` to the
+        memory's history (``related_id``: the memory it points at)."""
         ...
 
     async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
@@ -372,8 +402,11 @@ class MemoryRules(ABC):
             if decision.widen is not None:
                 await _widen(tx, uid, user_key, decision.duplicate_of.id, decision.widen, memory)
             return await _superseding(tx, uid, decision.duplicate_of.id, memory, supersedes)
-        memory_id = await tx.insert(uid, new_row(uid, user_key, memory), at=utcnow())
-        if memory_id is None:
+        at = utcnow()
+        memory_id = await tx.insert(uid, new_row(uid, user_key, memory), at=at)
+        if memory_id is not None:
+            await tx.event(uid, memory_id, "added", at=at, conversation_key=memory.conversation_key)
+        else:
             again = await tx.dedupe_candidates(uid, norm=norm, text=memory.text, limit=0)
             if again.twin is None:
                 raise StoreError("a memory was refused as a duplicate of none")
@@ -509,9 +542,10 @@ async def _widen(
 ) -> None:
     """Memory ``memory_id`` takes ``place``, where its owner said ``memory`` again."""
     place_key, reach = stored_place(place, user_key=user_key)
-    await tx.widen(
-        uid, memory_id, place=place_key, reach=reach, at=utcnow(), said_in=memory.conversation_key
-    )
+    at = utcnow()
+    await tx.widen(uid, memory_id, place=place_key, reach=reach)
+    # The event moves the user's memory head, which hybrid recall's cache of reaches follows.
+    await tx.event(uid, memory_id, "restored", at=at, conversation_key=memory.conversation_key)
 
 
 async def _created(tx: MemoryTx, user_key: str) -> int:
@@ -534,11 +568,36 @@ async def _superseding(
     done = [
         old_id
         for old_id in dict.fromkeys(supersedes)
-        if await tx.supersede(
-            uid, old_id=old_id, new_id=memory_id, at=now, conversation_key=memory.conversation_key
+        if await supersede(
+            tx,
+            uid,
+            old_id=old_id,
+            new_id=memory_id,
+            at=now,
+            conversation_key=memory.conversation_key,
         )
     ]
     return AddResult(id=memory_id, status=status, superseded=tuple(done))
+
+
+async def supersede(
+    tx: MemoryTx,
+    uid: int,
+    *,
+    old_id: int,
+    new_id: int,
+    at: datetime,
+    conversation_key: str | None,
+) -> bool:
+    """Mark the user's active memory ``old_id`` superseded by the user's ``new_id`` at ``at``,
+    with its ``superseded`` event (related to ``new_id``); False (nothing changed) when either
+    is not the user's, ``old_id`` is not active, or they are the same."""
+    if old_id == new_id or not await tx.set_superseded(uid, old_id=old_id, new_id=new_id, at=at):
+        return False
+    await tx.event(
+        uid, old_id, "superseded", at=at, conversation_key=conversation_key, related_id=new_id
+    )
+    return True
 
 
 async def _confirm(

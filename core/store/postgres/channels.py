@@ -14,8 +14,10 @@ from core.store.channels import (
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
     SEE_CHANNEL,
+    ChannelRules,
     attribution_from_row,
     channel_from_row,
+    see_channel_params,
 )
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.migrations import numbered
@@ -28,26 +30,14 @@ def _same(value: Any) -> Any:
     return value
 
 
-class PostgresChannels(PostgresBase):
-    """Channels seen, their memory's settings, the attribution of their entries."""
+class PostgresChannels(ChannelRules, PostgresBase):
+    """Channels seen, their memory's settings, the attribution of their entries (the rule
+    of a channel seen: :class:`core.store.channels.ChannelRules`)."""
 
-    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
-        key = place.channel_key
-        if key is None or place.channel is None:
-            return None
-        info = await self.channel(channel_key=key)
-        if info is None or info.kind != place.kind:
-            await self._execute(
-                _SEE_CHANNEL,
-                key,
-                place.platform,
-                place.workspace,
-                place.channel,
-                place.kind,
-                utcnow(),
-            )
-            info = await self.channel(channel_key=key)
-        return info
+    async def _record_channel(self, place: Place) -> None:
+        params = see_channel_params(place, at=utcnow())
+        if params is not None:
+            await self._execute(_SEE_CHANNEL, *params)
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchrow(

@@ -20,12 +20,13 @@ from typing import Any, cast
 import asyncpg
 
 from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.store.postgres.migrations import numbered
 from core.store.postgres.uses import RECALLED
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
+    mode_change,
     place_column,
-    stop_reflections_sql,
     turn_from_row,
     usage_row,
 )
@@ -372,19 +373,11 @@ class PostgresConversations(PostgresBase):
         return cast(MemoryMode, mode) if mode else "on"
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        statements = mode_change(user_key, mode, at=utcnow())
+
         async def change(conn: asyncpg.Connection) -> None:
-            if mode == "on":
-                await conn.execute("DELETE FROM memory_modes WHERE user_key = $1", user_key)
-                return
-            await conn.execute(
-                "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES ($1, $2, $3)"
-                " ON CONFLICT (user_key) DO UPDATE SET mode = excluded.mode,"
-                " updated_at = excluded.updated_at",
-                user_key,
-                mode,
-                utcnow(),
-            )
-            await conn.execute(stop_reflections_sql("$1"), user_key)
+            for sql, params in statements:
+                await conn.execute(numbered(sql), *params)
 
         # Its turns' locks can cross a forget's and a turn finishing: run again when the
         # server breaks such a deadlock (PostgresBase._tx_retrying).

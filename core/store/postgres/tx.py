@@ -19,13 +19,15 @@ import asyncpg
 
 from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place, reach_of
-from core.store.memories import Candidate, Candidates, NewRow
+from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import write_attribution
 from core.store.postgres.conversations import end_reflection
+from core.store.postgres.migrations import numbered
 from core.store.postgres.recall import search_user
 from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
 
+_SUPERSEDE, _EVENT = numbered(SUPERSEDE), numbered(EVENT)
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
     " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
@@ -86,9 +88,7 @@ class PostgresTx:
             [Candidate(s.memory.id, s.memory.text, s.memory.about, s.memory.place) for s in near],
         )
 
-    async def widen(
-        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
-    ) -> None:
+    async def widen(self, uid: int, memory_id: int, *, place: str, reach: str) -> None:
         await self.conn.execute(
             "UPDATE memories SET place = $1, reach = $2"
             " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
@@ -97,7 +97,6 @@ class PostgresTx:
             memory_id,
             uid,
         )
-        await self._event(uid, memory_id, "restored", at, said_in, None)
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
         memory = row.memory
@@ -129,7 +128,6 @@ class PostgresTx:
                 )
         except asyncpg.UniqueViolationError:
             return None
-        await self._event(uid, memory_id, "added", at, memory.conversation_key, None)
         return memory_id
 
     async def insert_many(
@@ -181,50 +179,22 @@ class PostgresTx:
         )
         return {r[1]: int(r[0]) for r in active}, set(new_ids)
 
-    async def supersede(
-        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
-    ) -> bool:
-        if old_id == new_id:
-            return False
-        owned = await self.conn.fetchval(
-            "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
-            uid,
-            [old_id, new_id],
-        )
-        if owned != 2:
-            return False
-        status = await self.conn.execute(
-            "UPDATE memories SET superseded_by = $1, superseded_at = $2"
-            " WHERE id = $3 AND uid = $4 AND superseded_by IS NULL",
-            new_id,
-            at,
-            old_id,
-            uid,
-        )
-        if status != "UPDATE 1":
-            return False
-        await self._event(uid, old_id, "superseded", at, conversation_key, new_id)
-        return True
+    async def set_superseded(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+        params = supersede_params(uid, old_id=old_id, new_id=new_id, at=at)
+        status: str = await self.conn.execute(_SUPERSEDE, *params)
+        return status == "UPDATE 1"
 
-    async def _event(
+    async def event(
         self,
         uid: int,
         memory_id: int,
         event: str,
+        *,
         at: datetime,
         conversation_key: str | None,
-        related_id: int | None,
+        related_id: int | None = None,
     ) -> None:
-        await self.conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            uid,
-            memory_id,
-            event,
-            at,
-            conversation_key,
-            related_id,
-        )
+        await self.conn.execute(_EVENT, uid, memory_id, event, at, conversation_key, related_id)
 
     async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
         # Row locks in memory id order, as the turn's recall upsert takes them (no deadlock).

@@ -14,8 +14,10 @@ from core.store.channels import (
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
     SEE_CHANNEL,
+    ChannelRules,
     attribution_from_row,
     channel_from_row,
+    see_channel_params,
 )
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import Attribution, ChannelInfo, Place, utcnow
@@ -23,22 +25,15 @@ from core.types import Attribution, ChannelInfo, Place, utcnow
 _BUMP_ONE = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
 
 
-class SQLiteChannels(SQLiteBase):
-    """Channels seen, their memory's settings, the attribution of their entries."""
+class SQLiteChannels(ChannelRules, SQLiteBase):
+    """Channels seen, their memory's settings, the attribution of their entries (the rule
+    of a channel seen: :class:`core.store.channels.ChannelRules`)."""
 
-    async def see_channel(self, *, place: Place) -> ChannelInfo | None:
-        key = place.channel_key
-        if key is None or place.channel is None:
-            return None
-        info = await self.channel(channel_key=key)
-        if info is None or info.kind != place.kind:
+    async def _record_channel(self, place: Place) -> None:
+        params = see_channel_params(place, at=ts(utcnow()))
+        if params is not None:
             async with self._write():
-                await self._conn.execute(
-                    SEE_CHANNEL,
-                    (key, place.platform, place.workspace, place.channel, place.kind, ts(utcnow())),
-                )
-            info = await self.channel(channel_key=key)
-        return info
+                await self._conn.execute(SEE_CHANNEL, params)
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchone(

@@ -13,8 +13,8 @@ from typing import cast
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
+    mode_change,
     place_column,
-    stop_reflections_sql,
     turn_from_row,
     usage_row,
 )
@@ -232,17 +232,11 @@ class SQLiteConversations(SQLiteBase):
         return cast(MemoryMode, row[0]) if row else "on"
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        statements = mode_change(user_key, mode, at=ts(utcnow()))
+
         def update(conn: sqlite3.Connection) -> None:
-            if mode == "on":
-                conn.execute("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))
-                return
-            conn.execute(
-                "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
-                " ON CONFLICT(user_key) DO UPDATE SET mode = excluded.mode,"
-                " updated_at = excluded.updated_at",
-                (user_key, mode, ts(utcnow())),
-            )
-            conn.execute(stop_reflections_sql("?"), (user_key,))
+            for sql, params in statements:
+                conn.execute(sql, params)
 
         await self._run(update)
 

@@ -18,7 +18,7 @@ from typing import cast
 from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place, reach_of
 from core.rules.text import query_terms
-from core.store.memories import Candidate, Candidates, NewRow
+from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
 from core.store.sqlite.base import SQLiteBase, day, day_columns, ts
 from core.store.sqlite.channels import write_attribution
 from core.store.sqlite.conversations import end_reflection
@@ -96,22 +96,17 @@ class SQLiteTx:
             return Candidates(twin)
         return Candidates(None, found)
 
-    async def widen(
-        self, uid: int, memory_id: int, *, place: str, reach: str, at: datetime, said_in: str | None
-    ) -> None:
+    async def widen(self, uid: int, memory_id: int, *, place: str, reach: str) -> None:
         # Naming ``terms`` fires the shard's reworded trigger: the FTS5 reach marker follows.
         await self.conn.execute(
             "UPDATE memories SET place = ?, reach = ?, terms = terms"
             " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
             (place, reach, memory_id, uid),
         )
-        await self._event(uid, memory_id, "restored", at, said_in, None)
 
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
         cur = await self.conn.execute(_INSERT.format(""), _row(uid, row, at))
-        memory_id = cast(int, cur.lastrowid)
-        await self._event(uid, memory_id, "added", at, row.memory.conversation_key, None)
-        return memory_id
+        return cast(int, cur.lastrowid)
 
     async def insert_many(
         self, uid: int, rows: Sequence[NewRow]
@@ -135,40 +130,23 @@ class SQLiteTx:
         }
         return ids, {i for i in ids.values() if i > start}
 
-    async def supersede(
-        self, uid: int, *, old_id: int, new_id: int, at: datetime, conversation_key: str | None
-    ) -> bool:
-        if old_id == new_id:
-            return False
-        rows = await self.store._fetchall(
-            "SELECT id FROM memories WHERE uid = ? AND id IN (?, ?)", (uid, old_id, new_id)
-        )
-        if len(rows) != 2:
-            return False
-        cur = await self.conn.execute(
-            "UPDATE memories SET superseded_by = ?, superseded_at = ?"
-            " WHERE id = ? AND uid = ? AND superseded_by IS NULL",
-            (new_id, ts(at), old_id, uid),
-        )
-        if cur.rowcount != 1:
-            return False
-        await self._event(uid, old_id, "superseded", at, conversation_key, new_id)
-        return True
+    async def set_superseded(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
+        params = supersede_params(uid, old_id=old_id, new_id=new_id, at=ts(at))
+        cur = await self.conn.execute(SUPERSEDE, params)
+        return cur.rowcount == 1
 
-    async def _event(
+    async def event(
         self,
         uid: int,
         memory_id: int,
         event: str,
+        *,
         at: datetime,
         conversation_key: str | None,
-        related_id: int | None,
+        related_id: int | None = None,
     ) -> None:
-        await self.conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, conversation_key, related_id)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (uid, memory_id, event, ts(at), conversation_key, related_id),
-        )
+        params = (uid, memory_id, event, ts(at), conversation_key, related_id)
+        await self.conn.execute(EVENT, params)
 
     async def confirm(self, uid: int, memory_ids: Sequence[int]) -> None:
         await self.conn.execute(_CONFIRMED, (uid, json.dumps(list(memory_ids))))

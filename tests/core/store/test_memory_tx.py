@@ -68,17 +68,13 @@ async def test_insert_twin_neighbours_and_supersede_stay_within_one_user(store: 
         assert nothing.twin is None and list(nothing.near) == []
         second = await tx.insert(alice, row, at=at)
         assert second is not None
-        # Another user's id, the same id, a superseded one: nothing changes.
-        assert not await tx.supersede(
-            alice, old_id=bobs, new_id=second, at=at, conversation_key=None
-        )
-        assert not await tx.supersede(
-            alice, old_id=second, new_id=second, at=at, conversation_key=None
-        )
-        assert await tx.supersede(alice, old_id=first, new_id=second, at=at, conversation_key="c")
-        assert not await tx.supersede(
-            alice, old_id=first, new_id=second, at=at, conversation_key=None
-        )
+        # Another user's id (either side), the same id, a superseded one: nothing changes.
+        assert not await tx.set_superseded(alice, old_id=bobs, new_id=second, at=at)
+        assert not await tx.set_superseded(alice, old_id=first, new_id=bobs, at=at)
+        assert not await tx.set_superseded(alice, old_id=second, new_id=second, at=at)
+        assert await tx.set_superseded(alice, old_id=first, new_id=second, at=at)
+        assert not await tx.set_superseded(alice, old_id=first, new_id=second, at=at)
+        await tx.event(alice, first, "superseded", at=at, conversation_key="c", related_id=second)
         assert await tx.memory_ids(alice, active=True, after=0, limit=None) == [second]
         assert await tx.memory_ids(alice, active=False, after=0, limit=None) == [first]
         assert await tx.memory_ids(bob, active=True, after=0, limit=1) == [bobs]
@@ -89,11 +85,8 @@ async def test_insert_twin_neighbours_and_supersede_stay_within_one_user(store: 
         (e.memory_id, e.event, e.related_id, e.conversation_key)
         for e in await store.history(user_key=ALICE)
     ]
-    assert events == [
-        (first, "added", None, None),
-        (second, "added", None, None),
-        (first, "superseded", second, "c"),
-    ]
+    # Only the event appended: an insert's is the rules' (memories.py), not the SQL's.
+    assert events == [(first, "superseded", second, "c")]
     assert [m.text for m in await store.list_memories(user_key=BOB)] == [cats.text]
 
 
