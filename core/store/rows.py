@@ -10,8 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from core.rules.places import check_reaches, parse_place, place_key
-from core.store.writes import REFLECTING_SQL
-from core.types import MemoryMode, MemoryUse, Place, Turn, UsageRow
+from core.types import MemoryUse, Place, Turn, UsageRow
 
 TURN_COLUMNS = (
     "id, conversation_key, user_key, role, text, origin, sent_at, author, reply_to, reflection,"
@@ -59,32 +58,6 @@ USAGE_TOTALS = (
 def usage_row(row: Sequence[Any]) -> UsageRow:
     """One group of a usage report: its label, then the columns of :data:`USAGE_TOTALS`."""
     return UsageRow(str(row[0]), *(int(v) for v in row[1:6]))
-
-
-def mode_change(
-    user_key: str, mode: MemoryMode, *, at: object
-) -> list[tuple[str, tuple[object, ...]]]:
-    """The statements, with their parameters, that set ``user_key``'s memory mode, to run in
-    order in one transaction (``?`` placeholders; ``at``: now, as the backend stores a
-    time). ``on`` is the default, kept as no row. Any other mode is stored and stops
-    learning from the user's turns not reflected on yet (``answering`` or ``pending``) in
-    the same transaction, so the reflection of a turn in between needs no second read of the
-    mode."""
-    if mode == "on":
-        return [("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))]
-    return [
-        (
-            "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (user_key) DO UPDATE SET mode = excluded.mode,"
-            " updated_at = excluded.updated_at",
-            (user_key, mode, at),
-        ),
-        (
-            f"UPDATE turns SET reflection = 'off' WHERE user_key = ? AND reflection IN"
-            f" {REFLECTING_SQL}",
-            (user_key,),
-        ),
-    ]
 
 
 STANDING = "(m.kind <> 'fact' OR m.category <> 'general')"

@@ -25,12 +25,12 @@ from core.store.postgres.uses import RECALLED
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
-    mode_change,
     place_column,
     turn_from_row,
     usage_row,
 )
 from core.store.seams import FeedbackRow
+from core.store.statements import mode_change
 from core.store.writes import (
     QUEUED_SQL,
     REFLECTING_SQL,

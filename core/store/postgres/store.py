@@ -48,11 +48,13 @@ from typing import TypeVar
 from core.store.memories import MemoryRules, MemoryTx
 from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.conversations import PostgresConversations
+from core.store.postgres.migrations import numbered
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
 from core.store.postgres.tx import PostgresTx
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
 from core.store.rows import memory_filter
+from core.store.statements import put_pending
 from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
 
 logger = logging.getLogger(__name__)
@@ -232,21 +234,18 @@ class PostgresStore(
         expires_at: datetime,
         replace: bool = False,
     ) -> None:
+        statements = put_pending(
+            token=token,
+            user_key=user_key,
+            kind=kind,
+            payload=payload,
+            expires_at=expires_at,
+            now=utcnow(),
+            replace=replace,
+        )
         async with self._tx() as conn:
-            await conn.execute("DELETE FROM pending_actions WHERE expires_at <= $1", utcnow())
-            if replace:
-                await conn.execute(
-                    "DELETE FROM pending_actions WHERE user_key = $1 AND kind = $2", user_key, kind
-                )
-            await conn.execute(
-                "INSERT INTO pending_actions(token, user_key, kind, payload, expires_at)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                token,
-                user_key,
-                kind,
-                payload,
-                expires_at,
-            )
+            for sql, params in statements:
+                await conn.execute(numbered(sql), *params)
 
     async def take_pending(
         self, *, token: str, user_key: str, kind: str, now: datetime

@@ -13,7 +13,6 @@ from typing import cast
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
-    mode_change,
     place_column,
     turn_from_row,
     usage_row,
@@ -21,6 +20,7 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
+from core.store.statements import mode_change
 from core.store.writes import QUEUED_SQL, REFLECTING_SQL, recovery_key, redacted
 from core.types import (
     MemoryMode,

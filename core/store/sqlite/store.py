@@ -41,6 +41,7 @@ from core.store.sqlite.migrations import FTS_SHARDS, fts_table
 from core.store.sqlite.tx import SQLiteTx
 from core.store.sqlite.uses import SQLiteRecallLog
 from core.store.sqlite.vectors import SQLiteVectors
+from core.store.statements import put_pending
 from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
 
 logger = logging.getLogger(__name__)
@@ -311,19 +312,18 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
         expires_at: datetime,
         replace: bool = False,
     ) -> None:
+        statements = put_pending(
+            token=token,
+            user_key=user_key,
+            kind=kind,
+            payload=payload,
+            expires_at=ts(expires_at),
+            now=ts(utcnow()),
+            replace=replace,
+        )
         async with self._write():
-            await self._conn.execute(
-                "DELETE FROM pending_actions WHERE expires_at <= ?", (ts(utcnow()),)
-            )
-            if replace:
-                await self._conn.execute(
-                    "DELETE FROM pending_actions WHERE user_key = ? AND kind = ?", (user_key, kind)
-                )
-            await self._conn.execute(
-                "INSERT INTO pending_actions(token, user_key, kind, payload, expires_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (token, user_key, kind, payload, ts(expires_at)),
-            )
+            for sql, params in statements:
+                await self._conn.execute(sql, params)
 
     async def take_pending(
         self, *, token: str, user_key: str, kind: str, now: datetime
