@@ -55,6 +55,22 @@ USAGE_TOTALS = (
 (``SELECT {group}, {USAGE_TOTALS} FROM usage ... GROUP BY 1``)."""
 
 
+def usage_filter(
+    since: object, user_key: str | None, workspace: str | None
+) -> tuple[str, list[object]]:
+    """The ``WHERE`` of a usage report or count (``?`` placeholders) and its parameters: calls
+    at or after ``since`` (as the backend stores a time), of ``user_key`` and in
+    ``workspace`` when given."""
+    where, params = ["at >= ?"], [since]
+    if user_key is not None:
+        where.append("user_key = ?")
+        params.append(user_key)
+    if workspace is not None:
+        where.append("workspace = ?")
+        params.append(workspace)
+    return " AND ".join(where), params
+
+
 def usage_row(row: Sequence[Any]) -> UsageRow:
     """One group of a usage report: its label, then the columns of :data:`USAGE_TOTALS`."""
     return UsageRow(str(row[0]), *(int(v) for v in row[1:6]))

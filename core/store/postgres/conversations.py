@@ -27,6 +27,7 @@ from core.store.rows import (
     USAGE_TOTALS,
     place_column,
     turn_from_row,
+    usage_filter,
     usage_row,
 )
 from core.store.seams import FeedbackRow
@@ -454,9 +455,11 @@ class PostgresConversations(PostgresBase):
         workspace: str | None = None,
     ) -> list[UsageRow]:
         group = usage_group_column(by)
-        where, params = _usage_filter(since, user_key, workspace)
+        where, params = usage_filter(since, user_key, workspace)
         rows = await self._fetch(
-            f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1",
+            numbered(
+                f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1"
+            ),
             *params,
         )
         return [usage_row(r) for r in rows]
@@ -464,9 +467,9 @@ class PostgresConversations(PostgresBase):
     async def chat_messages_since(
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
     ) -> int:
-        where, params = _usage_filter(since, user_key, workspace)
+        where, params = usage_filter(since, user_key, workspace)
         count = await self._fetchval(
-            f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", *params
+            numbered(f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'"), *params
         )
         return int(count)
 
@@ -476,20 +479,6 @@ _TURN_INSERT = (
     "conversation_key, user_key, role, author, text, origin, sent_at, created_at, reply_to,"
     " reflection, platform_ref, workspace, thread_ref, claimed_by, claimed_at, place"
 )
-
-
-def _usage_filter(
-    since: datetime, user_key: str | None, workspace: str | None
-) -> tuple[str, list[Any]]:
-    where = ["at >= $1"]
-    params: list[Any] = [since]
-    if user_key is not None:
-        params.append(user_key)
-        where.append(f"user_key = ${len(params)}")
-    if workspace is not None:
-        params.append(workspace)
-        where.append(f"workspace = ${len(params)}")
-    return " AND ".join(where), params
 
 
 async def end_reflection(

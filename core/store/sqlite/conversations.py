@@ -15,6 +15,7 @@ from core.store.rows import (
     USAGE_TOTALS,
     place_column,
     turn_from_row,
+    usage_filter,
     usage_row,
 )
 from core.store.seams import FeedbackRow
@@ -266,7 +267,7 @@ class SQLiteConversations(SQLiteBase):
         workspace: str | None = None,
     ) -> list[UsageRow]:
         group = usage_group_column(by)
-        where, params = _usage_filter(since, user_key, workspace)
+        where, params = usage_filter(ts(since), user_key, workspace)
         rows = await self._fetchall(
             f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1",
             params,
@@ -276,7 +277,7 @@ class SQLiteConversations(SQLiteBase):
     async def chat_messages_since(
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
     ) -> int:
-        where, params = _usage_filter(since, user_key, workspace)
+        where, params = usage_filter(ts(since), user_key, workspace)
         row = await self._fetchone(
             f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
         )
@@ -320,19 +321,6 @@ class SQLiteConversations(SQLiteBase):
             [ts(since)],
         )
         return [FeedbackRow(str(r[0]), r[1], int(r[2]), int(r[3])) for r in rows]
-
-
-def _usage_filter(
-    since: datetime, user_key: str | None, workspace: str | None
-) -> tuple[str, list[str]]:
-    where, params = ["at >= ?"], [ts(since)]
-    if user_key is not None:
-        where.append("user_key = ?")
-        params.append(user_key)
-    if workspace is not None:
-        where.append("workspace = ?")
-        params.append(workspace)
-    return " AND ".join(where), params
 
 
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:
