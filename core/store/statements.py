@@ -7,8 +7,11 @@ transaction around them is the backend's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
+
 from core.store.writes import REFLECTING_SQL
-from core.types import MemoryMode
+from core.types import MemoryMode, ReflectionState, UsageRecord, utcnow
 
 Statement = tuple[str, tuple[object, ...]]
 """SQL text with ``?`` placeholders and its parameters."""
@@ -64,3 +67,54 @@ def put_pending(
         )
     )
     return statements
+
+
+def reflection_end(
+    turn_id: int, state: ReflectionState | None, attempts: int | None
+) -> list[Statement]:
+    """The turn's side of a reflection's end (its usage: :data:`USAGE_INSERT`): unless
+    ``state`` is None, the turn's reflection state (and ``attempts``, when given), only while
+    the turn still waits for its reflection (``REFLECTING``): a turn turned ``off`` by a
+    pause, or finished, stays as it is. With ``state`` None, ``attempts`` (when given) is
+    only noted, never lowered: the usage of that attempt is in."""
+    if state is None:
+        if attempts is None:
+            return []
+        return [
+            (
+                "UPDATE turns SET attempts = ? WHERE id = ? AND attempts < ?",
+                (attempts, turn_id, attempts),
+            )
+        ]
+    return [
+        (
+            "UPDATE turns SET reflection = ?, attempts = coalesce(?, attempts)"
+            f" WHERE id = ? AND reflection IN {REFLECTING_SQL}",
+            (state, attempts, turn_id),
+        )
+    ]
+
+
+USAGE_INSERT = (
+    "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
+    " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""One Claude call's usage row (parameters: :func:`usage_params`)."""
+
+
+def usage_params(usage: UsageRecord, *, time: Callable[[datetime], object]) -> tuple[object, ...]:
+    """:data:`USAGE_INSERT`'s parameters for ``usage`` (at now when it has no time; ``time``
+    turns a time into the backend's form)."""
+    return (
+        time(usage.at or utcnow()),
+        usage.user_key,
+        usage.workspace,
+        usage.kind,
+        usage.model,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_input_tokens,
+        usage.cache_creation_input_tokens,
+        usage.turn_id,
+    )

@@ -31,10 +31,9 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.statements import mode_change
+from core.store.statements import USAGE_INSERT, mode_change, reflection_end, usage_params
 from core.store.writes import (
     QUEUED_SQL,
-    REFLECTING_SQL,
     recovery_key,
     redacted,
     still_reflecting,
@@ -51,6 +50,13 @@ from core.types import (
 )
 
 logger = logging.getLogger(__name__)
+
+_USAGE_INSERT = numbered(USAGE_INSERT)
+
+
+def _as_is(at: datetime) -> datetime:
+    return at
+
 
 # Replicas alive now: those holding their liveness lock in this database ($1 = LOCK_REPLICA).
 _LIVE_REPLICAS = (
@@ -494,43 +500,11 @@ async def end_reflection(
     finished, stays as it is. With ``state`` None, ``attempts`` (when given) is only noted,
     never lowered: the usage of that attempt is in."""
     await _insert_usage(conn, usage)
-    if state is None:
-        if attempts is not None:
-            await conn.execute(
-                "UPDATE turns SET attempts = greatest(attempts, $1) WHERE id = $2",
-                attempts,
-                turn_id,
-            )
-        return
-    await conn.execute(
-        "UPDATE turns SET reflection = $1, attempts = coalesce($2, attempts)"
-        f" WHERE id = $3 AND reflection IN {REFLECTING_SQL}",
-        state,
-        attempts,
-        turn_id,
-    )
+    for sql, params in reflection_end(turn_id, state, attempts):
+        await conn.execute(numbered(sql), *params)
 
 
 async def _insert_usage(conn: asyncpg.Connection, usage: Sequence[UsageRecord]) -> None:
     if not usage:
         return
-    await conn.executemany(
-        "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
-        " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        [
-            (
-                u.at or utcnow(),
-                u.user_key,
-                u.workspace,
-                u.kind,
-                u.model,
-                u.input_tokens,
-                u.output_tokens,
-                u.cache_read_input_tokens,
-                u.cache_creation_input_tokens,
-                u.turn_id,
-            )
-            for u in usage
-        ],
-    )
+    await conn.executemany(_USAGE_INSERT, [usage_params(u, time=_as_is) for u in usage])

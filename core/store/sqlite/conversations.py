@@ -21,8 +21,8 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
-from core.store.statements import mode_change
-from core.store.writes import QUEUED_SQL, REFLECTING_SQL, recovery_key, redacted
+from core.store.statements import USAGE_INSERT, mode_change, reflection_end, usage_params
+from core.store.writes import QUEUED_SQL, recovery_key, redacted
 from core.types import (
     MemoryMode,
     NewTurn,
@@ -380,34 +380,9 @@ def end_reflection(
     given) is only noted, never lowered: the usage of that attempt is in."""
     for record in usage:
         _insert_usage(conn, record)
-    if state is None:
-        if attempts is not None:
-            conn.execute(
-                "UPDATE turns SET attempts = max(attempts, ?) WHERE id = ?", (attempts, turn_id)
-            )
-        return
-    conn.execute(
-        "UPDATE turns SET reflection = ?, attempts = coalesce(?, attempts)"
-        f" WHERE id = ? AND reflection IN {REFLECTING_SQL}",
-        (state, attempts, turn_id),
-    )
+    for sql, params in reflection_end(turn_id, state, attempts):
+        conn.execute(sql, params)
 
 
 def _insert_usage(conn: sqlite3.Connection, usage: UsageRecord) -> None:
-    conn.execute(
-        "INSERT INTO usage(at, user_key, workspace, kind, model, input_tokens,"
-        " output_tokens, cache_read_input_tokens, cache_creation_input_tokens, turn_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            ts(usage.at or utcnow()),
-            usage.user_key,
-            usage.workspace,
-            usage.kind,
-            usage.model,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_input_tokens,
-            usage.cache_creation_input_tokens,
-            usage.turn_id,
-        ),
-    )
+    conn.execute(USAGE_INSERT, usage_params(usage, time=ts))
