@@ -13,12 +13,13 @@ to the message; deleted with the memory). Reflection finds a turn's channel in i
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from core.types import Attribution, ChannelInfo, Place, PlaceKind
+from core.store.statements import StatementRules
+from core.types import Attribution, ChannelInfo, Place, PlaceKind, utcnow
 
 CHANNEL_COLUMNS = (
     "c.channel_key, c.platform, c.workspace, c.channel, c.kind, c.memory_on, c.memory_kind,"
@@ -138,38 +139,35 @@ there from then on stays unused when the channel turns public again, until someo
 channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""
 
 
-def see_channel_params(place: Place, *, at: object) -> tuple[object, ...] | None:
-    """:data:`SEE_CHANNEL`'s parameters for ``place`` (``at``: now, as the backend stores a
-    time); None for a place that is no channel (a DM or group DM)."""
-    if place.channel_key is None or place.channel is None:
-        return None
-    return (place.channel_key, place.platform, place.workspace, place.channel, place.kind, at)
-
-
-class ChannelRules(ABC):
-    """The channel rule both backends share (:meth:`see_channel`), over the backend's read
-    (:meth:`channel`) and its run of :data:`SEE_CHANNEL` (:meth:`_record_channel`)."""
+class ChannelRules(StatementRules):
+    """The channel writes both backends share, over the backend's read (:meth:`channel`)
+    and its run of statements (:meth:`StatementRules._run_statements`)."""
 
     @abstractmethod
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         """As :meth:`ChannelStore.channel`."""
 
-    @abstractmethod
-    async def _record_channel(self, place: Place) -> None:
-        """Run :data:`SEE_CHANNEL` for ``place`` (a channel), seen now
-        (:func:`see_channel_params`)."""
-
     async def see_channel(self, *, place: Place) -> ChannelInfo | None:
-        """:meth:`ChannelStore.see_channel`: read first (every message asks), write only a
-        channel never seen or whose kind changed, then read what is stored."""
+        """:meth:`ChannelStore.see_channel`: read first (every message asks), write
+        (:data:`SEE_CHANNEL`) only a channel never seen or whose kind changed, then read what
+        is stored."""
         key = place.channel_key
         if key is None or place.channel is None:
             return None
         info = await self.channel(channel_key=key)
         if info is None or info.kind != place.kind:
-            await self._record_channel(place)
+            seen = (key, place.platform, place.workspace, place.channel, place.kind, utcnow())
+            await self._run_statements([(SEE_CHANNEL, seen)])
             info = await self.channel(channel_key=key)
         return info
+
+    async def touch_channel(self, *, channel_key: str) -> None:
+        """:meth:`ChannelStore.touch_channel`."""
+        await self._run_statements([(BUMP_CHANNEL, (channel_key,))])
+
+
+BUMP_CHANNEL = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
+"""A new revision of the channel (``?``: its key)."""
 
 
 async def channel_keys(store: ChannelStore) -> frozenset[str]:

@@ -1,72 +1,112 @@
-"""Statements both backends run as they are, written once: SQL text with ``?`` placeholders
-and its parameters, in the order to run them in one transaction. SQLite runs them as they
-are; PostgreSQL numbers the placeholders (:func:`core.store.postgres.migrations.numbered`).
-Times come in as each backend stores them (``at``): ISO text for SQLite, an aware
-``datetime`` for PostgreSQL. The rule (which statements, in which order) is here; the
-transaction around them is the backend's."""
+"""Writes both backends run as the same statements, written once: SQL text with ``?``
+placeholders and its parameters, in the order to run them in one transaction.
+
+:class:`StatementRules` holds the store methods that are only such statements (a memory
+mode change, a pending action put or dropped, feedback); a backend supplies one hook,
+:meth:`StatementRules._run_statements`, that runs statements in one write transaction of its
+own: SQLite as they are, with each ``datetime`` parameter as its stored ISO text;
+PostgreSQL with the placeholders numbered (:func:`core.store.postgres.migrations.numbered`).
+The rule (which statements, in which order) is here; the transaction is the backend's.
+:func:`reflection_end` and :data:`USAGE_INSERT` are statements a backend runs inside
+transactions of its own (a reflection's end, a turn's finish)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from core.store.writes import REFLECTING_SQL
 from core.types import MemoryMode, ReflectionState, UsageRecord, utcnow
 
 Statement = tuple[str, tuple[object, ...]]
-"""SQL text with ``?`` placeholders and its parameters."""
+"""SQL text with ``?`` placeholders and its parameters (times as aware ``datetime``)."""
 
 
-def mode_change(user_key: str, mode: MemoryMode, *, at: object) -> list[Statement]:
-    """The statements, with their parameters, that set ``user_key``'s memory mode, to run in
-    order in one transaction (``?`` placeholders; ``at``: now, as the backend stores a
-    time). ``on`` is the default, kept as no row. Any other mode is stored and stops
-    learning from the user's turns not reflected on yet (``answering`` or ``pending``) in
-    the same transaction, so the reflection of a turn in between needs no second read of the
-    mode."""
-    if mode == "on":
-        return [("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))]
-    return [
-        (
+class StatementRules(ABC):
+    """The store methods that are statements both backends run as they are."""
+
+    @abstractmethod
+    async def _run_statements(
+        self, statements: Sequence[Statement], *, retry: bool = False
+    ) -> None:
+        """Run ``statements`` in order in one write transaction, committed on return (an
+        error rolls all back). ``retry``: run the transaction again when the database aborts
+        it to break a deadlock (PostgreSQL; a user's mode change crosses the turn loop's
+        locks)."""
+
+    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
+        """:meth:`core.store.seams.ModeStore.set_mode`. ``on`` is the default, kept as no
+        row. Any other mode is stored and stops learning from the user's turns not reflected
+        on yet (``answering`` or ``pending``) in the same transaction, so the reflection of a
+        turn in between needs no second read of the mode."""
+        if mode == "on":
+            await self._run_statements(
+                [("DELETE FROM memory_modes WHERE user_key = ?", (user_key,))], retry=True
+            )
+            return
+        upsert = (
             "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)"
             " ON CONFLICT (user_key) DO UPDATE SET mode = excluded.mode,"
-            " updated_at = excluded.updated_at",
-            (user_key, mode, at),
-        ),
-        (
-            f"UPDATE turns SET reflection = 'off' WHERE user_key = ? AND reflection IN"
-            f" {REFLECTING_SQL}",
-            (user_key,),
-        ),
-    ]
-
-
-def put_pending(
-    *,
-    token: str,
-    user_key: str,
-    kind: str,
-    payload: str,
-    expires_at: object,
-    now: object,
-    replace: bool,
-) -> list[Statement]:
-    """The statements of :meth:`core.store.seams.PlanStore.put_pending`: expired actions go
-    first (every write sweeps them), then with ``replace`` the user's pending action of the
-    same ``kind``, then the new one."""
-    statements: list[Statement] = [("DELETE FROM pending_actions WHERE expires_at <= ?", (now,))]
-    if replace:
-        statements.append(
-            ("DELETE FROM pending_actions WHERE user_key = ? AND kind = ?", (user_key, kind))
+            " updated_at = excluded.updated_at"
         )
-    statements.append(
-        (
+        stop = (
+            "UPDATE turns SET reflection = 'off'"
+            f" WHERE user_key = ? AND reflection IN {REFLECTING_SQL}"
+        )
+        await self._run_statements(
+            [(upsert, (user_key, mode, utcnow())), (stop, (user_key,))], retry=True
+        )
+
+    async def put_pending(
+        self,
+        *,
+        token: str,
+        user_key: str,
+        kind: str,
+        payload: str,
+        expires_at: datetime,
+        replace: bool = False,
+    ) -> None:
+        """:meth:`core.store.seams.PlanStore.put_pending`: expired actions go first (every
+        put sweeps them), then with ``replace`` the user's pending action of the same
+        ``kind``, then the new one."""
+        statements: list[Statement] = [
+            ("DELETE FROM pending_actions WHERE expires_at <= ?", (utcnow(),))
+        ]
+        if replace:
+            statements.append(
+                ("DELETE FROM pending_actions WHERE user_key = ? AND kind = ?", (user_key, kind))
+            )
+        insert = (
             "INSERT INTO pending_actions(token, user_key, kind, payload, expires_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (token, user_key, kind, payload, expires_at),
+            " VALUES (?, ?, ?, ?, ?)"
         )
-    )
-    return statements
+        statements.append((insert, (token, user_key, kind, payload, expires_at)))
+        await self._run_statements(statements)
+
+    async def drop_pending(self, *, token: str) -> None:
+        """:meth:`core.store.seams.PlanStore.drop_pending`."""
+        await self._run_statements([("DELETE FROM pending_actions WHERE token = ?", (token,))])
+
+    async def record_feedback(
+        self,
+        *,
+        answer_ref: str,
+        user_key: str,
+        workspace: str | None,
+        positive: bool,
+        at: datetime | None = None,
+    ) -> None:
+        """:meth:`core.store.seams.FeedbackStore.record_feedback`: one vote per answer and
+        person, the last one kept."""
+        upsert = (
+            "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (answer_ref, user_key) DO UPDATE SET"
+            " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at"
+        )
+        params = (answer_ref, user_key, workspace, positive, at or utcnow())
+        await self._run_statements([(upsert, params)])
 
 
 def reflection_end(

@@ -46,6 +46,7 @@ from core.store.locks import KeyedLocks
 from core.store.migrations import effects_of, migrations_of
 from core.store.postgres.migrations import numbered
 from core.store.schema import check_schema, first_version, state_of_rows
+from core.store.statements import Statement
 from core.store.writes import REFLECTING_SQL
 
 logger = logging.getLogger(__name__)
@@ -307,6 +308,22 @@ class PostgresBase:
             return None
         self._uids[user_key] = int(uid)
         return int(uid)
+
+    async def _run_statements(
+        self, statements: Sequence[Statement], *, retry: bool = False
+    ) -> None:
+        """:meth:`core.store.statements.StatementRules._run_statements`: one transaction
+        (:meth:`_tx`, or :meth:`_tx_retrying` with ``retry``), the placeholders numbered."""
+
+        async def run(conn: asyncpg.Connection) -> None:
+            for sql, params in statements:
+                await conn.execute(numbered(sql), *params)
+
+        if retry:
+            await self._tx_retrying(run)
+            return
+        async with self._tx() as conn:
+            await run(conn)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

@@ -11,33 +11,27 @@ import asyncpg
 
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
+    BUMP_CHANNEL,
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
-    SEE_CHANNEL,
     ChannelRules,
     attribution_from_row,
     channel_from_row,
-    see_channel_params,
 )
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.migrations import numbered
-from core.types import Attribution, ChannelInfo, Place, utcnow
+from core.types import Attribution, ChannelInfo
 
-_SEE_CHANNEL = numbered(SEE_CHANNEL)
+_BUMP_CHANNEL = numbered(BUMP_CHANNEL)
 
 
 def _same(value: Any) -> Any:
     return value
 
 
-class PostgresChannels(ChannelRules, PostgresBase):
-    """Channels seen, their memory's settings, the attribution of their entries (the rule
-    of a channel seen: :class:`core.store.channels.ChannelRules`)."""
-
-    async def _record_channel(self, place: Place) -> None:
-        params = see_channel_params(place, at=utcnow())
-        if params is not None:
-            await self._execute(_SEE_CHANNEL, *params)
+class PostgresChannels(PostgresBase, ChannelRules):
+    """Channels seen, their memory's settings, the attribution of their entries (a channel
+    seen and touched: :class:`core.store.channels.ChannelRules`)."""
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchrow(
@@ -93,11 +87,6 @@ class PostgresChannels(ChannelRules, PostgresBase):
                 list(memory_ids),
             )
 
-    async def touch_channel(self, *, channel_key: str) -> None:
-        await self._execute(
-            "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
-        )
-
     async def attributions(
         self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
@@ -152,6 +141,4 @@ async def write_attribution(
             for a in entries
         ],
     )
-    await conn.execute(
-        "UPDATE channels SET version = version + 1 WHERE channel_key = $1", channel_key
-    )
+    await conn.execute(_BUMP_CHANNEL, channel_key)

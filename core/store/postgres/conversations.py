@@ -31,7 +31,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.statements import USAGE_INSERT, mode_change, reflection_end, usage_params
+from core.store.statements import USAGE_INSERT, reflection_end, usage_params
 from core.store.writes import (
     QUEUED_SQL,
     recovery_key,
@@ -379,17 +379,6 @@ class PostgresConversations(PostgresBase):
         mode = await self._fetchval("SELECT mode FROM memory_modes WHERE user_key = $1", user_key)
         return cast(MemoryMode, mode) if mode else "on"
 
-    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        statements = mode_change(user_key, mode, at=utcnow())
-
-        async def change(conn: asyncpg.Connection) -> None:
-            for sql, params in statements:
-                await conn.execute(numbered(sql), *params)
-
-        # Its turns' locks can cross a forget's and a turn finishing: run again when the
-        # server breaks such a deadlock (PostgresBase._tx_retrying).
-        await self._tx_retrying(change)
-
     async def mark_once(self, *, mark: str) -> bool:
         # Most marks are asked for again and again (a first-DM notice): read first, write
         # only a new one.
@@ -404,26 +393,6 @@ class PostgresConversations(PostgresBase):
     async def record_usage(self, *, usage: UsageRecord) -> None:
         async with self._tx() as conn:
             await _insert_usage(conn, [usage])
-
-    async def record_feedback(
-        self,
-        *,
-        answer_ref: str,
-        user_key: str,
-        workspace: str | None,
-        positive: bool,
-        at: datetime | None = None,
-    ) -> None:
-        await self._execute(
-            "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (answer_ref, user_key) DO UPDATE SET"
-            " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at",
-            answer_ref,
-            user_key,
-            workspace,
-            positive,
-            at or utcnow(),
-        )
 
     async def answered_message(
         self, *, user_key: str, platform_ref: str, conversation_prefix: str

@@ -48,14 +48,12 @@ from typing import TypeVar
 from core.store.memories import MemoryRules, MemoryTx
 from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.conversations import PostgresConversations
-from core.store.postgres.migrations import numbered
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
 from core.store.postgres.tx import PostgresTx
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
 from core.store.rows import memory_filter
-from core.store.statements import put_pending
-from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
+from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +65,10 @@ class PostgresStore(
 ):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
     PostgresStore.open(url)``, close with ``close``. Its memory writes are the shared rules
-    (:class:`core.store.memories.MemoryRules`) over :class:`core.store.postgres.tx.PostgresTx`."""
+    (:class:`core.store.memories.MemoryRules`) over :class:`core.store.postgres.tx.PostgresTx`;
+    its statement-only writes (a mode change, pending actions, feedback, a channel seen) are
+    :class:`core.store.channels.ChannelRules` and :class:`core.store.statements.StatementRules`
+    over ``PostgresBase._run_statements``."""
 
     async def _transact(
         self, work: Callable[[MemoryTx], Awaitable[T]], *, retry: bool = False
@@ -224,29 +225,6 @@ class PostgresStore(
         ]
 
     # ---------------------------------------------------------------- pending actions
-    async def put_pending(
-        self,
-        *,
-        token: str,
-        user_key: str,
-        kind: str,
-        payload: str,
-        expires_at: datetime,
-        replace: bool = False,
-    ) -> None:
-        statements = put_pending(
-            token=token,
-            user_key=user_key,
-            kind=kind,
-            payload=payload,
-            expires_at=expires_at,
-            now=utcnow(),
-            replace=replace,
-        )
-        async with self._tx() as conn:
-            for sql, params in statements:
-                await conn.execute(numbered(sql), *params)
-
     async def take_pending(
         self, *, token: str, user_key: str, kind: str, now: datetime
     ) -> str | None:
@@ -269,6 +247,3 @@ class PostgresStore(
             now,
         )
         return None if owner is None else str(owner)
-
-    async def drop_pending(self, *, token: str) -> None:
-        await self._execute("DELETE FROM pending_actions WHERE token = $1", token)

@@ -66,6 +66,7 @@ from core.store.effects import Notes, Notify
 from core.store.migrations import effects_of, migrations_of
 from core.store.schema import check_schema, first_version, state_of_rows
 from core.store.sqlite.migrations import fts_table
+from core.store.statements import Statement
 from core.types import NewMemory, utcnow
 
 logger = logging.getLogger(__name__)
@@ -339,6 +340,23 @@ class SQLiteBase:
                     raise
             finally:
                 self._write_lock.release()
+
+    async def _run_statements(
+        self, statements: Sequence[Statement], *, retry: bool = False
+    ) -> None:
+        """:meth:`core.store.statements.StatementRules._run_statements`: one operation of
+        the next grouped transaction (:meth:`_run`), each ``datetime`` parameter as its ISO
+        text (:func:`ts`). ``retry`` is moot: one writer, no deadlock."""
+        rows = [
+            (sql, tuple(ts(p) if isinstance(p, datetime) else p for p in params))
+            for sql, params in statements
+        ]
+
+        def run(conn: sqlite3.Connection) -> None:
+            for sql, params in rows:
+                conn.execute(sql, params)
+
+        await self._run(run)
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(sqlite3_connection, *args)`` as one call on the connection's own thread.

@@ -11,29 +11,20 @@ import aiosqlite
 
 from core.store.channels import (
     ATTRIBUTION_COLUMNS,
+    BUMP_CHANNEL,
     CHANNEL_COLUMNS,
     CHANNEL_FROM,
-    SEE_CHANNEL,
     ChannelRules,
     attribution_from_row,
     channel_from_row,
-    see_channel_params,
 )
 from core.store.sqlite.base import SQLiteBase, dt, ts
-from core.types import Attribution, ChannelInfo, Place, utcnow
-
-_BUMP_ONE = "UPDATE channels SET version = version + 1 WHERE channel_key = ?"
+from core.types import Attribution, ChannelInfo
 
 
-class SQLiteChannels(ChannelRules, SQLiteBase):
-    """Channels seen, their memory's settings, the attribution of their entries (the rule
-    of a channel seen: :class:`core.store.channels.ChannelRules`)."""
-
-    async def _record_channel(self, place: Place) -> None:
-        params = see_channel_params(place, at=ts(utcnow()))
-        if params is not None:
-            async with self._write():
-                await self._conn.execute(SEE_CHANNEL, params)
+class SQLiteChannels(SQLiteBase, ChannelRules):
+    """Channels seen, their memory's settings, the attribution of their entries (a channel
+    seen and touched: :class:`core.store.channels.ChannelRules`)."""
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
         row = await self._fetchone(
@@ -94,10 +85,6 @@ class SQLiteChannels(ChannelRules, SQLiteBase):
                 (ids,),
             )
 
-    async def touch_channel(self, *, channel_key: str) -> None:
-        async with self._write():
-            await self._conn.execute(_BUMP_ONE, (channel_key,))
-
     async def attributions(
         self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
@@ -155,4 +142,4 @@ async def write_attribution(
             for a in entries
         ],
     )
-    await conn.execute(_BUMP_ONE, (channel_key,))
+    await conn.execute(BUMP_CHANNEL, (channel_key,))

@@ -21,7 +21,7 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
-from core.store.statements import USAGE_INSERT, mode_change, reflection_end, usage_params
+from core.store.statements import USAGE_INSERT, reflection_end, usage_params
 from core.store.writes import QUEUED_SQL, recovery_key, redacted
 from core.types import (
     MemoryMode,
@@ -232,15 +232,6 @@ class SQLiteConversations(SQLiteBase):
         row = await self._fetchone("SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,))
         return cast(MemoryMode, row[0]) if row else "on"
 
-    async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
-        statements = mode_change(user_key, mode, at=ts(utcnow()))
-
-        def update(conn: sqlite3.Connection) -> None:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-        await self._run(update)
-
     async def mark_once(self, *, mark: str) -> bool:
         # Most marks are asked for again and again (a first-DM notice): read first, on the
         # read connection, and write only a new one.
@@ -282,25 +273,6 @@ class SQLiteConversations(SQLiteBase):
             f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
         )
         return int(row[0]) if row else 0
-
-    async def record_feedback(
-        self,
-        *,
-        answer_ref: str,
-        user_key: str,
-        workspace: str | None,
-        positive: bool,
-        at: datetime | None = None,
-    ) -> None:
-        params = (answer_ref, user_key, workspace, int(positive), ts(at or utcnow()))
-        await self._run(
-            lambda c: c.execute(
-                "INSERT INTO feedback(answer_ref, user_key, workspace, positive, at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(answer_ref, user_key) DO UPDATE SET"
-                " workspace = excluded.workspace, positive = excluded.positive, at = excluded.at",
-                params,
-            )
-        )
 
     async def answered_message(
         self, *, user_key: str, platform_ref: str, conversation_prefix: str

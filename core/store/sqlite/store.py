@@ -41,8 +41,7 @@ from core.store.sqlite.migrations import FTS_SHARDS, fts_table
 from core.store.sqlite.tx import SQLiteTx
 from core.store.sqlite.uses import SQLiteRecallLog
 from core.store.sqlite.vectors import SQLiteVectors
-from core.store.statements import put_pending
-from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary, utcnow
+from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +80,9 @@ def _memory(row: Sequence[Any]) -> Memory:
 class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
     """The SQLite store (:class:`core.store.seams.Store`); open with ``open``. Its memory
     writes are the shared rules (:class:`core.store.memories.MemoryRules`) over
-    :class:`core.store.sqlite.tx.SQLiteTx`."""
+    :class:`core.store.sqlite.tx.SQLiteTx`; its statement-only writes (a mode change, pending
+    actions, feedback, a channel seen) are :class:`core.store.channels.ChannelRules` and
+    :class:`core.store.statements.StatementRules` over ``SQLiteBase._run_statements``."""
 
     forget_batch = FORGET_BATCH
 
@@ -302,29 +303,6 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
         ]
 
     # ---------------------------------------------------------------- pending actions
-    async def put_pending(
-        self,
-        *,
-        token: str,
-        user_key: str,
-        kind: str,
-        payload: str,
-        expires_at: datetime,
-        replace: bool = False,
-    ) -> None:
-        statements = put_pending(
-            token=token,
-            user_key=user_key,
-            kind=kind,
-            payload=payload,
-            expires_at=ts(expires_at),
-            now=ts(utcnow()),
-            replace=replace,
-        )
-        async with self._write():
-            for sql, params in statements:
-                await self._conn.execute(sql, params)
-
     async def take_pending(
         self, *, token: str, user_key: str, kind: str, now: datetime
     ) -> str | None:
@@ -342,7 +320,3 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
             (token, kind, ts(now)),
         )
         return str(row[0]) if row else None
-
-    async def drop_pending(self, *, token: str) -> None:
-        async with self._write():
-            await self._conn.execute("DELETE FROM pending_actions WHERE token = ?", (token,))
