@@ -161,6 +161,48 @@ class ChannelRules(StatementRules):
             info = await self.channel(channel_key=key)
         return info
 
+    async def set_channel_memory(
+        self,
+        *,
+        channel_key: str,
+        on: bool,
+        by: str,
+        at: datetime,
+        allowed: Sequence[str] | None = None,
+    ) -> ChannelInfo | None:
+        """:meth:`ChannelStore.set_channel_memory`: turned on, the memory is kept under the
+        channel's kind now (reviewed)."""
+        update = (
+            "UPDATE channels SET memory_on = ?, changed_by = ?, changed_at = ?,"
+            " memory_kind = CASE WHEN ? THEN kind ELSE memory_kind END,"
+            " allowed = COALESCE(?, allowed) WHERE channel_key = ?"
+        )
+        who = None if allowed is None else " ".join(allowed)
+        (changed,) = await self._run_statements([(update, (on, by, at, on, who, channel_key))])
+        return None if changed == 0 else await self.channel(channel_key=channel_key)
+
+    async def unattribute(self, *, user_key: str) -> int:
+        """:meth:`ChannelStore.unattribute`: the channels it touches get a new revision."""
+        _, unnamed, _ = await self._run_statements(
+            [
+                (
+                    "UPDATE channels SET version = version + 1 WHERE channel_key IN"
+                    " (SELECT channel_key FROM channel_entries WHERE said_by = ?)",
+                    (user_key,),
+                ),
+                (
+                    "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL"
+                    " WHERE said_by = ?",
+                    (user_key,),
+                ),
+                (
+                    "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = ?",
+                    (user_key,),
+                ),
+            ]
+        )
+        return unnamed
+
     async def touch_channel(self, *, channel_key: str) -> None:
         """:meth:`ChannelStore.touch_channel`."""
         await self._run_statements([(BUMP_CHANNEL, (channel_key,))])

@@ -2,7 +2,8 @@
 placeholders and its parameters, in the order to run them in one transaction.
 
 :class:`StatementRules` holds the store methods that are only such statements (a memory
-mode change, a pending action put or dropped, feedback); a backend supplies one hook,
+mode change, a reflection's end, pruning turns, a pending action put or dropped, feedback;
+a channel's: :class:`core.store.channels.ChannelRules`); a backend supplies one hook,
 :meth:`StatementRules._run_statements`, that runs statements in one write transaction of its
 own: SQLite as they are, with each ``datetime`` parameter as its stored ISO text;
 PostgreSQL with the placeholders numbered (:func:`core.store.postgres.migrations.numbered`).
@@ -16,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from core.store.writes import REFLECTING_SQL
+from core.store.writes import QUEUED_SQL, REFLECTING_SQL
 from core.types import MemoryMode, ReflectionState, UsageRecord, utcnow
 
 Statement = tuple[str, tuple[object, ...]]
@@ -29,11 +30,11 @@ class StatementRules(ABC):
     @abstractmethod
     async def _run_statements(
         self, statements: Sequence[Statement], *, retry: bool = False
-    ) -> None:
+    ) -> list[int]:
         """Run ``statements`` in order in one write transaction, committed on return (an
-        error rolls all back). ``retry``: run the transaction again when the database aborts
-        it to break a deadlock (PostgreSQL; a user's mode change crosses the turn loop's
-        locks)."""
+        error rolls all back); returns how many rows each changed. ``retry``: run the
+        transaction again when the database aborts it to break a deadlock (PostgreSQL; a
+        user's mode change crosses the turn loop's locks)."""
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
         """:meth:`core.store.seams.ModeStore.set_mode`. ``on`` is the default, kept as no
@@ -84,6 +85,34 @@ class StatementRules(ABC):
         )
         statements.append((insert, (token, user_key, kind, payload, expires_at)))
         await self._run_statements(statements)
+
+    async def set_reflection(
+        self,
+        *,
+        turn_id: int,
+        state: ReflectionState,
+        attempts: int | None = None,
+        usage: Sequence[UsageRecord] = (),
+    ) -> None:
+        """:meth:`core.store.seams.ReflectionQueue.set_reflection`: the usage, then the
+        turn's state (:func:`reflection_end`), in one transaction."""
+        rows = [(USAGE_INSERT, usage_params(u, time=_as_is)) for u in usage]
+        await self._run_statements([*rows, *reflection_end(turn_id, state, attempts)])
+
+    async def prune_turns(self, *, older_than: datetime) -> int:
+        """:meth:`core.store.seams.TurnStore.prune_turns`: turns older than ``older_than``
+        whose reflection is not queued, and the platform events claimed before it."""
+        turns, _ = await self._run_statements(
+            [
+                (
+                    "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR"
+                    f" reflection NOT IN {QUEUED_SQL})",
+                    (older_than,),
+                ),
+                ("DELETE FROM processed_events WHERE claimed_at < ?", (older_than,)),
+            ]
+        )
+        return turns
 
     async def drop_pending(self, *, token: str) -> None:
         """:meth:`core.store.seams.PlanStore.drop_pending`."""
@@ -158,3 +187,7 @@ def usage_params(usage: UsageRecord, *, time: Callable[[datetime], object]) -> t
         usage.cache_creation_input_tokens,
         usage.turn_id,
     )
+
+
+def _as_is(at: datetime) -> datetime:
+    return at

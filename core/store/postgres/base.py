@@ -311,19 +311,21 @@ class PostgresBase:
 
     async def _run_statements(
         self, statements: Sequence[Statement], *, retry: bool = False
-    ) -> None:
+    ) -> list[int]:
         """:meth:`core.store.statements.StatementRules._run_statements`: one transaction
         (:meth:`_tx`, or :meth:`_tx_retrying` with ``retry``), the placeholders numbered."""
 
-        async def run(conn: asyncpg.Connection) -> None:
-            for sql, params in statements:
-                await conn.execute(numbered(sql), *params)
+        async def run(conn: asyncpg.Connection) -> list[int]:
+            # A command tag ("UPDATE 3", "INSERT 0 1") ends with the rows it changed.
+            return [
+                int(str(await conn.execute(numbered(sql), *params)).split()[-1])
+                for sql, params in statements
+            ]
 
         if retry:
-            await self._tx_retrying(run)
-            return
+            return await self._tx_retrying(run)
         async with self._tx() as conn:
-            await run(conn)
+            return await run(conn)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

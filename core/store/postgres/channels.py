@@ -4,7 +4,6 @@ m015 tables ``channels`` and ``channel_entries``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -38,29 +37,6 @@ class PostgresChannels(PostgresBase, ChannelRules):
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = $1", channel_key
         )
         return None if row is None else channel_from_row(list(row), when=_same)
-
-    async def set_channel_memory(
-        self,
-        *,
-        channel_key: str,
-        on: bool,
-        by: str,
-        at: datetime,
-        allowed: Sequence[str] | None = None,
-    ) -> ChannelInfo | None:
-        status = await self._execute(
-            "UPDATE channels SET memory_on = $1, changed_by = $2, changed_at = $3,"
-            " memory_kind = CASE WHEN $1 THEN kind ELSE memory_kind END,"
-            " allowed = COALESCE($4, allowed) WHERE channel_key = $5",
-            on,
-            by,
-            at,
-            None if allowed is None else " ".join(allowed),
-            channel_key,
-        )
-        if status.endswith(" 0"):
-            return None
-        return await self.channel(channel_key=channel_key)
 
     async def list_channels(self) -> list[ChannelInfo]:
         rows = await self._fetch(
@@ -103,22 +79,6 @@ class PostgresChannels(PostgresBase, ChannelRules):
             list(memory_ids),
         )
         return {int(r[0]): attribution_from_row(list(r), when=_same) for r in rows}
-
-    async def unattribute(self, *, user_key: str) -> int:
-        async with self._tx() as conn:
-            await conn.execute(
-                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
-                " (SELECT channel_key FROM channel_entries WHERE said_by = $1)",
-                user_key,
-            )
-            status = await conn.execute(
-                "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = $1",
-                user_key,
-            )
-            await conn.execute(
-                "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = $1", user_key
-            )
-        return int(status.split()[-1])
 
 
 async def write_attribution(

@@ -285,27 +285,6 @@ class PostgresConversations(PostgresBase):
         )
         return sorted((turn_from_row(r) for r in rows), key=lambda t: t.id)
 
-    async def set_reflection(
-        self,
-        *,
-        turn_id: int,
-        state: ReflectionState,
-        attempts: int | None = None,
-        usage: Sequence[UsageRecord] = (),
-    ) -> None:
-        async with self._tx() as conn:
-            await end_reflection(conn, turn_id, state, attempts, usage)
-
-    async def prune_turns(self, *, older_than: datetime) -> int:
-        async with self._tx() as conn:
-            status = await conn.execute(
-                "DELETE FROM turns WHERE created_at < $1 AND (reflection IS NULL OR reflection"
-                f" NOT IN {QUEUED_SQL})",
-                older_than,
-            )
-            await conn.execute("DELETE FROM processed_events WHERE claimed_at < $1", older_than)
-            return int(status.split()[-1])
-
     async def claim_event(self, *, keys: Sequence[str]) -> bool:
         """Claim a platform event by all its keys, atomically across replicas: the keys are
         inserted (in sorted order, so two claims cannot deadlock) and the claim stands only

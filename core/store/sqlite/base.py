@@ -343,7 +343,7 @@ class SQLiteBase:
 
     async def _run_statements(
         self, statements: Sequence[Statement], *, retry: bool = False
-    ) -> None:
+    ) -> list[int]:
         """:meth:`core.store.statements.StatementRules._run_statements`: one operation of
         the next grouped transaction (:meth:`_run`), each ``datetime`` parameter as its ISO
         text (:func:`ts`). ``retry`` is moot: one writer, no deadlock."""
@@ -352,11 +352,10 @@ class SQLiteBase:
             for sql, params in statements
         ]
 
-        def run(conn: sqlite3.Connection) -> None:
-            for sql, params in rows:
-                conn.execute(sql, params)
+        def run(conn: sqlite3.Connection) -> list[int]:
+            return [conn.execute(sql, params).rowcount for sql, params in rows]
 
-        await self._run(run)
+        return await self._run(run)
 
     async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(sqlite3_connection, *args)`` as one call on the connection's own thread.

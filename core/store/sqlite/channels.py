@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 
 import aiosqlite
 
@@ -31,33 +30,6 @@ class SQLiteChannels(SQLiteBase, ChannelRules):
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = ?", (channel_key,)
         )
         return None if row is None else channel_from_row(row, when=dt)
-
-    async def set_channel_memory(
-        self,
-        *,
-        channel_key: str,
-        on: bool,
-        by: str,
-        at: datetime,
-        allowed: Sequence[str] | None = None,
-    ) -> ChannelInfo | None:
-        async with self._write():
-            cur = await self._conn.execute(
-                "UPDATE channels SET memory_on = ?, changed_by = ?, changed_at = ?,"
-                " memory_kind = CASE WHEN ? THEN kind ELSE memory_kind END,"
-                " allowed = COALESCE(?, allowed) WHERE channel_key = ?",
-                (
-                    int(on),
-                    by,
-                    ts(at),
-                    int(on),
-                    None if allowed is None else " ".join(allowed),
-                    channel_key,
-                ),
-            )
-            if cur.rowcount == 0:
-                return None
-        return await self.channel(channel_key=channel_key)
 
     async def list_channels(self) -> list[ChannelInfo]:
         rows = await self._fetchall(
@@ -100,23 +72,6 @@ class SQLiteChannels(SQLiteBase, ChannelRules):
             (channel_key, json.dumps(list(memory_ids))),
         )
         return {int(r[0]): attribution_from_row(r, when=dt) for r in rows}
-
-    async def unattribute(self, *, user_key: str) -> int:
-        async with self._write():
-            await self._conn.execute(
-                "UPDATE channels SET version = version + 1 WHERE channel_key IN"
-                " (SELECT channel_key FROM channel_entries WHERE said_by = ?)",
-                (user_key,),
-            )
-            cur = await self._conn.execute(
-                "UPDATE channel_entries SET said_by = NULL, said_by_name = NULL WHERE said_by = ?",
-                (user_key,),
-            )
-            changed = cur.rowcount
-            await self._conn.execute(
-                "UPDATE channel_entries SET changed_by = NULL WHERE changed_by = ?", (user_key,)
-            )
-            return changed
 
 
 async def write_attribution(

@@ -200,28 +200,6 @@ class SQLiteConversations(SQLiteBase):
         )
         return [turn_from_row(r, time=dt) for r in rows]
 
-    async def set_reflection(
-        self,
-        *,
-        turn_id: int,
-        state: ReflectionState,
-        attempts: int | None = None,
-        usage: Sequence[UsageRecord] = (),
-    ) -> None:
-        await self._run(lambda c: end_reflection(c, turn_id, state, attempts, usage))
-
-    async def prune_turns(self, *, older_than: datetime) -> int:
-        def prune(conn: sqlite3.Connection) -> int:
-            cur = conn.execute(
-                "DELETE FROM turns WHERE created_at < ? AND (reflection IS NULL OR reflection"
-                f" NOT IN {QUEUED_SQL})",
-                (ts(older_than),),
-            )
-            conn.execute("DELETE FROM processed_events WHERE claimed_at < ?", (ts(older_than),))
-            return cur.rowcount
-
-        return await self._run(prune)
-
     async def claim_event(self, *, keys: Sequence[str]) -> bool:
         if not keys:
             return True
