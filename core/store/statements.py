@@ -2,7 +2,8 @@
 placeholders and its parameters, in the order to run them in one transaction.
 
 :class:`StatementRules` holds the store methods that are only such statements (a memory
-mode change, a reflection's end, pruning turns, a pending action put or dropped, feedback;
+mode change, a reflection's end, pruning turns, a call's usage, a pending action put or
+dropped, feedback;
 a channel's: :class:`core.store.channels.ChannelRules`); a backend supplies one hook,
 :meth:`StatementRules._run_statements`, that runs statements in one write transaction of its
 own: SQLite as they are, with each ``datetime`` parameter as its stored ISO text;
@@ -113,6 +114,10 @@ class StatementRules(ABC):
             ]
         )
         return turns
+
+    async def record_usage(self, *, usage: UsageRecord) -> None:
+        """:meth:`core.store.seams.UsageStore.record_usage`."""
+        await self._run_statements([(USAGE_INSERT, usage_params(usage, time=_as_is))])
 
     async def drop_pending(self, *, token: str) -> None:
         """:meth:`core.store.seams.PlanStore.drop_pending`."""

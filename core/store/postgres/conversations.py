@@ -369,10 +369,6 @@ class PostgresConversations(PostgresBase):
         return status == "INSERT 0 1"
 
     # ---------------------------------------------------------------- usage
-    async def record_usage(self, *, usage: UsageRecord) -> None:
-        async with self._tx() as conn:
-            await _insert_usage(conn, [usage])
-
     async def answered_message(
         self, *, user_key: str, platform_ref: str, conversation_prefix: str
     ) -> bool:

@@ -224,9 +224,6 @@ class SQLiteConversations(SQLiteBase):
 
         return await self._run(insert)
 
-    async def record_usage(self, *, usage: UsageRecord) -> None:
-        await self._run(lambda c: _insert_usage(c, usage))
-
     async def usage_report(
         self,
         *,
