@@ -3,8 +3,8 @@ placeholders and its parameters, in the order to run them in one transaction.
 
 :class:`StatementRules` holds the store methods that are only such statements (a memory
 mode change, a reflection's end, pruning turns, a call's usage, a pending action put or
-dropped, feedback;
-a channel's: :class:`core.store.channels.ChannelRules`); a backend supplies one hook,
+dropped, feedback; a channel's: :class:`core.store.channels.ChannelRules`); a backend
+supplies one hook,
 :meth:`StatementRules._run_statements`, that runs statements in one write transaction of its
 own: SQLite as they are, with each ``datetime`` parameter as its stored ISO text;
 PostgreSQL with the placeholders numbered (:func:`core.store.postgres.migrations.numbered`).
