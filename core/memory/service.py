@@ -557,14 +557,22 @@ class MemoryService:
         reach: Sequence[str] | None = None,
     ) -> list[Memory]:
         """Active memories, newest first; ``limit`` in 1..1000; ``reach``: only those usable
-        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one)."""
+        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one). A
+        sentence the user said in several places (a copy per place,
+        :mod:`core.rules.reassert`) is listed once, as its newest copy; forgetting it
+        forgets every copy."""
         return await self.store.list_memories(
-            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0), reach=reach
+            user_key=user_key,
+            limit=min(max(limit, 1), 1000),
+            offset=max(offset, 0),
+            reach=reach,
+            one_copy=True,
         )
 
     async def count(self, *, user_key: str) -> int:
-        """Number of active memories."""
-        return await self.store.count(user_key=user_key)
+        """Number of active memories, as :meth:`list_memories` lists them (a sentence learned
+        in several places once)."""
+        return await self.store.count(user_key=user_key, one_copy=True)
 
     async def search(
         self, *, user_key: str, query: str, k: int = 6, reach: Sequence[str] | None = None
