@@ -114,7 +114,9 @@ async def test_team_decision_in_its_channel_and_threads_and_nowhere_else(
             ),
         )
     for text in (later, same_thread):
-        assert PG16 in text and OWNER in text and '("Alice")' in text
+        # Who said it by the verified id, the display name beside it as data (anyone can
+        # call themselves "Alice").
+        assert PG16 in text and OWNER in text and '(<@UALICE> "Alice")' in text
     assert blocks[1]["cache_control"] == {"type": "ephemeral"}  # its own cached block
     assert "<channel_memory>" in blocks[1]["text"]  # right after the persona
     for text in (other_channel, other_workspace, direct, group):
@@ -355,6 +357,9 @@ def test_team_sentences_and_links() -> None:
     assert team_sentence("we use Go") == "The team uses Go."
     assert team_sentence("our wiki is Notion") == "The team's wiki is Notion."
     assert team_sentence("we decided on Rust!") == "The team decided on Rust!"
+    # However it was typed (two spaces, a tab, a line break): the verb after "we" agrees.
+    assert team_sentence("we  use\tPostgres\n16") == "The team uses Postgres 16."
+    assert team_sentence(" \nwe\tuse Go ") == "The team uses Go."
     assert message_link("slack", "slack:T1:C1:100.0", "100.5") == (
         "https://slack.com/archives/C1/p1005"
     )
