@@ -31,6 +31,7 @@ from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
 from core.rules.places import parse_place, place_key
+from core.rules.reassert import one_copy_each
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import SecretFinding, durable_part, find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
@@ -584,10 +585,13 @@ class MemoryService:
         Discord's autocomplete) lists word matches only: the chat's recall
         (:attr:`recaller`) also ranks memories by meaning, and so always has a best few
         to offer, which a search must not present as matches ("tea" finding "The user
-        lives in Lisbon.")."""
-        return await self.store.search(
+        lives in Lisbon.") A sentence said in several places (a copy per place) is found
+        once, as its newest copy, as :meth:`list_memories` lists it."""
+        found = await self.store.search(
             user_key=user_key, query=query, k=min(max(k, 1), 100), reach=reach
         )
+        newest = {m.id for m in one_copy_each([s.memory for s in found])}
+        return [s for s in found if s.memory.id in newest]
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:
         """Counts by kind and category."""

@@ -263,6 +263,9 @@ async def test_a_private_fact_said_word_for_word_in_public_is_known_there_and_ke
         await h.reflector.drain(10)
         block = memory_text(fake.requests_of("chat")[-1].body)
         assert memory_lines(block).count(TABS) == 1
+        # A search of the owner's (/memories search, Discord's autocomplete) finds it once.
+        found = await h.service.search(user_key=ALICE, query="tabs over spaces")
+        assert [s.memory.text for s in found] == [TABS]
         # Said a third time where a copy is usable: nothing new.
         fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
         await h.say(said(ALICE, SLACK["another public channel"], "tabs, I said", 12))
