@@ -30,7 +30,7 @@ from core.rules.about import person_key, whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
-from core.rules.places import parse_place, place_key
+from core.rules.places import parse_place, place_key, reach_of
 from core.rules.reassert import one_copy_each
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import SecretFinding, durable_part, find_secrets, refusal
@@ -671,19 +671,25 @@ class MemoryService:
         # Dedupe in memory against the stored memories and the lines before (all candidates
         # of the Jaccard screen, core.rules.dedupe_index), then write the new ones in short batches.
         stored = await self.store.export(user_key=user_key)
-        # One index per person a memory is about: only theirs are compared (same_person).
-        texts: dict[str, list[str]] = {}
-        for about, text in [(m.about, m.text) for m in stored] + [
-            (m.about, m.text) for m in memories
-        ]:
-            texts.setdefault(person_key(about), []).append(text)
+
+        # One index per person a memory is about and place it may be used in: only those
+        # are compared (same_person; a sentence learned in two places is a copy in each,
+        # core.rules.reassert, so an export's copies come back as copies).
+        def bucket(memory: Memory | NewMemory) -> tuple[str, str]:
+            return person_key(memory.about), reach_of(memory.place)
+
+        texts: dict[tuple[str, str], list[str]] = {}
+        for m in stored:
+            texts.setdefault(bucket(m), []).append(m.text)
+        for new in memories:
+            texts.setdefault(bucket(new), []).append(new.text)
         indexes = {key: DedupeIndex(self.deduper, group) for key, group in texts.items()}
         for m in stored:
-            indexes[person_key(m.about)].add(Known(m.id, m.text))
+            indexes[bucket(m)].add(Known(m.id, m.text))
         fresh: list[NewMemory] = []
         narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
-            index = indexes[person_key(memory.about)]
+            index = indexes[bucket(memory)]
             decision = index.decide(memory.text)
             if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))
