@@ -52,6 +52,7 @@ from core.rules.bm25 import candidate_pool
 from core.rules.classify import classify
 from core.rules.cleanup_ops import UNDO_WINDOW, MergeOp, RetireOp
 from core.rules.dedupe import Deduper
+from core.rules.links import speaker
 from core.rules.text import as_data
 from core.store.channels import ChannelStore
 from core.store.seams import CleanupStore, MemoryStore, PlanStore
@@ -114,11 +115,9 @@ class ChannelContext:
 def entry_line(memory: Memory, said: Attribution | None) -> str:
     """One entry in a prompt block: ``#12 2026-11-30 "text" (<@U3> "Alice")``; the text a
     JSON string (:func:`core.rules.text.as_data`). Who said it is their verified platform id
-    (:func:`core.chat.prompt.speaker`, as a shared thread's lines name people), their display
+    (:func:`core.rules.links.speaker`, as a shared thread's lines name people), their display
     name beside it as data: anyone can set a display name or a Discord nickname, so a name
     alone would let one member's entry pass for another's."""
-    from core.chat.prompt import speaker  # the prompt imports this module
-
     when = (said.said_at if said else memory.created_at).date().isoformat()
     who = []
     if said is not None and said.said_by:
