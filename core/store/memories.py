@@ -362,7 +362,7 @@ class MemoryRules(ABC):
             # A copy usable where this was said (the common case) needs no rule at all;
             # said word for word where none is, it may take the place, or be stored for
             # it beside them (core.rules.reassert), its neighbours judged as well.
-            here = next((t for t in known.twins if usable(t.place, memory.place)), None)
+            here = next((t for t in known.twins if _usable(t, memory, user_key)), None)
             if here is not None:
                 return await _superseding(tx, uid, here.id, memory, supersedes)
             twin_ids = {t.id for t in known.twins}
@@ -519,6 +519,16 @@ async def _end_reflection(
     tx: MemoryTx, *, turn_id: int, attempts: int | None, usage: Sequence[UsageRecord]
 ) -> None:
     await tx.end_reflection(turn_id=turn_id, state=None, attempts=attempts, usage=usage)
+
+
+def _usable(twin: Candidate, memory: NewMemory, owner: str) -> bool:
+    """Whether stored ``twin`` is usable where ``memory`` of ``owner`` was said: the place
+    rule, except for a channel's own entries (``owner`` is the channel's key), which are
+    read by that key alone whatever place they record (a channel that turned private
+    records its new entries under the narrower kind): one copy of a sentence a channel."""
+    if memory.place is not None and memory.place.channel_key == owner:
+        return True
+    return usable(twin.place, memory.place)
 
 
 async def _widen(

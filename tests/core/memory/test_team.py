@@ -457,3 +457,22 @@ async def test_a_crash_right_after_a_team_reflection_commits_keeps_its_entries(
     assert len(tuesday) == 1, [m.text for m, _ in entries]
     assert said_by[tuesday[0].id].said_by == BOB
     assert said_by[tuesday[0].id].said_by_name == "Bob"
+
+
+async def test_a_channel_that_turned_private_keeps_one_copy_of_each_entry(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    # Memory on while public (the decision kept as public); the channel turns private and
+    # the decision is settled again word for word: the channel's memory has it once (its
+    # entries are read by the channel's key, whatever place they record).
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        await turn(
+            h, fake, said(ALICE, DECISION, kind="private_channel", thread="700.0"), team_reply(PG16)
+        )
+        added = await h.loop.team.remember(channel_key="slack:T1:C1", text=PG16, by=BOB)
+        assert added.status == "duplicate"
+        texts = [m.text for m, _ in await h.loop.team.entries("slack:T1:C1", limit=50)]
+        assert texts.count(PG16) == 1
+        block = await turn(h, fake, said(CAROL, QUESTION, kind="private_channel"))
+    assert block.count(PG16) == 1
