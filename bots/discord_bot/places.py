@@ -8,8 +8,9 @@
   **public**. Roles or members allowed back in do not make it public: what counts is
   whether anyone who joins the server can read it;
 - a thread belongs to its channel, a forum post to its forum (same rule on the parent);
-  a private thread of a public channel is a private place of its own (the thread's id),
-  one of a private channel belongs to that channel;
+  a private thread is a private place of its own (the thread's id), whatever its parent:
+  only the people invited to it read it, fewer than its channel's members, even in a
+  private channel;
 - a channel the bot cannot see the permissions of (not cached): a private channel, the
   narrowest.
 """
@@ -40,13 +41,12 @@ def discord_place(channel: Any, guild: discord.Guild | None) -> Place:
         return Place(platform="discord", kind="dm", channel=str(getattr(channel, "id", "")) or None)
     workspace = str(guild.id)
     if isinstance(channel, discord.Thread):
+        if channel.type is discord.ChannelType.private_thread:
+            return Place("discord", "private_channel", workspace, str(channel.id))
         parent = channel.parent
         if parent is None:
             return Place("discord", "private_channel", workspace, str(channel.parent_id))
-        parent_private = everyone_denied(parent)
-        if channel.type is discord.ChannelType.private_thread and not parent_private:
-            return Place("discord", "private_channel", workspace, str(channel.id))
-        kind: PlaceKind = "private_channel" if parent_private else "public_channel"
+        kind: PlaceKind = "private_channel" if everyone_denied(parent) else "public_channel"
         return Place("discord", kind, workspace, str(parent.id))
     if not hasattr(channel, "overwrites_for"):
         return Place("discord", "private_channel", workspace, str(getattr(channel, "id", "")))

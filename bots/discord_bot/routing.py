@@ -85,7 +85,7 @@ def is_bot_role(role: discord.Role, bot_id: int) -> bool:
 def message_text(message: discord.Message, *, bot_id: int) -> str:
     """The message as the model reads it: mentions of the bot removed, other user mentions
     kept as ``<@id>`` (how the prompt labels each person's lines,
-    :func:`core.chat.prompt.speaker`: a server nickname is no identity), role and channel
+    :func:`core.rules.links.speaker`: a server nickname is no identity), role and channel
     mentions as ``@name`` / ``#name``. Attachments are files the core reads
     (:mod:`bots.discord_bot.files`), named by their placeholders."""
     roles = {r.id: r for r in message.role_mentions}

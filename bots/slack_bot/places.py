@@ -10,16 +10,20 @@ workspace's public channels, and nothing from those reaches the other organisati
 The kind: an event's ``channel_type`` (``im`` a DM, ``mpim`` a group DM, ``group`` a private
 channel, ``channel`` a public one); where Slack does not give it (``app_mention``, slash
 commands), ``conversations.info`` (``is_im``, ``is_mpim``, ``is_private``), cached per
-channel; when that fails, the narrowest guess from the id (``D`` or ``G``: a group DM, as a
-DM the bot cannot read is not its own; otherwise a private channel). A DM that is not the
-person's DM with the bot (a slash command used in a DM between two people) is a group DM of
-those people.
+channel for :data:`KIND_TTL_S` and replaced by what any later event says (a public channel
+converted to a private one, or shared with another organisation, is known as such from its
+next event, or within that time); when that fails, the narrowest guess from the id (``D``
+or ``G``: a group DM, as a DM the bot cannot read is not its own; otherwise a private
+channel). A DM that is not the person's DM with the bot (a slash command used in a DM
+between two people) is a group DM of those people.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -39,6 +43,11 @@ CHANNEL_TYPES: dict[str, PlaceKind] = {
 
 KNOWN_CHANNELS = 10_000
 """Channels whose kind is remembered (in memory); the oldest drop out."""
+
+KIND_TTL_S = 300.0
+"""How long a kind read from ``conversations.info`` is used before it is read again: Slack
+lets an admin convert a public channel to a private one, and an ``app_mention`` (no
+``channel_type``) in it must not be learned as public for longer than this."""
 
 
 def slack_workspace(*, team: str, enterprise: str | None, connect: bool, channel: str) -> str:
@@ -72,15 +81,22 @@ class ChannelKinds:
     """The kind of each channel and whether it is a Slack Connect channel, read once from
     ``conversations.info`` (bounded cache)."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(
+        self, client: AsyncWebClient, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.client = client
-        self._known: OrderedDict[str, tuple[PlaceKind, bool, str | None]] = OrderedDict()
+        self.clock = clock
+        # channel -> (kind, Slack Connect, an IM's other person, read at)
+        self._known: OrderedDict[str, tuple[PlaceKind, bool, str | None, float]] = OrderedDict()
 
     def note(self, channel: str, kind: PlaceKind, connect: bool) -> None:
-        """Remember what an event said of ``channel``."""
-        if channel not in self._known:
-            self._known[channel] = (kind, connect, None)
-            self._trim()
+        """Remember what an event said of ``channel`` (Slack's word now: it replaces what
+        was known, an IM's other person kept while it is still an IM)."""
+        known = self._known.get(channel)
+        other = known[2] if known is not None and known[0] == kind else None
+        self._known[channel] = (kind, connect, other, self.clock())
+        self._known.move_to_end(channel)
+        self._trim()
 
     def _trim(self) -> None:
         while len(self._known) > KNOWN_CHANNELS:
@@ -90,8 +106,8 @@ class ChannelKinds:
         """(kind, Slack Connect, the DM's other person for an IM) of ``channel``; the id's
         narrowest guess when Slack cannot say (not cached then)."""
         known = self._known.get(channel)
-        if known is not None:
-            return known
+        if known is not None and self.clock() - known[3] < KIND_TTL_S:
+            return known[:3]
         try:
             response = await self.client.conversations_info(channel=channel)
         except (SlackApiError, OSError, TimeoutError) as exc:
@@ -103,7 +119,8 @@ class ChannelKinds:
             bool(info.get("is_ext_shared") or info.get("is_shared")),
             str(info["user"]) if info.get("user") else None,
         )
-        self._known[channel] = found
+        self._known[channel] = (*found, self.clock())
+        self._known.move_to_end(channel)
         self._trim()
         return found
 

@@ -45,7 +45,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, cast
 
 from core.chat.controls import Controls
-from core.chat.prompt import history_messages, speaker, system_blocks
+from core.chat.prompt import history_messages, system_blocks
 from core.errors import ModelError
 from core.files import FileReader, FileRef, ReadFiles, gone_note, placeholder_names
 from core.files.budget import Reservation
@@ -60,6 +60,7 @@ from core.model.claude import AnswerStream, ChatMessage, ChatModel, SystemBlock
 from core.model.usage import usage_record
 from core.rules.cleanup_ops import UNDO_WINDOW
 from core.rules.dedupe import Deduper
+from core.rules.links import speaker
 from core.rules.places import owner_dm, place_of_conversation, usable_reaches
 from core.rules.secrets import redact_secrets
 from core.rules.text import clean_text

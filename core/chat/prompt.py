@@ -27,7 +27,7 @@ from datetime import datetime
 from core.memory.profile import MemoryContext, memory_line
 from core.memory.team import ChannelContext, channel_block, recalled_lines
 from core.model.claude import ChatMessage, FileBlock, SystemBlock
-from core.platforms import platform_of_key
+from core.rules.links import speaker
 from core.rules.text import as_data
 from core.types import Memory, Turn
 
@@ -265,24 +265,6 @@ def answered(history: Sequence[Turn]) -> list[Turn]:
         for turn in history
         if turn.role != "user" or turn.reflection is None or turn.id in replied
     ]
-
-
-def speaker(user_key: str | None, author: str | None) -> str:
-    """Who said a line of a shared conversation, as the prompt labels it: a person by the
-    platform id in their verified ``user_key`` (``slack:T1:U3`` and ``discord:42`` as
-    ``<@U3>`` and ``<@42>``, as :attr:`core.platforms.Platform.mention` writes a mention),
-    never by a display name (anyone can set one, a Discord server nickname included); a
-    line with no user key (a bot's or a webhook's, stored as thread context) as
-    ``bot "name"``, its name JSON-quoted data (:func:`core.rules.text.as_data`: a webhook
-    calling itself ``<@U3>`` reads ``bot "\u003c@U3\u003e"``, not U3's line)."""
-    if not user_key:
-        return f"bot {as_data(author or 'unnamed')}"
-    platform, parts = platform_of_key(user_key)
-    ident = parts[-1]
-    mention = platform.mention if platform is not None else None
-    if mention is not None and len(parts) > 1 and ident.isalnum():
-        return mention.replace("{id}", ident)
-    return as_data(user_key)
 
 
 def history_messages(

@@ -63,6 +63,7 @@ from core.rules.cleanup_ops import ChangeOp, MergeOp, RetireOp, SupersedeOp
 from core.rules.contradict import contradicted
 from core.rules.dedupe import Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
+from core.rules.reassert import one_copy_each
 from core.rules.secrets import SecretFinding, find_secrets
 from core.store.seams import RecallLog
 from core.types import MAX_MEMORY_CHARS, Memory, MemoryUse
@@ -196,8 +197,10 @@ def _not_recalled(
 
 def _near_twins(memories: Sequence[Memory], deduper: Deduper) -> list[Finding]:
     """Duplicates, less specific and contradicted memories, each newer memory judged against
-    the older ones its screen passes (as a write of it today would be)."""
-    ordered = sorted(memories, key=lambda m: (m.created_at, m.id))
+    the older ones its screen passes (as a write of it today would be). The copies of a
+    sentence said in several places are one (:func:`core.rules.reassert.one_copy_each`):
+    each is the fact where its own place may use it, none a duplicate of another."""
+    ordered = sorted(one_copy_each(memories), key=lambda m: (m.created_at, m.id))
     index = DedupeIndex(deduper, [m.text for m in ordered])
     about = {m.id: m.about for m in ordered}
     out: list[Finding] = []

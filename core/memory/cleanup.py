@@ -46,6 +46,7 @@ from core.rules.cleanup_ops import (
     op_ids,
 )
 from core.rules.dedupe import Deduper
+from core.rules.reassert import one_copy_each
 from core.rules.text import as_data
 from core.rules.when import as_past
 from core.store.seams import CleanupStore, MemoryStore, UsageStore
@@ -266,7 +267,8 @@ class Cleaner:
         so far stand). ``kind``: what the calls' usage is recorded as (``consolidation``
         for the nightly one, :mod:`core.memory.consolidation`). ``today``: the latest last
         day an "end" may give (default: UTC's today)."""
-        memories = await self.store.export(user_key=user_key)
+        # A sentence said in several places once: its copies are not duplicates.
+        memories = one_copy_each(await self.store.export(user_key=user_key))
         run = CleanupRun(user_key=user_key, before=len(memories))
         run.texts = {m.id: m.text for m in memories}
         for batch in (await self.batches(memories))[: self.max_batches]:

@@ -30,7 +30,8 @@ from core.rules.about import person_key, whose
 from core.rules.classify import classify, third_person
 from core.rules.dedupe import DEFAULT_THRESHOLD, Deduper
 from core.rules.dedupe_index import DedupeIndex, Known
-from core.rules.places import parse_place, place_key
+from core.rules.places import parse_place, place_key, reach_of
+from core.rules.reassert import one_copy_each
 from core.rules.secrets import KINDS as KIND_NAMES
 from core.rules.secrets import SecretFinding, durable_part, find_secrets, refusal
 from core.rules.text import clean_text, needs_cleaning
@@ -557,14 +558,22 @@ class MemoryService:
         reach: Sequence[str] | None = None,
     ) -> list[Memory]:
         """Active memories, newest first; ``limit`` in 1..1000; ``reach``: only those usable
-        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one)."""
+        where they are shown (:func:`core.rules.places.usable_reaches`; None: every one). A
+        sentence the user said in several places (a copy per place,
+        :mod:`core.rules.reassert`) is listed once, as its newest copy; forgetting it
+        forgets every copy."""
         return await self.store.list_memories(
-            user_key=user_key, limit=min(max(limit, 1), 1000), offset=max(offset, 0), reach=reach
+            user_key=user_key,
+            limit=min(max(limit, 1), 1000),
+            offset=max(offset, 0),
+            reach=reach,
+            one_copy=True,
         )
 
     async def count(self, *, user_key: str) -> int:
-        """Number of active memories."""
-        return await self.store.count(user_key=user_key)
+        """Number of active memories, as :meth:`list_memories` lists them (a sentence learned
+        in several places once)."""
+        return await self.store.count(user_key=user_key, one_copy=True)
 
     async def search(
         self, *, user_key: str, query: str, k: int = 6, reach: Sequence[str] | None = None
@@ -576,10 +585,13 @@ class MemoryService:
         Discord's autocomplete) lists word matches only: the chat's recall
         (:attr:`recaller`) also ranks memories by meaning, and so always has a best few
         to offer, which a search must not present as matches ("tea" finding "The user
-        lives in Lisbon.")."""
-        return await self.store.search(
+        lives in Lisbon.") A sentence said in several places (a copy per place) is found
+        once, as its newest copy, as :meth:`list_memories` lists it."""
+        found = await self.store.search(
             user_key=user_key, query=query, k=min(max(k, 1), 100), reach=reach
         )
+        newest = {m.id for m in one_copy_each([s.memory for s in found])}
+        return [s for s in found if s.memory.id in newest]
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:
         """Counts by kind and category."""
@@ -659,19 +671,25 @@ class MemoryService:
         # Dedupe in memory against the stored memories and the lines before (all candidates
         # of the Jaccard screen, core.rules.dedupe_index), then write the new ones in short batches.
         stored = await self.store.export(user_key=user_key)
-        # One index per person a memory is about: only theirs are compared (same_person).
-        texts: dict[str, list[str]] = {}
-        for about, text in [(m.about, m.text) for m in stored] + [
-            (m.about, m.text) for m in memories
-        ]:
-            texts.setdefault(person_key(about), []).append(text)
+
+        # One index per person a memory is about and place it may be used in: only those
+        # are compared (same_person; a sentence learned in two places is a copy in each,
+        # core.rules.reassert, so an export's copies come back as copies).
+        def bucket(memory: Memory | NewMemory) -> tuple[str, str]:
+            return person_key(memory.about), reach_of(memory.place)
+
+        texts: dict[tuple[str, str], list[str]] = {}
+        for m in stored:
+            texts.setdefault(bucket(m), []).append(m.text)
+        for new in memories:
+            texts.setdefault(bucket(new), []).append(new.text)
         indexes = {key: DedupeIndex(self.deduper, group) for key, group in texts.items()}
         for m in stored:
-            indexes[person_key(m.about)].add(Known(m.id, m.text))
+            indexes[bucket(m)].add(Known(m.id, m.text))
         fresh: list[NewMemory] = []
         narrowing: list[NewMemory] = []  # more specific than a memory known before it
         for memory in memories:
-            index = indexes[person_key(memory.about)]
+            index = indexes[bucket(memory)]
             decision = index.decide(memory.text)
             if decision.duplicate_of is None:
                 index.add(Known(None, memory.text))

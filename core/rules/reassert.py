@@ -13,12 +13,13 @@ there what the user said right there. :func:`decide` is the rule, once for both 
   younger brother." is not widened by "The user has a brother.") about the same person:
   duplicate, and the twin takes the place it was said in
   (:func:`core.rules.places.widened_place`: it stays usable in the DM);
-- else a twin with the same normalised text (one active copy per text, the stores' unique
-  index): duplicate, the twin keeps its narrower place (a fact learned in a private
-  channel or group DM and said word for word in another shared place stays where it was
-  first learned);
 - else the write is stored for its own place, superseding only the memories usable there
-  that it narrows.
+  that it narrows; the twin keeps its place. Said word for word too: the stores keep one
+  active copy of a sentence per reach (their unique index on ``(uid, norm, reach)``), so a
+  fact learned in a private channel or a group DM and said again in a public channel is
+  known in both, each copy used only where its own place allows (listings shown where
+  every memory may be used show the newest copy alone, and forgetting one forgets every
+  copy: :meth:`core.store.memories.MemoryRules.forget`).
 
 Nothing else changes place: only the owner's own memory (dedupe reads one owner's),
 only the one the owner said again, only to the place they said it in.
@@ -94,6 +95,16 @@ def decide(
         and dedupe.judge(text, twin.text).reason == "same"
     ):
         return PlacedDecision(twin, widen=wider)
-    if normalize(twin.text) == normalize(text):
-        return PlacedDecision(twin)
     return PlacedDecision(None, local.supersedes)
+
+
+def one_copy_each(memories: Sequence[K]) -> list[K]:
+    """``memories`` (in their order) without the older copies of a sentence its owner said in
+    several places (one active copy per reach, the module's rule): what a tidy of the whole
+    (cleanup, consolidation) and the audit judge, so two copies are never taken for
+    duplicates of each other (superseding one would take the fact away from its place)."""
+    newest: dict[str, int] = {}
+    for m in memories:
+        key = normalize(m.text)
+        newest[key] = max(newest.get(key, m.id), m.id)
+    return [m for m in memories if newest[normalize(m.text)] == m.id]

@@ -3,7 +3,8 @@
 What is decided here, and nowhere else:
 
 - **add** (:meth:`MemoryRules.add`): supersede comes before dedupe. An active memory with the
-  same normalised text (the twin) makes the new one a duplicate; else the new one is compared
+  same normalised text (the twin; one per reach) usable where the new one was said makes it
+  a duplicate; else the new one is compared
   (:func:`core.rules.reassert.decide` over :meth:`core.rules.dedupe.Deduper.decide`) with its
   ``DEDUPE_CANDIDATES`` best BM25 neighbours about the same person
   (:func:`core.rules.about.same_person`), leaving out those it names in ``supersedes``; it is
@@ -18,7 +19,8 @@ What is decided here, and nowhere else:
   still waits for its reflection, :func:`core.store.writes.still_reflecting`), then the
   user's memories, the channel's entries and who said them, the turn ``done`` and the usage,
   all in one transaction; only the usage (and the attempt) when the guard fails;
-- **forget** one memory, **forget all** of a user (their turns first, so a reflection that
+- **forget** one memory (with its copies: the same sentence learned in other places),
+  **forget all** of a user (their turns first, so a reflection that
   commits after finds its turn gone and writes nothing; then the memories, actives first;
   then the turns again, for an answer stored meanwhile), and the **purge** of memories past
   the cleanup undo window: each erasure appends a ``forgotten`` event and unhooks the events
@@ -46,7 +48,7 @@ from core.errors import StoreError
 from core.rules.about import same_person
 from core.rules.cleanup_ops import AppliedChange, ChangeOp
 from core.rules.dedupe import Deduper
-from core.rules.places import stored_place, usable
+from core.rules.places import reach_of, stored_place, usable
 from core.rules.reassert import decide
 from core.rules.text import index_terms, normalize
 from core.store.cleanup import ChangeTx, apply_ops, check_disjoint, no_such_user, undo
@@ -83,10 +85,11 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """What dedupe compares a new memory with: ``twin`` (the active memory with the same
-    normalised text, or None) and, when there is none, its ``near`` BM25 neighbours."""
+    """What dedupe compares a new memory with: ``twins`` (the active memories with the same
+    normalised text, at most one per reach, by id) and, when there is none, its ``near``
+    BM25 neighbours."""
 
-    twin: Candidate | None
+    twins: Sequence[Candidate] = ()
     near: Sequence[Candidate] = ()
 
 
@@ -150,9 +153,12 @@ class MemoryTx(Protocol):
         reflection in flight), leaving no row behind otherwise."""
         ...
 
-    async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
-        """The active twin of normalised text ``norm`` or, when there is none, at most
-        ``limit`` best BM25 neighbours of ``text`` among the user's active memories."""
+    async def dedupe_candidates(
+        self, uid: int, *, norm: str | None, text: str, limit: int
+    ) -> Candidates:
+        """The active twins of normalised text ``norm`` (None: none looked up) or, when there
+        is none, at most ``limit`` best BM25 neighbours of ``text`` among the user's active
+        memories."""
         ...
 
     async def widen(self, uid: int, memory_id: int, *, place: str, reach: str) -> None:
@@ -164,16 +170,16 @@ class MemoryTx(Protocol):
     async def insert(self, uid: int, row: NewRow, *, at: datetime) -> int | None:
         """Store ``row`` (active; created ``at`` unless it says when) and return its id;
         None, with nothing stored and the transaction usable, when an active memory with its
-        ``norm`` was stored meanwhile by another transaction (the unique index). (Its
-        ``added`` event is the rules', :meth:`event`.)"""
+        ``norm`` and ``reach`` was stored meanwhile by another transaction (the unique
+        index). (Its ``added`` event is the rules', :meth:`event`.)"""
         ...
 
     async def insert_many(
         self, uid: int, rows: Sequence[NewRow]
-    ) -> tuple[dict[str, int], set[int]]:
+    ) -> tuple[dict[tuple[str, str], int], set[int]]:
         """Store ``rows`` in order in set-based statements, skipping each whose ``norm`` is
-        active already, each new one with its ``added`` event. Returns the active id of each
-        normalised text after it, and the ids this call stored."""
+        active already in its ``reach``, each new one with its ``added`` event. Returns the
+        active id of each ``(norm, reach)`` after it, and the ids this call stored."""
         ...
 
     async def set_superseded(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
@@ -228,6 +234,12 @@ class MemoryTx(Protocol):
     ) -> list[int]:
         """Ids above ``after`` of the user's active (or superseded and retired) memories, by
         id, at most ``limit`` (None: all)."""
+        ...
+
+    async def copies(self, uid: int, memory_id: int) -> list[int]:
+        """Ids of the user's other active memories with the normalised text of the user's
+        active memory ``memory_id`` (the same sentence learned in other places), by id; empty
+        when ``memory_id`` is not an active memory of the user."""
         ...
 
     async def erase(self, uid: int, memory_ids: Sequence[int]) -> int:
@@ -373,29 +385,28 @@ class MemoryRules(ABC):
             uid, norm=norm, text=memory.text, limit=DEDUPE_CANDIDATES
         )
         replacing = frozenset(supersedes)
-        twin = known.twin
-        if twin is not None:
-            # The twin usable where this was said (the common case) needs no rule at all;
-            # only one that is not may take the place (core.rules.reassert).
-            if not usable(twin.place, memory.place):
-                same = decide(
-                    dedupe,
-                    text=memory.text,
-                    about=memory.about,
-                    place=memory.place,
-                    known=[twin],
-                    replacing=replacing,
-                )
-                if same.widen is not None:
-                    await _widen(tx, uid, user_key, twin.id, same.widen, memory)
-            return await _superseding(tx, uid, twin.id, memory, supersedes)
+        # Only memories about the same person (core.rules.about.same_person).
+        candidates = [c for c in known.near if same_person(c.about, memory.about)]
+        if known.twins:
+            # A copy usable where this was said (the common case) needs no rule at all;
+            # said word for word where none is, it may take the place, or be stored for
+            # it beside them (core.rules.reassert), its neighbours judged as well.
+            here = next((t for t in known.twins if _usable(t, memory, user_key)), None)
+            if here is not None:
+                return await _superseding(tx, uid, here.id, memory, supersedes)
+            twin_ids = {t.id for t in known.twins}
+            near = await tx.dedupe_candidates(
+                uid, norm=None, text=memory.text, limit=DEDUPE_CANDIDATES
+            )
+            candidates = [*known.twins] + [
+                c for c in near.near if c.id not in twin_ids and same_person(c.about, memory.about)
+            ]
         decision = decide(
             dedupe,
             text=memory.text,
             about=memory.about,
             place=memory.place,
-            # Only memories about the same person (core.rules.about.same_person).
-            known=[c for c in known.near if same_person(c.about, memory.about)],
+            known=candidates,
             replacing=replacing,
         )
         if decision.duplicate_of is not None:
@@ -403,17 +414,17 @@ class MemoryRules(ABC):
                 await _widen(tx, uid, user_key, decision.duplicate_of.id, decision.widen, memory)
             return await _superseding(tx, uid, decision.duplicate_of.id, memory, supersedes)
         at = utcnow()
-        memory_id = await tx.insert(uid, new_row(uid, user_key, memory), at=at)
+        row = new_row(uid, user_key, memory)
+        memory_id = await tx.insert(uid, row, at=at)
         if memory_id is not None:
             await tx.event(uid, memory_id, "added", at=at, conversation_key=memory.conversation_key)
         else:
             again = await tx.dedupe_candidates(uid, norm=norm, text=memory.text, limit=0)
-            if again.twin is None:
+            twin = next((t for t in again.twins if reach_of(t.place) == row.reach), None)
+            if twin is None:
                 raise StoreError("a memory was refused as a duplicate of none")
-            logger.info(
-                "user=%s: identical memory stored concurrently as #%s", user_key, again.twin.id
-            )
-            return await _superseding(tx, uid, again.twin.id, memory, supersedes)
+            logger.info("user=%s: identical memory stored concurrently as #%s", user_key, twin.id)
+            return await _superseding(tx, uid, twin.id, memory, supersedes)
         # A more specific fact (or a new state) supersedes the general one it narrows, then
         # the new one supersedes those named (never compared: ``replacing``).
         narrowed = [old.id for old in decision.supersedes]
@@ -421,11 +432,16 @@ class MemoryRules(ABC):
 
     # ---------------------------------------------------------------- erasure
     async def forget(self, *, user_key: str, memory_id: int) -> bool:
-        """Erase one memory (:meth:`MemoryTx.erase`, :meth:`MemoryTx.erased`)."""
+        """Erase one memory (:meth:`MemoryTx.erase`, :meth:`MemoryTx.erased`) and, when it
+        is active, its copies (:meth:`MemoryTx.copies`: the owner said the same sentence in
+        other places; forgetting it is forgetting the fact, wherever it is asked)."""
 
         async def work(tx: MemoryTx) -> bool:
             uid = await tx.user(user_key)
-            if uid is None or await tx.erase(uid, [memory_id]) != 1:
+            if uid is None:
+                return False
+            copies = await tx.copies(uid, memory_id)
+            if await tx.erase(uid, [memory_id, *copies]) != 1 + len(copies):
                 return False
             await tx.erased(uid)
             return True
@@ -537,6 +553,16 @@ async def _end_reflection(
     await tx.end_reflection(turn_id=turn_id, state=None, attempts=attempts, usage=usage)
 
 
+def _usable(twin: Candidate, memory: NewMemory, owner: str) -> bool:
+    """Whether stored ``twin`` is usable where ``memory`` of ``owner`` was said: the place
+    rule, except for a channel's own entries (``owner`` is the channel's key), which are
+    read by that key alone whatever place they record (a channel that turned private
+    records its new entries under the narrower kind): one copy of a sentence a channel."""
+    if memory.place is not None and memory.place.channel_key == owner:
+        return True
+    return usable(twin.place, memory.place)
+
+
 async def _widen(
     tx: MemoryTx, uid: int, user_key: str, memory_id: int, place: Place, memory: NewMemory
 ) -> None:
@@ -615,7 +641,7 @@ async def _bulk_add(
         return []
     rows = [new_row(uid, user_key, m) for m in memories]
     ids, fresh = await tx.insert_many(uid, rows)
-    return bulk_results([r.norm for r in rows], ids, fresh)
+    return bulk_results([(r.norm, r.reach) for r in rows], ids, fresh)
 
 
 async def _forget_turns(tx: MemoryTx, *, user_key: str) -> int | None:

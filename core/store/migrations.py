@@ -217,6 +217,13 @@ STEPS: tuple[Step, ...] = (
         postgres=pg.M023_USAGE_KIND_CONSOLIDATION,
         unchanged="rebuilds (SQLite) or re-checks the usage table; memories are not touched",
     ),
+    shared(
+        "active_text_per_reach",
+        24,
+        "m024_active_text_per_reach",
+        sqlite=lite.M024_ACTIVE_TEXT_PER_REACH,
+        postgres=pg.M024_ACTIVE_TEXT_PER_REACH,
+    ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers
 grow with it)."""

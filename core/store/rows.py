@@ -83,15 +83,23 @@ partial index ``memories_standing`` (m011), so both backends answer from that in
 
 
 def memory_filter(
-    *, include_superseded: bool, standing: bool, reach: Sequence[str] | None
+    *,
+    include_superseded: bool,
+    standing: bool,
+    reach: Sequence[str] | None,
+    one_copy: bool = False,
 ) -> str | None:
     """The ``AND ...`` conditions that ``list_memories`` adds for memories aliased ``m``
     (both backends); None when ``reach`` is empty (nothing can match). ``reach`` holds
     reach tokens only (:func:`core.rules.places.check_reaches`; anything else raises
-    ``ValueError``), so they are written into the SQL as literals."""
+    ``ValueError``), so they are written into the SQL as literals. ``one_copy``: active
+    copies of one sentence learned in several places (one per reach,
+    :mod:`core.rules.reassert`) are listed once, as their newest (:data:`ONE_COPY`)."""
     parts = []
     if not include_superseded:
         parts.append(" AND m.superseded_by IS NULL")
+        if one_copy:
+            parts.append(ONE_COPY)
     if standing:
         parts.append(f" AND {STANDING}")
     if reach is not None:
@@ -100,6 +108,23 @@ def memory_filter(
             return None
         parts.append(" AND m.reach IN (" + ", ".join(f"'{r}'" for r in chosen) + ")")
     return "".join(parts)
+
+
+ONE_COPY = (
+    " AND NOT EXISTS (SELECT 1 FROM memories c WHERE c.uid = m.uid"
+    " AND c.norm = m.norm AND c.superseded_by IS NULL AND +c.id > m.id)"
+)
+"""The condition of an active memory ``m`` with no newer active copy. ``+c.id`` keeps both
+planners on the unique index ``memories_active_norm (uid, norm, reach)``: on ``c.id`` alone
+SQLite walks ``memories_by_user`` through every newer memory (6 ms for 200 rows of a user
+with 10,000, against 0.14 ms)."""
+
+ONE_COPY_COUNT = (
+    "SELECT count(DISTINCT m.norm) FROM memories m JOIN users u ON u.uid = m.uid"
+    " WHERE u.user_key = {} AND m.superseded_by IS NULL"
+)
+"""The user's active sentences, each counted once however many places it was learned in
+(``{}``: the backend's placeholder for the user key)."""
 
 
 def place_column(place: Place | None) -> str | None:

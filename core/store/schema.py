@@ -52,6 +52,8 @@ RELEASES: tuple[Release, ...] = (
     Release("0.2.0", newest="memory_about_dates"),
     # consolidation's usage under its own kind (m023 on both backends)
     Release("0.3.0", newest="usage_kind_consolidation"),
+    # one active copy of a sentence per place it may be used in (m024 on both backends)
+    Release("0.3.1", newest="active_text_per_reach"),
 )
 """Oldest first. A release that adds a step adds a row (and that row's version is
 :data:`core.__version__`); a step no row covers fails the tests (:func:`unversioned`)."""

@@ -91,6 +91,7 @@ class MemoryStore(Protocol):
         include_superseded: bool = False,
         reach: Sequence[str] | None = None,
         standing: bool = False,
+        one_copy: bool = False,
     ) -> list[Memory]:
         """The user's memories, newest first, at most ``limit`` after ``offset``.
 
@@ -98,12 +99,16 @@ class MemoryStore(Protocol):
         :func:`core.rules.places.usable_reaches`; None: all, an empty sequence: none);
         ``standing`` keeps only those that may enter the standing profile (every kind but a
         plain ``fact`` of category ``general``: :data:`core.store.rows.STANDING`), read from
-        a partial index so a user with 10,000 memories costs no scan.
+        a partial index so a user with 10,000 memories costs no scan; ``one_copy``: a
+        sentence the user said in several places (an active copy per reach) once, as its
+        newest copy (what a listing shows; :data:`core.store.rows.ONE_COPY`).
         """
         ...
 
-    async def count(self, *, user_key: str) -> int:
-        """Number of the user's active memories."""
+    async def count(self, *, user_key: str, one_copy: bool = False) -> int:
+        """Number of the user's active memories (``one_copy``: of their active sentences,
+        each counted once however many places it was learned in, as ``list_memories``
+        lists them; a scan of the user's active memories, not a stored counter)."""
         ...
 
     async def search(

@@ -19,12 +19,12 @@ def redacted(text: str) -> str | None:
 
 
 def bulk_results(
-    norms: Sequence[str], ids: Mapping[str, int], fresh: Collection[int]
+    norms: Sequence[tuple[str, str]], ids: Mapping[tuple[str, str], int], fresh: Collection[int]
 ) -> list[AddResult]:
     """The results of a bulk add without dedupe, one per memory in order.
 
-    ``norms`` are the memories' normalised texts, ``ids`` the active memory id each
-    normalised text has after the insert (exact duplicates were skipped by the unique index),
+    ``norms`` are the memories' normalised texts and reach tokens, ``ids`` the active memory
+    id each has after the insert (exact duplicates were skipped by the unique index),
     ``fresh`` the ids this insert created. A memory is ``added`` when its id is fresh and no
     earlier memory of the batch took it; else ``duplicate`` (of an older memory, or of an
     earlier line of the same batch).

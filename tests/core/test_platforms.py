@@ -11,10 +11,9 @@ import pytest
 import core.platforms
 from core.chat.controls import Controls
 from core.chat.controls import Place as ControlPlace
-from core.chat.prompt import speaker
 from core.metrics import platform_of
 from core.platforms import LOCAL, Platform, platform_of_key, registered
-from core.rules.links import message_link
+from core.rules.links import message_link, speaker
 from core.rules.places import owner_dm, place_of_conversation
 from core.rules.text import as_data
 from core.settings import load_settings

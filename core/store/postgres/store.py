@@ -52,7 +52,7 @@ from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_u
 from core.store.postgres.tx import PostgresTx
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
-from core.store.rows import memory_filter
+from core.store.rows import ONE_COPY_COUNT, memory_filter
 from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary
 
 logger = logging.getLogger(__name__)
@@ -105,11 +105,14 @@ class PostgresStore(
         include_superseded: bool = False,
         reach: Sequence[str] | None = None,
         standing: bool = False,
+        one_copy: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
+        where = memory_filter(
+            include_superseded=include_superseded, standing=standing, reach=reach, one_copy=one_copy
+        )
         if where is None:
             return []
         rows = await self._fetch(
@@ -121,8 +124,11 @@ class PostgresStore(
         )
         return [memory_from_row(r, user_key) for r in rows]
 
-    async def count(self, *, user_key: str) -> int:
-        n = await self._fetchval("SELECT n_docs FROM users WHERE user_key = $1", user_key)
+    async def count(self, *, user_key: str, one_copy: bool = False) -> int:
+        if one_copy:
+            n = await self._fetchval(ONE_COPY_COUNT.format("$1"), user_key)
+        else:
+            n = await self._fetchval("SELECT n_docs FROM users WHERE user_key = $1", user_key)
         return int(n) if n is not None else 0
 
     async def export(self, *, user_key: str) -> list[Memory]:

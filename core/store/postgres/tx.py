@@ -5,7 +5,7 @@ cleanup change (:class:`core.store.cleanup.ChangeTx`), on one pooled connection 
 
 Every write to a user's memories first locks the user's row (:meth:`PostgresTx.user`), so
 one user's writes are serialised across replicas and dedupe sees what another replica just
-stored; the partial unique index on ``(uid, norm)`` over active memories is the last line
+stored; the partial unique index on ``(uid, norm, reach)`` over active memories is the last line
 (:meth:`PostgresTx.insert` returns None). Forgetting deletes the row at once; as in any
 PostgreSQL table the dead tuple stays on disk until (auto)vacuum and in WAL archives.
 """
@@ -32,9 +32,9 @@ _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
     " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
 )
-_TWIN = (
+_TWINS = (
     "SELECT id, text, about, place FROM memories"
-    " WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL"
+    " WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL ORDER BY id"
 )
 _CONFIRMED = (
     "INSERT INTO memory_uses(memory_id, uid, confirmations)"
@@ -75,16 +75,15 @@ class PostgresTx:
             self._keys[uid] = user_key
         return uid
 
-    async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
-        row = await self.conn.fetchrow(_TWIN, uid, norm)
-        if row is not None or limit <= 0:
-            twin = (
-                None if row is None else Candidate(int(row[0]), row[1], row[2], parse_place(row[3]))
-            )
-            return Candidates(twin)
+    async def dedupe_candidates(
+        self, uid: int, *, norm: str | None, text: str, limit: int
+    ) -> Candidates:
+        rows = [] if norm is None else await self.conn.fetch(_TWINS, uid, norm)
+        if rows or limit <= 0:
+            return Candidates([Candidate(int(r[0]), r[1], r[2], parse_place(r[3])) for r in rows])
         near = await search_user(self.conn, uid, self._keys[uid], text, limit, None)
         return Candidates(
-            None,
+            (),
             [Candidate(s.memory.id, s.memory.text, s.memory.about, s.memory.place) for s in near],
         )
 
@@ -132,7 +131,7 @@ class PostgresTx:
 
     async def insert_many(
         self, uid: int, rows: Sequence[NewRow]
-    ) -> tuple[dict[str, int], set[int]]:
+    ) -> tuple[dict[tuple[str, str], int], set[int]]:
         memories = [r.memory for r in rows]
         norms = [r.norm for r in rows]
         now = utcnow()
@@ -172,12 +171,12 @@ class PostgresTx:
             now,
         )
         active = await self.conn.fetch(
-            "SELECT id, norm FROM memories WHERE uid = $1 AND superseded_by IS NULL"
+            "SELECT id, norm, reach FROM memories WHERE uid = $1 AND superseded_by IS NULL"
             " AND norm = ANY($2::text[])",
             uid,
             norms,
         )
-        return {r[1]: int(r[0]) for r in active}, set(new_ids)
+        return {(r[1], r[2]): int(r[0]) for r in active}, set(new_ids)
 
     async def set_superseded(self, uid: int, *, old_id: int, new_id: int, at: datetime) -> bool:
         params = supersede_params(uid, old_id=old_id, new_id=new_id, at=at)
@@ -232,6 +231,16 @@ class PostgresTx:
             uid,
             after,
             limit,
+        )
+        return [int(r[0]) for r in rows]
+
+    async def copies(self, uid: int, memory_id: int) -> list[int]:
+        rows = await self.conn.fetch(
+            "SELECT c.id FROM memories m JOIN memories c ON c.uid = m.uid AND c.norm = m.norm"
+            " WHERE m.id = $1 AND m.uid = $2 AND m.superseded_by IS NULL"
+            " AND c.superseded_by IS NULL AND c.id <> m.id ORDER BY c.id",
+            memory_id,
+            uid,
         )
         return [int(r[0]) for r in rows]
 

@@ -33,7 +33,7 @@ from core.rules.bm25 import candidate_pool, rescore
 from core.rules.places import check_reaches, parse_place
 from core.rules.text import query_terms
 from core.store.memories import MemoryRules, MemoryTx
-from core.store.rows import memory_filter
+from core.store.rows import ONE_COPY_COUNT, memory_filter
 from core.store.sqlite.base import day, dt, ts
 from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.conversations import SQLiteConversations
@@ -122,11 +122,14 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
         include_superseded: bool = False,
         reach: Sequence[str] | None = None,
         standing: bool = False,
+        one_copy: bool = False,
     ) -> list[Memory]:
         uid = await self._uid(user_key)
         if uid is None:
             return []
-        where = memory_filter(include_superseded=include_superseded, standing=standing, reach=reach)
+        where = memory_filter(
+            include_superseded=include_superseded, standing=standing, reach=reach, one_copy=one_copy
+        )
         if where is None:
             return []
         rows = await self._fetchall(
@@ -136,8 +139,11 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
         )
         return [_memory(r) for r in rows]
 
-    async def count(self, *, user_key: str) -> int:
-        row = await self._fetchone("SELECT n_docs FROM users WHERE user_key = ?", (user_key,))
+    async def count(self, *, user_key: str, one_copy: bool = False) -> int:
+        if one_copy:
+            row = await self._fetchone(ONE_COPY_COUNT.format("?"), (user_key,))
+        else:
+            row = await self._fetchone("SELECT n_docs FROM users WHERE user_key = ?", (user_key,))
         return int(row[0]) if row else 0
 
     async def export(self, *, user_key: str) -> list[Memory]:

@@ -71,16 +71,18 @@ class SQLiteTx:
         # One writer: no other transaction can be making the row (``wait`` is moot).
         return await self.store._uid(user_key, create=create)
 
-    async def dedupe_candidates(self, uid: int, *, norm: str, text: str, limit: int) -> Candidates:
-        # In one query: the twin, if any, then the best BM25 neighbours (FTS5's order is
+    async def dedupe_candidates(
+        self, uid: int, *, norm: str | None, text: str, limit: int
+    ) -> Candidates:
+        # In one query: the twins, if any, then the best BM25 neighbours (FTS5's order is
         # enough for Jaccard).
         terms = query_terms(uid, text) if limit > 0 else []
         exact = (
-            "SELECT 1, id, text, about, place FROM memories WHERE uid = ? AND norm = ?"
-            " AND superseded_by IS NULL"
+            "SELECT * FROM (SELECT 1, id, text, about, place FROM memories WHERE uid = ?"
+            " AND norm = ? AND superseded_by IS NULL ORDER BY id)"
         )
         if not terms:
-            rows = await self.store._fetchall(exact, (uid, norm))
+            rows = [] if norm is None else await self.store._fetchall(exact, (uid, norm))
         else:
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = fts_table(uid)
@@ -91,10 +93,10 @@ class SQLiteTx:
                 (uid, norm, match, limit),
             )
         found = [Candidate(r[1], r[2], r[3], parse_place(r[4])) for r in rows]
-        twin = next((c for r, c in zip(rows, found, strict=True) if r[0]), None)
-        if twin is not None:
-            return Candidates(twin)
-        return Candidates(None, found)
+        twins = [c for r, c in zip(rows, found, strict=True) if r[0]]
+        if twins:
+            return Candidates(twins)
+        return Candidates((), found)
 
     async def widen(self, uid: int, memory_id: int, *, place: str, reach: str) -> None:
         # Naming ``terms`` fires the shard's reworded trigger: the FTS5 reach marker follows.
@@ -110,7 +112,7 @@ class SQLiteTx:
 
     async def insert_many(
         self, uid: int, rows: Sequence[NewRow]
-    ) -> tuple[dict[str, int], set[int]]:
+    ) -> tuple[dict[tuple[str, str], int], set[int]]:
         found = await self.store._fetchone("SELECT COALESCE(MAX(id), 0) FROM memories")
         start = found[0] if found else 0
         now = utcnow()
@@ -121,9 +123,9 @@ class SQLiteTx:
             (ts(now), uid, start),
         )
         ids = {
-            r[1]: r[0]
+            (r[1], r[2]): r[0]
             for r in await self.store._fetchall(
-                "SELECT id, norm FROM memories WHERE uid = ? AND superseded_by IS NULL"
+                "SELECT id, norm, reach FROM memories WHERE uid = ? AND superseded_by IS NULL"
                 " AND norm IN (SELECT value FROM json_each(?))",
                 (uid, json.dumps([r.norm for r in rows])),
             )
@@ -179,6 +181,15 @@ class SQLiteTx:
             "SELECT id FROM memories WHERE uid = ? AND id > ?"
             f" AND superseded_by IS {'' if active else 'NOT '}NULL ORDER BY id LIMIT ?",
             (uid, after, -1 if limit is None else limit),
+        )
+        return [int(r[0]) for r in rows]
+
+    async def copies(self, uid: int, memory_id: int) -> list[int]:
+        rows = await self.store._fetchall(
+            "SELECT c.id FROM memories m JOIN memories c ON c.uid = m.uid AND c.norm = m.norm"
+            " WHERE m.id = ? AND m.uid = ? AND m.superseded_by IS NULL"
+            " AND c.superseded_by IS NULL AND c.id != m.id ORDER BY c.id",
+            (memory_id, uid),
         )
         return [int(r[0]) for r in rows]
 

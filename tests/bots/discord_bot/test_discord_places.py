@@ -96,3 +96,43 @@ def test_the_privacy_rule_reads_everyones_overwrite() -> None:
     role.permissions = discord.Permissions(view_channel=False)
     assert discord_place(public, guild).kind == "private_channel"  # type: ignore[arg-type]
     assert discord_place(channel(3, False), guild).kind == "public_channel"  # type: ignore[arg-type]
+
+
+async def test_a_private_thread_is_a_place_of_its_own_whatever_its_parent(
+    w: World, db_url: str
+) -> None:
+    """Only the people invited read a private thread, even in a private channel: what is
+    learned there is used there (and in the DM), not in its channel or the channel's other
+    threads."""
+    fake = w.discord
+    w = dataclasses.replace(w, db=db_url)  # type: ignore[arg-type]
+    general, secret = fake.channel_id, fake.add_text_channel(fake.guild_id, "leads")
+    make_private(w, secret)
+    hidden = {
+        general: fake.add_thread(general, "one-to-one", private=True),
+        secret: fake.add_thread(secret, "one-to-one", private=True),
+    }
+    mention = fake.bot_user.mention
+    asks = 0
+    async with running_bot(w) as bot:
+
+        async def say(channel_id: int, text: str) -> set[str]:
+            nonlocal asks
+            asks += 1
+            await fake.dispatch_message(channel_id, w.alice, text)
+            await settled(w, bot, chats=asks)
+            return set(memory_lines(memory_block(w)))
+
+        question = f"{mention} what do you remember about me?"
+        for parent, thread in hidden.items():
+            w.claude.enqueue(memories_reply((RECOVERY, "fact", "general")), kind="extract")
+            await say(thread, f"{mention} I am in recovery")
+            [learned] = await bot.rt.service.list_memories(user_key=key(w.alice))
+            assert learned.place == Place(
+                "discord", "private_channel", str(fake.guild_id), str(thread)
+            )
+            assert await say(thread, question) == {RECOVERY}
+            assert await say(parent, question) == set()
+            other = fake.add_thread(parent, "everyone")
+            assert await say(other, question) == set()
+            assert await bot.rt.store.forget(user_key=key(w.alice), memory_id=learned.id)

@@ -9,12 +9,26 @@ from typing import Any
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from bots.slack_bot.places import ChannelKinds, home_place, kind_by_id, slack_workspace
+from bots.slack_bot.places import (
+    KIND_TTL_S,
+    ChannelKinds,
+    home_place,
+    kind_by_id,
+    slack_workspace,
+)
 from core.types import Place
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines
-from tests.slack_helpers import TEAM, key, running_bot, settle, slack_settings, system_text
+from tests.slack_helpers import (
+    TEAM,
+    command,
+    key,
+    running_bot,
+    settle,
+    slack_settings,
+    system_text,
+)
 
 
 class Client:
@@ -70,6 +84,42 @@ async def test_command_places_from_conversations_info() -> None:
     calls = client.calls
     await place("C2")
     assert client.calls == calls  # read once per channel
+
+
+async def test_a_channel_converted_to_private_is_not_taken_for_public() -> None:
+    """An admin converts a public channel to a private one (or shares it with another
+    organisation): what a later event says replaces the cached kind at once, and a kind read
+    from conversations.info is read again after KIND_TTL_S (an app_mention has no
+    channel_type: it must not be learned as public for long)."""
+    client = Client({"C2": {"is_channel": True, "is_private": False}})
+    now = [0.0]
+    kinds = ChannelKinds(client, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    async def place() -> Place:
+        return await kinds.place(team="T1", enterprise=None, channel="C2", user="U1")
+
+    assert (await place()).kind == "public_channel"
+    client.channels["C2"] = {"is_channel": True, "is_private": True}  # converted
+    kinds.note("C2", "private_channel", False)  # a message event's channel_type: group
+    assert (await place()).kind == "private_channel"
+    # Shared with another organisation: its next event says so.
+    kinds.note("C2", "private_channel", True)
+    assert (await place()).workspace == "connect-C2"
+    # No event in between: conversations.info is asked again once the kind is old.
+    other = Client({"C3": {"is_channel": True, "is_private": False}})
+    kinds = ChannelKinds(other, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert (await kinds.place(team="T1", enterprise=None, channel="C3", user="U1")).kind == (
+        "public_channel"
+    )
+    other.channels["C3"]["is_private"] = True
+    now[0] += KIND_TTL_S - 1
+    assert (await kinds.place(team="T1", enterprise=None, channel="C3", user="U1")).kind == (
+        "public_channel"
+    )  # cached
+    now[0] += 2
+    assert (await kinds.place(team="T1", enterprise=None, channel="C3", user="U1")).kind == (
+        "private_channel"
+    )
 
 
 def test_the_home_tab_is_the_persons_own_dm() -> None:
@@ -182,3 +232,47 @@ async def test_slack_connect_and_grid_are_places_like_any_other(
         assert await say(
             slack.events.channel_message(f"{mention} {question}", user="U1", channel="C0RANDOM")
         ) == {FALCON}
+
+
+async def test_a_group_dm_fact_said_word_for_word_in_public_is_known_there_alone(
+    slack: FakeSlack, claude: FakeAnthropic, db_url: str
+) -> None:
+    """/remember in a group DM, then the same sentence in a public channel: known in that
+    workspace's public channels and still in the group DM; listed once, and nothing in the
+    public channel tells of the group DM's copy; /forget there forgets both."""
+    tabs = "The user prefers tabs over spaces."
+    slack.group_dms.add(GROUP)
+    async with running_bot(slack_settings(slack, claude, db_url)) as running:  # type: ignore[arg-type]
+        url, mention = running.events_url, slack.identity.mention
+        service = running.runtime.service
+
+        async def ask(event: dict[str, Any]) -> set[str]:
+            before = len(claude.requests_of("chat"))
+            assert (await slack.send_event(url, event)).status == 200
+            await slack.wait_until(
+                lambda: len(claude.requests_of("chat")) > before, what="the answer"
+            )
+            await settle(running)
+            return set(memory_lines(system_text(claude, -1)))
+
+        group = await command(slack, running, "/remember", tabs, user="U1", channel=GROUP)
+        assert group["text"] == f"Remembered (`#1`): {tabs}"
+        public = await command(slack, running, "/remember", tabs, user="U1", channel=GENERAL)
+        assert public["text"] == f"Remembered (`#2`): {tabs}"  # nothing of #1 said here
+        question = "what do you remember about me?"
+        assert await ask(slack.events.app_mention(f"{mention} {question}", user="U1")) == {tabs}
+        assert await ask(
+            slack.events.app_mention(f"{mention} {question}", user="U1", channel=OTHER)
+        ) == {tabs}  # another public channel of the workspace
+        assert await ask(slack.events.group_dm_message(f"{mention} {question}", user="U1")) == {
+            tabs
+        }
+        # The owner's listing (/memories, the Home tab's rows) has the sentence once.
+        listed = await command(slack, running, "/memories", user="U1", channel="D1")
+        assert listed["text"] == "Your memories, newest first (1–1 of 1):"
+        assert [m.id for m in await service.list_memories(user_key=key("U1"))] == [2]
+        # Forgotten where it was said in public: forgotten everywhere.
+        gone = await command(slack, running, "/forget", "2", user="U1", channel=GENERAL)
+        assert gone["text"] == "Forgot `#2`."  # nothing of the group DM's copy
+        assert await ask(slack.events.group_dm_message(f"{mention} {question}", user="U1")) == set()
+        assert await running.runtime.store.export(user_key=key("U1")) == []

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from core.chat.loop import IncomingMessage
-from core.rules.places import usable
+from core.rules.places import usable, usable_reaches
 from core.types import Place
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.loop_helpers import Harness, dm, harness, memories_reply, memory_lines, memory_text
@@ -218,3 +218,63 @@ async def test_what_the_user_did_not_say_again_keeps_its_narrow_place(
         assert group in await ask(h, fake, ALICE, SLACK["group DM"], 5, everything)  # kept
         stored = {m.text: m.place for m in await h.service.list_memories(user_key=ALICE)}
         assert stored[younger] == SLACK["slack DM"] and stored[group] == SLACK["group DM"]
+
+
+async def test_a_private_fact_said_word_for_word_in_public_is_known_there_and_kept_private(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    # Learned in a group DM (Slack) and a private channel (Discord), then said word for
+    # word in a public channel: known in that public channel (the user said it there),
+    # still known where it was first learned, and the public place shows nothing of the
+    # private copy.
+    pairs = (
+        (ALICE, SLACK["group DM"], SLACK["public channel"]),
+        (DANA, DISCORD["guild A private"], DISCORD["guild A"]),
+    )
+    async with harness(fake, db_url) as h:
+        for n, (user, private, public) in enumerate(pairs):
+            fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
+            await h.say(said(user, private, "I prefer tabs over spaces", 10 * n + 1))
+            await h.reflector.drain(10)
+            [first] = await h.service.list_memories(user_key=user, limit=10)
+            fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
+            await h.say(said(user, public, "I prefer tabs over spaces", 10 * n + 2))
+            await h.reflector.drain(10)
+            # Two copies, one per place; the owner's own listing shows the sentence once.
+            [shown] = await h.service.list_memories(user_key=user, limit=10)
+            assert shown.text == TABS and shown.place == public and shown.id != first.id
+            still = await h.store.get(user_key=user, memory_id=first.id)
+            assert still is not None and still.active and still.place == private
+            # Where the public copy is listed, the private one is not.
+            listed = await h.service.list_memories(
+                user_key=user, limit=10, reach=usable_reaches(public)
+            )
+            assert [m.id for m in listed] == [shown.id]
+        assert TABS in await ask(h, fake, ALICE, SLACK["public channel"], 3)
+        assert TABS in await ask(h, fake, ALICE, SLACK["another public channel"], 4)
+        assert TABS in await ask(h, fake, ALICE, SLACK["group DM"], 5)
+        assert TABS in await ask(h, fake, DANA, DISCORD["guild A other channel"], 6)
+        assert TABS in await ask(h, fake, DANA, DISCORD["guild A private"], 7)
+        assert TABS not in await ask(h, fake, ALICE, SLACK["private channel"], 8)
+        assert TABS not in await ask(h, fake, ALICE, SLACK["another workspace"], 9)
+        assert TABS not in await ask(h, fake, DANA, DISCORD["guild B"], 10)
+        # In the DM, the prompt carries the sentence once.
+        await h.say(said(ALICE, SLACK["slack DM"], "what do you remember about me?", 11))
+        await h.reflector.drain(10)
+        block = memory_text(fake.requests_of("chat")[-1].body)
+        assert memory_lines(block).count(TABS) == 1
+        # A search of the owner's (/memories search, Discord's autocomplete) finds it once.
+        found = await h.service.search(user_key=ALICE, query="tabs over spaces")
+        assert [s.memory.text for s in found] == [TABS]
+        # Said a third time where a copy is usable: nothing new.
+        fake.enqueue(memories_reply((TABS, "preference", "code")), kind="extract")
+        await h.say(said(ALICE, SLACK["another public channel"], "tabs, I said", 12))
+        await h.reflector.drain(10)
+        assert len(await h.store.export(user_key=ALICE)) == 2
+        # Forgetting the sentence where it was said in public forgets it everywhere.
+        [public_copy] = await h.service.list_memories(
+            user_key=ALICE, reach=usable_reaches(SLACK["public channel"])
+        )
+        assert await h.store.forget(user_key=ALICE, memory_id=public_copy.id)
+        assert await h.store.export(user_key=ALICE) == []
+        assert TABS not in await ask(h, fake, ALICE, SLACK["group DM"], 13)

@@ -16,7 +16,7 @@ from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.base import ts
 from core.store.sqlite.store import SQLiteStore
-from core.types import Memory, MemoryUse, NewMemory, NewTurn, utcnow
+from core.types import Memory, MemoryUse, NewMemory, NewTurn, Place, utcnow
 
 ALICE, BOB = "cli:alice", "cli:bob"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -296,3 +296,18 @@ def test_not_recalled_judges_only_where_a_prompt_could_carry_the_memory() -> Non
     assert flagged({4: recent}) == [3]  # channels only: no private memory judged
     assert flagged({1: recent}) == [3, 4]  # a DM prompt: both origins judged, 2 is standing
     assert flagged({}) == []  # away: nothing judged
+
+
+async def test_copies_of_a_sentence_said_in_several_places_are_no_duplicates(
+    store: Store,
+) -> None:
+    # Said in a group DM, then word for word in a public channel: one copy each place.
+    tabs = "The user prefers tabs over spaces."
+    group = Place("slack", "group_dm", "T1", "G1")
+    public = Place("slack", "public_channel", "T1", "C1")
+    first = await store.add(user_key=ALICE, memory=NewMemory(tabs, place=group), dedupe=Deduper())
+    second = await store.add(user_key=ALICE, memory=NewMemory(tabs, place=public), dedupe=Deduper())
+    assert (first.status, second.status) == ("added", "added") and first.id != second.id
+    report = await run_audit(store, deduper=Deduper(), now=utcnow(), fix=True)
+    assert report.users[0].findings == [] and ALICE not in report.fixed
+    assert {m.place for m in await store.export(user_key=ALICE)} == {group, public}

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from bots.cli import app
 from core.memory.cleanup import Cleaner
 from core.rules.dedupe import Deduper
-from core.types import NewMemory
+from core.types import NewMemory, Place
 from tests.fakes.anthropic_server import FakeAnthropic, not_json, running_fake_anthropic
 from tests.loop_helpers import API_KEY, harness
 
@@ -300,3 +300,25 @@ async def test_a_merge_follows_the_dedupe_rule(db_url: str, outside: str, merged
         # undone exactly, as any cleanup
         await h.store.undo_change(user_key=ALICE, change_id=run.applied.change_id)
         assert len(await h.service.list_memories(user_key=ALICE)) == 3
+
+
+async def test_copies_of_a_sentence_said_in_several_places_are_sent_once(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    # The same sentence learned in a group DM and said again in a public channel: Claude
+    # sees it once, so no plan can take one copy for a duplicate of the other.
+    tabs = "The user prefers tabs over spaces."
+    places = [Place("slack", "group_dm", "T1", "G1"), Place("slack", "public_channel", "T1", "C1")]
+    async with harness(fake, db_url) as h:
+        for place in places:
+            await h.store.add(user_key=ALICE, memory=NewMemory(tabs, place=place), dedupe=Deduper())
+        await h.store.add(user_key=ALICE, memory=NewMemory(OLD_HOME), dedupe=Deduper())
+        cleaner = Cleaner(store=h.store, model=h.model, batch_size=25, max_batches=5)
+        run = await cleaner.plan(user_key=ALICE)
+        assert run.before == 2
+        [request] = fake.requests_of("extract")
+        assert json.dumps(request.body).count("tabs over spaces") == 1
+        await cleaner.apply(run)
+        assert {m.place for m in await h.store.export(user_key=ALICE) if m.text == tabs} == set(
+            places
+        )

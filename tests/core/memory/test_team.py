@@ -114,7 +114,9 @@ async def test_team_decision_in_its_channel_and_threads_and_nowhere_else(
             ),
         )
     for text in (later, same_thread):
-        assert PG16 in text and OWNER in text and '("Alice")' in text
+        # Who said it by the verified id, the display name beside it as data (anyone can
+        # call themselves "Alice").
+        assert PG16 in text and OWNER in text and '(<@UALICE> "Alice")' in text
     assert blocks[1]["cache_control"] == {"type": "ephemeral"}  # its own cached block
     assert "<channel_memory>" in blocks[1]["text"]  # right after the persona
     for text in (other_channel, other_workspace, direct, group):
@@ -355,6 +357,9 @@ def test_team_sentences_and_links() -> None:
     assert team_sentence("we use Go") == "The team uses Go."
     assert team_sentence("our wiki is Notion") == "The team's wiki is Notion."
     assert team_sentence("we decided on Rust!") == "The team decided on Rust!"
+    # However it was typed (two spaces, a tab, a line break): the verb after "we" agrees.
+    assert team_sentence("we  use\tPostgres\n16") == "The team uses Postgres 16."
+    assert team_sentence(" \nwe\tuse Go ") == "The team uses Go."
     assert message_link("slack", "slack:T1:C1:100.0", "100.5") == (
         "https://slack.com/archives/C1/p1005"
     )
@@ -452,3 +457,22 @@ async def test_a_crash_right_after_a_team_reflection_commits_keeps_its_entries(
     assert len(tuesday) == 1, [m.text for m, _ in entries]
     assert said_by[tuesday[0].id].said_by == BOB
     assert said_by[tuesday[0].id].said_by_name == "Bob"
+
+
+async def test_a_channel_that_turned_private_keeps_one_copy_of_each_entry(
+    fake: FakeAnthropic, db_url: str
+) -> None:
+    # Memory on while public (the decision kept as public); the channel turns private and
+    # the decision is settled again word for word: the channel's memory has it once (its
+    # entries are read by the channel's key, whatever place they record).
+    async with harness(fake, db_url) as h:
+        await teach(h, fake)
+        await turn(
+            h, fake, said(ALICE, DECISION, kind="private_channel", thread="700.0"), team_reply(PG16)
+        )
+        added = await h.loop.team.remember(channel_key="slack:T1:C1", text=PG16, by=BOB)
+        assert added.status == "duplicate"
+        texts = [m.text for m, _ in await h.loop.team.entries("slack:T1:C1", limit=50)]
+        assert texts.count(PG16) == 1
+        block = await turn(h, fake, said(CAROL, QUESTION, kind="private_channel"))
+    assert block.count(PG16) == 1

@@ -148,10 +148,11 @@ def test_reassert_widens_only_the_same_fact_of_the_same_person_learned_in_the_dm
     manager = _Stored(4, tabs.text, DM, about="manager")
     other = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC, known=[manager])
     assert other.widen is None
-    # Learned in a group DM: it keeps its place; reworded, the new one is stored here.
+    # Learned in a group DM: it keeps its place, and the new one is stored here, said word
+    # for word (a copy of its own, one per reach) or reworded.
     group = _Stored(5, tabs.text, GROUP)
     exact = decide(Deduper(), text=tabs.text, about=None, place=PUBLIC, known=[group])
-    assert exact.duplicate_of == group and exact.widen is None
+    assert exact.duplicate_of is None and exact.widen is None
     reworded = decide(
         Deduper(), text="The user really prefers tabs over spaces.", about=None, place=PUBLIC,
         known=[group],

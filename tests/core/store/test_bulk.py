@@ -16,7 +16,7 @@ from core.memory.service import IMPORT_BATCH, MemoryService
 from core.rules.cleanup_ops import SupersedeOp
 from core.store.seams import Store
 from core.store.sqlite.store import FORGET_BATCH
-from core.types import NewMemory
+from core.types import NewMemory, Place
 from tests.conftest import REPO_ROOT
 
 USER = "cli:bulk"
@@ -176,3 +176,23 @@ def test_dedupe_index_finds_what_comparing_all_pairs_finds() -> None:
             index.add(item)
             known.append(item)
     assert 0 < differ < len(texts)
+
+
+async def test_an_export_with_copies_of_a_sentence_imports_both(service: MemoryService) -> None:
+    # Said in a group DM, then word for word in a public channel: a copy each. Exported and
+    # imported into a new key, both come back, each with its place.
+    tabs = "The user prefers tabs over spaces."
+    places = [Place("slack", "group_dm", "T9", "G1"), Place("slack", "public_channel", "T9", "C1")]
+    for place in places:
+        await service.store.add(
+            user_key=OTHER, memory=NewMemory(tabs, place=place), dedupe=service.deduper
+        )
+    lines = [json.dumps(r) for r in await service.export(user_key=OTHER)]
+    assert len(lines) == 2
+    result = await service.import_lines(user_key="slack:T9:U8", lines=lines)
+    assert (result.added, result.duplicates) == (2, 0)
+    back = await service.store.export(user_key="slack:T9:U8")
+    assert {(m.text, m.place) for m in back} == {(tabs, p) for p in places}
+    # Imported again: both are duplicates of what is stored.
+    again = await service.import_lines(user_key="slack:T9:U8", lines=lines)
+    assert (again.added, again.duplicates) == (0, 2)

@@ -59,13 +59,16 @@ async def test_insert_twin_neighbours_and_supersede_stay_within_one_user(store: 
         assert first is not None and bobs is not None and first != bobs
         row = new_row(alice, ALICE, NewMemory(text="The user has two cats, Miso and Tofu!"))
         twin = await tx.dedupe_candidates(alice, norm=row.norm, text="cats", limit=5)
-        assert twin.twin is None
+        assert list(twin.twins) == []
         assert [c.id for c in twin.near] == [first]  # Bob's memory is not Alice's neighbour
         again = new_row(alice, ALICE, cats)
         found = await tx.dedupe_candidates(alice, norm=again.norm, text=cats.text, limit=5)
-        assert found.twin is not None and found.twin.id == first
+        assert [t.id for t in found.twins] == [first] and list(found.near) == []
         nothing = await tx.dedupe_candidates(alice, norm="no such text", text="", limit=5)
-        assert nothing.twin is None and list(nothing.near) == []
+        assert list(nothing.twins) == [] and list(nothing.near) == []
+        # No twin looked up: the neighbours alone, the twin among them.
+        near = await tx.dedupe_candidates(alice, norm=None, text=cats.text, limit=5)
+        assert list(near.twins) == [] and [c.id for c in near.near] == [first]
         second = await tx.insert(alice, row, at=at)
         assert second is not None
         # Another user's id (either side), the same id, a superseded one: nothing changes.
@@ -96,16 +99,54 @@ async def test_insert_many_skips_active_twins_and_says_which_are_new(store: Stor
     )
     texts = ["The user likes tea.", "The user likes coffee.", "The user likes coffee."]
 
-    async def work(tx: MemoryTx) -> tuple[dict[str, int], set[int]]:
+    public = Place("slack", "public_channel", "T1", "C1")
+
+    async def work(tx: MemoryTx) -> tuple[dict[tuple[str, str], int], set[int]]:
         uid = await tx.user(ALICE, create=True)
         assert uid is not None
         rows = [new_row(uid, ALICE, NewMemory(text=t)) for t in texts]
+        # The same sentence learned in another place is a copy of its own (one per reach).
+        rows.append(new_row(uid, ALICE, NewMemory(text=texts[0], place=public)))
         return await tx.insert_many(uid, rows)
 
     ids, fresh = await run(store, work)
-    assert len(fresh) == 1 and ids["the user likes coffee"] in fresh
-    assert ids["the user likes tea"] not in fresh
-    assert [e.event for e in await store.history(user_key=ALICE)] == ["added", "added"]
+    assert len(fresh) == 2 and ids[("the user likes coffee", "dm")] in fresh
+    assert ids[("the user likes tea", "dm")] not in fresh
+    assert ids[("the user likes tea", "pub_slack_t1")] in fresh
+    assert [e.event for e in await store.history(user_key=ALICE)] == ["added"] * 3
+
+
+async def test_one_active_copy_per_reach_and_copies_are_the_users_own(store: Store) -> None:
+    tea = "The user likes tea."
+    group = Place("slack", "group_dm", "T1", "G1")
+    public = Place("slack", "public_channel", "T1", "C1")
+
+    async def work(tx: MemoryTx) -> None:
+        alice = await tx.user(ALICE, create=True)
+        bob = await tx.user(BOB, create=True)
+        assert alice is not None and bob is not None
+        at = utcnow()
+        ingroup = await tx.insert(alice, new_row(alice, ALICE, NewMemory(tea, place=group)), at=at)
+        inpublic = await tx.insert(
+            alice, new_row(alice, ALICE, NewMemory(tea, place=public)), at=at
+        )
+        bobs = await tx.insert(bob, new_row(bob, BOB, NewMemory(tea, place=public)), at=at)
+        assert None not in (ingroup, inpublic, bobs)
+        again = new_row(alice, ALICE, NewMemory(tea, place=group))
+        found = await tx.dedupe_candidates(alice, norm=again.norm, text=tea, limit=5)
+        assert [(t.id, t.place) for t in found.twins] == [(ingroup, group), (inpublic, public)]
+        assert await tx.copies(alice, ingroup) == [inpublic]  # not Bob's
+        assert await tx.copies(alice, inpublic) == [ingroup]
+        assert await tx.copies(bob, ingroup) == []  # another user's id: nothing
+        assert await tx.copies(bob, bobs) == []
+        assert inpublic is not None and ingroup is not None
+        assert await tx.supersede(
+            alice, old_id=inpublic, new_id=ingroup, at=at, conversation_key=None
+        )
+        assert await tx.copies(alice, inpublic) == []  # not active: none
+        assert await tx.copies(alice, ingroup) == []
+
+    await run(store, work)
 
 
 async def test_erase_takes_only_the_users_ids_with_their_events_and_entries(
