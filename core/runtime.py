@@ -314,6 +314,8 @@ async def _open_runtime(
         from core.model.claude import ClaudeChatModel
 
         model = ClaudeChatModel.from_settings(settings, metrics=metrics)
+        if require_model:  # the bots: the SDK loads before they connect, not at a first answer
+            model.connect()
         rt = chat_runtime(base, model)
         reflector = rt.reflector
         metrics.watch(

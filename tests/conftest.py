@@ -76,19 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 WORKER_GROUPS: dict[str, tuple[str, ...]] = {
-    "terminals": (
-        "tests/bots/terminal/",
-        "tests/bots/test_eval_cli.py",
-    ),
-    "slack processes": (
-        "tests/bots/slack_bot/test_slack_process.py",
-        "tests/bots/slack_bot/test_slack_socket_crash.py",
-        "tests/bots/slack_bot/test_slack_recovery_places.py",
-        "tests/bots/slack_bot/test_slack_stream_recovery.py",
-        "tests/bots/slack_bot/test_reconnect_slack.py",
-        "tests/bots/slack_bot/test_revoked_token_slack.py",
-        "tests/core/store/test_durability.py",
-    ),
+    "terminal crashes": ("tests/bots/terminal/test_crash_recovery.py",),
     "discord processes": (
         "tests/bots/discord_bot/test_discord_fake_process.py",
         "tests/bots/discord_bot/test_discord_recovery.py",
@@ -97,17 +85,43 @@ WORKER_GROUPS: dict[str, tuple[str, ...]] = {
         "tests/bots/discord_bot/test_revoked_token_discord.py",
         "tests/core/store/test_postgres_replicas.py",
     ),
+    "slack crashes": (
+        "tests/bots/slack_bot/test_slack_process.py",
+        "tests/bots/slack_bot/test_slack_socket_crash.py",
+        "tests/bots/slack_bot/test_slack_recovery_places.py",
+        "tests/bots/slack_bot/test_slack_stream_recovery.py",
+    ),
+    "terminals": (
+        "tests/bots/terminal/",
+        "tests/bots/test_eval_cli.py",
+    ),
+    "slack connections": (
+        "tests/bots/slack_bot/test_reconnect_slack.py",
+        "tests/bots/slack_bot/test_revoked_token_slack.py",
+        "tests/core/store/test_durability.py",
+    ),
     "embedding model": (
         "tests/core/memory/test_embeddings.py",
         "tests/core/memory/test_semantic.py",
     ),
 }
 """Tests that run on one worker, one at a time, in a parallel run (``--dist loadgroup``):
-those that run bots, terminals or writers as processes against deadlines, in three groups
-that xdist hands out first, one to each of ``scripts/check``'s three workers (each group is
-the run's longest thread, and mostly waits on processes, so three fit on two cores); and
-those that share the sentence-transformers model a worker loads once
-(:func:`embedding_models_once`). The workers share everything else as they come free."""
+those that run bots, terminals or writers as processes against deadlines, in five groups;
+and those that share the sentence-transformers model a worker loads once
+(:func:`embedding_models_once`). xdist hands the groups out first, in this order (the
+longest first: a group is one worker's thread, so one handed out late would end the run
+alone), then :data:`LONG_TESTS`, then the rest as the workers come free. A test is in the
+first group one of whose paths begins its id (``tests/bots/terminal/`` after the crash
+tests' file)."""
+
+LONG_TESTS: tuple[str, ...] = (
+    "tests/core/test_settings.py::test_env_example_copied_as_is_runs_every_command",
+    "tests/bench/test_replay_slice.py::",
+    "tests/bots/discord_bot/test_discord_memory.py::test_preference_recalled_after_restart",
+    "tests/bench/test_team_bench.py::",
+)
+"""Tests in no group that take 10-30 s (processes, a LoCoMo slice): handed out right after
+the groups, so that none of them starts last and runs on while the other workers wait."""
 
 
 def worker_group(nodeid: str) -> str | None:
@@ -115,19 +129,41 @@ def worker_group(nodeid: str) -> str | None:
     return next((name for name, paths in WORKER_GROUPS.items() if nodeid.startswith(paths)), None)
 
 
+def handout_rank(scope: str) -> int | None:
+    """Where the unit ``scope`` (a group's name or a test's id) is handed out among the
+    first: the groups in :data:`WORKER_GROUPS`' order, then :data:`LONG_TESTS`; None for
+    the others (after them, in collection order)."""
+    if scope in WORKER_GROUPS:
+        return list(WORKER_GROUPS).index(scope)
+    rank = next((i for i, prefix in enumerate(LONG_TESTS) if scope.startswith(prefix)), None)
+    return None if rank is None else len(WORKER_GROUPS) + rank
+
+
 @pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist (-p no:xdist) has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup`` over :data:`WORKER_GROUPS` (pytest-xdist's ``xdist_group`` marker
     cannot do it under pytest 9: xdist 3.8 names a test's group by rewriting
-    ``item._nodeid``, which pytest 9 no longer reads, so every test ran wherever it fell).
-    xdist hands out the units with the most tests first: the groups."""
+    ``item._nodeid``, which pytest 9 no longer reads, so every test ran wherever it fell),
+    the units handed out in :func:`handout_rank`'s order (xdist's own: the units with the
+    most tests first, which put a short group of many tests before a long one)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+    from xdist.workermanage import WorkerController
 
     class ProcessGroupScheduling(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return worker_group(nodeid) or nodeid
+
+        def _assign_work_unit(self, node: WorkerController) -> None:
+            if not self.ordered:  # the first hand-out: the whole queue is known
+                self.ordered = True
+                ranked = {s: r for s in self.workqueue if (r := handout_rank(s)) is not None}
+                for scope in sorted(ranked, key=ranked.__getitem__, reverse=True):
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return ProcessGroupScheduling(config, log)  # type: ignore[arg-type]
 
@@ -417,7 +453,9 @@ def service(store: Store) -> MemoryService:
 
 
 def locomo_or_skip() -> Path:
-    """The shared LoCoMo folder, or skip the test when it is absent."""
-    if not any(LOCOMO.glob("conv-*.json")):
-        pytest.skip(f"LoCoMo data not found at {LOCOMO}")
-    return LOCOMO
+    """The shared LoCoMo folder (or ``SELFMIND_LOCOMO_DIR``, as for a worktree elsewhere),
+    or skip the test when neither has it."""
+    for folder in (LOCOMO, Path(os.environ.get("SELFMIND_LOCOMO_DIR", "/nonexistent"))):
+        if any(folder.glob("conv-*.json")):
+            return folder
+    pytest.skip(f"LoCoMo data not found at {LOCOMO} (or SELFMIND_LOCOMO_DIR)")

@@ -109,9 +109,41 @@ def test_every_worker_group_names_files_that_exist_and_the_scheduler_keeps_each_
     scheduler = pytest_xdist_make_scheduler(Dist("loadgroup"), None)  # type: ignore[arg-type]
     scope = scheduler._split_scope  # type: ignore[attr-defined]
     assert scope("tests/bots/terminal/test_terminal.py::test_a") == "terminals"
+    assert scope("tests/bots/terminal/test_crash_recovery.py::test_a") == "terminal crashes"
     assert scope("tests/bots/test_eval_cli.py::test_b[x]") == "terminals"
-    assert scope("tests/core/store/test_durability.py::test_c") == "slack processes"
+    assert scope("tests/core/store/test_durability.py::test_c") == "slack connections"
+    assert scope("tests/bots/slack_bot/test_slack_process.py::test_c") == "slack crashes"
     assert scope("tests/bots/discord_bot/test_discord_recovery.py::test_f") == "discord processes"
     assert scope("tests/core/memory/test_semantic.py::test_d") == "embedding model"
     alone = "tests/core/store/test_store.py::test_e[sqlite]"
     assert scope(alone) == alone
+
+    # Handed out: the groups (longest first, as listed), then the long tests, then the rest.
+    long_test = "tests/bench/test_replay_slice.py::test_replay"
+    ids = [
+        alone,
+        "tests/core/memory/test_semantic.py::test_d",
+        long_test,
+        "tests/bots/terminal/test_terminal.py::test_a",
+        "tests/bots/terminal/test_crash_recovery.py::test_a",
+        "tests/core/store/test_durability.py::test_c",
+    ]
+
+    class Node:
+        def send_runtest_some(self, indexes: list[int]) -> None:
+            pass
+
+    node = Node()
+    scheduler.registered_collections = {node: ids}  # type: ignore[attr-defined]
+    for nodeid in ids:
+        scheduler.workqueue.setdefault(scope(nodeid), {})[nodeid] = False  # type: ignore[attr-defined]
+    for _ in ids:
+        scheduler._assign_work_unit(node)  # type: ignore[attr-defined]
+    assert list(scheduler.assigned_work[node]) == [  # type: ignore[attr-defined]
+        "terminal crashes",
+        "terminals",
+        "slack connections",
+        "embedding model",
+        long_test,
+        alone,
+    ]

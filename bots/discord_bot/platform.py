@@ -29,7 +29,7 @@ def _conversation_place(parts: Sequence[str]) -> Place | None:
 
 def _message_link(parts: Sequence[str], ref: str) -> str | None:
     # The jump URL: https://discord.com/channels/{guild}/{channel or thread}/{message}.
-    if len(parts) in (3, 4) and parts[1].isdigit() and ref.isdigit():
+    if len(parts) in (3, 4) and parts[1].isdigit() and parts[2].isdigit() and ref.isdigit():
         return f"https://discord.com/channels/{parts[1]}/{parts[2]}/{ref}"
     return None
 

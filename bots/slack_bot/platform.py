@@ -43,7 +43,8 @@ def _conversation_place(parts: Sequence[str]) -> Place | None:
 
 def _message_link(parts: Sequence[str], ref: str) -> str | None:
     # Slack's "Copy link" form, redirected to the workspace.
-    if len(parts) == 4 and ref.replace(".", "").isdigit():
+    channel_id = parts[2] if len(parts) == 4 else ""
+    if channel_id.isascii() and channel_id.isalnum() and ref.replace(".", "").isdigit():
         return f"https://slack.com/archives/{parts[2]}/p{ref.replace('.', '')}"
     return None
 

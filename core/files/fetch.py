@@ -23,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-import aiohttp
-
 from core.files.refs import FileRef, human_size
+
+if TYPE_CHECKING:
+    import aiohttp  # imported by the reader that opens a session, not by importing this
 
 MAX_REDIRECTS = 5
 CHUNK_BYTES = 64 * 1024
@@ -77,6 +79,8 @@ async def fetch(
     ref: FileRef, *, session: aiohttp.ClientSession, max_bytes: int, timeout_s: float
 ) -> bytes | bytearray:
     """The bytes of ``ref`` (at most ``max_bytes``); raises :class:`FileProblem`."""
+    import aiohttp  # already loaded: ``session`` is one
+
     if ref.unavailable:
         raise FileProblem(ref.unavailable)
     if ref.size is not None and ref.size > max_bytes:

@@ -27,8 +27,7 @@ import traceback
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from core.files.budget import ByteBudget, Reservation
 from core.files.fetch import FileProblem, fetch, too_big
@@ -50,6 +49,9 @@ from core.files.refs import FileRef
 from core.model.body import base64_size
 from core.model.claude import FileBlock
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    import aiohttp  # imported by the first read (half a second): a chat that reads no file
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +175,8 @@ class FileReader:
         max_side = MAX_IMAGE_SIDE_MANY if images_like > MANY_IMAGES else MAX_IMAGE_SIDE
         budget = MAX_REQUEST_BYTES - REQUEST_RESERVE_BYTES
         parsing = [MESSAGE_PARSE_FILES * self.parse_timeout_s]  # seconds left to parse
+        import aiohttp
+
         async with aiohttp.ClientSession() as session:
             for ref in refs:
                 try:

@@ -205,8 +205,8 @@ class ChatModel(Protocol):
 
 
 class ClaudeChatModel:
-    """:class:`ChatModel` over the Messages API. Owns its ``AsyncAnthropic`` client: use as
-    ``async with`` (or call ``aclose()``).
+    """:class:`ChatModel` over the Messages API. Owns its ``AsyncAnthropic`` client, made at
+    the first call (or :meth:`connect`): use as ``async with`` (or call ``aclose()``).
 
     ``max_tokens`` bounds a chat answer (thinking included), ``memory_max_tokens`` an
     extraction; ``timeout_s`` is the SDK's per-request timeout in seconds; ``max_retries`` is
@@ -226,26 +226,44 @@ class ClaudeChatModel:
         timeout_s: float = 600.0,
         metrics: Metrics | None = None,
     ) -> None:
-        import anthropic
-
         self.metrics = metrics or Metrics()
-        # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 % less
-        # bot CPU per turn (the `aiohttp` extra; the transport is vendored in the SDK).
-        # OpenTelemetry off: the bot sends no telemetry anywhere (README, Privacy), and the
-        # SDK otherwise builds a span's attributes and trace headers for every call
-        # (bench/turn_cpu.py: a tenth of an answer stream's CPU).
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=max_retries,
-            timeout=timeout_s,
-            http_client=anthropic.DefaultAioHttpClient(),
-            open_telemetry={"traces": False, "propagation": False},
-        )
+        self._api_key = api_key
+        self._base_url = base_url
+        self._max_retries = max_retries
+        self._timeout_s = timeout_s
+        self._made: anthropic.AsyncAnthropic | None = None
         self.chat_model = chat_model
         self.reflection_model = reflection_model
         self.max_tokens = max_tokens
         self.memory_max_tokens = memory_max_tokens
+
+    @property
+    def _client(self) -> anthropic.AsyncAnthropic:
+        """The SDK's client, made at the first call: importing the SDK takes 1-2 s of CPU,
+        which a process that never calls Claude (a terminal chat with nothing to answer, its
+        memory commands) does not pay. :meth:`connect` makes it at once."""
+        if self._made is None:
+            import anthropic
+
+            # aiohttp under the SDK instead of httpx's pool: bench/load.py measured 20-27 %
+            # less bot CPU per turn (the `aiohttp` extra; the transport is vendored in the
+            # SDK). OpenTelemetry off: the bot sends no telemetry anywhere (README, Privacy),
+            # and the SDK otherwise builds a span's attributes and trace headers for every
+            # call (bench/turn_cpu.py: a tenth of an answer stream's CPU).
+            self._made = anthropic.AsyncAnthropic(
+                api_key=self._api_key,
+                base_url=self._base_url,
+                max_retries=self._max_retries,
+                timeout=self._timeout_s,
+                http_client=anthropic.DefaultAioHttpClient(),
+                open_telemetry={"traces": False, "propagation": False},
+            )
+        return self._made
+
+    def connect(self) -> None:
+        """Make the SDK's client now rather than at the first call (the bots: their first
+        answer does not wait for the SDK's import)."""
+        self._client  # noqa: B018 (made as a side effect)
 
     @classmethod
     def from_settings(
@@ -265,8 +283,9 @@ class ClaudeChatModel:
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP client and its connections."""
-        await self._client.close()
+        """Close the HTTP client and its connections (if it was ever made)."""
+        if self._made is not None:
+            await self._made.close()
 
     async def probe(self, *, model: str, timeout_s: float) -> int:
         """Ask the API to count a one-word prompt's tokens for ``model`` (free; once, no

@@ -20,7 +20,9 @@ import json, sys
 from typer.testing import CliRunner
 import bots.cli
 
-WATCHED = ("anthropic", "httpx2", "PIL", "pypdf", "slack_bolt", "discord", "prometheus_client")
+WATCHED = (
+    "anthropic", "httpx2", "aiohttp", "PIL", "pypdf", "slack_bolt", "discord", "prometheus_client"
+)
 db = sys.argv[1]
 commands = json.loads(sys.argv[2])
 runner = CliRunner()
@@ -48,8 +50,8 @@ READ_ONLY = [
 ]
 
 
-def _imported(tmp_path: Path, commands: list[list[str]]) -> dict[str, list[str]]:
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+def _imported(tmp_path: Path, commands: list[list[str]], **settings: str) -> dict[str, list[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")} | settings
     args = [[a.replace("{backup}", str(tmp_path / "backup.db")) for a in c] for c in commands]
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path / "m.db"), json.dumps(args)],
@@ -75,3 +77,15 @@ def test_doctor_without_a_key_never_imports_the_model_sdk(tmp_path: Path) -> Non
     # reads the Slack settings through the Slack adapter, so slack_bolt may load.
     report = _imported(tmp_path, [READ_ONLY[0], ["doctor"]])
     assert "anthropic" not in report["doctor"] and "httpx2" not in report["doctor"]
+
+
+def test_a_chat_with_nothing_to_answer_never_imports_the_model_sdk(tmp_path: Path) -> None:
+    # With a key: the SDK (and aiohttp under it) loads at the first call to Claude, not at
+    # the start of a chat that makes none (its memory commands, nothing to answer).
+    report = _imported(
+        tmp_path,
+        [READ_ONLY[0], ["chat", "--user", "alice"]],
+        ANTHROPIC_API_KEY="sk-ant-never-used",
+        ANTHROPIC_BASE_URL="http://127.0.0.1:9",
+    )
+    assert not {"anthropic", "httpx2", "aiohttp"} & set(report["chat --user alice"])

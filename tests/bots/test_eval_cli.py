@@ -134,10 +134,10 @@ async def test_interrupt_then_resume_gives_the_totals_of_one_run(
     first, second = json.loads(one.splitlines()[-1]), json.loads(resumed.splitlines()[-1])
     assert second["complete"] is True and 5 < done < len(out.read_text().splitlines())
     assert second["models"] == first["models"]
-    # Another run's file is refused, not mixed in.
-    code, _, err = await selfmind(
+    # Another run's file is refused, not mixed in (in this process: a refusal).
+    code, _, err = await in_process(
         "eval", "reflection", "--data", str(data), "--yes", "--out", str(out),
-        env=env_for(fake), cwd=tmp_path,
+        env=env_for(fake),
     )  # fmt: skip
     assert code == 1 and "other options" in err
 

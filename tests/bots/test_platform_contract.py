@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from importlib.metadata import entry_points
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.chat.controls import Controls
@@ -91,6 +91,8 @@ def test_its_stream_configuration_delivers_every_answer_whole(platform: Platform
 @pytest.mark.parametrize("platform", PLATFORMS, ids=IDS)
 @settings(max_examples=200, deadline=None)
 @given(parts=KEY_PARTS, ref=KEY_PART)
+@example(parts=["0", "\x1f"], ref="0")  # links once carried the control character:
+@example(parts=["T0", "\x1f", "U0"], ref="0")  # Discord's, Slack's
 def test_its_key_rules_take_any_key_without_raising(
     platform: Platform, parts: list[str], ref: str
 ) -> None:
