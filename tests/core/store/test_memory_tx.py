@@ -140,9 +140,7 @@ async def test_one_active_copy_per_reach_and_copies_are_the_users_own(store: Sto
         assert await tx.copies(bob, ingroup) == []  # another user's id: nothing
         assert await tx.copies(bob, bobs) == []
         assert inpublic is not None and ingroup is not None
-        assert await tx.supersede(
-            alice, old_id=inpublic, new_id=ingroup, at=at, conversation_key=None
-        )
+        assert await tx.set_superseded(alice, old_id=inpublic, new_id=ingroup, at=at)
         assert await tx.copies(alice, inpublic) == []  # not active: none
         assert await tx.copies(alice, ingroup) == []
 
