@@ -26,7 +26,9 @@ from core.evaluation.dedupe import (
 from core.memory.service import MemoryService
 from core.rules.dedupe import (
     DEFAULT_THRESHOLD,
+    NUMBER_WORDS,
     Deduper,
+    _is_number,
     compare,
     jaccard,
     judge,
@@ -742,3 +744,28 @@ def test_redundant_keeps_the_newest_twin_and_the_specific_fact() -> None:
     ]
     assert redundant(texts, Deduper()) == {0, 3, 4, 5}
     assert redundant([], Deduper()) == set()
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "three",
+        "dozen",
+        "v2",
+        "2024",
+        "３",
+        "٣",
+        "²",
+        "½",
+        "ⅻ",
+        "x²",
+        "abc",
+        "étage",
+        "日本",
+        "",
+        "3.11",
+    ],
+)
+def test_a_number_token_is_a_number_word_or_holds_a_digit(token: str) -> None:
+    # _is_number skips the scan for tokens of letters only: the same answer as the scan.
+    assert _is_number(token) == (token in NUMBER_WORDS or any(ch.isdigit() for ch in token))
