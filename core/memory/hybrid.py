@@ -293,21 +293,19 @@ class HybridRecaller:
         window = k if self.fusion == "rrf" else SCORE_WINDOW * k
         ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         sims: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
-        # The matrix's check (one read of the user's head) and the BM25 search are asked for
-        # together, in that order (SQLite queues both on its reader thread, PostgreSQL runs
-        # them on two connections): the search does not wait for the check's round trip.
-        # The search runs on the store's side (SQLite: its reader thread; PostgreSQL: the
-        # server) while the cosines are taken here.
+        data = await self._matrix(user_key)
+        # The BM25 search runs on the store's side (SQLite: its reader thread; PostgreSQL:
+        # the server) while the cosines are taken here: the two overlap, and a recall takes
+        # about the longer of them, not their sum (bench/use.py, Use).
         # The deeper list comes from the candidates a top k re-scores: twice the pool cost
         # about 0.6 ms more CPU a recall at 10,000 memories and changed no LoCoMo hit.
-        matrix = asyncio.ensure_future(self._matrix(user_key))
         search = asyncio.ensure_future(
             self.store.search(
                 user_key=user_key, query=query, k=window, reach=reach, pool=candidate_pool(k)
             )
         )
         try:
-            data = await matrix
+            await asyncio.sleep(0)  # let the search reach its thread before the CPU work
             if query.strip() and len(data.ids):
                 text = query[:2000]
                 texts = [text] + ([f"{text} {e}" for e in expansions(text)] if self.expand else [])
@@ -318,9 +316,8 @@ class HybridRecaller:
                 ids = data.ids
             first = dated(data, query) if len(ids) else None
         except BaseException:
-            for task in (matrix, search):
-                task.cancel()
-            await asyncio.gather(matrix, search, return_exceptions=True)
+            search.cancel()
+            await asyncio.gather(search, return_exceptions=True)
             raise
         bm25 = await search
         if self.fusion == "rrf":

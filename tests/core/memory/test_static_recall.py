@@ -313,34 +313,6 @@ async def test_a_failing_embedding_cancels_the_search_it_overlaps(default_store:
     assert len(searches) == 1 and searches[0].cancelled()
 
 
-async def test_a_failing_matrix_check_cancels_the_search_asked_with_it(
-    default_store: Store,
-) -> None:
-    # The user's head is read while the search already runs: when that read fails, the
-    # error is the recall's and the search is not left running behind it.
-    await remember(default_store, ALICE, ["The user lives in Lisbon.", *DISTRACTORS])
-    recaller = default_recaller(default_store)
-    await recaller.recall(user_key=ALICE, query="Lisbon", k=2)  # matrix cached
-    searches: list[asyncio.Task[Any]] = []
-    search = default_store.search
-
-    async def tracked(**kwargs: Any) -> Any:
-        task = asyncio.current_task()
-        assert task is not None
-        searches.append(task)
-        await asyncio.sleep(0.05)  # still running when the check fails
-        return await search(**kwargs)
-
-    async def broken_head(**kwargs: Any) -> int:
-        raise RuntimeError("head read failed")
-
-    default_store.search = tracked  # type: ignore[method-assign]
-    default_store.memory_head = broken_head  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="head read failed"):
-        await recaller.recall(user_key=ALICE, query="Lisbon", k=2)
-    assert len(searches) == 1 and searches[0].cancelled()
-
-
 def test_cosines_are_each_vectors_own_products_at_their_best() -> None:
     # One matrix-vector product a query vector: the cosines of a query and its expansions
     # are exactly what each vector alone gets (one product of all of them sums otherwise).
