@@ -13,7 +13,8 @@ also holds ``scale_users * scale_per_user`` synthetic memories (texts sampled fr
 conversations' observations and turns). Latency p50/p95 is for one synthetic user.
 
 The synthetic part of the large store is cached, since building a million memories takes
-minutes: for SQLite under ``bench/.cache/`` (git-ignored), copied for each run; for PostgreSQL
+minutes: for SQLite under ``bench/.cache/schema-N/`` (git-ignored; N: the store's last
+migration, :func:`cache_dir`), copied for each run; for PostgreSQL
 (``--backend postgres``, server from ``--database-url``, default ``SELFMIND_BENCH_DATABASE_URL``
 or ``SELFMIND_TEST_DATABASE_URL``) as a template database named by a hash of its contents,
 loaded with ``COPY`` and cloned for each run (:mod:`bench.postgres_bench`). Both backends get
@@ -52,6 +53,7 @@ from bench.locomo import DEFAULT_DATA, REPO_ROOT, Conversation, load_all
 from core.memory.recall import BM25Recaller, Recaller
 from core.rules.dedupe import Deduper
 from core.store.seams import Store
+from core.store.sqlite.base import MIGRATIONS
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewMemory
 
@@ -184,15 +186,30 @@ async def sqlite_small(tmp: Path) -> AsyncIterator[Store]:
         await store.close()
 
 
+SCHEMA = MIGRATIONS[-1][0]
+"""The number of the last SQLite migration this code applies: the schema it writes."""
+
+
+def cache_dir(schema: int = SCHEMA) -> Path:
+    """The folder of the cached synthetic SQLite stores of ``schema`` (``bench/.cache/schema-N``).
+
+    One folder a schema: code that does not know a newer schema refuses a store migrated to it,
+    so a ``--baseline`` tree (:func:`bench.use.latency_rounds`) reads its own schema's folder
+    (as its ``bench/.cache``) and builds its store there when none is, while trees of the same
+    schema share one."""
+    return CACHE / f"schema-{schema}"
+
+
 @asynccontextmanager
 async def sqlite_big(
     tmp: Path, convs: Sequence[Conversation], users: int, per_user: int
 ) -> AsyncIterator[Store]:
     """A copy of the cached synthetic SQLite store (built on first use)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    # v2: the store with places (SQLite m017); v1 is the store of the code before, which a
-    # --baseline tree keeps building and reading beside it (one cache folder for both).
-    cached = CACHE / f"synthetic-{users}x{per_user}-v2.db"
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    # v2: the store with places (SQLite m017), as the code before the schema folders named it
+    # (a --baseline tree of that code finds it under the same name in its schema's folder).
+    cached = folder / f"synthetic-{users}x{per_user}-v2.db"
     if not cached.exists():
         t0 = time.perf_counter()
         partial = cached.with_suffix(".partial")

@@ -33,9 +33,12 @@ Recalls: ``bm25`` (BM25 alone: the recall before the default changed, the baseli
    (cached under ``bench/.cache``).
 
 ``--baseline [COMMIT]`` (default: ``git merge-base HEAD main``) times the latency part of
-another commit too, checked out with ``git worktree`` into a temporary folder (sharing this
-tree's cached store), each tree in its own process, ``--rounds`` times in turn (baseline,
-this tree, baseline, ...): before and after side by side in one run, under the same load.
+another commit too, checked out with ``git worktree`` into a temporary folder, each tree in
+its own process, ``--rounds`` times in turn (baseline, this tree, baseline, ...): before and
+after side by side in one run, under the same load. Each tree reads the cached store of its
+own schema (:func:`bench.retrieval.cache_dir`: the baseline's ``bench/.cache`` is that
+folder), built there by its own code when missing, so a baseline older than this tree's
+store schema works.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import team as team_bench
-from bench.load import baseline_tree, merge_base
-from bench.locomo import DEFAULT_DATA, REPO_ROOT, load_all
-from bench.retrieval import load_users, measure_selfmind, percentile, sqlite_big
+from bench.baseline import REPO, baseline_tree, merge_base, sqlite_schema
+from bench.locomo import DEFAULT_DATA, load_all
+from bench.retrieval import cache_dir, load_users, measure_selfmind, percentile, sqlite_big
 from core.chat.prompt import memory_block, profile_block
 from core.memory.hybrid import HybridRecaller
 from core.memory.profile import MemoryContext, build_context, estimate_tokens
@@ -426,14 +429,15 @@ def latency_of(tree: Path, names: Sequence[str], data: Path, users: int, per_use
 def latency_rounds(args: argparse.Namespace, names: Sequence[str]) -> list[dict[str, Any]]:
     """Baseline and this tree's latency, ``args.rounds`` times each, in turn."""
     commit = args.baseline or merge_base()
-    print(f"baseline: {commit[:12]} (git worktree)", file=sys.stderr)
-    cache = REPO_ROOT / "bench" / ".cache"
-    cache.mkdir(parents=True, exist_ok=True)
     out = []
     with baseline_tree(commit) as base:
-        (base / "bench" / ".cache").symlink_to(cache)  # the same 1,000,000-memory store
+        schema = sqlite_schema(base)
+        print(f"baseline: {commit[:12]} (git worktree, SQLite schema {schema})", file=sys.stderr)
+        cache = cache_dir(schema)  # its own schema's 1,000,000-memory store
+        cache.mkdir(parents=True, exist_ok=True)
+        (base / "bench" / ".cache").symlink_to(cache)
         for r in range(args.rounds):
-            for label, tree in (("base", base), ("this", REPO_ROOT)):
+            for label, tree in (("base", base), ("this", REPO)):
                 users, per_user = args.scale_users, args.scale_per_user
                 timed = latency_of(tree, names, Path(args.data), users, per_user)
                 out.append({"round": r + 1, "code": label} | timed)

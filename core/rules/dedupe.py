@@ -192,7 +192,8 @@ _NOT |= frozenset("wouldnt shouldnt couldnt hasnt havent hadnt".split())
 
 
 def _is_number(token: str) -> bool:
-    return token in NUMBER_WORDS or any(ch.isdigit() for ch in token)
+    # A letter is never a digit (Unicode L* against Nd/No): most tokens need no scan.
+    return token in NUMBER_WORDS or (not token.isalpha() and any(ch.isdigit() for ch in token))
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +267,13 @@ _SPELLING = (
 )
 
 
+@lru_cache(maxsize=65536)
 def _token_stem(token: str) -> str:
     """Dedupe's stem of one token: irregular verb forms as their verb, British spellings as
-    American, then the Snowball stem; non-word tokens (symbols, addresses) as they are."""
+    American, then the Snowball stem; non-word tokens (symbols, addresses) as they are.
+    Cached: a text's tokens are mostly ones seen before, and the spelling patterns cost
+    more than the look-up (a memory recalled for the first time is parsed for the twins
+    check of every prompt, :func:`core.memory.profile.build_context`)."""
     if not token.isalnum():
         return token
     token = _IRREGULAR.get(token, token)

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.memory.hybrid import DATED_FIRST, HybridRecaller
+from core.memory.hybrid import DATED_FIRST, HybridRecaller, _UserMatrix, cosines, usable
 from core.memory.query import recall_query
 from core.memory.service import MemoryService
-from core.memory.static import MODEL_NAME, StaticEmbedder, package_dir
+from core.memory.static import INLINE_TEXTS, MODEL_NAME, StaticEmbedder, package_dir
 from core.rules.dedupe import Deduper
 from core.rules.places import reach_of
 from core.runtime import open_recaller, open_store
@@ -311,3 +311,36 @@ async def test_a_failing_embedding_cancels_the_search_it_overlaps(default_store:
     with pytest.raises(RuntimeError, match="embedding failed"):
         await recaller.recall(user_key=ALICE, query="Lisbon", k=2)
     assert len(searches) == 1 and searches[0].cancelled()
+
+
+def test_cosines_are_each_vectors_own_products_at_their_best() -> None:
+    # One matrix-vector product a query vector: the cosines of a query and its expansions
+    # are exactly what each vector alone gets (one product of all of them sums otherwise).
+    rng = np.random.default_rng(7)
+    columns = rng.standard_normal((256, 3000)).astype(np.float32)
+    vectors = rng.standard_normal((4, 256)).astype(np.float32)
+    expected = np.max([vector @ columns for vector in vectors], axis=0)
+    assert np.array_equal(cosines(vectors, columns), expected)
+    assert np.array_equal(cosines(vectors[:1], columns), vectors[0] @ columns)
+
+
+def test_the_place_mask_is_the_reach_tokens_membership() -> None:
+    rng = np.random.default_rng(3)
+    tokens = ["dm", "shared:slack:T1", "private:slack:T1:C2", "shared:discord:G1"]
+    rows = [(i, str(rng.choice(tokens)), b"\0" * 8, "2026-12-01") for i in range(200)]
+    data = _UserMatrix(rows)
+    reaches = np.array([r[1] for r in rows])
+    for reach in (["dm"], ["shared:slack:T1", "private:slack:T1:C2"], ["nowhere"], tokens):
+        assert np.array_equal(usable(data, reach), np.isin(reaches, reach))
+    assert usable(_UserMatrix([]), ["dm"]).shape == (0,)
+
+
+def test_a_query_embeds_as_a_batch_does() -> None:
+    # A few texts are tokenised one by one on the caller's thread, many as one batch: the
+    # same vectors either way.
+    embedder = StaticEmbedder()
+    texts = [f"{question} {fact}" for question, fact in EXAMPLES] + DISTRACTORS * 3
+    assert len(texts) > INLINE_TEXTS
+    batch = embedder.embed_now(texts)
+    one_by_one = np.vstack([embedder.embed_now(texts[i : i + 4]) for i in range(0, len(texts), 4)])
+    assert np.array_equal(batch, one_by_one)

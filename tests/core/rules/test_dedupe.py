@@ -26,7 +26,9 @@ from core.evaluation.dedupe import (
 from core.memory.service import MemoryService
 from core.rules.dedupe import (
     DEFAULT_THRESHOLD,
+    NUMBER_WORDS,
     Deduper,
+    _is_number,
     compare,
     jaccard,
     judge,
@@ -758,3 +760,28 @@ def test_one_parse_serves_the_screen_the_filter_and_the_rule() -> None:
     assert index.decide(texts[1]).duplicate_of == Known(1, texts[0])
     assert dedupe.info_words(texts[0]) <= dedupe.screen_tokens(texts[0])
     assert dedupe._parse.cache_info().misses == len(texts)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "three",
+        "dozen",
+        "v2",
+        "2024",
+        "３",
+        "٣",
+        "²",
+        "½",
+        "ⅻ",
+        "x²",
+        "abc",
+        "étage",
+        "日本",
+        "",
+        "3.11",
+    ],
+)
+def test_a_number_token_is_a_number_word_or_holds_a_digit(token: str) -> None:
+    # _is_number skips the scan for tokens of letters only: the same answer as the scan.
+    assert _is_number(token) == (token in NUMBER_WORDS or any(ch.isdigit() for ch in token))
