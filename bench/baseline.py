@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -28,7 +29,8 @@ def merge_base() -> str:
 @contextlib.contextmanager
 def baseline_tree(ref: str) -> Iterator[Path]:
     """``ref`` checked out (detached) in a temporary ``git worktree``, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="selfmind-base-")) / "tree"
+    folder = Path(tempfile.mkdtemp(prefix="selfmind-base-"))
+    path = folder / "tree"
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), ref],
         check=True,
@@ -42,6 +44,7 @@ def baseline_tree(ref: str) -> Iterator[Path]:
             check=False,
             capture_output=True,
         )
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 SCHEMA_CHILD = """

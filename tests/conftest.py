@@ -59,7 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # (core.settings): a developer's own must not reach the tests (nor their subprocesses).
     import tempfile
 
-    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="selfmind-test-config-")
+    config_home = tempfile.mkdtemp(prefix="selfmind-test-config-")
+    os.environ["XDG_CONFIG_HOME"] = config_home
+    config.add_cleanup(lambda: shutil.rmtree(config_home, ignore_errors=True))
     os.environ.pop("SELFMIND_ENV_FILE", None)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # xdist's workers get COLUMNS=80 LINES=24: processes on a pseudo-terminal would
