@@ -74,6 +74,7 @@ from core.memory.recall import BM25Recaller, Recaller
 from core.rules.classify import classify
 from core.rules.dedupe import Deduper
 from core.rules.places import usable_reaches
+from core.runtime import freeze_startup_heap
 from core.settings import load_settings
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
@@ -380,6 +381,7 @@ async def measure_latency(
             probe = "synthetic:0"
             out["user_memories"] = await big.count(user_key=probe)
             out["memories_total"] = (await big.stats()).total
+            freeze_startup_heap()  # as a runtime does once it is open
             for name in names:
                 recaller = recaller_of(name, big)
                 t0 = time.perf_counter()

@@ -11,6 +11,7 @@ built once by :func:`chat_runtime`). Adapters use :func:`open_runtime`::
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -309,6 +310,7 @@ async def _open_runtime(
         base = MemoryRuntime(settings, store, service, metrics, readiness, health)
         if settings.anthropic_api_key is None and not require_model:
             metrics.watch(readiness=readiness, queue_depth=None)
+            freeze_startup_heap()
             yield base
             return
         from core.model.claude import ClaudeChatModel
@@ -328,6 +330,7 @@ async def _open_runtime(
         try:
             if start:
                 await rt.start()
+            freeze_startup_heap()
             yield rt
         finally:
             await rt.stop()
@@ -390,3 +393,23 @@ def open_recaller(store: Store, settings: Settings | None = None) -> Recaller:
     from core.memory.static import StaticEmbedder
 
     return HybridRecaller(store, StaticEmbedder(), fusion="score", expand=True)
+
+
+_frozen = False
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive once a runtime is up (imported modules, the SDKs' classes,
+    settings, the store's and recall's long-lived state) to the collector's permanent
+    generation (:func:`gc.freeze`), once per process. A full collection then no longer walks
+    them on every turn: profile plus static recall at 10,000 of 1,000,000 memories, p95 3.0
+    against 2.7 ms in one process (``bench/use.py``'s latency part, which calls this as the
+    runtime does). Objects are still freed by reference counting; only cycles among them
+    would outlive a collection, and what is alive at start-up lives as long as the process.
+    The Python documentation suggests ``gc.freeze()`` for a long-lived server's start-up
+    state (the ``gc`` module, "gc.freeze")."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()

@@ -80,3 +80,22 @@ async def test_a_failing_handler_never_fails_the_reflection(
         memories = await rt.service.list_memories(user_key=ALICE)
         assert await rt.store.turns_to_reflect() == []  # marked done, not retried
     assert [m.text for m in memories] == ["The user lives in Lisbon."]
+
+
+async def test_the_startup_heap_is_frozen_once_a_runtime_is_open(
+    fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once per process, when a runtime (with or without the model) is open and before it
+    serves: a full collection then no longer walks what start-up made."""
+    import core.runtime
+
+    frozen: list[str] = []
+    monkeypatch.setattr(core.runtime, "_frozen", False)
+    monkeypatch.setattr(core.runtime.gc, "freeze", lambda: frozen.append("freeze"))
+    settings = settings_for(fake, db_url)
+    async with open_runtime(settings, db_url=db_url, require_model=True, start=True) as rt:
+        assert isinstance(rt, ChatRuntime)
+        assert frozen == ["freeze"]
+    async with open_runtime(settings, db_url=db_url, start=False):
+        pass
+    assert frozen == ["freeze"]  # once per process
