@@ -13,7 +13,8 @@ number and one name on both backends, one more than the largest either used befo
 
 Where one backend genuinely needs nothing (SQLite rebuilds a table to get AUTOINCREMENT,
 PostgreSQL's identity columns never reuse an id), that side is :class:`NotNeeded` with the
-reason; every other step has both forms.
+reason; every other step has both forms. SQL both dialects run as it is is written once,
+here, and given as both forms.
 
 A step that changes or removes stored memories declares its :class:`~core.store.effects.Effect`
 (said before it runs and after, :mod:`core.store.effects`); one in Python, or SQL writing to
@@ -47,6 +48,17 @@ and counts them). Either runs in the migration's transaction."""
 
 Migration = tuple[int, str, Body]
 """One backend's migration as its runner takes it: ``(number, name, body)``."""
+
+
+M024_ACTIVE_TEXT_PER_REACH = """
+-- One active copy of a sentence per reach, not per user (issue 35): a fact its owner said
+-- word for word in a second place (a private channel's, said again in a public channel) is
+-- stored for that place too, the first copy keeping its own. The old index's rows all
+-- satisfy the new one.
+DROP INDEX memories_active_norm;
+CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm, reach)
+    WHERE superseded_by IS NULL;
+"""
 
 
 @dataclass(frozen=True)
@@ -221,8 +233,8 @@ STEPS: tuple[Step, ...] = (
         "active_text_per_reach",
         24,
         "m024_active_text_per_reach",
-        sqlite=lite.M024_ACTIVE_TEXT_PER_REACH,
-        postgres=pg.M024_ACTIVE_TEXT_PER_REACH,
+        sqlite=M024_ACTIVE_TEXT_PER_REACH,
+        postgres=M024_ACTIVE_TEXT_PER_REACH,
     ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers

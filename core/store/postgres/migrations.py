@@ -411,14 +411,3 @@ ALTER TABLE usage DROP CONSTRAINT usage_kind_check,
     ADD CONSTRAINT usage_kind_check
         CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation'));
 """
-
-
-M024_ACTIVE_TEXT_PER_REACH = """
--- One active copy of a sentence per reach, not per user (issue 35): a fact its owner said
--- word for word in a second place (a private channel's, said again in a public channel) is
--- stored for that place too, the first copy keeping its own. The old index's rows all
--- satisfy the new one.
-DROP INDEX memories_active_norm;
-CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm, reach)
-    WHERE superseded_by IS NULL;
-"""

@@ -645,14 +645,3 @@ async def m023_usage_kind_consolidation(conn: aiosqlite.Connection) -> None:
         )
 
     await _rebuild(conn, "usage", widen)
-
-
-M024_ACTIVE_TEXT_PER_REACH = """
--- One active copy of a sentence per reach, not per user (issue 35): a fact its owner said
--- word for word in a second place (a private channel's, said again in a public channel) is
--- stored for that place too, the first copy keeping its own. The old index's rows all
--- satisfy the new one.
-DROP INDEX memories_active_norm;
-CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm, reach)
-    WHERE superseded_by IS NULL;
-"""
