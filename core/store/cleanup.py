@@ -40,8 +40,45 @@ from core.rules.cleanup_ops import (
     merged_whose,
     op_ids,
 )
+from core.rules.places import parse_place, reach_of
 from core.rules.text import index_terms, normalize
 from core.types import Origin, Source
+
+MERGED_INSERT = (
+    "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
+    " created_at, updated_at, place, reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""The merged memory's row (``?`` placeholders; PostgreSQL numbers them and adds
+``RETURNING id``), its values from :func:`merged_row`."""
+
+
+def merged_row(
+    uid: int,
+    op: MergeOp,
+    *,
+    norm: str,
+    terms: Sequence[str],
+    labels: tuple[Source, Origin, object, str],
+    now: object,
+) -> tuple[object, ...]:
+    """:data:`MERGED_INSERT`'s values: ``labels`` = source, origin, created_at, place;
+    ``now`` (updated_at) and created_at in the backend's time form."""
+    source, origin, created, place = labels
+    return (
+        uid,
+        op.text,
+        norm,
+        " ".join(terms),
+        len(terms),
+        op.kind,
+        op.category,
+        source,
+        origin,
+        created,
+        now,
+        place,
+        reach_of(parse_place(place)),
+    )
 
 
 class ChangeTx(Protocol[When]):

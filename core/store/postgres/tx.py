@@ -18,7 +18,8 @@ from datetime import datetime
 import asyncpg
 
 from core.rules.cleanup_ops import MergeOp, Whose
-from core.rules.places import parse_place, reach_of
+from core.rules.places import parse_place
+from core.store.cleanup import MERGED_INSERT, merged_row
 from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import write_attribution
@@ -28,6 +29,7 @@ from core.store.postgres.recall import search_user
 from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
 
 _SUPERSEDE, _EVENT = numbered(SUPERSEDE), numbered(EVENT)
+_MERGED_INSERT = numbered(MERGED_INSERT) + " RETURNING id"
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
     " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
@@ -343,27 +345,8 @@ class PostgresChangeTx:
         terms: Sequence[str],
         labels: tuple[Source, Origin, datetime, str],
     ) -> int:
-        source, origin, created, place = labels
-        return int(
-            await self.conn.fetchval(
-                "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source,"
-                " origin, created_at, updated_at, place, reach) VALUES ($1, $2, $3, $4, $5, $6,"
-                " $7, $8, $9, $10, $11, $12, $13) RETURNING id",
-                self.uid,
-                op.text,
-                norm,
-                " ".join(terms),
-                len(terms),
-                op.kind,
-                op.category,
-                source,
-                origin,
-                created,
-                self.now,
-                place,
-                reach_of(parse_place(place)),
-            )
-        )
+        row = merged_row(self.uid, op, norm=norm, terms=terms, labels=labels, now=self.now)
+        return int(await self.conn.fetchval(_MERGED_INSERT, *row))
 
     async def whose(self, ids: Sequence[int]) -> list[Whose]:
         rows = await self.conn.fetch(

@@ -16,8 +16,9 @@ from datetime import datetime
 from typing import cast
 
 from core.rules.cleanup_ops import MergeOp, Whose
-from core.rules.places import parse_place, reach_of
+from core.rules.places import parse_place
 from core.rules.text import query_terms
+from core.store.cleanup import MERGED_INSERT, merged_row
 from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
 from core.store.sqlite.base import SQLiteBase, day, day_columns, ts
 from core.store.sqlite.channels import write_attribution
@@ -283,26 +284,8 @@ class SQLiteChangeTx:
         terms: Sequence[str],
         labels: tuple[Source, Origin, str, str],
     ) -> int:
-        source, origin, created, place = labels
-        cur = await self.store._conn.execute(
-            "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
-            " created_at, updated_at, place, reach) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self.uid,
-                op.text,
-                norm,
-                " ".join(terms),
-                len(terms),
-                op.kind,
-                op.category,
-                source,
-                origin,
-                created,
-                self.now,
-                place,
-                reach_of(parse_place(place)),
-            ),
-        )
+        row = merged_row(self.uid, op, norm=norm, terms=terms, labels=labels, now=self.now)
+        cur = await self.store._conn.execute(MERGED_INSERT, row)
         return cast(int, cur.lastrowid)
 
     async def whose(self, ids: Sequence[int]) -> list[Whose]:
