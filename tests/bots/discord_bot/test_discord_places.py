@@ -6,9 +6,11 @@ Channel) only in that channel and its threads, the DM sees all."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 
 import discord
 
+from bots.discord_bot.client import SelfMindBot
 from bots.discord_bot.places import discord_place
 from core.types import Place
 from tests.discord_helpers import World, key, memory_block, running_bot, settled
@@ -17,6 +19,21 @@ from tests.loop_helpers import memories_reply, memory_lines
 RECOVERY = "The user is in recovery from alcohol addiction."
 FALCON = "The user leads Project Falcon."
 VIEW_CHANNEL = discord.Permissions(view_channel=True).value
+
+
+def asker(w: World, bot: SelfMindBot) -> Callable[[int, str], Awaitable[set[str]]]:
+    """``say(channel_id, text)``: Alice says ``text`` there; once it is answered and
+    reflected on, the memory lines of the prompt it was answered with."""
+    asks = 0
+
+    async def say(channel_id: int, text: str) -> set[str]:
+        nonlocal asks
+        asks += 1
+        await w.discord.dispatch_message(channel_id, w.alice, text)
+        await settled(w, bot, chats=asks)
+        return set(memory_lines(memory_block(w)))
+
+    return say
 
 
 def make_private(w: World, channel_id: int) -> None:
@@ -42,16 +59,8 @@ async def test_a_discord_memory_stays_in_its_guild_and_its_private_channel(
     thread = fake.add_thread(secret, "check-in")
     public_thread = fake.add_thread(general, "falcon")
     mention = fake.bot_user.mention
-    asks = 0
     async with running_bot(w) as bot:
-
-        async def say(channel_id: int, text: str) -> set[str]:
-            nonlocal asks
-            asks += 1
-            await fake.dispatch_message(channel_id, w.alice, text)
-            await settled(w, bot, chats=asks)
-            return set(memory_lines(memory_block(w)))
-
+        say = asker(w, bot)
         w.claude.enqueue(memories_reply((FALCON, "fact", "general")), kind="extract")
         await say(general, f"{mention} I lead Project Falcon")
         w.claude.enqueue(memories_reply((RECOVERY, "fact", "general")), kind="extract")
@@ -113,16 +122,8 @@ async def test_a_private_thread_is_a_place_of_its_own_whatever_its_parent(
         secret: fake.add_thread(secret, "one-to-one", private=True),
     }
     mention = fake.bot_user.mention
-    asks = 0
     async with running_bot(w) as bot:
-
-        async def say(channel_id: int, text: str) -> set[str]:
-            nonlocal asks
-            asks += 1
-            await fake.dispatch_message(channel_id, w.alice, text)
-            await settled(w, bot, chats=asks)
-            return set(memory_lines(memory_block(w)))
-
+        say = asker(w, bot)
         question = f"{mention} what do you remember about me?"
         for parent, thread in hidden.items():
             w.claude.enqueue(memories_reply((RECOVERY, "fact", "general")), kind="extract")
