@@ -310,7 +310,6 @@ async def _open_runtime(
         base = MemoryRuntime(settings, store, service, metrics, readiness, health)
         if settings.anthropic_api_key is None and not require_model:
             metrics.watch(readiness=readiness, queue_depth=None)
-            freeze_startup_heap()
             yield base
             return
         from core.model.claude import ClaudeChatModel
@@ -399,15 +398,15 @@ _frozen = False
 
 
 def freeze_startup_heap() -> None:
-    """Move every object alive once a runtime is up (imported modules, the SDKs' classes,
-    settings, the store's and recall's long-lived state) to the collector's permanent
-    generation (:func:`gc.freeze`), once per process. A full collection then no longer walks
-    them on every turn: profile plus static recall at 10,000 of 1,000,000 memories, p95 3.0
-    against 2.7 ms in one process (``bench/use.py``'s latency part, which calls this as the
-    runtime does). Objects are still freed by reference counting; only cycles among them
-    would outlive a collection, and what is alive at start-up lives as long as the process.
-    The Python documentation suggests ``gc.freeze()`` for a long-lived server's start-up
-    state (the ``gc`` module, "gc.freeze")."""
+    """Move every object alive once a chat runtime is up (imported modules, the SDKs'
+    classes, settings, the store's and recall's long-lived state) to the collector's
+    permanent generation (:func:`gc.freeze`), once per process. A full collection then no
+    longer walks them on every turn: profile plus static recall at 10,000 of 1,000,000
+    memories, p95 3.0 against 2.7 ms in one process (``bench/use.py``'s latency part, which
+    calls this as the runtime does). Objects are still freed by reference counting; only
+    cycles among them would outlive a collection, and what is alive at start-up lives as
+    long as the process. (The ``gc`` module's documentation gives ``gc.freeze`` for a
+    process about to ``fork()``; the saved traversal is what is used here.)"""
     global _frozen
     if not _frozen:
         _frozen = True

@@ -85,8 +85,9 @@ async def test_a_failing_handler_never_fails_the_reflection(
 async def test_the_startup_heap_is_frozen_once_a_runtime_is_open(
     fake: FakeAnthropic, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once per process, when a runtime (with or without the model) is open and before it
-    serves: a full collection then no longer walks what start-up made."""
+    """Once per process, when a chat runtime is open and before it serves: a full
+    collection then no longer walks what start-up made. A runtime without the model (a
+    memory command, over in a moment) does not pay for the collection."""
     import core.runtime
 
     frozen: list[str] = []
@@ -99,3 +100,7 @@ async def test_the_startup_heap_is_frozen_once_a_runtime_is_open(
     async with open_runtime(settings, db_url=db_url, start=False):
         pass
     assert frozen == ["freeze"]  # once per process
+    monkeypatch.setattr(core.runtime, "_frozen", False)
+    async with open_runtime(settings.model_copy(update={"anthropic_api_key": None}), db_url=db_url):
+        pass
+    assert frozen == ["freeze"]  # no model: a short command, nothing frozen
