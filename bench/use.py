@@ -381,7 +381,7 @@ async def measure_latency(
             probe = "synthetic:0"
             out["user_memories"] = await big.count(user_key=probe)
             out["memories_total"] = (await big.stats()).total
-            freeze_startup_heap()  # as a runtime does once it is open
+            freeze_startup_heap()  # as a chat runtime does once it is open
             for name in names:
                 recaller = recaller_of(name, big)
                 t0 = time.perf_counter()
