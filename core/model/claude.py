@@ -43,10 +43,13 @@ answer text only at DEBUG; never the API key.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import math
+import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -264,6 +267,14 @@ class ClaudeChatModel:
         """Make the SDK's client now rather than at the first call (the bots: their first
         answer does not wait for the SDK's import)."""
         self._client  # noqa: B018 (made as a side effect)
+
+    async def preload(self) -> None:
+        """Import the SDK in a worker thread while the event loop goes on (the terminal: the
+        person types their first message meanwhile, and its answer does not wait for the
+        1-2 s import). The client itself is still made at the first call, on the loop."""
+        started = time.perf_counter()
+        await asyncio.to_thread(importlib.import_module, "anthropic")
+        logger.debug("the model SDK was preloaded in %.2f s", time.perf_counter() - started)
 
     @classmethod
     def from_settings(

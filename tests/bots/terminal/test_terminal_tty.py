@@ -461,7 +461,7 @@ def test_forget_reaches_the_users_input_history_only(tmp_path: Path, fake: FakeA
 def test_files_follow_the_database_folder(tmp_path: Path, fake: FakeAnthropic) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    term = spawn(tmp_path, fake, "--db", str(data / "m.db"))
+    term = spawn(tmp_path, fake, "--db", str(data / "m.db"), "--log-level", "DEBUG")
     try:
         term.say("/help")
         term.wait_for(f"Log: {data / 'chat.log'}")
@@ -472,6 +472,8 @@ def test_files_follow_the_database_folder(tmp_path: Path, fake: FakeAnthropic) -
     finally:
         term.close()
     assert mode(data / "chat.log") == 0o600 and mode(history_file(data, ALICE)) == 0o600
+    # The SDK was imported while the first line was typed, not at the first answer.
+    assert "the model SDK was preloaded in" in (data / "chat.log").read_text()
     assert not (tmp_path / "home" / ".selfmind").exists()
 
 
