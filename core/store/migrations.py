@@ -61,6 +61,16 @@ CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm, reach)
 """
 
 
+M025_PLACED_INDEX = """
+-- The active memories learned outside their owner's DM, by owner and reach (issue 35): the
+-- copies of one sentence said in several places are among them, so a count of a user's
+-- sentences (core.store.rows.ONE_COPY_COUNT: the prompt's count line, /memories, the Home
+-- tab) reads these few, not every memory of the user.
+CREATE INDEX memories_placed ON memories(uid, reach)
+    WHERE superseded_by IS NULL AND reach <> 'dm';
+"""
+
+
 @dataclass(frozen=True)
 class Form:
     """A step on one backend: the ``number`` and ``name`` stores record, and its ``body``."""
@@ -235,6 +245,13 @@ STEPS: tuple[Step, ...] = (
         "m024_active_text_per_reach",
         sqlite=M024_ACTIVE_TEXT_PER_REACH,
         postgres=M024_ACTIVE_TEXT_PER_REACH,
+    ),
+    shared(
+        "placed_index",
+        25,
+        "m025_placed_index",
+        sqlite=M025_PLACED_INDEX,
+        postgres=M025_PLACED_INDEX,
     ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers
