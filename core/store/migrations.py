@@ -37,6 +37,7 @@ from core.store.relabel import LABEL_REMEMBERED
 from core.store.secret_repair import REDACT_SECRET_FORMS, REDACT_SECRETS
 from core.store.sqlite import migrations as lite
 from core.store.text_repair import CLEAN_TEXT
+from core.store.thread_repair import THREAD_PLACES
 
 Backend = Literal["sqlite", "postgres"]
 BACKENDS: tuple[Backend, ...] = ("sqlite", "postgres")
@@ -252,6 +253,14 @@ STEPS: tuple[Step, ...] = (
         "m025_placed_index",
         sqlite=M025_PLACED_INDEX,
         postgres=M025_PLACED_INDEX,
+    ),
+    shared(
+        "thread_places",
+        26,
+        "m026_thread_places",
+        sqlite=lite.m026_thread_places,
+        postgres=pg.m026_thread_places,
+        effect=THREAD_PLACES,
     ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers
