@@ -611,7 +611,7 @@ def print_memory_ratios(rows: list[dict[str, Any]]) -> None:
         print(
             f"{r['code']} {r['users']} users {r['store']} x{r['procs']} {r['recall']}: CPU a turn"
             f" off {rounds[0]} ms (median {r['off']:.1f}), on {rounds[1]} ms (median"
-            f" {r['on']:.1f}): on/off {r['ratio']:.2f}x, {verdict} (target"
+            f" {r['on']:.1f}): on/off {r['ratio']:.3f}x, {verdict} (target"
             f" {MEMORY_TARGET:.2f}x)"
         )
 

@@ -36,13 +36,15 @@ def test_memory_ratios_are_medians_per_configuration() -> None:
 def test_each_backend_is_judged_against_the_target(capsys: Any) -> None:
     rows = [
         row("off", 10.0), row("on", 11.0), row("off", 10.0, store="postgres"),
-        row("on", 12.0, store="postgres"),
+        row("on", 12.0, store="postgres"), row("off", 9.2, code="base"),
+        row("on", 10.6, code="base"),
     ]  # fmt: skip
-    by_store = {r["store"]: r for r in memory_ratios(rows)}
+    by_store = {r["store"]: r for r in memory_ratios(rows) if r["code"] == "this"}
     assert by_store["sqlite/full"]["passed"] and not by_store["postgres"]["passed"]
     print_memory_ratios(rows)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2
-    assert "sqlite/full" in lines[0] and "1.10x, pass (target 1.15x)" in lines[0]
-    assert "postgres" in lines[1] and "1.20x, FAIL (target 1.15x)" in lines[1]
+    assert len(lines) == 3
+    assert "1.152x, FAIL" in lines[2]  # over by less than the second decimal shows
+    assert "sqlite/full" in lines[0] and "1.100x, pass (target 1.15x)" in lines[0]
+    assert "postgres" in lines[1] and "1.200x, FAIL (target 1.15x)" in lines[1]
     assert "off 10.0 ms (median 10.0), on 12.0 ms" in lines[1]
