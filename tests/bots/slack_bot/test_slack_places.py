@@ -17,8 +17,8 @@ from bots.slack_bot.places import (
     slack_workspace,
 )
 from core.types import Place
-from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.bots.slack_bot.test_slack_home import open_home, texts
+from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines
 from tests.slack_helpers import (
