@@ -34,6 +34,11 @@ Entries added by a command and memories without a conversation stay where they a
 rows cannot tell, and the command said whose memory it added to ("added to this channel's
 memory"); any member can list and forget them.
 
+The rule is written once for every platform: a platform reads its own links and
+conversation keys back (:attr:`core.platforms.Platform.linked_conversation`,
+``conversation_place``). Where threads are places of their channel (Slack: a thread's link
+and key name the channel), nothing moves.
+
 Moves use the tables' own triggers (SQLite's FTS5 shards and both backends' per-user
 counts): a row leaves recall (``superseded_by`` set to itself), takes its new owner, index
 terms (``u{uid}_...``) and place, and comes back. SQL with ``?`` placeholders, the same on
@@ -42,33 +47,27 @@ both backends.
 
 from __future__ import annotations
 
-import re
-
+from core.platforms import platform_of_key
 from core.rules.places import parse_place, place_key, reach_of
 from core.rules.text import index_terms
 from core.store.effects import Change, Effect
 from core.store.text_repair import Execute, Fetch
 from core.types import Place
 
-THREAD_LINK = re.compile(r"^https://discord\.com/channels/(\d+)/(\d+)/\d+$")
-"""A Discord message link: guild, channel or thread, message."""
-
 _ENTRIES = (
-    "SELECT e.memory_id, e.channel_key, c.workspace, c.channel, e.link, m.text, m.norm,"
-    " m.superseded_by FROM channel_entries e JOIN channels c ON c.channel_key = e.channel_key"
-    " JOIN memories m ON m.id = e.memory_id"
-    " WHERE c.platform = 'discord' AND e.link IS NOT NULL AND m.reach LIKE 'in\\_%' ESCAPE '\\'"
-    " ORDER BY e.memory_id"
+    "SELECT e.memory_id, e.channel_key, m.place, e.link, m.text, m.norm, m.superseded_by"
+    " FROM channel_entries e JOIN memories m ON m.id = e.memory_id"
+    " WHERE e.link IS NOT NULL AND m.reach LIKE 'in\\_%' ESCAPE '\\' ORDER BY e.memory_id"
 )
-"""Team entries with a link, of Discord channels, learned while the channel was private."""
+"""Channels' entries with a link, learned while their channel was private."""
 
 _PERSONAL = (
-    "SELECT m.id, m.uid, m.conversation_key, m.place, m.norm FROM memories m"
-    " WHERE m.conversation_key LIKE 'discord:%' AND m.reach LIKE 'in\\_discord\\_%' ESCAPE '\\'"
+    "SELECT m.id, m.uid, m.conversation_key, m.place, m.norm, m.text FROM memories m"
+    " WHERE m.conversation_key IS NOT NULL AND m.reach LIKE 'in\\_%' ESCAPE '\\'"
     " AND m.superseded_by IS NULL AND m.uid NOT IN (SELECT u.uid FROM users u"
     " JOIN channels c ON c.channel_key = u.user_key) ORDER BY m.id"
 )
-"""People's active memories learned in a Discord private channel, with a conversation."""
+"""People's active memories learned in a private place, with their conversation."""
 
 _TWIN = (
     "SELECT id FROM memories WHERE uid = ? AND norm = ? AND reach = ?"
@@ -76,26 +75,32 @@ _TWIN = (
 )
 
 
-def thread_of_link(link: str, *, guild: str | None, channel: str) -> str | None:
-    """The thread ``link`` names when it is a message of another channel or thread than
-    ``channel`` in ``guild`` (a thread of it: a channel's entries are said in it or its
-    threads), else None."""
-    found = THREAD_LINK.match(link)
-    if found is None or found.group(1) != guild or found.group(2) == channel:
+def thread_place(learned: Place | None, said: Place | None) -> Place | None:
+    """Where a memory kept for the private channel ``learned`` was said when that is
+    another private place of the same platform and workspace (``said``, the place its link
+    or conversation names: a thread of the channel; a thread's conversation is a private
+    place of its own, :attr:`core.platforms.Platform.conversation_place`), else None
+    (said in the channel itself, or nothing tells)."""
+    if learned is None or said is None or learned.kind != "private_channel":
         return None
-    return found.group(2)
+    if said.kind != "private_channel" or said.channel in (None, learned.channel):
+        return None
+    same = (said.platform, said.workspace) == (learned.platform, learned.workspace)
+    return said if same else None
 
 
-def thread_of_conversation(key: str, place: Place | None) -> str | None:
-    """The thread a Discord conversation key names (``discord:{guild}:{thread}``; a
-    channel's conversation has a fourth part, its first message) when it is not the
-    channel of ``place`` (a private channel of the same guild), else None."""
-    parts = key.split(":")
-    if len(parts) != 3 or place is None or place.kind != "private_channel":
-        return None
-    if parts[1] != place.workspace or parts[2] == place.channel or not parts[2].isdigit():
-        return None
-    return parts[2]
+def linked_place(channel_key: str, link: str) -> Place | None:
+    """The place a channel entry's message link names, where its platform can read the
+    link back (:attr:`core.platforms.Platform.linked_conversation`), else None."""
+    platform, _ = platform_of_key(channel_key)
+    parts = None if platform is None else platform.linked_conversation(link)
+    return None if platform is None or parts is None else platform.conversation_place(parts)
+
+
+def conversation_place(key: str) -> Place | None:
+    """The shared place a conversation key names (None: a DM's, or a key nothing reads)."""
+    platform, parts = platform_of_key(key)
+    return None if platform is None else platform.conversation_place(parts)
 
 
 async def _reowned(
@@ -127,22 +132,22 @@ async def _reowned(
         await execute(f"UPDATE {table} SET uid = ? WHERE memory_id = ?", (uid, memory_id))
 
 
-async def _thread_owner(fetch: Fetch, execute: Execute, parent: str, thread_key: str) -> int:
-    """The uid of the thread's own memory, its channel row (memory off) and owner made
-    from its parent's when missing."""
-    guild, channel = thread_key.split(":")[1:]
+async def _thread_owner(fetch: Fetch, execute: Execute, parent: str, place: Place) -> int:
+    """The uid of the own memory of ``place`` (a thread of channel ``parent``): its channel
+    row (memory off) and owner made from its parent's when missing."""
+    key = place.channel_key
     await execute(
         "INSERT INTO channels(channel_key, platform, workspace, channel, kind, seen_at)"
-        " SELECT ?, 'discord', ?, ?, 'private_channel', seen_at FROM channels"
+        " SELECT ?, platform, workspace, ?, 'private_channel', seen_at FROM channels"
         " WHERE channel_key = ? ON CONFLICT (channel_key) DO NOTHING",
-        (thread_key, guild, channel, parent),
+        (key, place.channel, parent),
     )
     await execute(
         "INSERT INTO users(user_key, created_at) SELECT ?, created_at FROM users"
         " WHERE user_key = ? ON CONFLICT (user_key) DO NOTHING",
-        (thread_key, parent),
+        (key, parent),
     )
-    rows = await fetch("SELECT uid FROM users WHERE user_key = ?", (thread_key,))
+    rows = await fetch("SELECT uid FROM users WHERE user_key = ?", (key,))
     return int(rows[0][0])
 
 
@@ -156,12 +161,12 @@ async def count_thread_learned(fetch: Fetch) -> Change:
     owners. Read-only."""
     owners: set[object] = set()
     n = 0
-    for _id, parent, guild, channel, link, *_ in await fetch(_ENTRIES, ()):
-        if thread_of_link(str(link), guild=guild, channel=str(channel)):
+    for _id, parent, place, link, *_ in await fetch(_ENTRIES, ()):
+        if thread_place(parse_place(place), linked_place(str(parent), str(link))):
             n += 1
             owners.add(parent)
-    for _id, uid, key, place, _norm in await fetch(_PERSONAL, ()):
-        if thread_of_conversation(str(key), parse_place(place)):
+    for _id, uid, key, place, *_ in await fetch(_PERSONAL, ()):
+        if thread_place(parse_place(place), conversation_place(str(key))):
             n += 1
             owners.add(uid)
     return Change(memories=n, users=len(owners))
@@ -170,10 +175,10 @@ async def count_thread_learned(fetch: Fetch) -> Change:
 THREAD_PLACES = Effect(
     verb="narrow",
     done="narrowed",
-    why="what was learned in a thread of a Discord private channel was kept for the whole"
-    " channel (a private thread's team decisions in the channel's memory); it is now the"
-    " thread's own (team entries move to the thread's memory, off until turned on there), as"
-    " docs/privacy.md says",
+    why="what was learned in a thread of a private channel, before a private thread was a"
+    " place of its own, was kept for the whole channel (a private thread's team decisions in"
+    " the channel's memory); it is now the thread's (team entries move to the thread's own"
+    " memory, off until turned on there), as docs/privacy.md says",
     count=count_thread_learned,
 )
 """m026_thread_places."""
@@ -182,15 +187,12 @@ THREAD_PLACES = Effect(
 async def move_thread_learned(*, fetch: Fetch, execute: Execute) -> int:
     """The module's repair; returns how many memories it moved or narrowed."""
     moved = 0
-    for memory_id, parent, guild, channel, link, text, norm, superseded in await fetch(
-        _ENTRIES, ()
-    ):
-        thread = thread_of_link(str(link), guild=guild, channel=str(channel))
-        if thread is None:
+    for memory_id, parent, stored, link, text, norm, superseded in await fetch(_ENTRIES, ()):
+        place = thread_place(parse_place(stored), linked_place(str(parent), str(link)))
+        thread_key = None if place is None else place.channel_key
+        if place is None or thread_key is None:
             continue
-        thread_key = f"discord:{guild}:{thread}"
-        uid = await _thread_owner(fetch, execute, str(parent), thread_key)
-        place = Place("discord", "private_channel", str(guild), thread)
+        uid = await _thread_owner(fetch, execute, str(parent), place)
         active = superseded is None
         twin = await _twin(fetch, uid, str(norm), place, int(memory_id)) if active else None
         await _reowned(
@@ -206,17 +208,14 @@ async def move_thread_learned(*, fetch: Fetch, execute: Execute) -> int:
             (parent, thread_key),
         )
         moved += 1
-    for memory_id, uid, key, stored, norm in await fetch(_PERSONAL, ()):
-        learned = parse_place(stored)
-        thread = thread_of_conversation(str(key), learned)
-        if thread is None or learned is None:
+    for memory_id, uid, key, stored, norm, text in await fetch(_PERSONAL, ()):
+        place = thread_place(parse_place(stored), conversation_place(str(key)))
+        if place is None:
             continue
-        place = Place("discord", "private_channel", learned.workspace, thread)
         twin = await _twin(fetch, int(uid), str(norm), place, int(memory_id))
-        text = await fetch("SELECT text FROM memories WHERE id = ?", (memory_id,))
         await _reowned(
-            execute, int(memory_id), uid=int(uid), text=str(text[0][0]), place=place,
-            twin=twin, active=True,
+            execute, int(memory_id), uid=int(uid), text=str(text), place=place, twin=twin,
+            active=True,
         )  # fmt: skip
         moved += 1
     return moved

@@ -18,7 +18,7 @@ from core.store.postgres import base as pg_base
 from core.store.postgres.base import MIGRATIONS as PG_MIGRATIONS
 from core.store.sqlite import base as sqlite_base
 from core.store.sqlite.base import MIGRATIONS as SQLITE_MIGRATIONS
-from core.store.thread_repair import thread_of_conversation, thread_of_link
+from core.store.thread_repair import conversation_place, linked_place, thread_place
 from core.types import Attribution, NewMemory, Place
 from tests.conftest import run_sync
 from tests.core.store.test_place_migration import url  # noqa: F401
@@ -123,13 +123,22 @@ async def test_a_private_threads_entries_leave_the_channels_memory(
         await store.close()
 
 
-def test_only_another_channel_or_thread_of_the_same_guild_is_a_thread() -> None:
-    assert thread_of_link(link(THREAD, "1"), guild=GUILD, channel=CHANNEL) == THREAD
-    assert thread_of_link(link(CHANNEL, "1"), guild=GUILD, channel=CHANNEL) is None
-    assert thread_of_link(link(THREAD, "1"), guild="999", channel=CHANNEL) is None
-    assert thread_of_link("https://example.com/x", guild=GUILD, channel=CHANNEL) is None
-    assert thread_of_conversation(THREAD_KEY, PARENT) == THREAD
-    assert thread_of_conversation(f"{PARENT_KEY}:9", PARENT) is None  # the channel's own
-    assert thread_of_conversation(f"discord:dm:{THREAD}", PARENT) is None
+def test_only_another_private_place_of_the_same_guild_is_a_thread() -> None:
+    def said_in(link_or_key: str) -> Place | None:
+        if link_or_key.startswith("https://"):
+            return thread_place(PARENT, linked_place(PARENT_KEY, link_or_key))
+        return thread_place(PARENT, conversation_place(link_or_key))
+
+    assert said_in(link(THREAD, "1")) == IN_THREAD
+    assert said_in(link(CHANNEL, "1")) is None  # said in the channel itself
+    assert said_in(f"https://discord.com/channels/999/{THREAD}/1") is None  # another guild
+    assert said_in("https://example.com/x") is None
+    assert said_in(THREAD_KEY) == IN_THREAD
+    assert said_in(f"{PARENT_KEY}:9") is None  # the channel's own conversation
+    assert said_in(f"discord:dm:{THREAD}") is None
     public = Place("discord", "public_channel", GUILD, CHANNEL)
-    assert thread_of_conversation(THREAD_KEY, public) is None
+    assert thread_place(public, conversation_place(THREAD_KEY)) is None
+    # Slack's threads are places of their channel: a link and a thread's key name it.
+    slack = Place("slack", "private_channel", "T1", "C1")
+    assert thread_place(slack, conversation_place("slack:T1:C1:1700.1")) is None
+    assert linked_place("slack:T1:C1", "https://slack.com/archives/C1/p17001") is None
