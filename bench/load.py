@@ -105,6 +105,8 @@ REPO = Path(__file__).resolve().parent.parent
 FIRST_TOKEN_S = 0.5
 CHUNK_CHARS, CHUNK_DELAY_S = 4, 0.02
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+_RUNS = itertools.count()
+"""Numbers each run's profile file (``--profile``): the rounds of channel mode each their own."""
 WORDS = (
     "what did we decide about the release plan for next week and who owns the migration "
     "remind me of my favourite tea and the name of my dog please keep it short thanks"
@@ -354,11 +356,12 @@ async def one_config(
             )
         )
         bots, pids = [], []
+        tail = f"-memory-{channel_memory}-{next(_RUNS)}" if channels else ""
         for p in range(processes):
             out = str(workdir / f"st{p}")
             trace = [strace, "-f", "--seccomp-bpf", "-c", "-e", "trace=fdatasync", "-o", out]
             if profile:
-                raw = f"{profile}/{label}-{recall}-{backend}-{users}-{p}.txt"
+                raw = f"{profile}/{label}-{recall}-{backend}-{users}-{p}{tail}.txt"
                 # --gil: only the thread that runs Python (idle waits are not CPU)
                 trace = ["py-spy", "record", "--gil", "-r", "250", "-f", "raw", "-o", raw, "--"]
             bot = BotProcess(
@@ -576,9 +579,14 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         print("".join(cells))
 
 
+MEMORY_TARGET = 1.15
+"""Issue 35's bound on CPU a turn with the busy channels' memory on, over the same run off."""
+
+
 def memory_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per configuration (code, users, store, procs, recall): the median CPU a turn with the
-    channels' memory off and on, and on/off."""
+    """Per configuration (code, users, store, procs, recall): the CPU a turn of each round
+    with the channels' memory off and on, their medians, on/off and whether it is within
+    :data:`MEMORY_TARGET`."""
     groups: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         key = (r["code"], r["users"], r["store"], r["procs"], r["recall"])
@@ -589,16 +597,22 @@ def memory_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             off, on = statistics.median(by["off"]), statistics.median(by["on"])
             names = ("code", "users", "store", "procs", "recall")
             out.append(
-                dict(zip(names, key, strict=True)) | {"off": off, "on": on, "ratio": on / off}
+                dict(zip(names, key, strict=True))
+                | {"off": off, "on": on, "ratio": on / off, "passed": on / off <= MEMORY_TARGET}
+                | {"offs": list(by["off"]), "ons": list(by["on"])}
             )
     return out
 
 
 def print_memory_ratios(rows: list[dict[str, Any]]) -> None:
     for r in memory_ratios(rows):
+        rounds = ", ".join(f"{v:.1f}" for v in r["offs"]), ", ".join(f"{v:.1f}" for v in r["ons"])
+        verdict = "pass" if r["passed"] else "FAIL"
         print(
-            f"{r['code']} {r['users']} users {r['store']} {r['recall']}: CPU a turn (median) off"
-            f" {r['off']:.1f} ms, on {r['on']:.1f} ms, on/off {r['ratio']:.2f}x (target 1.15x)"
+            f"{r['code']} {r['users']} users {r['store']} x{r['procs']} {r['recall']}: CPU a turn"
+            f" off {rounds[0]} ms (median {r['off']:.1f}), on {rounds[1]} ms (median"
+            f" {r['on']:.1f}): on/off {r['ratio']:.3f}x, {verdict} (target"
+            f" {MEMORY_TARGET:.2f}x)"
         )
 
 

@@ -60,6 +60,10 @@ def _no_link(parts: Sequence[str], ref: str) -> str | None:
     return None
 
 
+def _no_linked(link: str) -> list[str] | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Platform:
     """One chat platform as its adapter describes it to the core.
@@ -76,6 +80,10 @@ class Platform:
     DM). Never wider than what the key proves: private unless the key says otherwise.
     ``message_link``: a link to one message from its conversation key's parts and the
     platform's message id (``ref``), or None where the platform gives none.
+    ``linked_conversation``: the parts of the conversation key a link names, where the
+    link tells (the inverse of ``message_link``, the message id left out); None for a link
+    it cannot read back (what a channel entry's link tells of where it was said,
+    :mod:`core.store.thread_repair`).
     ``mention``: how a message names a person by their platform id, with ``{id}`` for it
     (``"<@{id}>"``); None when the platform has no mentions (the prompt then shows the user
     key as data).
@@ -93,6 +101,7 @@ class Platform:
     user_workspace: Callable[[Sequence[str]], str | None] = _no_workspace
     conversation_place: Callable[[Sequence[str]], Place | None] = _no_place
     message_link: Callable[[Sequence[str], str], str | None] = _no_link
+    linked_conversation: Callable[[str], list[str] | None] = _no_linked
     mention: str | None = None
     allow_lists: tuple[str, str] | None = None
     channels: bool = False

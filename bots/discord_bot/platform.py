@@ -8,6 +8,7 @@ in a server, channels ``discord:{guild}:{channel}``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from core.platforms import Platform
@@ -34,11 +35,22 @@ def _message_link(parts: Sequence[str], ref: str) -> str | None:
     return None
 
 
+_LINK = re.compile(r"^https://discord\.com/channels/(\d+)/(\d+)/\d+$")
+
+
+def _linked_conversation(link: str) -> list[str] | None:
+    # A jump URL names its guild and its channel or thread: that conversation's key, whose
+    # conversation_place is that channel or thread (a private place: the link cannot tell).
+    found = _LINK.match(link)
+    return None if found is None else ["discord", found.group(1), found.group(2)]
+
+
 DISCORD = Platform(
     name="discord",
     title="Discord",
     conversation_place=_conversation_place,
     message_link=_message_link,
+    linked_conversation=_linked_conversation,
     mention="<@{id}>",
     allow_lists=("allowed_discord_guilds", "allowed_discord_channels"),
     channels=True,

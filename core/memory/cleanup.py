@@ -339,7 +339,7 @@ async def apply_run(
             change_id=change_id or uuid.uuid4().hex[:12],
             ops=[p.op for p in run.planned],
         )
-    run.after = await store.count(user_key=run.user_key)
+    run.after = await store.count(user_key=run.user_key, one_copy=True)  # as plan()'s before
     return run
 
 

@@ -177,7 +177,7 @@ class CleanupReviews:
         if cleaner is None:
             raise ConfigError("ANTHROPIC_API_KEY is not set")
         run = run_from_json(await self._take(plan_id, user_key))
-        run.before = await self.store.count(user_key=user_key)
+        run.before = await self.store.count(user_key=user_key, one_copy=True)  # as listed
         try:
             await cleaner.apply(run)
         except (MemoryNotFound, StoreError) as exc:

@@ -240,7 +240,8 @@ class MemoryContext:
 
     ``profile``: the standing profile (every turn); ``recalled``: recall for this message,
     none of them in the profile, best first (for a memory question: the most recent other
-    memories, newest first, score 0); ``stored``: how many active memories the user has;
+    memories, newest first, score 0); ``stored``: how many active memories the user has (in
+    the owner's own place, a sentence learned in several places once, as listed);
     ``question``: the message asks what the bot remembers; ``mode``: the user's memory mode
     (``off``: nothing is used); ``shared``: a shared place (only shared memories used).
     """
@@ -270,9 +271,10 @@ class ProfileStore(Protocol):
         include_superseded: bool = False,
         reach: Sequence[str] | None = None,
         standing: bool = False,
+        one_copy: bool = False,
     ) -> list[Memory]: ...
 
-    async def count(self, *, user_key: str) -> int: ...
+    async def count(self, *, user_key: str, one_copy: bool = False) -> int: ...
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
@@ -308,13 +310,18 @@ async def build_context(
     shared = reach is not None
     if mode == "off":
         return MemoryContext(mode=mode, shared=shared)
-    stored = await store.count(user_key=user_key)
+    # The owner's own place counts (and reads) a sentence learned in several places once,
+    # as /memories lists it (the count line says the number there); a shared place reads the
+    # copies usable there and never says the count.
+    stored = await store.count(user_key=user_key, one_copy=not shared)
     if stored == 0:
         return MemoryContext(mode=mode, shared=shared)
     question = is_memory_question(message)
     fits = False
     if stored <= WHOLE_STORE_MAX:
-        everything = await store.list_memories(user_key=user_key, limit=stored, reach=reach)
+        everything = await store.list_memories(
+            user_key=user_key, limit=stored, reach=reach, one_copy=not shared
+        )
         everything = newest_first([m for m in everything if in_profile(m, today)])
         fits = profile_cost(everything) <= budget_tokens
         candidates = everything if fits else [m for m in everything if is_standing(m)]

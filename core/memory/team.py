@@ -371,9 +371,14 @@ class TeamMemory:
         every = await self._every_entry(info, newest, limit)
         if every is not None:
             terms = self._terms.setdefault(info.key, TermCache())
-            terms.keep_only(every)
-            self._indexes.pop(info.key, None)
-            self._indexes[info.key] = (info.revision, ChannelIndex.build(every, terms))
+            prior = self._indexes.pop(info.key, None)
+            # New entries only (the common change): their postings added to the index read
+            # before, not every entry's made again at each revision.
+            index = None if prior is None else prior[1].extended(every, terms)
+            if index is None:
+                terms.keep_only(every)
+                index = ChannelIndex.build(every, terms)
+            self._indexes[info.key] = (info.revision, index)
             while len(self._indexes) > KEPT_INDEXES:
                 gone = next(iter(self._indexes))
                 del self._indexes[gone]

@@ -53,6 +53,30 @@ class TermCache:
             del self._terms[key]
 
 
+def _post(
+    postings: dict[str, list[tuple[int, int]]],
+    memories: Sequence[Memory],
+    first: int,
+    cache: TermCache,
+) -> list[int]:
+    """Add the postings of ``memories`` (at positions ``first``, ``first + 1``..) to
+    ``postings``; returns each one's number of index terms."""
+    lengths = []
+    for position, memory in enumerate(memories, start=first):
+        count = cache.terms(memory)
+        lengths.append(sum(count.values()))
+        for term, f in count.items():
+            postings.setdefault(term, []).append((position, f))
+    return lengths
+
+
+def _norms(lengths: Sequence[int]) -> tuple[float, ...]:
+    """BM25's length normalisation of each entry (:mod:`core.rules.bm25`'s k1 and b)."""
+    total = sum(lengths)
+    avgdl = total / len(lengths) if lengths and total else 1.0
+    return tuple(BM25_K1 * (1 - BM25_B + BM25_B * n / avgdl) for n in lengths)
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelIndex:
     """One revision of a channel's active entries, for BM25 recall (:meth:`search`)."""
@@ -60,20 +84,35 @@ class ChannelIndex:
     memories: tuple[Memory, ...]
     postings: dict[str, list[tuple[int, int]]]  # term -> (position, count in that entry)
     norms: tuple[float, ...]  # BM25's length normalisation of each entry
+    lengths: tuple[int, ...] = ()  # each entry's index terms
 
     @classmethod
     def build(cls, memories: Sequence[Memory], cache: TermCache) -> ChannelIndex:
         """The index of ``memories`` (every active entry of the channel)."""
-        counts = [cache.terms(m) for m in memories]
-        lengths = [sum(c.values()) for c in counts]
-        total = sum(lengths)
-        avgdl = total / len(memories) if memories and total else 1.0
         postings: dict[str, list[tuple[int, int]]] = {}
-        for position, count in enumerate(counts):
-            for term, f in count.items():
-                postings.setdefault(term, []).append((position, f))
-        norms = tuple(BM25_K1 * (1 - BM25_B + BM25_B * n / avgdl) for n in lengths)
-        return cls(tuple(memories), postings, norms)
+        lengths = _post(postings, memories, 0, cache)
+        return cls(tuple(memories), postings, _norms(lengths), tuple(lengths))
+
+    def extended(self, memories: Sequence[Memory], cache: TermCache) -> ChannelIndex | None:
+        """The index of ``memories`` (every active entry of the channel at a new revision)
+        made from this one when it holds only entries still among them: the new entries'
+        postings added, the lengths' normalisation made again (the average changed), the
+        postings of a term no new entry holds shared with this index (never changed in
+        place). None when an entry of this index is gone (then :meth:`build`). Its
+        :meth:`search` answers as the index :meth:`build` makes of the same entries: the
+        same postings per entry, the same sums."""
+        known = {m.id for m in self.memories}
+        added = [m for m in memories if m.id not in known]
+        if len(memories) - len(added) != len(self.memories):
+            return None  # an entry is gone (or listed twice): read whole
+        if not added:
+            return self
+        fresh: dict[str, list[tuple[int, int]]] = {}
+        lengths = (*self.lengths, *_post(fresh, added, len(self.memories), cache))
+        postings = dict(self.postings)
+        for term, found in fresh.items():
+            postings[term] = [*postings.get(term, ()), *found]
+        return ChannelIndex((*self.memories, *added), postings, _norms(lengths), lengths)
 
     def search(self, query: str, *, k: int, skip: Collection[int] = ()) -> list[ScoredMemory]:
         """The ``k`` entries (not those whose id is in ``skip``) best matching ``query`` by

@@ -37,6 +37,7 @@ from core.store.relabel import LABEL_REMEMBERED
 from core.store.secret_repair import REDACT_SECRET_FORMS, REDACT_SECRETS
 from core.store.sqlite import migrations as lite
 from core.store.text_repair import CLEAN_TEXT
+from core.store.thread_repair import THREAD_PLACES
 
 Backend = Literal["sqlite", "postgres"]
 BACKENDS: tuple[Backend, ...] = ("sqlite", "postgres")
@@ -58,6 +59,16 @@ M024_ACTIVE_TEXT_PER_REACH = """
 DROP INDEX memories_active_norm;
 CREATE UNIQUE INDEX memories_active_norm ON memories(uid, norm, reach)
     WHERE superseded_by IS NULL;
+"""
+
+
+M025_PLACED_INDEX = """
+-- The active memories learned outside their owner's DM, by owner and reach (issue 35): the
+-- copies of one sentence said in several places are among them, so a count of a user's
+-- sentences (core.store.rows.ONE_COPY_COUNT: the prompt's count line, /memories, the Home
+-- tab) reads these few, not every memory of the user.
+CREATE INDEX memories_placed ON memories(uid, reach)
+    WHERE superseded_by IS NULL AND reach <> 'dm';
 """
 
 
@@ -235,6 +246,21 @@ STEPS: tuple[Step, ...] = (
         "m024_active_text_per_reach",
         sqlite=M024_ACTIVE_TEXT_PER_REACH,
         postgres=M024_ACTIVE_TEXT_PER_REACH,
+    ),
+    shared(
+        "placed_index",
+        25,
+        "m025_placed_index",
+        sqlite=M025_PLACED_INDEX,
+        postgres=M025_PLACED_INDEX,
+    ),
+    shared(
+        "thread_places",
+        26,
+        "m026_thread_places",
+        sqlite=lite.m026_thread_places,
+        postgres=pg.m026_thread_places,
+        effect=THREAD_PLACES,
     ),
 )
 """Every step, oldest first; each backend applies its forms in this order (their numbers

@@ -120,11 +120,20 @@ SQLite walks ``memories_by_user`` through every newer memory (6 ms for 200 rows 
 with 10,000, against 0.14 ms)."""
 
 ONE_COPY_COUNT = (
-    "SELECT count(DISTINCT m.norm) FROM memories m JOIN users u ON u.uid = m.uid"
-    " WHERE u.user_key = {} AND m.superseded_by IS NULL"
+    "SELECT u.n_docs - (SELECT count(*) FROM memories m WHERE m.uid = u.uid"
+    " AND m.superseded_by IS NULL AND m.reach <> 'dm' AND EXISTS (SELECT 1 FROM memories c"
+    " WHERE c.uid = m.uid AND c.norm = m.norm AND c.superseded_by IS NULL"
+    " AND c.reach < m.reach)) FROM users u WHERE u.user_key = {}"
 )
 """The user's active sentences, each counted once however many places it was learned in
-(``{}``: the backend's placeholder for the user key)."""
+(``{}``: the backend's placeholder for the user key): their active memories less every
+copy but one of each sentence. The copies of one sentence have different reaches (the
+unique index ``memories_active_norm``), and ``dm`` sorts before every other reach token
+(``in_...``, ``pub_...``), so the copies with a smaller reach beside them are all but one of
+each sentence and never ``dm``. Only memories learned outside the owner's DM are read, from
+the partial index ``memories_placed`` (m025): nothing for a user whose memories were all
+learned in the DM, however many (``count(DISTINCT norm)`` read all 10,000 of such a user, 1.3
+ms on SQLite, 3 ms on PostgreSQL)."""
 
 
 def place_column(place: Place | None) -> str | None:

@@ -54,6 +54,9 @@ RELEASES: tuple[Release, ...] = (
     Release("0.3.0", newest="usage_kind_consolidation"),
     # one active copy of a sentence per place it may be used in (m024 on both backends)
     Release("0.3.1", newest="active_text_per_reach"),
+    # the memories learned outside the DM indexed for counts (m025); what a Discord private
+    # channel's threads taught, the thread's own (m026)
+    Release("0.3.2", newest="thread_places"),
 )
 """Oldest first. A release that adds a step adds a row (and that row's version is
 :data:`core.__version__`); a step no row covers fails the tests (:func:`unversioned`)."""

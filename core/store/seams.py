@@ -108,7 +108,8 @@ class MemoryStore(Protocol):
     async def count(self, *, user_key: str, one_copy: bool = False) -> int:
         """Number of the user's active memories (``one_copy``: of their active sentences,
         each counted once however many places it was learned in, as ``list_memories``
-        lists them; a scan of the user's active memories, not a stored counter)."""
+        lists them: :data:`core.store.rows.ONE_COPY_COUNT`, which reads only the memories
+        learned outside the owner's DM)."""
         ...
 
     async def search(
@@ -146,7 +147,9 @@ class MemoryStore(Protocol):
         ...
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:
-        """Counts of active memories, for one user or for the whole store."""
+        """Counts of active memories, for one user or for the whole store; a sentence its
+        owner said in several places (a copy per place, :mod:`core.rules.reassert`) counted
+        once, by its newest copy's kind and category, as listings show it."""
         ...
 
     async def export(self, *, user_key: str) -> list[Memory]:

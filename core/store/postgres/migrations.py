@@ -27,6 +27,7 @@ from core.store.place_repair import count_shared, place_memories
 from core.store.relabel import relabel_remembered
 from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
+from core.store.thread_repair import thread_places
 
 M001_MEMORIES = """
 CREATE TABLE users (
@@ -411,3 +412,9 @@ ALTER TABLE usage DROP CONSTRAINT usage_kind_check,
     ADD CONSTRAINT usage_kind_check
         CHECK (kind IN ('chat', 'reflection', 'cleanup', 'consolidation'));
 """
+
+
+async def m026_thread_places(conn: asyncpg.Connection) -> Change:
+    """What was learned in a thread of a Discord private channel becomes the thread's own
+    (:mod:`core.store.thread_repair`)."""
+    return await thread_places(*_io(conn))

@@ -52,7 +52,7 @@ from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_u
 from core.store.postgres.tx import PostgresTx
 from core.store.postgres.uses import PostgresRecallLog
 from core.store.postgres.vectors import PostgresVectors
-from core.store.rows import ONE_COPY_COUNT, memory_filter
+from core.store.rows import ONE_COPY, ONE_COPY_COUNT, memory_filter
 from core.types import Memory, MemoryEvent, MemoryStats, ScoredMemory, UserSummary
 
 logger = logging.getLogger(__name__)
@@ -168,14 +168,14 @@ class PostgresStore(
         ]
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:
-        where, params = "WHERE superseded_by IS NULL", []
+        where, params = f"WHERE m.superseded_by IS NULL{ONE_COPY}", []
         if user_key is not None:
             uid = await self._uid(user_key)
             if uid is None:
                 return MemoryStats(total=0)
-            where, params = where + " AND uid = $1", [uid]
+            where, params = where + " AND m.uid = $1", [uid]
         rows = await self._fetch(
-            f"SELECT kind, category, count(*) FROM memories {where} GROUP BY kind, category",
+            f"SELECT kind, category, count(*) FROM memories m {where} GROUP BY kind, category",
             *params,
         )
         by_kind: dict[str, int] = {}

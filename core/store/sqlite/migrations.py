@@ -21,6 +21,7 @@ from core.store.place_repair import count_shared, place_memories
 from core.store.relabel import relabel_remembered
 from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
+from core.store.thread_repair import thread_places
 
 M001_INITIAL = """
 CREATE TABLE users (
@@ -645,3 +646,9 @@ async def m023_usage_kind_consolidation(conn: aiosqlite.Connection) -> None:
         )
 
     await _rebuild(conn, "usage", widen)
+
+
+async def m026_thread_places(conn: aiosqlite.Connection) -> Change:
+    """What was learned in a thread of a Discord private channel becomes the thread's own
+    (:mod:`core.store.thread_repair`)."""
+    return await thread_places(*_io(conn))

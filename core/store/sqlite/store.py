@@ -33,7 +33,7 @@ from core.rules.bm25 import candidate_pool, rescore
 from core.rules.places import check_reaches, parse_place
 from core.rules.text import query_terms
 from core.store.memories import MemoryRules, MemoryTx
-from core.store.rows import ONE_COPY_COUNT, memory_filter
+from core.store.rows import ONE_COPY, ONE_COPY_COUNT, memory_filter
 from core.store.sqlite.base import day, dt, ts
 from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.conversations import SQLiteConversations
@@ -182,22 +182,22 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
         ]
 
     async def stats(self, *, user_key: str | None = None) -> MemoryStats:
-        where, params = "WHERE superseded_by IS NULL", ()
+        where, params = f"WHERE m.superseded_by IS NULL{ONE_COPY}", ()
         if user_key is not None:
             uid = await self._uid(user_key)
             if uid is None:
                 return MemoryStats(total=0)
-            where, params = where + " AND uid = ?", (uid,)  # type: ignore[assignment]
+            where, params = where + " AND m.uid = ?", (uid,)  # type: ignore[assignment]
         by_kind = {
             r[0]: r[1]
             for r in await self._fetchall(
-                f"SELECT kind, COUNT(*) FROM memories {where} GROUP BY kind", params
+                f"SELECT kind, COUNT(*) FROM memories m {where} GROUP BY kind", params
             )
         }
         by_category = {
             r[0]: r[1]
             for r in await self._fetchall(
-                f"SELECT category, COUNT(*) FROM memories {where} GROUP BY category", params
+                f"SELECT category, COUNT(*) FROM memories m {where} GROUP BY category", params
             )
         }
         return MemoryStats(total=sum(by_kind.values()), by_kind=by_kind, by_category=by_category)

@@ -17,6 +17,7 @@ from bots.slack_bot.places import (
     slack_workspace,
 )
 from core.types import Place
+from tests.bots.slack_bot.test_slack_home import open_home, texts
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
 from tests.fakes.slack_server import FakeSlack
 from tests.loop_helpers import memories_reply, memory_lines
@@ -271,6 +272,10 @@ async def test_a_group_dm_fact_said_word_for_word_in_public_is_known_there_alone
         listed = await command(slack, running, "/memories", user="U1", channel="D1")
         assert listed["text"] == "Your memories, newest first (1–1 of 1):"
         assert [m.id for m in await service.list_memories(user_key=key("U1"))] == [2]
+        # Every count agrees with it: the Home tab's and the DM prompt's count line.
+        assert "*1 memory*" in texts(await open_home(slack, running, "U1"))
+        assert await ask(slack.events.message(question, user="U1")) == {tabs}
+        assert "1 note is stored about this user" in system_text(claude, -1)
         # Forgotten where it was said in public: forgotten everywhere.
         gone = await command(slack, running, "/forget", "2", user="U1", channel=GENERAL)
         assert gone["text"] == "Forgot `#2`."  # nothing of the group DM's copy

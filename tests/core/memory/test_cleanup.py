@@ -319,6 +319,7 @@ async def test_copies_of_a_sentence_said_in_several_places_are_sent_once(
         [request] = fake.requests_of("extract")
         assert json.dumps(request.body).count("tabs over spaces") == 1
         await cleaner.apply(run)
+        assert run.after == run.before == 2  # "Cleaned up: 2 → 2", counted as listed
         assert {m.place for m in await h.store.export(user_key=ALICE) if m.text == tabs} == set(
             places
         )

@@ -37,13 +37,8 @@ def entry(i: int) -> str:
     return f"The team settled {picked} in round {i % 5}."
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    async with running_fake_anthropic(chunk_size=40) as f:
-        yield f
-
-
-async def test_the_index_ranks_as_the_stores_search(store: Store) -> None:
+async def seed(store: Store) -> None:
+    """About 40 entries of the channel, one a minute, and one in German with an emoji."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     texts = [*dict.fromkeys(entry(i) for i in range(40)), "Die Überweisung läuft 🍕."]
     await store.add_many(
@@ -54,6 +49,16 @@ async def test_the_index_ranks_as_the_stores_search(store: Store) -> None:
         ],
         dedupe=None,
     )
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with running_fake_anthropic(chunk_size=40) as f:
+        yield f
+
+
+async def test_the_index_ranks_as_the_stores_search(store: Store) -> None:
+    await seed(store)
     memories = await store.list_memories(user_key=KEY, limit=1000)
     index = ChannelIndex.build(memories, TermCache())
     for query in QUERIES:
@@ -70,6 +75,23 @@ async def test_the_index_ranks_as_the_stores_search(store: Store) -> None:
     assert [s for s in matching if s.memory.id not in skip][:8] == rest
     assert index.search(QUERIES[0], k=0) == [] and index.search("", k=5) == []
     assert ChannelIndex.build([], TermCache()).search("billing", k=5) == []
+
+
+async def test_an_index_extended_with_new_entries_ranks_as_one_built_whole(store: Store) -> None:
+    await seed(store)
+    every = await store.list_memories(user_key=KEY, limit=1000)  # newest first
+    cache = TermCache()
+    older = ChannelIndex.build(every[5:], cache)
+    grown = older.extended(every, cache)
+    assert grown is not None and len(grown.memories) == len(every)
+    whole = ChannelIndex.build(every, TermCache())
+    for query in QUERIES:
+        assert grown.search(query, k=8) == whole.search(query, k=8), query
+        assert older.search(query, k=50) == ChannelIndex.build(every[5:], TermCache()).search(
+            query, k=50
+        )  # the index it grew from is unchanged
+    assert grown.extended(every, cache) is grown  # nothing new
+    assert grown.extended(every[1:], cache) is None  # an entry gone: built whole
 
 
 async def test_a_channel_too_large_to_index_is_recalled_through_the_store(
