@@ -122,6 +122,9 @@ def day_columns(memory: NewMemory) -> tuple[str | None, str | None, str | None]:
 class SQLiteBase:
     """Connection, migrations and transaction helpers. Open with :meth:`open`."""
 
+    sweep_interval_s: float | None = None
+    """One process owns the file: unfinished reflections are resumed at start-up only."""
+
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
         self._conn = conn
         self._reader: aiosqlite.Connection | None = None
