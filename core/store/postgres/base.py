@@ -110,7 +110,10 @@ def describe_error(exc: BaseException) -> str:
     """The error's type, SQLSTATE and message, for logs and ``StoreError``: never its
     ``detail``, which can quote row values (memory text)."""
     state = getattr(exc, "sqlstate", None)
-    return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {exc}"
+    # A server error's str() ends with its DETAIL ("Failing row contains (...)"): its
+    # primary message alone.
+    message = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {message}"
 
 
 class PostgresBase:

@@ -55,6 +55,21 @@ async def test_statements_run_in_order_in_one_transaction_and_count_their_rows(
     assert await run([]) == []
 
 
+async def test_a_refused_row_is_a_store_error_that_quotes_none_of_its_values(store: Store) -> None:
+    run = cast(StatementHook, store)._run_statements
+    mode = "The user's sister Ana lives in Lisbon"  # memory text in a refused row
+    with pytest.raises(StoreError, match=r"(?i)check") as caught:
+        await run(
+            [
+                (
+                    "INSERT INTO memory_modes(user_key, mode, updated_at) VALUES (?, ?, ?)",
+                    (ALICE, mode, utcnow()),
+                )
+            ]
+        )
+    assert "Lisbon" not in str(caught.value)
+
+
 async def test_a_database_locked_by_another_process_is_a_store_error_and_nothing_is_written(
     db_path: Path,
 ) -> None:
