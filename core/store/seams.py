@@ -13,7 +13,8 @@ needs it (a consumer needing several declares their union where it lives, e.g.
 - :class:`UsageStore`: what every Claude call cost;
 - :class:`RecallLog`: how each memory was used (recalled into answers, confirmed by writes);
 - :class:`VectorStore`: embeddings for optional hybrid recall;
-- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens).
+- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens;
+  a backend is its connection and four parts, :mod:`core.store.composed`).
 
 Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
 no method reads, ranks or deletes another user's rows. Backends: SQLite
