@@ -158,8 +158,6 @@ class SQLiteBase:
         """Names of the migrations this open applied, in order."""
         self.recall_records_dropped = 0
         """Recall records that failed (:class:`core.store.seams.RecallLog`)."""
-        self._recovering: set[str] = set()
-        """The recovery claims this process made (``claim_recovery``): its generation's."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod

@@ -42,6 +42,11 @@ class SQLiteConversations(Part[SQLiteBase], StatementRules):
     a reflection's state, pruning, usage, feedback, a pending action put or dropped) are
     :class:`core.store.statements.StatementRules` over the connection's ``_run_statements``."""
 
+    def __init__(self, db: SQLiteBase) -> None:
+        super().__init__(db)
+        self._recovering: set[str] = set()
+        """The recovery claims this process made (``claim_recovery``): its generation's."""
+
     def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
         """A no-op: one process owns the file, and its Reflector already runs one user's
         reflections one at a time."""
@@ -53,9 +58,9 @@ class SQLiteConversations(Part[SQLiteBase], StatementRules):
         gone, and passes to this one. The row (``recover:{id}``) is written all the same, so
         a copy to PostgreSQL and the turn ids' sequence see it."""
         key = recovery_key(turn_id)
-        if key in self.db._recovering:
+        if key in self._recovering:
             return False
-        self.db._recovering.add(key)
+        self._recovering.add(key)
         now = ts(utcnow())
         try:
             await self.db._run(
@@ -67,7 +72,7 @@ class SQLiteConversations(Part[SQLiteBase], StatementRules):
                 urgent=True,
             )
         except BaseException:
-            self.db._recovering.discard(key)
+            self._recovering.discard(key)
             raise
         return True
 
