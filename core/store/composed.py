@@ -17,14 +17,14 @@ a base class of the store):
 - **vectors** (:class:`core.store.seams.VectorStore`): embeddings for hybrid recall;
 - **recall log** (:class:`core.store.seams.RecallReads`): how each memory was used.
 
-The store class itself holds the memory reads (``get``, ``list_memories``, ``search``,
-``users``, ...) and derives from :class:`ComposedStore`, which gives it the memory rules
-(:class:`core.store.memories.MemoryRules`, over the backend's ``_transact`` and
-:class:`core.store.memories.MemoryTx`) and the flat method names of
-:class:`core.store.seams.Store` (``store.add_turn``, ``store.see_channel``...) that callers
-use, each forwarded to its part by :class:`forward`: typed (the part protocol's signature,
-checked by mypy), written here once for every backend, and overridable in a subclass like any
-method.
+The store class names its part classes (:class:`Parts`), holds the memory reads (``get``,
+``list_memories``, ``search``, ``users``, ...) and derives from :class:`ComposedStore`, which
+makes its parts and gives it the memory rules (:class:`core.store.memories.MemoryRules`, over
+the backend's ``_transact`` and :class:`core.store.memories.MemoryTx`) and the flat method
+names of :class:`core.store.seams.Store` (``store.add_turn``, ``store.see_channel``...) that
+callers use, each forwarded to its part by :class:`forward`: typed (the part protocol's
+signature, checked by mypy), written here once for every backend, and overridable in a
+subclass like any method.
 
 Why flat names and not ``store.channels.see_channel``: the seams are split by consumer
 (:mod:`core.store.seams`), and a consumer declares the protocols it takes, which any object
@@ -36,7 +36,8 @@ nothing on the hot path (one attribute lookup more: ``bench/load.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, ClassVar, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from core.store.channels import ChannelStore
 from core.store.memories import MemoryRules
@@ -123,33 +124,40 @@ class forward(Generic[P, R]):
         return getattr(getattr(store, self.part), self.name)
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A backend's four part classes, each made with the backend's connection (the store)."""
+
+    conversations: Callable[[Any], ConversationPart]
+    channels: Callable[[Any], ChannelStore]
+    vectors: Callable[[Any], VectorStore]
+    recall_log: Callable[[Any], RecallReads]
+
+
 _C, _CH, _V, _R = "conversations", "channels", "vectors", "recall_log"
 
 
 class ComposedStore(MemoryRules):
     """The store class of every backend: the memory rules, its parts and the flat names of
     :class:`core.store.seams.Store` forwarded to them (module docstring). A backend's store
-    derives from this and from its connection, calls :meth:`_compose` with its parts when
-    made, implements ``_transact`` (and ``_after_erase`` where erasing needs a step after
-    the commit) and the memory reads."""
+    derives from this and from its connection, names its part classes in :attr:`parts`,
+    implements ``_transact`` (and ``_after_erase`` where erasing needs a step after the
+    commit) and the memory reads."""
+
+    parts: ClassVar[Parts]
+    """The backend's part classes; each is made with the store when the store is."""
 
     conversations: ConversationPart
     channels: ChannelStore
     vectors: VectorStore
     recall_log: RecallReads
 
-    def _compose(
-        self,
-        *,
-        conversations: ConversationPart,
-        channels: ChannelStore,
-        vectors: VectorStore,
-        recall_log: RecallReads,
-    ) -> None:
-        self.conversations = conversations
-        self.channels = channels
-        self.vectors = vectors
-        self.recall_log = recall_log
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # the connection's
+        self.conversations = self.parts.conversations(self)
+        self.channels = self.parts.channels(self)
+        self.vectors = self.parts.vectors(self)
+        self.recall_log = self.parts.recall_log(self)
 
     # ---------------------------------------------------------------- conversations
     add_turn = forward(_C, ConversationPart.add_turn)

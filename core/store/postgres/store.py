@@ -47,9 +47,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import asyncpg
-
-from core.store.composed import ComposedStore
+from core.store.composed import ComposedStore, Parts
 from core.store.memories import MemoryTx
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import PostgresChannels
@@ -75,21 +73,7 @@ class PostgresStore(ComposedStore, PostgresBase):
     rules (:class:`core.store.memories.MemoryRules`) over
     :class:`core.store.postgres.tx.PostgresTx`; here are only its memory reads and recall."""
 
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        session: asyncpg.Connection,
-        url: str,
-        replica_id: int,
-        intake: asyncpg.Pool | None = None,
-    ) -> None:
-        PostgresBase.__init__(self, pool, session, url, replica_id, intake)
-        self._compose(
-            conversations=PostgresConversations(self),
-            channels=PostgresChannels(self),
-            vectors=PostgresVectors(self),
-            recall_log=PostgresRecallLog(self),
-        )
+    parts = Parts(PostgresConversations, PostgresChannels, PostgresVectors, PostgresRecallLog)
 
     async def _transact(
         self, work: Callable[[MemoryTx], Awaitable[T]], *, retry: bool = False

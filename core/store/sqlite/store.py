@@ -31,12 +31,10 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import aiosqlite
-
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.places import check_reaches, parse_place
 from core.rules.text import query_terms
-from core.store.composed import ComposedStore
+from core.store.composed import ComposedStore, Parts
 from core.store.memories import MemoryTx
 from core.store.rows import ONE_COPY_COUNT, memory_filter
 from core.store.sqlite.base import SQLiteBase, day, dt
@@ -90,15 +88,7 @@ class SQLiteStore(ComposedStore, SQLiteBase):
     (:class:`core.store.memories.MemoryRules`) over :class:`core.store.sqlite.tx.SQLiteTx`;
     here are only its memory reads and recall."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
-        SQLiteBase.__init__(self, conn, path)
-        self._compose(
-            conversations=SQLiteConversations(self),
-            channels=SQLiteChannels(self),
-            vectors=SQLiteVectors(self),
-            recall_log=SQLiteRecallLog(self),
-        )
-
+    parts = Parts(SQLiteConversations, SQLiteChannels, SQLiteVectors, SQLiteRecallLog)
     forget_batch = FORGET_BATCH
 
     async def _transact(

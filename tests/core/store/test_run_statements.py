@@ -19,7 +19,7 @@ from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
 from core.store.statements import StatementHook
 from core.types import utcnow
-from tests.store_helpers import fill_disk, free_disk
+from tests.store_helpers import fill_disk, free_disk, locked_by_another_process
 
 ALICE = "cli:alice"
 PUT = (
@@ -74,23 +74,20 @@ async def test_a_database_locked_by_another_process_is_a_store_error_and_nothing
     db_path: Path,
 ) -> None:
     store = await SQLiteStore.open(str(db_path))
-    other = sqlite3.connect(db_path, isolation_level=None)
+    later = utcnow() + timedelta(hours=1)
     try:
-        await store._conn.execute("PRAGMA busy_timeout = 100")
-        other.execute("BEGIN IMMEDIATE")
-        later = utcnow() + timedelta(hours=1)
-        with pytest.raises(StoreError, match="locked") as caught:
-            await store._run_statements([(PUT, ("t1", ALICE, later))])
-        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
-        with pytest.raises(StoreError, match="locked"):  # a seam's write through the hook
-            await store.set_mode(user_key=ALICE, mode="paused")
-        other.execute("ROLLBACK")
+        async with locked_by_another_process(store) as release:
+            with pytest.raises(StoreError, match="locked") as caught:
+                await store._run_statements([(PUT, ("t1", ALICE, later))])
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+            with pytest.raises(StoreError, match="locked"):  # a seam's write through the hook
+                await store.set_mode(user_key=ALICE, mode="paused")
+            release()
         assert await store.get_mode(user_key=ALICE) == "on"
         assert await store.pending_owner(token="t1", kind="k", now=utcnow()) is None
         await store.set_mode(user_key=ALICE, mode="paused")
         assert await store.get_mode(user_key=ALICE) == "paused"
     finally:
-        other.close()
         await store.close()
 
 

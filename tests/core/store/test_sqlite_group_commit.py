@@ -17,6 +17,7 @@ from core.errors import StoreError
 from core.store.sqlite import base
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewTurn, utcnow
+from tests.store_helpers import locked_by_another_process
 
 
 def write_mark(mark: str) -> Callable[[sqlite3.Connection], None]:
@@ -133,18 +134,15 @@ async def test_a_database_locked_by_another_process_fails_the_write_with_a_clear
     db_path: Path,
 ) -> None:
     store = await SQLiteStore.open(str(db_path))
-    other = sqlite3.connect(db_path, isolation_level=None)
     try:
-        await store._conn.execute("PRAGMA busy_timeout = 100")
-        other.execute("BEGIN IMMEDIATE")
-        with pytest.raises(StoreError, match="locked"):
-            await store.receive_turn(claim_keys=["ev"], turn=turn("waiting"))
-        # Reads go on meanwhile (WAL): the reader does not wait for the lock holder.
-        assert await store.recent_turns(conversation_key="cli:c", limit=9) == []
-        other.execute("ROLLBACK")
-        assert await store.receive_turn(claim_keys=["ev"], turn=turn("stored")) is not None
+        async with locked_by_another_process(store) as release:
+            with pytest.raises(StoreError, match="locked"):
+                await store.receive_turn(claim_keys=["ev"], turn=turn("waiting"))
+            # Reads go on meanwhile (WAL): the reader does not wait for the lock holder.
+            assert await store.recent_turns(conversation_key="cli:c", limit=9) == []
+            release()
+            assert await store.receive_turn(claim_keys=["ev"], turn=turn("stored")) is not None
     finally:
-        other.close()
         await store.close()
 
 
