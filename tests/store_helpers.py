@@ -1,7 +1,12 @@
 """Store states tests start from: a full disk, as the intake tests meet it (the SQLite file
-can grow no more); a user turn answered and waiting for its reflection."""
+can grow no more); a database another process holds locked; a user turn answered and waiting
+for its reflection."""
 
 from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
@@ -23,6 +28,20 @@ async def fill_disk(store: SQLiteStore) -> None:
 async def free_disk(store: SQLiteStore) -> None:
     """Room again: the file may grow to SQLite's default maximum."""
     await store._conn.execute("PRAGMA max_page_count = 1073741823")
+
+
+@asynccontextmanager
+async def locked_by_another_process(store: SQLiteStore) -> AsyncIterator[Callable[[], None]]:
+    """Another process holds the database's write lock (a connection of its own inside
+    ``BEGIN IMMEDIATE``) and the store waits only 0.1 s for it; the function given releases
+    the lock."""
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        await store._conn.execute("PRAGMA busy_timeout = 100")
+        other.execute("BEGIN IMMEDIATE")
+        yield lambda: other.execute("ROLLBACK").close()
+    finally:
+        other.close()
 
 
 async def pending_turn(store: Store, user_key: str = "slack:T1:U1") -> int:

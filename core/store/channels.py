@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from core.store.statements import StatementRules
+from core.store.statements import StatementHook
 from core.types import Attribution, ChannelInfo, Place, PlaceKind, utcnow
 
 CHANNEL_COLUMNS = (
@@ -139,9 +139,9 @@ there from then on stays unused when the channel turns public again, until someo
 channel reviews it (:attr:`core.types.ChannelInfo.needs_review`); it is never widened here."""
 
 
-class ChannelRules(StatementRules):
+class ChannelRules(StatementHook):
     """The channel writes both backends share, over the backend's read (:meth:`channel`)
-    and its run of statements (:meth:`StatementRules._run_statements`)."""
+    and its run of statements (:meth:`core.store.statements.StatementHook._run_statements`)."""
 
     @abstractmethod
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:

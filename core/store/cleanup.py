@@ -15,16 +15,19 @@ Undo window: retired and superseded memories keep their text for ``UNDO_WINDOW``
 :mod:`core.rules.cleanup_ops`); then ``purge_retired`` erases them as ``forget`` does and the
 change can no longer be undone.
 
-Each backend supplies a :class:`ChangeTx`: its SQL for one user inside one open write
-transaction (SQLite: :mod:`core.store.sqlite.tx`, PostgreSQL: :mod:`core.store.postgres.tx`),
-which :class:`core.store.memories.MemoryRules` opens. The rules here decide what to run and
-when to refuse.
+The rules here decide what to run and when to refuse, over a :class:`ChangeTx`: one user's
+memories inside one open write transaction, which :class:`core.store.memories.MemoryRules`
+opens. Its SQL is written once too (:class:`StatementChangeTx`: ``?`` placeholders, an id list
+written ``{ids}``); a backend gives only a :class:`ChangeSql`, the run of one statement
+in its transaction (SQLite: :mod:`core.store.sqlite.tx`, PostgreSQL:
+:mod:`core.store.postgres.tx`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from datetime import date
+from typing import Any, Protocol
 
 from core.errors import MemoryNotFound, StoreError
 from core.rules.cleanup_ops import (
@@ -42,7 +45,7 @@ from core.rules.cleanup_ops import (
 )
 from core.rules.places import parse_place, reach_of
 from core.rules.text import index_terms, normalize
-from core.types import Origin, Source
+from core.types import Origin, Source, utcnow
 
 MERGED_INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
@@ -162,6 +165,195 @@ class ChangeTx(Protocol[When]):
     async def reactivate(self, memory_id: int) -> bool:
         """Put a superseded or retired memory back into recall; False if it was active."""
         ...
+
+
+class ChangeSql(Protocol):
+    """A backend's run of one statement inside its open write transaction: all a backend
+        writes for cleanup changes. Statements come with ``?`` placeholders (PostgreSQL numbers
+        them) and, where they take a list of memory ids, ``{ids}`` (``id IN {ids}``);
+    parameters as Python gives them (a time as an aware
+        ``datetime``, a day as a ``date``, an id list as a ``list``), each put in the backend's
+        stored form here."""
+
+    id_list: str
+    """What stands for ``{ids}``: a parenthesised set of ids from one ``?`` parameter
+    (SQLite ``(SELECT value FROM json_each(?))``, PostgreSQL ``(SELECT unnest(?::bigint[]))``)."""
+
+    async def run(self, sql: str, *params: object) -> int:
+        """Run one statement; how many rows it changed."""
+        ...
+
+    async def rows(self, sql: str, *params: object) -> Sequence[Sequence[Any]]:
+        """The rows one query returns (times and days as the backend stores them)."""
+        ...
+
+    async def insert(self, sql: str, *params: object) -> int:
+        """Run one ``INSERT`` of a memory; the new row's id."""
+        ...
+
+
+class StatementChangeTx:
+    """:class:`ChangeTx`, its SQL written once over a backend's :class:`ChangeSql` (times in
+    the backend's own type where they are read and handed back: ``created_at``)."""
+
+    def __init__(self, sql: ChangeSql, uid: int) -> None:
+        self.sql, self.uid, self.now = sql, uid, utcnow()
+
+    def _ids(self, statement: str) -> str:
+        return statement.format(ids=self.sql.id_list)
+
+    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, Any, str | None]]:
+        rows = await self.sql.rows(
+            self._ids(
+                "SELECT id, source, origin, created_at, place FROM memories"
+                " WHERE uid = ? AND superseded_by IS NULL AND id IN {ids}"
+            ),
+            self.uid,
+            list(ids),
+        )
+        return {int(r[0]): (r[1], r[2], r[3], r[4]) for r in rows}
+
+    async def retire(self, memory_id: int) -> None:
+        await self.sql.run(
+            "UPDATE memories SET superseded_by = id, superseded_at = ? WHERE id = ? AND uid = ?",
+            self.now,
+            memory_id,
+            self.uid,
+        )
+
+    async def supersede(self, *, old_id: int, new_id: int) -> None:
+        await self.sql.run(
+            "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ? AND uid = ?",
+            new_id,
+            self.now,
+            old_id,
+            self.uid,
+        )
+
+    async def has_active_norm(self, norm: str) -> bool:
+        return bool(
+            await self.sql.rows(
+                "SELECT 1 FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL",
+                self.uid,
+                norm,
+            )
+        )
+
+    async def insert_merged(
+        self,
+        *,
+        op: MergeOp,
+        norm: str,
+        terms: Sequence[str],
+        labels: tuple[Source, Origin, Any, str],
+    ) -> int:
+        row = merged_row(self.uid, op, norm=norm, terms=terms, labels=labels, now=self.now)
+        return await self.sql.insert(MERGED_INSERT, *row)
+
+    async def whose(self, ids: Sequence[int]) -> list[Whose]:
+        rows = await self.sql.rows(
+            self._ids(
+                "SELECT about, valid_from, valid_until FROM memories WHERE uid = ? AND id IN {ids}"
+            ),
+            self.uid,
+            list(ids),
+        )
+        return [(r[0], _day(r[1]), _day(r[2])) for r in rows]
+
+    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
+        about, first, last = whose
+        await self.sql.run(
+            "UPDATE memories SET about = ?, valid_from = ?, valid_until = ?"
+            " WHERE id = ? AND uid = ?",
+            about,
+            first,
+            last,
+            memory_id,
+            self.uid,
+        )
+
+    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
+        await self.sql.run(
+            self._ids("UPDATE memories SET superseded_by = ? WHERE uid = ? AND id IN {ids}"),
+            new_id,
+            self.uid,
+            list(ids),
+        )
+
+    async def log(
+        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
+    ) -> None:
+        await self.sql.run(
+            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            self.uid,
+            memory_id,
+            event,
+            utcnow(),
+            related,
+            change_id,
+        )
+
+    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
+        rows = await self.sql.rows(
+            "SELECT memory_id, event FROM memory_events WHERE uid = ? AND change_id = ?"
+            " ORDER BY id DESC",
+            self.uid,
+            change_id,
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    async def has_events(self, change_id: str) -> bool:
+        return bool(
+            await self.sql.rows(
+                "SELECT 1 FROM memory_events WHERE uid = ? AND change_id = ? LIMIT 1",
+                self.uid,
+                change_id,
+            )
+        )
+
+    async def count_existing(self, ids: Sequence[int]) -> int:
+        rows = await self.sql.rows(
+            self._ids("SELECT count(*) FROM memories WHERE uid = ? AND id IN {ids}"),
+            self.uid,
+            list(ids),
+        )
+        return int(rows[0][0])
+
+    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
+        return bool(
+            await self.sql.rows(
+                self._ids(
+                    "SELECT 1 FROM memories WHERE uid = ? AND superseded_by IN {ids}"
+                    " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = ?)"
+                    " LIMIT 1"
+                ),
+                self.uid,
+                list(added),
+                change_id,
+            )
+        )
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        await self.sql.run(
+            self._ids("DELETE FROM memories WHERE uid = ? AND id IN {ids}"), self.uid, list(ids)
+        )
+
+    async def reactivate(self, memory_id: int) -> bool:
+        changed = await self.sql.run(
+            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
+            " WHERE id = ? AND uid = ? AND superseded_by IS NOT NULL",
+            memory_id,
+            self.uid,
+        )
+        return changed > 0
+
+
+def _day(value: object) -> date | None:
+    """A stored day (SQLite: ``YYYY-MM-DD`` text; PostgreSQL: a ``date``) as a ``date``."""
+    if value is None or isinstance(value, date):
+        return value
+    return date.fromisoformat(str(value))
 
 
 def check_disjoint(ops: Sequence[ChangeOp]) -> set[int]:

@@ -29,9 +29,9 @@ What is decided here, and nowhere else:
   transactions, on the user's row.
 
 A backend supplies its SQL as a :class:`MemoryTx` (one open write transaction: SQLite
-:class:`core.store.sqlite.store.SQLiteTx`, PostgreSQL
-:class:`core.store.postgres.store.PostgresTx`) and the way to run one
-(:meth:`MemoryRules._transact`); its store class derives from :class:`MemoryRules`.
+:class:`core.store.sqlite.tx.SQLiteTx`, PostgreSQL :class:`core.store.postgres.tx.PostgresTx`)
+and the way to run one (:meth:`MemoryRules._transact`); its store class derives from
+:class:`MemoryRules` through :class:`core.store.composed.ComposedStore`.
 """
 
 from __future__ import annotations

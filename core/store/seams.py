@@ -13,7 +13,8 @@ needs it (a consumer needing several declares their union where it lives, e.g.
 - :class:`UsageStore`: what every Claude call cost;
 - :class:`RecallLog`: how each memory was used (recalled into answers, confirmed by writes);
 - :class:`VectorStore`: embeddings for optional hybrid recall;
-- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens).
+- :class:`Store`: all of them and ``close`` (what a backend implements, what composition opens;
+  a backend is its connection and four parts, :mod:`core.store.composed`).
 
 Every method is scoped to one ``user_key`` (``slack:T1:U1``, ``discord:42``, ``cli:alice``):
 no method reads, ranks or deletes another user's rows. Backends: SQLite
@@ -260,8 +261,9 @@ class TurnStore(Protocol):
         ...
 
 
-class ReflectionQueue(Protocol):
-    """The durable queue of reflections (a state on each user turn) and its per-user lock."""
+class QueuedReflections(Protocol):
+    """The durable queue of reflections (a state on each user turn) and its per-user lock:
+    what a backend's conversations part holds (:mod:`core.store.composed`)."""
 
     async def turns_to_reflect(self) -> list[Turn]:
         """User turns whose reflection is queued (``pending``: the answer was delivered),
@@ -280,6 +282,15 @@ class ReflectionQueue(Protocol):
         """Record a reflection's state (and attempts so far), and the ``usage`` of the
         reflection's calls, in one transaction."""
         ...
+
+    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
+        """Held around each reflection of ``user_key``: excludes other reflections of the
+        user, also in other processes sharing the store."""
+        ...
+
+
+class ReflectionQueue(QueuedReflections, Protocol):
+    """The queue and a reflection's end (the memory rules', :mod:`core.store.memories`)."""
 
     async def finish_reflection(
         self,
@@ -313,11 +324,6 @@ class ReflectionQueue(Protocol):
     sweep_interval_s: float | None
     """Seconds between looks for reflections other processes left behind (``turns_to_reflect``
     then returns only those); None when one process owns the store (start-up only)."""
-
-    def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
-        """Held around each reflection of ``user_key``: excludes other reflections of the
-        user, also in other processes sharing the store."""
-        ...
 
 
 class ClaimStore(Protocol):
@@ -393,15 +399,8 @@ class UsageStore(Protocol):
         ...
 
 
-class RecallLog(Protocol):
-    """How each memory was used, kept in a table of its own keyed by memory id (a turn's
-    record touches neither the memory's row nor its recall index) and erased with the memory.
-    Written by :meth:`TurnStore.finish_turn` (``recalled``: recalls) and by every memory write
-    that dedupe answers with an existing memory (a confirmation of it; imports do not
-    confirm)."""
-
-    recall_records_dropped: int
-    """Recall records this process failed to write (the turns were stored all the same)."""
+class RecallReads(Protocol):
+    """The recall log's reads (what a backend's recall log part holds)."""
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
@@ -414,6 +413,17 @@ class RecallLog(Protocol):
         """When this store began recording recalls (the migration that added the log, or
         the store's creation), aware UTC; None when unknown."""
         ...
+
+
+class RecallLog(RecallReads, Protocol):
+    """How each memory was used, kept in a table of its own keyed by memory id (a turn's
+    record touches neither the memory's row nor its recall index) and erased with the memory.
+    Written by :meth:`TurnStore.finish_turn` (``recalled``: recalls) and by every memory write
+    that dedupe answers with an existing memory (a confirmation of it; imports do not
+    confirm)."""
+
+    recall_records_dropped: int
+    """Recall records this process failed to write (the turns were stored all the same)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ placeholders and its parameters, in the order to run them in one transaction.
 mode change, a reflection's end, pruning turns, a call's usage, a pending action put or
 dropped, feedback; a channel's: :class:`core.store.channels.ChannelRules`); a backend
 supplies one hook,
-:meth:`StatementRules._run_statements`, that runs statements in one write transaction of its
+:meth:`StatementHook._run_statements`, that runs statements in one write transaction of its
 own: SQLite as they are, with each ``datetime`` parameter as its stored ISO text;
 PostgreSQL with the placeholders numbered (:func:`core.store.postgres.migrations.numbered`).
 The rule (which statements, in which order) is here; the transaction is the backend's.
@@ -25,8 +25,12 @@ Statement = tuple[str, tuple[object, ...]]
 """SQL text with ``?`` placeholders and its parameters (times as aware ``datetime``)."""
 
 
-class StatementRules(ABC):
-    """The store methods that are statements both backends run as they are."""
+class StatementHook(ABC):
+    """The one hook the statement rules write through (:class:`StatementRules`,
+    :class:`core.store.channels.ChannelRules`): each backend's connection implements it
+    (:meth:`core.store.sqlite.base.SQLiteBase._run_statements`,
+    :meth:`core.store.postgres.base.PostgresBase._run_statements`), a part reaches it through
+    its connection (:class:`core.store.composed.Part`)."""
 
     @abstractmethod
     async def _run_statements(
@@ -36,6 +40,11 @@ class StatementRules(ABC):
         error rolls all back); returns how many rows each changed. ``retry``: run the
         transaction again when the database aborts it to break a deadlock (PostgreSQL; a
         user's mode change crosses the turn loop's locks)."""
+
+
+class StatementRules(StatementHook):
+    """The store methods that are statements both backends run as they are (held by each
+    backend's conversations part)."""
 
     async def set_mode(self, *, user_key: str, mode: MemoryMode) -> None:
         """:meth:`core.store.seams.ModeStore.set_mode`. ``on`` is the default, kept as no

@@ -19,8 +19,8 @@ Advisory locks (two-key form ``(namespace, key)``):
   to about a minute when the whole host vanishes), and the other replicas take over the
   reflections it left (``turns.claimed_by``; :mod:`core.store.postgres.conversations`);
 - ``(LOCK_REFLECTION, hash(user_key))``: held around each reflection of a user
-  (:meth:`PostgresBase.reflection_lock`), so one user's reflections never interleave across
-  replicas.
+  (:meth:`core.store.postgres.conversations.PostgresConversations.reflection_lock`), so one
+  user's reflections never interleave across replicas.
 
 Durability: the server's own (``synchronous_commit`` on by default): a write confirmed to the
 caller is committed. Errors: ``StoreError`` (``MigrationError`` for a failed migration); the
@@ -110,7 +110,10 @@ def describe_error(exc: BaseException) -> str:
     """The error's type, SQLSTATE and message, for logs and ``StoreError``: never its
     ``detail``, which can quote row values (memory text)."""
     state = getattr(exc, "sqlstate", None)
-    return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {exc}"
+    # A server error's str() ends with its DETAIL ("Failing row contains (...)"): its
+    # primary message alone.
+    message = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}{f' [{state}]' if state else ''}: {message}"
 
 
 class PostgresBase:
@@ -229,26 +232,6 @@ class PostgresBase:
         return [str(r[0]) for r in rows]
 
     # ---------------------------------------------------------------- locks
-    @asynccontextmanager
-    async def reflection_lock(self, *, user_key: str) -> AsyncIterator[None]:
-        """Held around each reflection of ``user_key``: no other reflection of that user runs
-        meanwhile, in this process or any replica (a session advisory lock, released if this
-        process dies). Waits, polling, while another replica holds it."""
-        key = user_lock_key(user_key)
-        async with self._user_locks.hold(user_key):
-            delay = 0.02
-            while not await self._session_value(
-                "SELECT pg_try_advisory_lock($1, $2)", LOCK_REFLECTION, key
-            ):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-            try:
-                yield
-            finally:
-                await self._session_value(
-                    "SELECT pg_advisory_unlock($1, $2)", LOCK_REFLECTION, key, quiet=True
-                )
-
     async def _session_value(self, sql: str, *args: Any, quiet: bool = False) -> Any:
         """One value from the session connection, reconnecting (and rejoining under the
         same replica id) if the connection was lost."""

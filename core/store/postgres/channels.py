@@ -17,6 +17,7 @@ from core.store.channels import (
     attribution_from_row,
     channel_from_row,
 )
+from core.store.composed import Part
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.migrations import numbered
 from core.types import Attribution, ChannelInfo
@@ -28,18 +29,19 @@ def _same(value: Any) -> Any:
     return value
 
 
-class PostgresChannels(PostgresBase, ChannelRules):
-    """Channels seen, their memory's settings, the attribution of their entries (a channel
-    seen and touched: :class:`core.store.channels.ChannelRules`)."""
+class PostgresChannels(Part[PostgresBase], ChannelRules):
+    """The channels part of the PostgreSQL store: channels seen, their memory's settings,
+    the attribution of their entries (a channel seen and touched:
+    :class:`core.store.channels.ChannelRules`)."""
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
-        row = await self._fetchrow(
+        row = await self.db._fetchrow(
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = $1", channel_key
         )
         return None if row is None else channel_from_row(list(row), when=_same)
 
     async def list_channels(self) -> list[ChannelInfo]:
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             f"SELECT {CHANNEL_COLUMNS}, COALESCE(u.n_docs, 0) FROM channels c"
             ' LEFT JOIN users u ON u.user_key = c.channel_key ORDER BY c.channel_key COLLATE "C"'
         )
@@ -47,11 +49,11 @@ class PostgresChannels(PostgresBase, ChannelRules):
 
     async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
         if entries:
-            async with self._tx() as conn:
+            async with self.db._tx() as conn:
                 await write_attribution(conn, channel_key, entries)
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
-        async with self._tx() as conn:
+        async with self.db._tx() as conn:
             await conn.execute(
                 "UPDATE channel_entries SET changed_by = $1 WHERE memory_id = ANY($2::bigint[])",
                 by,
@@ -67,12 +69,12 @@ class PostgresChannels(PostgresBase, ChannelRules):
         self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
         if memory_ids is None:
-            every = await self._fetch(
+            every = await self.db._fetch(
                 f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1",
                 channel_key,
             )
             return {int(r[0]): attribution_from_row(list(r), when=_same) for r in every}
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = $1"
             " AND memory_id = ANY($2::bigint[])",
             channel_key,

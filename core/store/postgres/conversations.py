@@ -1,5 +1,7 @@
-"""Conversation state in PostgreSQL: turns (history and the durable reflection queue),
-claimed platform events, memory modes, one-time marks and usage.
+"""The conversations part of the PostgreSQL store
+(:class:`core.store.composed.ConversationPart`): turns (history and the durable reflection
+queue), claimed platform events, memory modes, one-time marks, usage, feedback and pending
+actions.
 
 Reflections across replicas. A user turn is claimed (``turns.claimed_by``) by the replica
 that stored it. :meth:`PostgresConversations.turns_to_reflect` returns, and claims in one
@@ -12,14 +14,17 @@ taken from it, and ``FOR UPDATE SKIP LOCKED`` gives each orphan to one replica o
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, cast
 
 import asyncpg
 
-from core.store.postgres.base import LOCK_REPLICA, PostgresBase
+from core.store.composed import Part
+from core.store.postgres.base import LOCK_REFLECTION, LOCK_REPLICA, PostgresBase, user_lock_key
 from core.store.postgres.migrations import numbered
 from core.store.postgres.uses import RECALLED
 from core.store.rows import (
@@ -31,7 +36,7 @@ from core.store.rows import (
     usage_row,
 )
 from core.store.seams import FeedbackRow
-from core.store.statements import USAGE_INSERT, reflection_end, usage_params
+from core.store.statements import USAGE_INSERT, StatementRules, reflection_end, usage_params
 from core.store.writes import (
     QUEUED_SQL,
     recovery_key,
@@ -74,14 +79,37 @@ class _RecallNotRecorded(Exception):
     """Rolls back a turn's end whose recall record failed (it is run again without it)."""
 
 
-class PostgresConversations(PostgresBase):
-    """The :class:`core.store.seams.ConversationStore` and usage half of the PostgreSQL store."""
+class PostgresConversations(Part[PostgresBase], StatementRules):
+    """The conversations part of the PostgreSQL store; its statement-only writes (a mode
+    change, a reflection's state, pruning, usage, feedback, a pending action put or dropped)
+    are :class:`core.store.statements.StatementRules` over the connection's
+    ``_run_statements``."""
+
+    @asynccontextmanager
+    async def reflection_lock(self, *, user_key: str) -> AsyncIterator[None]:
+        """Held around each reflection of ``user_key``: no other reflection of that user runs
+        meanwhile, in this process or any replica (a session advisory lock, released if this
+        process dies). Waits, polling, while another replica holds it."""
+        key = user_lock_key(user_key)
+        async with self.db._user_locks.hold(user_key):
+            delay = 0.02
+            while not await self.db._session_value(
+                "SELECT pg_try_advisory_lock($1, $2)", LOCK_REFLECTION, key
+            ):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            try:
+                yield
+            finally:
+                await self.db._session_value(
+                    "SELECT pg_advisory_unlock($1, $2)", LOCK_REFLECTION, key, quiet=True
+                )
 
     async def add_turn(self, *, turn: NewTurn) -> int:
         if turn.role == "user":  # before the platform's acknowledgement
-            async with self._intake_tx() as conn:
+            async with self.db._intake_tx() as conn:
                 return await self._insert_turn(conn, turn)
-        async with self._tx() as conn:
+        async with self.db._tx() as conn:
             return await self._insert_turn(conn, turn)
 
     async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
@@ -90,8 +118,8 @@ class PostgresConversations(PostgresBase):
         one event at once: the primary key lets one insert each key; the other's turn is not
         stored (it may keep a claim on a key of its own of that event, which names the same
         duplicate)."""
-        with self._errors():
-            async with self._intake.acquire() as conn:
+        with self.db._errors():
+            async with self.db._intake.acquire() as conn:
                 turn_id = await conn.fetchval(
                     "WITH seen AS (SELECT 1 FROM processed_events WHERE event_key = ANY($1)"
                     " LIMIT 1), claimed AS (INSERT INTO processed_events(event_key, claimed_at,"
@@ -104,7 +132,7 @@ class PostgresConversations(PostgresBase):
                     " RETURNING id",
                     sorted(set(claim_keys)),
                     *self._turn_row(turn),
-                    self.replica_id,
+                    self.db.replica_id,
                 )
         return None if turn_id is None else int(turn_id)
 
@@ -138,7 +166,7 @@ class PostgresConversations(PostgresBase):
             turn.platform_ref,
             turn.workspace,
             turn.thread_ref,
-            self.replica_id if waiting else None,
+            self.db.replica_id if waiting else None,
             now if waiting else None,
             place_column(turn.place),
         )
@@ -157,7 +185,7 @@ class PostgresConversations(PostgresBase):
         try:
             return await self._finish_turn(turn_id, answer, answer_ref, reflect, usage, recalled)
         except _RecallNotRecorded:  # rolled back: the same step again, without the record
-            self.recall_records_dropped += 1
+            self.db.recall_records_dropped += 1
             return await self._finish_turn(turn_id, answer, answer_ref, reflect, usage, ())
 
     async def _finish_turn(
@@ -169,7 +197,7 @@ class PostgresConversations(PostgresBase):
         usage: Sequence[UsageRecord],
         recalled: Sequence[int],
     ) -> int | None:
-        async with self._tx() as conn:
+        async with self.db._tx() as conn:
             await _insert_usage(conn, usage)
             row = await conn.fetchrow(
                 f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1 FOR UPDATE", turn_id
@@ -214,14 +242,14 @@ class PostgresConversations(PostgresBase):
             return answer_id
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
-        await self._execute("UPDATE turns SET reply_ref = $1 WHERE id = $2", reply_ref, turn_id)
+        await self.db._execute("UPDATE turns SET reply_ref = $1 WHERE id = $2", reply_ref, turn_id)
 
     async def get_turn(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchrow(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
+        row = await self.db._fetchrow(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = $1", turn_id)
         return turn_from_row(row) if row else None
 
     async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
-        row = await self._fetchrow(
+        row = await self.db._fetchrow(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = $1"
             " AND platform_ref = $2 AND role = 'user' ORDER BY id LIMIT 1",
             conversation_key,
@@ -230,7 +258,7 @@ class PostgresConversations(PostgresBase):
         return turn_from_row(row) if row else None
 
     async def answer_to(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchrow(
+        row = await self.db._fetchrow(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE reply_to = $1 ORDER BY id LIMIT 1", turn_id
         )
         return turn_from_row(row) if row else None
@@ -240,7 +268,7 @@ class PostgresConversations(PostgresBase):
     ) -> list[Turn]:
         if limit <= 0:
             return []
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = $1 AND id < $2"
             " ORDER BY id DESC LIMIT $3",
             conversation_key,
@@ -252,7 +280,7 @@ class PostgresConversations(PostgresBase):
     async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
         """User turns stored since ``since`` in conversations starting with the prefix, with
         no answer, that no live replica is answering; oldest first."""
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             f"WITH live AS ({_LIVE_REPLICAS})"
             f" SELECT {TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
             " AND t.reflection IS NOT NULL AND t.created_at >= $2"
@@ -263,7 +291,7 @@ class PostgresConversations(PostgresBase):
             LOCK_REPLICA,
             since,
             conversation_prefix,
-            self.replica_id,
+            self.db.replica_id,
         )
         return [turn_from_row(r) for r in rows]
 
@@ -271,8 +299,8 @@ class PostgresConversations(PostgresBase):
         """User turns whose reflection is queued (``pending``: their answer was delivered)
         that no live replica holds, now claimed by this one; oldest first. A turn still
         ``answering`` is never taken: its answer comes first (the start-up recovery)."""
-        await self.check_session()
-        rows = await self._fetch(
+        await self.db.check_session()
+        rows = await self.db._fetch(
             f"WITH live AS ({_LIVE_REPLICAS}), orphans AS ("
             f"  SELECT id FROM turns WHERE reflection IN {QUEUED_SQL}"
             "  AND (claimed_by IS NULL OR claimed_by NOT IN (SELECT replica FROM live))"
@@ -280,7 +308,7 @@ class PostgresConversations(PostgresBase):
             ") UPDATE turns t SET claimed_by = $2, claimed_at = $3 FROM orphans o"
             f" WHERE t.id = o.id RETURNING {', '.join('t.' + c for c in _TURN_NAMES)}",
             LOCK_REPLICA,
-            self.replica_id,
+            self.db.replica_id,
             utcnow(),
         )
         return sorted((turn_from_row(r) for r in rows), key=lambda t: t.id)
@@ -292,7 +320,7 @@ class PostgresConversations(PostgresBase):
         if not keys:
             return True
         try:
-            async with self._intake_tx() as conn:
+            async with self.db._intake_tx() as conn:
                 if not await self._claim(conn, keys):
                     raise _Unclaimed
         except _Unclaimed:
@@ -311,7 +339,7 @@ class PostgresConversations(PostgresBase):
             " ORDER BY n ON CONFLICT DO NOTHING RETURNING event_key",
             wanted,
             utcnow(),
-            self.replica_id,
+            self.db.replica_id,
         )
         return len(inserted) == len(wanted)
 
@@ -321,8 +349,8 @@ class PostgresConversations(PostgresBase):
         (its process died, and with it the recovery it was running: the server dropped its
         session and the lock). A live holder, this replica included, keeps it (the row lock
         makes a second taker re-read the claim just taken, held by a live replica)."""
-        await self.check_session()
-        taken = await self._fetchval(
+        await self.db.check_session()
+        taken = await self.db._fetchval(
             f"WITH live AS ({_LIVE_REPLICAS})"
             " INSERT INTO processed_events(event_key, claimed_at, claimed_by) VALUES ($2, $3, $4)"
             " ON CONFLICT (event_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at,"
@@ -333,7 +361,7 @@ class PostgresConversations(PostgresBase):
             LOCK_REPLICA,
             recovery_key(turn_id),
             utcnow(),
-            self.replica_id,
+            self.db.replica_id,
         )
         return taken is not None
 
@@ -344,26 +372,28 @@ class PostgresConversations(PostgresBase):
         if not keys:
             return False
         return bool(
-            await self._fetchval(
+            await self.db._fetchval(
                 f"WITH live AS ({_LIVE_REPLICAS}) SELECT EXISTS (SELECT 1 FROM processed_events"
                 " WHERE event_key = ANY($2::text[]) AND claimed_by <> $3"
                 " AND claimed_by IN (SELECT replica FROM live))",
                 LOCK_REPLICA,
                 list(keys),
-                self.replica_id,
+                self.db.replica_id,
             )
         )
 
     async def get_mode(self, *, user_key: str) -> MemoryMode:
-        mode = await self._fetchval("SELECT mode FROM memory_modes WHERE user_key = $1", user_key)
+        mode = await self.db._fetchval(
+            "SELECT mode FROM memory_modes WHERE user_key = $1", user_key
+        )
         return cast(MemoryMode, mode) if mode else "on"
 
     async def mark_once(self, *, mark: str) -> bool:
         # Most marks are asked for again and again (a first-DM notice): read first, write
         # only a new one.
-        if await self._fetchval("SELECT 1 FROM marks WHERE mark = $1", mark) is not None:
+        if await self.db._fetchval("SELECT 1 FROM marks WHERE mark = $1", mark) is not None:
             return False
-        status = await self._execute(
+        status = await self.db._execute(
             "INSERT INTO marks(mark, at) VALUES ($1, $2) ON CONFLICT DO NOTHING", mark, utcnow()
         )
         return status == "INSERT 0 1"
@@ -373,7 +403,7 @@ class PostgresConversations(PostgresBase):
         self, *, user_key: str, platform_ref: str, conversation_prefix: str
     ) -> bool:
         prefix = conversation_prefix + ":"
-        found = await self._fetchval(
+        found = await self.db._fetchval(
             "SELECT 1 FROM turns u WHERE u.user_key = $1 AND u.platform_ref = $2"
             " AND u.role = 'user' AND (u.conversation_key = $3 OR left(u.conversation_key,"
             " $4) = $5) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
@@ -387,7 +417,7 @@ class PostgresConversations(PostgresBase):
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
         # SQLite's order (the seam's): bytewise, no workspace first; not the collation's.
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD'), workspace,"
             " COUNT(*) FILTER (WHERE positive), COUNT(*) FILTER (WHERE NOT positive)"
             " FROM feedback WHERE at >= $1 GROUP BY 1, 2"
@@ -406,7 +436,7 @@ class PostgresConversations(PostgresBase):
     ) -> list[UsageRow]:
         group = usage_group_column(by)
         where, params = usage_filter(since, user_key, workspace)
-        rows = await self._fetch(
+        rows = await self.db._fetch(
             numbered(
                 f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1"
             ),
@@ -418,10 +448,34 @@ class PostgresConversations(PostgresBase):
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
     ) -> int:
         where, params = usage_filter(since, user_key, workspace)
-        count = await self._fetchval(
+        count = await self.db._fetchval(
             numbered(f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'"), *params
         )
         return int(count)
+
+    # ---------------------------------------------------------------- pending actions
+    async def take_pending(
+        self, *, token: str, user_key: str, kind: str, now: datetime
+    ) -> str | None:
+        payload = await self.db._fetchval(
+            "DELETE FROM pending_actions WHERE token = $1 AND user_key = $2 AND kind = $3"
+            " AND expires_at > $4 RETURNING payload",
+            token,
+            user_key,
+            kind,
+            now,
+        )
+        return None if payload is None else str(payload)
+
+    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
+        owner = await self.db._fetchval(
+            "SELECT user_key FROM pending_actions WHERE token = $1 AND kind = $2"
+            " AND expires_at > $3",
+            token,
+            kind,
+            now,
+        )
+        return None if owner is None else str(owner)
 
 
 _TURN_NAMES = [c.strip() for c in TURN_COLUMNS.split(",")]

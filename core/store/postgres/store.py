@@ -31,8 +31,11 @@ questions, SQLite's for 110.
 
 Across replicas, and erasure: :mod:`core.store.postgres.tx`.
 
-Connection, replicas and locks: :mod:`core.store.postgres.base`; turns, event claims, modes
-and usage: :mod:`core.store.postgres.conversations`; memory writes, cleanup changes and
+The store is its connection and four parts over it (:mod:`core.store.composed`).
+Connection, replicas and locks: :mod:`core.store.postgres.base`; turns, event claims, modes,
+usage, pending actions and the reflection lock: :mod:`core.store.postgres.conversations`; a
+channel's memory: :mod:`core.store.postgres.channels`; the recall log:
+:mod:`core.store.postgres.uses`; memory writes, cleanup changes and
 erasure (SQL only; the rules: :mod:`core.store.memories`): :mod:`core.store.postgres.tx`;
 embeddings: :mod:`core.store.postgres.vectors`; schema:
 :mod:`core.store.postgres.migrations`; moving a SQLite file in: :mod:`core.store.postgres.admin`.
@@ -42,10 +45,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import TypeVar
 
-from core.store.memories import MemoryRules, MemoryTx
+from core.store.composed import ComposedStore, Parts
+from core.store.memories import MemoryTx
+from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import PostgresChannels
 from core.store.postgres.conversations import PostgresConversations
 from core.store.postgres.recall import MEMORY_COLUMNS, memory_from_row, search_user
@@ -60,15 +64,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class PostgresStore(
-    MemoryRules, PostgresChannels, PostgresVectors, PostgresRecallLog, PostgresConversations
-):
+class PostgresStore(ComposedStore, PostgresBase):
     """The PostgreSQL store (:class:`core.store.seams.Store`); open with ``await
-    PostgresStore.open(url)``, close with ``close``. Its memory writes are the shared rules
-    (:class:`core.store.memories.MemoryRules`) over :class:`core.store.postgres.tx.PostgresTx`;
-    its statement-only writes (a mode change, pending actions, feedback, a channel seen) are
-    :class:`core.store.channels.ChannelRules` and :class:`core.store.statements.StatementRules`
-    over ``PostgresBase._run_statements``."""
+    PostgresStore.open(url)``, close with ``close``. Its connection
+    (:class:`core.store.postgres.base.PostgresBase`) and four parts over it
+    (:mod:`core.store.composed`): :class:`PostgresConversations`, :class:`PostgresChannels`,
+    :class:`PostgresVectors`, :class:`PostgresRecallLog`. Its memory writes are the shared
+    rules (:class:`core.store.memories.MemoryRules`) over
+    :class:`core.store.postgres.tx.PostgresTx`; here are only its memory reads and recall."""
+
+    parts = Parts(PostgresConversations, PostgresChannels, PostgresVectors, PostgresRecallLog)
 
     async def _transact(
         self, work: Callable[[MemoryTx], Awaitable[T]], *, retry: bool = False
@@ -229,27 +234,3 @@ class PostgresStore(
             )
             for r in rows
         ]
-
-    # ---------------------------------------------------------------- pending actions
-    async def take_pending(
-        self, *, token: str, user_key: str, kind: str, now: datetime
-    ) -> str | None:
-        payload = await self._fetchval(
-            "DELETE FROM pending_actions WHERE token = $1 AND user_key = $2 AND kind = $3"
-            " AND expires_at > $4 RETURNING payload",
-            token,
-            user_key,
-            kind,
-            now,
-        )
-        return None if payload is None else str(payload)
-
-    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
-        owner = await self._fetchval(
-            "SELECT user_key FROM pending_actions WHERE token = $1 AND kind = $2"
-            " AND expires_at > $3",
-            token,
-            kind,
-            now,
-        )
-        return None if owner is None else str(owner)

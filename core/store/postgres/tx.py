@@ -1,6 +1,7 @@
 """One PostgreSQL write transaction over users' memories: the SQL of the memory rules
 (:class:`core.store.memories.MemoryTx`, the rules in :mod:`core.store.memories`) and of a
-cleanup change (:class:`core.store.cleanup.ChangeTx`), on one pooled connection inside
+cleanup change (:class:`core.store.cleanup.ChangeSql`: the run of its statements, written
+once in :class:`core.store.cleanup.StatementChangeTx`), on one pooled connection inside
 ``conn.transaction()`` (times as ``timestamptz``).
 
 Every write to a user's memories first locks the user's row (:meth:`PostgresTx.user`), so
@@ -14,22 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place
-from core.store.cleanup import MERGED_INSERT, merged_row
+from core.store.cleanup import StatementChangeTx
 from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
 from core.store.postgres.base import PostgresBase
 from core.store.postgres.channels import write_attribution
 from core.store.postgres.conversations import end_reflection
 from core.store.postgres.migrations import numbered
 from core.store.postgres.recall import search_user
-from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
+from core.types import Attribution, ReflectionState, UsageRecord, utcnow
 
 _SUPERSEDE, _EVENT = numbered(SUPERSEDE), numbered(EVENT)
-_MERGED_INSERT = numbered(MERGED_INSERT) + " RETURNING id"
 _INSERT = (
     "INSERT INTO memories(uid, text, norm, terms, n_terms, kind, category, source, origin,"
     " conversation_key, created_at, updated_at, about, valid_from, valid_until, place, reach)"
@@ -291,152 +291,25 @@ class PostgresTx:
         )
         return [(str(r[1]), int(r[2])) for r in rows]
 
-    def changes(self, uid: int) -> PostgresChangeTx:
-        return PostgresChangeTx(self.conn, uid)
+    def changes(self, uid: int) -> StatementChangeTx:
+        return StatementChangeTx(PostgresChangeSql(self.conn), uid)
 
 
-class PostgresChangeTx:
-    """:class:`core.store.cleanup.ChangeTx` in PostgreSQL (times as ``timestamptz``)."""
+class PostgresChangeSql:
+    """:class:`core.store.cleanup.ChangeSql` in PostgreSQL: on the transaction's connection,
+    the placeholders numbered, an id list as ``bigint[]``."""
 
-    def __init__(self, conn: asyncpg.Connection, uid: int) -> None:
-        self.conn, self.uid, self.now = conn, uid, utcnow()
+    id_list = "(SELECT unnest(?::bigint[]))"
 
-    async def active(
-        self, ids: Sequence[int]
-    ) -> dict[int, tuple[Source, Origin, datetime, str | None]]:
-        rows = await self.conn.fetch(
-            "SELECT id, source, origin, created_at, place FROM memories"
-            " WHERE uid = $1 AND superseded_by IS NULL AND id = ANY($2::bigint[])",
-            self.uid,
-            list(ids),
-        )
-        return {int(r[0]): (r[1], r[2], r[3], r[4]) for r in rows}
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
 
-    async def retire(self, memory_id: int) -> None:
-        await self.conn.execute(
-            "UPDATE memories SET superseded_by = id, superseded_at = $1 WHERE id = $2 AND uid = $3",
-            self.now,
-            memory_id,
-            self.uid,
-        )
+    async def run(self, sql: str, *params: object) -> int:
+        # A command tag ("UPDATE 3") ends with the rows it changed.
+        return int(str(await self.conn.execute(numbered(sql), *params)).split()[-1])
 
-    async def supersede(self, *, old_id: int, new_id: int) -> None:
-        await self.conn.execute(
-            "UPDATE memories SET superseded_by = $1, superseded_at = $2 WHERE id = $3 AND uid = $4",
-            new_id,
-            self.now,
-            old_id,
-            self.uid,
-        )
+    async def rows(self, sql: str, *params: object) -> Sequence[Sequence[Any]]:
+        return list(await self.conn.fetch(numbered(sql), *params))
 
-    async def has_active_norm(self, norm: str) -> bool:
-        found = await self.conn.fetchval(
-            "SELECT 1 FROM memories WHERE uid = $1 AND norm = $2 AND superseded_by IS NULL",
-            self.uid,
-            norm,
-        )
-        return found is not None
-
-    async def insert_merged(
-        self,
-        *,
-        op: MergeOp,
-        norm: str,
-        terms: Sequence[str],
-        labels: tuple[Source, Origin, datetime, str],
-    ) -> int:
-        row = merged_row(self.uid, op, norm=norm, terms=terms, labels=labels, now=self.now)
-        return int(await self.conn.fetchval(_MERGED_INSERT, *row))
-
-    async def whose(self, ids: Sequence[int]) -> list[Whose]:
-        rows = await self.conn.fetch(
-            "SELECT about, valid_from, valid_until FROM memories"
-            " WHERE uid = $1 AND id = ANY($2::bigint[])",
-            self.uid,
-            list(ids),
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
-        about, first, last = whose
-        await self.conn.execute(
-            "UPDATE memories SET about = $1, valid_from = $2, valid_until = $3"
-            " WHERE id = $4 AND uid = $5",
-            about,
-            first,
-            last,
-            memory_id,
-            self.uid,
-        )
-
-    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
-        await self.conn.execute(
-            "UPDATE memories SET superseded_by = $1 WHERE uid = $2 AND id = ANY($3::bigint[])",
-            new_id,
-            self.uid,
-            list(ids),
-        )
-
-    async def log(
-        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
-    ) -> None:
-        await self.conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            self.uid,
-            memory_id,
-            event,
-            utcnow(),
-            related,
-            change_id,
-        )
-
-    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
-        rows = await self.conn.fetch(
-            "SELECT memory_id, event FROM memory_events WHERE uid = $1 AND change_id = $2"
-            " ORDER BY id DESC",
-            self.uid,
-            change_id,
-        )
-        return [(int(r[0]), str(r[1])) for r in rows]
-
-    async def has_events(self, change_id: str) -> bool:
-        found = await self.conn.fetchval(
-            "SELECT 1 FROM memory_events WHERE uid = $1 AND change_id = $2 LIMIT 1",
-            self.uid,
-            change_id,
-        )
-        return found is not None
-
-    async def count_existing(self, ids: Sequence[int]) -> int:
-        return int(
-            await self.conn.fetchval(
-                "SELECT count(*) FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])",
-                self.uid,
-                list(ids),
-            )
-        )
-
-    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
-        found = await self.conn.fetchval(
-            "SELECT 1 FROM memories WHERE uid = $1 AND superseded_by = ANY($2::bigint[])"
-            " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = $3) LIMIT 1",
-            self.uid,
-            list(added),
-            change_id,
-        )
-        return found is not None
-
-    async def delete(self, ids: Sequence[int]) -> None:
-        await self.conn.execute(
-            "DELETE FROM memories WHERE uid = $1 AND id = ANY($2::bigint[])", self.uid, list(ids)
-        )
-
-    async def reactivate(self, memory_id: int) -> bool:
-        status = await self.conn.execute(
-            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
-            " WHERE id = $1 AND uid = $2 AND superseded_by IS NOT NULL",
-            memory_id,
-            self.uid,
-        )
-        return bool(status == "UPDATE 1")
+    async def insert(self, sql: str, *params: object) -> int:
+        return int(await self.conn.fetchval(numbered(sql) + " RETURNING id", *params))

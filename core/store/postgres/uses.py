@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from core.store.composed import Part
 from core.store.postgres.base import PostgresBase
 from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
 from core.types import MemoryUse
@@ -23,19 +24,22 @@ RECALLED = (
 """One more recall at $1 for each of user $2's memories among the ids $3."""
 
 
-class PostgresRecallLog(PostgresBase):
-    """The :class:`core.store.seams.RecallLog` reads (confirmations: :mod:`core.store.memories`)."""
+class PostgresRecallLog(Part[PostgresBase]):
+    """The recall log part of the PostgreSQL store (:class:`core.store.seams.RecallReads`;
+    confirmations: :mod:`core.store.memories`)."""
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
     ) -> dict[int, MemoryUse]:
-        uid = await self._uid(user_key)
+        uid = await self.db._uid(user_key)
         if uid is None:
             return {}
         if memory_ids is None:
-            rows = await self._fetch(f"SELECT {USE_COLUMNS} FROM memory_uses WHERE uid = $1", uid)
+            rows = await self.db._fetch(
+                f"SELECT {USE_COLUMNS} FROM memory_uses WHERE uid = $1", uid
+            )
         else:
-            rows = await self._fetch(
+            rows = await self.db._fetch(
                 f"SELECT {USE_COLUMNS} FROM memory_uses WHERE uid = $1"
                 " AND memory_id = ANY($2::bigint[])",
                 uid,
@@ -44,5 +48,5 @@ class PostgresRecallLog(PostgresBase):
         return dict(use_from_row(r) for r in rows)
 
     async def recall_log_started(self) -> datetime | None:
-        at = await self._fetchval(RECALL_LOG_STARTED)
+        at = await self.db._fetchval(RECALL_LOG_STARTED)
         return at if isinstance(at, datetime) else None

@@ -96,6 +96,22 @@ _IN_WRITE: contextvars.ContextVar[bool] = contextvars.ContextVar("in_sqlite_writ
 """True inside :meth:`SQLiteBase._write`: reads there see the transaction's own writes."""
 
 
+def describe_error(exc: sqlite3.Error) -> str:
+    """The error's type, SQLite result code and message, for logs and ``StoreError``
+    (``OperationalError [SQLITE_FULL]: database or disk is full``)."""
+    code = getattr(exc, "sqlite_errorname", None)
+    return f"{type(exc).__name__}{f' [{code}]' if code else ''}: {exc}"
+
+
+def store_error(exc: sqlite3.Error) -> StoreError:
+    """A driver error (``sqlite3.Error``: the database locked past the busy timeout, the disk
+    full, a constraint, an I/O error) as the ``StoreError`` the seams promise, as the
+    PostgreSQL side raises its own (:meth:`core.store.postgres.base.PostgresBase._errors`);
+    raise it ``from`` the driver's error. A plain ``try`` where it is used, not a context
+    manager: free on the hot path."""
+    return StoreError(f"database error: {describe_error(exc)}")
+
+
 def ts(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
@@ -122,6 +138,9 @@ def day_columns(memory: NewMemory) -> tuple[str | None, str | None, str | None]:
 class SQLiteBase:
     """Connection, migrations and transaction helpers. Open with :meth:`open`."""
 
+    sweep_interval_s: float | None = None
+    """One process owns the file: unfinished reflections are resumed at start-up only."""
+
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
         self._conn = conn
         self._reader: aiosqlite.Connection | None = None
@@ -139,8 +158,6 @@ class SQLiteBase:
         """Names of the migrations this open applied, in order."""
         self.recall_records_dropped = 0
         """Recall records that failed (:class:`core.store.seams.RecallLog`)."""
-        self._recovering: set[str] = set()
-        """The recovery claims this process made (``claim_recovery``): its generation's."""
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -299,8 +316,9 @@ class SQLiteBase:
         """Run the write operation ``op`` (a function of the ``sqlite3`` connection, called on
         its thread) in its own SAVEPOINT of the next grouped transaction; returns its value
         once the COMMIT holding it is done (module docstring). An exception raised by ``op``
-        rolls back ``op`` alone and is raised here; a failed COMMIT (or a transaction SQLite
-        rolled back) raises its ``sqlite3.Error`` in every operation of the group.
+        rolls back ``op`` alone and is raised here (a ``sqlite3.Error`` as ``StoreError``,
+        :func:`store_error`); a failed COMMIT (or a transaction SQLite rolled back: the disk
+        full, an I/O error) raises its ``StoreError`` in every operation of the group.
 
         ``urgent`` (the writes before a platform acknowledgement) goes ahead of every other
         queued operation. Raises ``StoreError`` once the store is closed."""
@@ -313,7 +331,10 @@ class SQLiteBase:
             self._writer = loop.create_task(self._write_queued(), name="sqlite-writer")
         # Cancelling the caller before its group starts drops the operation (the writer skips
         # a done future); once started, it commits with its group.
-        return cast(T, await queued.future)
+        try:
+            return cast(T, await queued.future)
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
 
     async def _write_queued(self) -> None:
         """The writer: run queued operations, a group at a time, until none is left."""
@@ -369,36 +390,40 @@ class SQLiteBase:
         """One write transaction whose body is async (shared logic, several statements over
         several hops to the connection's thread): ``BEGIN IMMEDIATE`` ... ``COMMIT``, alone,
         serialised with :meth:`_run`'s groups. Returns after its COMMIT; an exception in the
-        body rolls it back and is raised. Only for rare writes: it holds the write lock
-        across event-loop hops."""
+        body rolls it back and is raised (a ``sqlite3.Error`` as ``StoreError``,
+        :func:`store_error`). Only for rare writes: it holds the write lock across
+        event-loop hops."""
         if self._closed:
             raise StoreError("the store is closed")
         await self._write_lock.acquire(urgent=urgent)
         token = _IN_WRITE.set(True)
         try:
             try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-            except BaseException:
-                # Cancelled while queued, the BEGIN still runs on the thread: end it there
-                # (queued after it) before the lock passes on. After a failed BEGIN this
-                # ROLLBACK fails harmlessly.
-                with contextlib.suppress(sqlite3.Error):
-                    await self._conn.execute("ROLLBACK")
-                raise
-            try:
-                yield self._conn
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    if self._conn.in_transaction:
+                try:
+                    await self._conn.execute("BEGIN IMMEDIATE")
+                except BaseException:
+                    # Cancelled while queued, the BEGIN still runs on the thread: end it there
+                    # (queued after it) before the lock passes on. After a failed BEGIN this
+                    # ROLLBACK fails harmlessly.
+                    with contextlib.suppress(sqlite3.Error):
                         await self._conn.execute("ROLLBACK")
-                raise
-            try:
-                await self._conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    if self._conn.in_transaction:
-                        await self._conn.execute("ROLLBACK")
-                raise
+                    raise
+                try:
+                    yield self._conn
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        if self._conn.in_transaction:
+                            await self._conn.execute("ROLLBACK")
+                    raise
+                try:
+                    await self._conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        if self._conn.in_transaction:
+                            await self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise store_error(exc) from exc
         finally:
             _IN_WRITE.reset(token)
             self._write_lock.release()
@@ -498,14 +523,23 @@ class SQLiteBase:
         :meth:`_read_conn`'s connection: several statements for one hop (see
         :meth:`_on_thread`). ``fn`` only reads, in autocommit (each statement its own
         snapshot, as with :meth:`_fetchall`)."""
-        return await _call_on(self._read_conn(), fn, *args)
+        try:
+            return await _call_on(self._read_conn(), fn, *args)
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
 
     async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         # One hop to aiosqlite's thread (execute + fetch + close in one call).
-        return list(await self._read_conn().execute_fetchall(sql, params))
+        try:
+            return list(await self._read_conn().execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
 
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-        rows = await self._read_conn().execute_fetchall(sql, params)
+        try:
+            rows = await self._read_conn().execute_fetchall(sql, params)
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
         return next(iter(rows), None)
 
 

@@ -17,40 +17,42 @@ from core.store.channels import (
     attribution_from_row,
     channel_from_row,
 )
+from core.store.composed import Part
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.types import Attribution, ChannelInfo
 
 
-class SQLiteChannels(SQLiteBase, ChannelRules):
-    """Channels seen, their memory's settings, the attribution of their entries (a channel
-    seen and touched: :class:`core.store.channels.ChannelRules`)."""
+class SQLiteChannels(Part[SQLiteBase], ChannelRules):
+    """The channels part of the SQLite store: channels seen, their memory's settings, the
+    attribution of their entries (a channel seen and touched:
+    :class:`core.store.channels.ChannelRules`)."""
 
     async def channel(self, *, channel_key: str) -> ChannelInfo | None:
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} WHERE c.channel_key = ?", (channel_key,)
         )
         return None if row is None else channel_from_row(row, when=dt)
 
     async def list_channels(self) -> list[ChannelInfo]:
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {CHANNEL_COLUMNS} FROM {CHANNEL_FROM} ORDER BY c.channel_key"
         )
         return [channel_from_row(r, when=dt) for r in rows]
 
     async def attribute(self, *, channel_key: str, entries: Sequence[Attribution]) -> None:
         if entries:
-            async with self._write():
-                await write_attribution(self._conn, channel_key, entries)
+            async with self.db._write():
+                await write_attribution(self.db._conn, channel_key, entries)
 
     async def mark_changed(self, *, memory_ids: Sequence[int], by: str) -> None:
-        async with self._write():
+        async with self.db._write():
             ids = json.dumps(list(memory_ids))
-            await self._conn.execute(
+            await self.db._conn.execute(
                 "UPDATE channel_entries SET changed_by = ?"
                 " WHERE memory_id IN (SELECT value FROM json_each(?))",
                 (by, ids),
             )
-            await self._conn.execute(
+            await self.db._conn.execute(
                 "UPDATE channels SET version = version + 1 WHERE channel_key IN (SELECT"
                 " channel_key FROM channel_entries WHERE memory_id IN"
                 " (SELECT value FROM json_each(?)))",
@@ -61,12 +63,12 @@ class SQLiteChannels(SQLiteBase, ChannelRules):
         self, *, channel_key: str, memory_ids: Sequence[int] | None
     ) -> dict[int, Attribution]:
         if memory_ids is None:
-            every = await self._fetchall(
+            every = await self.db._fetchall(
                 f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?",
                 (channel_key,),
             )
             return {int(r[0]): attribution_from_row(r, when=dt) for r in every}
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {ATTRIBUTION_COLUMNS} FROM channel_entries WHERE channel_key = ?"
             " AND memory_id IN (SELECT value FROM json_each(?))",
             (channel_key, json.dumps(list(memory_ids))),

@@ -1,5 +1,6 @@
-"""Conversation state in SQLite: turns (history and the durable reflection queue), claimed
-platform events, memory modes and one-time marks.
+"""The conversations part of the SQLite store (:class:`core.store.composed.ConversationPart`):
+turns (history and the durable reflection queue), claimed platform events, memory modes,
+one-time marks, usage, feedback and pending actions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import cast
 
+from core.store.composed import Part
 from core.store.rows import (
     TURN_COLUMNS,
     USAGE_TOTALS,
@@ -21,7 +23,7 @@ from core.store.rows import (
 from core.store.seams import FeedbackRow
 from core.store.sqlite.base import SQLiteBase, dt, ts
 from core.store.sqlite.uses import record_recalls
-from core.store.statements import USAGE_INSERT, reflection_end, usage_params
+from core.store.statements import USAGE_INSERT, StatementRules, reflection_end, usage_params
 from core.store.writes import QUEUED_SQL, recovery_key, redacted
 from core.types import (
     MemoryMode,
@@ -35,11 +37,15 @@ from core.types import (
 )
 
 
-class SQLiteConversations(SQLiteBase):
-    """The :class:`core.store.seams.ConversationStore` half of the SQLite store."""
+class SQLiteConversations(Part[SQLiteBase], StatementRules):
+    """The conversations part of the SQLite store; its statement-only writes (a mode change,
+    a reflection's state, pruning, usage, feedback, a pending action put or dropped) are
+    :class:`core.store.statements.StatementRules` over the connection's ``_run_statements``."""
 
-    sweep_interval_s: float | None = None
-    """One process owns the file: unfinished reflections are resumed at start-up only."""
+    def __init__(self, db: SQLiteBase) -> None:
+        super().__init__(db)
+        self._recovering: set[str] = set()
+        """The recovery claims this process made (``claim_recovery``): its generation's."""
 
     def reflection_lock(self, *, user_key: str) -> AbstractAsyncContextManager[None]:
         """A no-op: one process owns the file, and its Reflector already runs one user's
@@ -57,7 +63,7 @@ class SQLiteConversations(SQLiteBase):
         self._recovering.add(key)
         now = ts(utcnow())
         try:
-            await self._run(
+            await self.db._run(
                 lambda c: c.execute(
                     "INSERT INTO processed_events(event_key, claimed_at) VALUES (?, ?)"
                     " ON CONFLICT(event_key) DO UPDATE SET claimed_at = excluded.claimed_at",
@@ -77,7 +83,7 @@ class SQLiteConversations(SQLiteBase):
 
     async def add_turn(self, *, turn: NewTurn) -> int:
         # A user's message is stored before the platform's acknowledgement: urgent.
-        return await self._run(lambda c: _insert_turn(c, turn), urgent=turn.role == "user")
+        return await self.db._run(lambda c: _insert_turn(c, turn), urgent=turn.role == "user")
 
     async def receive_turn(self, *, claim_keys: Sequence[str], turn: NewTurn) -> int | None:
         def receive(conn: sqlite3.Connection) -> int | None:
@@ -85,7 +91,7 @@ class SQLiteConversations(SQLiteBase):
                 return None
             return _insert_turn(conn, turn)
 
-        return await self._run(receive, urgent=True)  # before the acknowledgement
+        return await self.db._run(receive, urgent=True)  # before the acknowledgement
 
     async def finish_turn(
         self,
@@ -141,23 +147,23 @@ class SQLiteConversations(SQLiteBase):
             )
             return answer_id
 
-        answer_id = await self._run(finish)
+        answer_id = await self.db._run(finish)
         if dropped:  # committed without its recall record
-            self.recall_records_dropped += 1
+            self.db.recall_records_dropped += 1
         return answer_id
 
     async def set_reply_ref(self, *, turn_id: int, reply_ref: str) -> None:
         def record(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE turns SET reply_ref = ? WHERE id = ?", (reply_ref, turn_id))
 
-        await self._run(record, urgent=True)  # the answer's next write waits for it
+        await self.db._run(record, urgent=True)  # the answer's next write waits for it
 
     async def get_turn(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        row = await self.db._fetchone(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return turn_from_row(row, time=dt) if row else None
 
     async def find_turn(self, *, conversation_key: str, platform_ref: str) -> Turn | None:
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND platform_ref = ?"
             " AND role = 'user' ORDER BY id LIMIT 1",
             (conversation_key, platform_ref),
@@ -165,7 +171,7 @@ class SQLiteConversations(SQLiteBase):
         return turn_from_row(row, time=dt) if row else None
 
     async def answer_to(self, *, turn_id: int) -> Turn | None:
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE reply_to = ? ORDER BY id LIMIT 1",
             (turn_id,),
         )
@@ -176,7 +182,7 @@ class SQLiteConversations(SQLiteBase):
     ) -> list[Turn]:
         if limit <= 0:
             return []
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE conversation_key = ? AND id < ?"
             " ORDER BY id DESC LIMIT ?",
             (conversation_key, before_id if before_id is not None else 2**62, limit),
@@ -185,7 +191,7 @@ class SQLiteConversations(SQLiteBase):
 
     async def unanswered_turns(self, *, since: datetime, conversation_prefix: str) -> list[Turn]:
         prefix = conversation_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {TURN_COLUMNS} FROM turns t WHERE t.role = 'user'"
             " AND t.reflection IS NOT NULL AND t.created_at >= ?"
             " AND t.conversation_key LIKE ? ESCAPE '\\'"
@@ -195,7 +201,7 @@ class SQLiteConversations(SQLiteBase):
         return [turn_from_row(r, time=dt) for r in rows]
 
     async def turns_to_reflect(self) -> list[Turn]:
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE reflection IN {QUEUED_SQL} ORDER BY id"
         )
         return [turn_from_row(r, time=dt) for r in rows]
@@ -204,16 +210,18 @@ class SQLiteConversations(SQLiteBase):
         if not keys:
             return True
         # Before the platform's acknowledgement: urgent.
-        return await self._run(lambda c: _claim(c, keys), urgent=True)
+        return await self.db._run(lambda c: _claim(c, keys), urgent=True)
 
     async def get_mode(self, *, user_key: str) -> MemoryMode:
-        row = await self._fetchone("SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,))
+        row = await self.db._fetchone(
+            "SELECT mode FROM memory_modes WHERE user_key = ?", (user_key,)
+        )
         return cast(MemoryMode, row[0]) if row else "on"
 
     async def mark_once(self, *, mark: str) -> bool:
         # Most marks are asked for again and again (a first-DM notice): read first, on the
         # read connection, and write only a new one.
-        if await self._fetchone("SELECT 1 FROM marks WHERE mark = ?", (mark,)) is not None:
+        if await self.db._fetchone("SELECT 1 FROM marks WHERE mark = ?", (mark,)) is not None:
             return False
 
         def insert(conn: sqlite3.Connection) -> bool:
@@ -222,7 +230,7 @@ class SQLiteConversations(SQLiteBase):
             )
             return cur.rowcount == 1
 
-        return await self._run(insert)
+        return await self.db._run(insert)
 
     async def usage_report(
         self,
@@ -234,7 +242,7 @@ class SQLiteConversations(SQLiteBase):
     ) -> list[UsageRow]:
         group = usage_group_column(by)
         where, params = usage_filter(ts(since), user_key, workspace)
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             f"SELECT {group}, {USAGE_TOTALS} FROM usage WHERE {where} GROUP BY 1 ORDER BY 1",
             params,
         )
@@ -244,7 +252,7 @@ class SQLiteConversations(SQLiteBase):
         self, *, since: datetime, user_key: str | None = None, workspace: str | None = None
     ) -> int:
         where, params = usage_filter(ts(since), user_key, workspace)
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             f"SELECT COUNT(*) FROM usage WHERE {where} AND kind = 'chat'", params
         )
         return int(row[0]) if row else 0
@@ -253,7 +261,7 @@ class SQLiteConversations(SQLiteBase):
         self, *, user_key: str, platform_ref: str, conversation_prefix: str
     ) -> bool:
         prefix = conversation_prefix + ":"
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             "SELECT 1 FROM turns u WHERE u.user_key = ? AND u.platform_ref = ?"
             " AND u.role = 'user' AND (u.conversation_key = ? OR substr(u.conversation_key,"
             " 1, ?) = ?) AND EXISTS (SELECT 1 FROM turns a WHERE a.reply_to = u.id) LIMIT 1",
@@ -262,12 +270,31 @@ class SQLiteConversations(SQLiteBase):
         return row is not None
 
     async def feedback_report(self, *, since: datetime) -> list[FeedbackRow]:
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             "SELECT substr(at, 1, 10), workspace, SUM(positive), SUM(1 - positive)"
             " FROM feedback WHERE at >= ? GROUP BY 1, 2 ORDER BY 1, 2",
             [ts(since)],
         )
         return [FeedbackRow(str(r[0]), r[1], int(r[2]), int(r[3])) for r in rows]
+
+    async def take_pending(
+        self, *, token: str, user_key: str, kind: str, now: datetime
+    ) -> str | None:
+        found = await self.db._run(
+            lambda c: c.execute(
+                "DELETE FROM pending_actions WHERE token = ? AND user_key = ? AND kind = ?"
+                " AND expires_at > ? RETURNING payload",
+                (token, user_key, kind, ts(now)),
+            ).fetchall()
+        )
+        return str(found[0][0]) if found else None
+
+    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
+        row = await self.db._fetchone(
+            "SELECT user_key FROM pending_actions WHERE token = ? AND kind = ? AND expires_at > ?",
+            (token, kind, ts(now)),
+        )
+        return str(row[0]) if row else None
 
 
 def _insert_turn(conn: sqlite3.Connection, turn: NewTurn) -> int:

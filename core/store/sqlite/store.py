@@ -15,9 +15,12 @@ from ``fts5vocab`` (terms are per user, so these are the user's own).
 Within the candidate pool the ranking is exactly per-user BM25; it can differ only when a
 document that per-user BM25 would rank in the top ``k`` falls outside the candidate pool.
 
+The store is its connection and four parts over it (:mod:`core.store.composed`).
 Connection, durability and migrations: :mod:`core.store.sqlite.base`; conversation turns, event
-claims and memory modes: :mod:`core.store.sqlite.conversations`; memory writes, cleanup
-changes and erasure (SQL only; the rules: :mod:`core.store.memories`):
+claims, memory modes, usage and pending actions: :mod:`core.store.sqlite.conversations`; a
+channel's memory: :mod:`core.store.sqlite.channels`; embeddings:
+:mod:`core.store.sqlite.vectors`; the recall log: :mod:`core.store.sqlite.uses`; memory writes,
+cleanup changes and erasure (SQL only; the rules: :mod:`core.store.memories`):
 :mod:`core.store.sqlite.tx`.
 """
 
@@ -26,15 +29,15 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 from core.rules.bm25 import candidate_pool, rescore
 from core.rules.places import check_reaches, parse_place
 from core.rules.text import query_terms
-from core.store.memories import MemoryRules, MemoryTx
+from core.store.composed import ComposedStore, Parts
+from core.store.memories import MemoryTx
 from core.store.rows import ONE_COPY, ONE_COPY_COUNT, memory_filter
-from core.store.sqlite.base import day, dt, ts
+from core.store.sqlite.base import SQLiteBase, day, dt
 from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -77,13 +80,15 @@ def _memory(row: Sequence[Any]) -> Memory:
     )
 
 
-class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, SQLiteConversations):
-    """The SQLite store (:class:`core.store.seams.Store`); open with ``open``. Its memory
-    writes are the shared rules (:class:`core.store.memories.MemoryRules`) over
-    :class:`core.store.sqlite.tx.SQLiteTx`; its statement-only writes (a mode change, pending
-    actions, feedback, a channel seen) are :class:`core.store.channels.ChannelRules` and
-    :class:`core.store.statements.StatementRules` over ``SQLiteBase._run_statements``."""
+class SQLiteStore(ComposedStore, SQLiteBase):
+    """The SQLite store (:class:`core.store.seams.Store`); open with ``open``. Its connection
+    (:class:`core.store.sqlite.base.SQLiteBase`) and four parts over it
+    (:mod:`core.store.composed`): :class:`SQLiteConversations`, :class:`SQLiteChannels`,
+    :class:`SQLiteVectors`, :class:`SQLiteRecallLog`. Its memory writes are the shared rules
+    (:class:`core.store.memories.MemoryRules`) over :class:`core.store.sqlite.tx.SQLiteTx`;
+    here are only its memory reads and recall."""
 
+    parts = Parts(SQLiteConversations, SQLiteChannels, SQLiteVectors, SQLiteRecallLog)
     forget_batch = FORGET_BATCH
 
     async def _transact(
@@ -307,22 +312,3 @@ class SQLiteStore(MemoryRules, SQLiteChannels, SQLiteVectors, SQLiteRecallLog, S
             )
             for r in rows
         ]
-
-    # ---------------------------------------------------------------- pending actions
-    async def take_pending(
-        self, *, token: str, user_key: str, kind: str, now: datetime
-    ) -> str | None:
-        async with self._write():
-            rows = await self._fetchall(
-                "DELETE FROM pending_actions WHERE token = ? AND user_key = ? AND kind = ?"
-                " AND expires_at > ? RETURNING payload",
-                (token, user_key, kind, ts(now)),
-            )
-        return str(rows[0][0]) if rows else None
-
-    async def pending_owner(self, *, token: str, kind: str, now: datetime) -> str | None:
-        row = await self._fetchone(
-            "SELECT user_key FROM pending_actions WHERE token = ? AND kind = ? AND expires_at > ?",
-            (token, kind, ts(now)),
-        )
-        return str(row[0]) if row else None

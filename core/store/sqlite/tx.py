@@ -1,6 +1,7 @@
 """One SQLite write transaction over users' memories: the SQL of the memory rules
 (:class:`core.store.memories.MemoryTx`, the rules in :mod:`core.store.memories`) and of a
-cleanup change (:class:`core.store.cleanup.ChangeTx`). Both run inside
+cleanup change (:class:`core.store.cleanup.ChangeSql`: the run of its statements, written
+once in :class:`core.store.cleanup.StatementChangeTx`). Both run inside
 :meth:`core.store.sqlite.base.SQLiteBase._write` (times as ISO text).
 
 Erasure: a memory's row goes with its embedding, uses and channel entry (triggers), and
@@ -12,19 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
-from typing import cast
+from datetime import date, datetime
+from typing import Any, cast
 
-from core.rules.cleanup_ops import MergeOp, Whose
 from core.rules.places import parse_place
 from core.rules.text import query_terms
-from core.store.cleanup import MERGED_INSERT, merged_row
+from core.store.cleanup import StatementChangeTx
 from core.store.memories import EVENT, SUPERSEDE, Candidate, Candidates, NewRow, supersede_params
-from core.store.sqlite.base import SQLiteBase, day, day_columns, ts
+from core.store.sqlite.base import SQLiteBase, day_columns, ts
 from core.store.sqlite.channels import write_attribution
 from core.store.sqlite.conversations import end_reflection
 from core.store.sqlite.migrations import fts_table
-from core.types import Attribution, Origin, ReflectionState, Source, UsageRecord, utcnow
+from core.types import Attribution, ReflectionState, UsageRecord, utcnow
 
 _CONFIRMED = (
     "INSERT INTO memory_uses(memory_id, uid, confirmations)"
@@ -238,136 +238,39 @@ class SQLiteTx:
         )
         return [(str(r[1]), int(r[2])) for r in rows]
 
-    def changes(self, uid: int) -> SQLiteChangeTx:
-        return SQLiteChangeTx(self.store, uid)
+    def changes(self, uid: int) -> StatementChangeTx:
+        return StatementChangeTx(SQLiteChangeSql(self.store), uid)
 
 
-class SQLiteChangeTx:
-    """:class:`core.store.cleanup.ChangeTx` in SQLite (times as ISO text)."""
+class SQLiteChangeSql:
+    """:class:`core.store.cleanup.ChangeSql` in SQLite: on the write connection, each
+    ``datetime`` parameter as its ISO text, a ``date`` as ``YYYY-MM-DD``, an id list as JSON."""
 
-    def __init__(self, store: SQLiteBase, uid: int) -> None:
-        self.store, self.uid, self.now = store, uid, ts(utcnow())
+    id_list = "(SELECT value FROM json_each(?))"
 
-    async def active(self, ids: Sequence[int]) -> dict[int, tuple[Source, Origin, str, str | None]]:
-        rows = await self.store._fetchall(
-            "SELECT id, source, origin, created_at, place FROM memories"
-            " WHERE uid = ? AND superseded_by IS NULL"
-            " AND id IN (SELECT value FROM json_each(?))",
-            (self.uid, json.dumps(list(ids))),
-        )
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+    def __init__(self, store: SQLiteBase) -> None:
+        self.store = store
 
-    async def retire(self, memory_id: int) -> None:
-        await self.store._conn.execute(
-            "UPDATE memories SET superseded_by = id, superseded_at = ? WHERE id = ? AND uid = ?",
-            (self.now, memory_id, self.uid),
-        )
+    async def run(self, sql: str, *params: object) -> int:
+        cur = await self.store._conn.execute(sql, _stored(params))
+        return cur.rowcount
 
-    async def supersede(self, *, old_id: int, new_id: int) -> None:
-        await self.store._conn.execute(
-            "UPDATE memories SET superseded_by = ?, superseded_at = ? WHERE id = ? AND uid = ?",
-            (new_id, self.now, old_id, self.uid),
-        )
+    async def rows(self, sql: str, *params: object) -> Sequence[Sequence[Any]]:
+        return await self.store._fetchall(sql, _stored(params))
 
-    async def has_active_norm(self, norm: str) -> bool:
-        row = await self.store._fetchone(
-            "SELECT 1 FROM memories WHERE uid = ? AND norm = ? AND superseded_by IS NULL",
-            (self.uid, norm),
-        )
-        return row is not None
-
-    async def insert_merged(
-        self,
-        *,
-        op: MergeOp,
-        norm: str,
-        terms: Sequence[str],
-        labels: tuple[Source, Origin, str, str],
-    ) -> int:
-        row = merged_row(self.uid, op, norm=norm, terms=terms, labels=labels, now=self.now)
-        cur = await self.store._conn.execute(MERGED_INSERT, row)
+    async def insert(self, sql: str, *params: object) -> int:
+        cur = await self.store._conn.execute(sql, _stored(params))
         return cast(int, cur.lastrowid)
 
-    async def whose(self, ids: Sequence[int]) -> list[Whose]:
-        rows = await self.store._fetchall(
-            "SELECT about, valid_from, valid_until FROM memories"
-            " WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
-            (self.uid, json.dumps(list(ids))),
-        )
-        return [(r[0], day(r[1]), day(r[2])) for r in rows]
 
-    async def set_whose(self, *, memory_id: int, whose: Whose) -> None:
-        about, first, last = whose
-        await self.store._conn.execute(
-            "UPDATE memories SET about = ?, valid_from = ?, valid_until = ?"
-            " WHERE id = ? AND uid = ?",
-            (
-                about,
-                None if first is None else first.isoformat(),
-                None if last is None else last.isoformat(),
-                memory_id,
-                self.uid,
-            ),
-        )
-
-    async def point_to(self, *, ids: Sequence[int], new_id: int) -> None:
-        await self.store._conn.execute(
-            "UPDATE memories SET superseded_by = ? WHERE uid = ?"
-            " AND id IN (SELECT value FROM json_each(?))",
-            (new_id, self.uid, json.dumps(list(ids))),
-        )
-
-    async def log(
-        self, *, memory_id: int, event: str, change_id: str, related: int | None = None
-    ) -> None:
-        await self.store._conn.execute(
-            "INSERT INTO memory_events(uid, memory_id, event, at, related_id, change_id)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (self.uid, memory_id, event, ts(utcnow()), related, change_id),
-        )
-
-    async def change_events(self, change_id: str) -> list[tuple[int, str]]:
-        rows = await self.store._fetchall(
-            "SELECT memory_id, event FROM memory_events WHERE uid = ? AND change_id = ?"
-            " ORDER BY id DESC",
-            (self.uid, change_id),
-        )
-        return [(int(r[0]), str(r[1])) for r in rows]
-
-    async def has_events(self, change_id: str) -> bool:
-        row = await self.store._fetchone(
-            "SELECT 1 FROM memory_events WHERE uid = ? AND change_id = ? LIMIT 1",
-            (self.uid, change_id),
-        )
-        return row is not None
-
-    async def count_existing(self, ids: Sequence[int]) -> int:
-        row = await self.store._fetchone(
-            "SELECT count(*) FROM memories WHERE uid = ?"
-            " AND id IN (SELECT value FROM json_each(?))",
-            (self.uid, json.dumps(list(ids))),
-        )
-        return int(row[0]) if row else 0
-
-    async def built_on(self, *, added: Sequence[int], change_id: str) -> bool:
-        row = await self.store._fetchone(
-            "SELECT 1 FROM memories WHERE uid = ?"
-            " AND superseded_by IN (SELECT value FROM json_each(?))"
-            " AND id NOT IN (SELECT memory_id FROM memory_events WHERE change_id = ?) LIMIT 1",
-            (self.uid, json.dumps(list(added)), change_id),
-        )
-        return row is not None
-
-    async def delete(self, ids: Sequence[int]) -> None:
-        await self.store._conn.execute(
-            "DELETE FROM memories WHERE uid = ? AND id IN (SELECT value FROM json_each(?))",
-            (self.uid, json.dumps(list(ids))),
-        )
-
-    async def reactivate(self, memory_id: int) -> bool:
-        cur = await self.store._conn.execute(
-            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL"
-            " WHERE id = ? AND uid = ? AND superseded_by IS NOT NULL",
-            (memory_id, self.uid),
-        )
-        return cur.rowcount > 0
+def _stored(params: Sequence[object]) -> tuple[object, ...]:
+    return tuple(
+        ts(p)
+        if isinstance(p, datetime)
+        else p.isoformat()
+        if isinstance(p, date)
+        else json.dumps(p)
+        if isinstance(p, list)
+        else p
+        for p in params
+    )

@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
+from core.store.composed import Part
 from core.store.rows import RECALL_LOG_STARTED, USE_COLUMNS, use_from_row
 from core.store.sqlite.base import SQLiteBase, dt
 from core.types import MemoryUse
@@ -44,8 +45,9 @@ def record_recalls(
     return True
 
 
-class SQLiteRecallLog(SQLiteBase):
-    """The :class:`core.store.seams.RecallLog` reads (confirmations: :mod:`core.store.memories`)."""
+class SQLiteRecallLog(Part[SQLiteBase]):
+    """The recall log part of the SQLite store (:class:`core.store.seams.RecallReads`;
+    confirmations: :mod:`core.store.memories`)."""
 
     async def memory_uses(
         self, *, user_key: str, memory_ids: Sequence[int] | None = None
@@ -58,8 +60,8 @@ class SQLiteRecallLog(SQLiteBase):
         if memory_ids is not None:
             sql += " AND memory_id IN (SELECT value FROM json_each(?))"
             params += (json.dumps(list(memory_ids)),)
-        return dict(use_from_row(r, time=dt) for r in await self._fetchall(sql, params))
+        return dict(use_from_row(r, time=dt) for r in await self.db._fetchall(sql, params))
 
     async def recall_log_started(self) -> datetime | None:
-        row = await self._fetchone(RECALL_LOG_STARTED)
+        row = await self.db._fetchone(RECALL_LOG_STARTED)
         return dt(row[0]) if row else None

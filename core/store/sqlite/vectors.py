@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.store.composed import Part
 from core.store.sqlite.base import SQLiteBase
 
 
-class SQLiteVectors(SQLiteBase):
-    """``put_embeddings`` / ``active_embeddings`` / ``memories_without_embedding``."""
+class SQLiteVectors(Part[SQLiteBase]):
+    """The vectors part of the SQLite store (:class:`core.store.seams.VectorStore`)."""
 
     async def put_embeddings(
         self, *, user_key: str, model: str, items: Sequence[tuple[int, bytes]]
@@ -20,21 +21,21 @@ class SQLiteVectors(SQLiteBase):
         """Store vectors for the user's memories (ids of other users are ignored)."""
         if not items:
             return 0
-        async with self._write():
-            row = await self._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
+        async with self.db._write():
+            row = await self.db._fetchone("SELECT uid FROM users WHERE user_key = ?", (user_key,))
             if row is None:
                 return 0
             uid = row[0]
             marks = ",".join("?" * len(items))
             owned = {
                 r[0]
-                for r in await self._fetchall(
+                for r in await self.db._fetchall(
                     f"SELECT id FROM memories WHERE uid = ? AND id IN ({marks})",
                     (uid, *[i for i, _ in items]),
                 )
             }
             rows = [(i, uid, model, v) for i, v in items if i in owned]
-            await self._conn.executemany(
+            await self.db._conn.executemany(
                 "INSERT OR REPLACE INTO memory_embeddings(memory_id, uid, model, vector)"
                 " VALUES (?, ?, ?, ?)",
                 rows,
@@ -48,7 +49,7 @@ class SQLiteVectors(SQLiteBase):
         user's active memories embedded by ``model``, by id."""
         return [
             (r[0], r[1], r[2], r[3])
-            for r in await self._fetchall(
+            for r in await self.db._fetchall(
                 # created_at is UTC ISO 8601 (base.ts): its first ten characters are the day.
                 "SELECT m.id, m.reach, e.vector, substr(m.created_at, 1, 10)"
                 " FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id"
@@ -66,7 +67,7 @@ class SQLiteVectors(SQLiteBase):
         where, params = "", [model]
         if user_key is not None:
             where, params = " AND u.user_key = ?", [model, user_key]
-        rows = await self._fetchall(
+        rows = await self.db._fetchall(
             "SELECT u.user_key, m.id, m.text FROM memories m JOIN users u ON u.uid = m.uid"
             " LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND e.model = ?"
             f" WHERE m.superseded_by IS NULL AND e.memory_id IS NULL{where}"
@@ -77,7 +78,7 @@ class SQLiteVectors(SQLiteBase):
 
     async def memory_head(self, *, user_key: str) -> int:
         """The user's last memory event id (0 for none)."""
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = u.uid)"
             " FROM users u WHERE u.user_key = ?",
             (user_key,),
@@ -86,7 +87,7 @@ class SQLiteVectors(SQLiteBase):
 
     async def embedding_version(self, *, user_key: str, model: str) -> tuple[int, int, int]:
         """(last memory event id, active memories, those embedded by ``model``) of the user."""
-        row = await self._fetchone(
+        row = await self.db._fetchone(
             "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = u.uid),"
             " count(m.id), count(e.memory_id) FROM users u"
             " LEFT JOIN memories m ON m.uid = u.uid AND m.superseded_by IS NULL"

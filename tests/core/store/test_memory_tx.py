@@ -6,13 +6,14 @@ rules' tests (test_store.py, test_reflection_step.py, ...) can pass on it."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import TypeVar, cast
 
 import pytest
 
-from core.rules.cleanup_ops import RetireOp
+from core.rules.cleanup_ops import MergeOp, RetireOp
 from core.rules.dedupe import Deduper
+from core.store.cleanup import MERGED_INSERT, StatementChangeTx, merged_row
 from core.store.memories import MemoryRules, MemoryTx, new_row
 from core.store.seams import Store
 from core.types import Attribution, NewMemory, Place, utcnow
@@ -242,3 +243,47 @@ async def test_conversations_and_retired_memories_are_found_for_erasure(store: S
     assert await run(store, lambda tx: tx.retired_before(utcnow() - timedelta(days=1))) == []
     assert await store.get_turn(turn_id=turn_id) is None
     assert await store.get_turn(turn_id=bobs_turn) is not None
+
+
+async def test_the_change_sql_runs_statements_with_id_lists_times_and_days(store: Store) -> None:
+    """The backend's :class:`core.store.cleanup.ChangeSql`, which cleanup changes' statements
+    (written once: :class:`core.store.cleanup.StatementChangeTx`) run through: ``?``
+    placeholders, an id list, times and days in Python's types, rows changed, a new id."""
+
+    async def work(tx: MemoryTx) -> None:
+        alice = await tx.user(ALICE, create=True)
+        bob = await tx.user(BOB, create=True)
+        assert alice is not None and bob is not None
+        at = utcnow()
+        first = await tx.insert(alice, new_row(alice, ALICE, NewMemory(text="A cat.")), at=at)
+        second = await tx.insert(alice, new_row(alice, ALICE, NewMemory(text="A dog.")), at=at)
+        bobs = await tx.insert(bob, new_row(bob, BOB, NewMemory(text="A cat.")), at=at)
+        changes = tx.changes(alice)
+        assert isinstance(changes, StatementChangeTx)
+        sql = changes.sql
+        ids = f"SELECT id FROM memories WHERE uid = ? AND id IN {sql.id_list} ORDER BY id"
+        assert [r[0] for r in await sql.rows(ids, alice, [first, second, bobs])] == [first, second]
+        assert await sql.rows(ids, alice, []) == []
+        changed = await sql.run(
+            f"UPDATE memories SET valid_from = ?, updated_at = ? WHERE uid = ? AND id IN"
+            f" {sql.id_list}",
+            date(2024, 1, 2),
+            at + timedelta(days=1),
+            alice,
+            [second, bobs],
+        )
+        assert changed == 1
+        assert await changes.whose([second]) == [(None, date(2024, 1, 2), None)]
+        later = "SELECT id FROM memories WHERE uid = ? AND updated_at > ?"
+        hour = at + timedelta(hours=1)
+        assert [r[0] for r in await sql.rows(later, alice, hour)] == [second]  # times as times
+        merged = MergeOp((first, second), "A cat and a dog.", "fact", "general")
+        source, origin, created, place = (await changes.active([first]))[first]
+        assert place is not None
+        labels = (source, origin, created, place)
+        row = merged_row(alice, merged, norm="a cat and a dog", terms=[], labels=labels, now=at)
+        new_id = await sql.insert(MERGED_INSERT, *row)
+        assert new_id not in (first, second, bobs)
+        assert set(await changes.active([first, second, new_id])) == {first, second, new_id}
+
+    await run(store, work)

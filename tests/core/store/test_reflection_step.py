@@ -7,7 +7,6 @@ can simply run again."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ from core.rules.dedupe import Deduper
 from core.store.seams import Store
 from core.store.sqlite.store import SQLiteStore
 from core.types import AddResult, MemoryWrite, NewMemory
-from tests.core.store.test_turn_steps import STORE_ERRORS, tokens_today, usage
+from tests.core.store.test_turn_steps import tokens_today, usage
 from tests.store_helpers import fill_disk, free_disk, pending_turn
 
 ALICE, BOB = "slack:T1:U1", "slack:T1:U2"
@@ -99,7 +98,7 @@ async def test_finish_reflection_writes_its_memories_and_marks_the_turn_done(
 async def test_a_failure_at_the_done_mark_writes_none_of_the_memories(store: Store) -> None:
     turn_id = await pending_turn(store)
     memories = [learned("The user lives in Berlin."), learned("The user likes green tea.")]
-    with pytest.raises(STORE_ERRORS, match=r"(?i)check constraint") as caught:
+    with pytest.raises(StoreError, match=r"(?i)check constraint") as caught:
         # The usage is refused with the done mark, after the memories.
         await finish(store, turn_id, memories, kind="bogus")
     assert storage_failed(caught.value)
@@ -190,7 +189,7 @@ async def test_a_full_disk_during_the_step_writes_none_of_it(sqlite_store: SQLit
         learned(f"The user keeps note {n}: " + " ".join(f"w{n}t{i}" for i in range(24)) + ".")
         for n in range(40)
     ]
-    with pytest.raises(sqlite3.Error, match="full") as caught:
+    with pytest.raises(StoreError, match="full") as caught:
         await finish(sqlite_store, turn_id, memories)
     assert storage_failed(caught.value)
     await free_disk(sqlite_store)

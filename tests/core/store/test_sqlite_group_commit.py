@@ -17,6 +17,7 @@ from core.errors import StoreError
 from core.store.sqlite import base
 from core.store.sqlite.store import SQLiteStore
 from core.types import NewTurn, utcnow
+from tests.store_helpers import locked_by_another_process
 
 
 def write_mark(mark: str) -> Callable[[sqlite3.Connection], None]:
@@ -99,7 +100,8 @@ async def test_a_failing_operation_in_a_group_is_rolled_back_alone(db_path: Path
     finally:
         await store.close()
     errors = [r for r in results if isinstance(r, BaseException)]
-    assert len(errors) == 1 and isinstance(errors[0], sqlite3.OperationalError)
+    assert len(errors) == 1 and isinstance(errors[0], StoreError)
+    assert isinstance(errors[0].__cause__, sqlite3.OperationalError)
     assert committed_marks(db_path) == {f"ok{i}" for i in range(20)}
 
 
@@ -113,7 +115,7 @@ async def test_disk_full_fails_the_whole_group_and_loses_nothing_confirmed(db_pa
             *(store.receive_turn(claim_keys=[f"ev{i}"], turn=turn("x" * 20_000)) for i in range(5)),
             return_exceptions=True,
         )
-        assert all(isinstance(r, sqlite3.Error) for r in results), results
+        assert all(isinstance(r, StoreError) for r in results), results
         assert all("full" in str(r) for r in results)
         assert [t.text for t in await store.recent_turns(conversation_key="cli:c", limit=9)] == [
             "kept"
@@ -132,18 +134,15 @@ async def test_a_database_locked_by_another_process_fails_the_write_with_a_clear
     db_path: Path,
 ) -> None:
     store = await SQLiteStore.open(str(db_path))
-    other = sqlite3.connect(db_path, isolation_level=None)
     try:
-        await store._conn.execute("PRAGMA busy_timeout = 100")
-        other.execute("BEGIN IMMEDIATE")
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            await store.receive_turn(claim_keys=["ev"], turn=turn("waiting"))
-        # Reads go on meanwhile (WAL): the reader does not wait for the lock holder.
-        assert await store.recent_turns(conversation_key="cli:c", limit=9) == []
-        other.execute("ROLLBACK")
-        assert await store.receive_turn(claim_keys=["ev"], turn=turn("stored")) is not None
+        async with locked_by_another_process(store) as release:
+            with pytest.raises(StoreError, match="locked"):
+                await store.receive_turn(claim_keys=["ev"], turn=turn("waiting"))
+            # Reads go on meanwhile (WAL): the reader does not wait for the lock holder.
+            assert await store.recent_turns(conversation_key="cli:c", limit=9) == []
+            release()
+            assert await store.receive_turn(claim_keys=["ev"], turn=turn("stored")) is not None
     finally:
-        other.close()
         await store.close()
 
 

@@ -7,7 +7,6 @@ that fails inside is rolled back whole and its caller gets the error."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from datetime import timedelta
 from typing import cast
 
@@ -18,7 +17,6 @@ from core.store.postgres.store import PostgresStore
 from core.store.seams import Store
 from core.types import CallKind, NewTurn, UsageRecord, utcnow
 
-STORE_ERRORS = (StoreError, sqlite3.Error)
 """What a failing step raises: PostgreSQL's errors as ``StoreError``, SQLite's driver error."""
 ALICE = "slack:T1:U1"
 DM = "slack:T1:D1"
@@ -79,7 +77,7 @@ async def test_receive_turn_of_one_event_at_once_stores_it_once(store: Store) ->
 
 
 async def test_a_failure_inside_receive_turn_rolls_the_claim_back(store: Store) -> None:
-    with pytest.raises(STORE_ERRORS, match=r"(?i)check constraint") as caught:
+    with pytest.raises(StoreError, match=r"(?i)check constraint") as caught:
         await store.receive_turn(claim_keys=["ev"], turn=user_turn("bad", role="bogus"))
     assert storage_failed(caught.value)  # the driver's error or StoreError: the store failed
     assert await store.recent_turns(conversation_key=DM, limit=10) == []
@@ -108,7 +106,7 @@ async def test_finish_turn_records_usage_answer_and_reflection_in_one_step(store
 async def test_a_failure_inside_finish_turn_rolls_back_the_whole_step(store: Store) -> None:
     asked = await store.receive_turn(claim_keys=["ev"], turn=user_turn("hi"))
     assert asked is not None
-    with pytest.raises(STORE_ERRORS, match=r"(?i)check constraint") as caught:
+    with pytest.raises(StoreError, match=r"(?i)check constraint") as caught:
         await store.finish_turn(
             turn_id=asked, answer="hello", usage=[usage(turn_id=asked), usage("bogus")]
         )
@@ -132,7 +130,7 @@ async def test_set_reflection_records_its_usage_in_the_same_step(store: Store) -
     assert turn is not None and turn.reflection == "done" and turn.attempts == 1
     rows = await store.usage_report(since=utcnow() - timedelta(days=1), by="kind")
     assert [(r.key, r.total_tokens) for r in rows] == [("reflection", 30)]
-    with pytest.raises(STORE_ERRORS, match=r"(?i)check constraint") as caught:
+    with pytest.raises(StoreError, match=r"(?i)check constraint") as caught:
         await store.set_reflection(turn_id=asked, state="skipped", usage=[usage("bogus")])
     assert storage_failed(caught.value)
     turn = await store.get_turn(turn_id=asked)
