@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.memory.hybrid import DATED_FIRST, HybridRecaller, _UserMatrix, cosines, usable
+from core.memory.hybrid import (
+    COSINE_BLOCK,
+    DATED_FIRST,
+    HybridRecaller,
+    _UserMatrix,
+    cosines,
+    usable,
+)
 from core.memory.query import recall_query
 from core.memory.service import MemoryService
 from core.memory.static import INLINE_TEXTS, MODEL_NAME, StaticEmbedder, package_dir
@@ -317,10 +324,22 @@ def test_cosines_are_each_vectors_own_products_at_their_best() -> None:
     # One matrix-vector product a query vector: the cosines of a query and its expansions
     # are exactly what each vector alone gets (one product of all of them sums otherwise).
     rng = np.random.default_rng(7)
-    columns = rng.standard_normal((256, 3000)).astype(np.float32)
+    columns = rng.standard_normal((256, COSINE_BLOCK)).astype(np.float32)
     vectors = rng.standard_normal((4, 256)).astype(np.float32)
     expected = np.max([vector @ columns for vector in vectors], axis=0)
     assert np.array_equal(cosines(vectors, columns), expected)
+    assert np.array_equal(cosines(vectors[:1], columns), vectors[0] @ columns)
+    # A larger matrix, several vectors: block after block, each vector's own products on
+    # each block, their best; a block's products round as the whole matrix's do but for a
+    # few (OpenBLAS blocks the rows itself).
+    columns = rng.standard_normal((256, 3 * COSINE_BLOCK + 213)).astype(np.float32)
+    blocks = [
+        columns[:, at : at + COSINE_BLOCK] for at in range(0, 3 * COSINE_BLOCK + 213, COSINE_BLOCK)
+    ]
+    by_block = np.concatenate([np.max([v @ block for v in vectors], axis=0) for block in blocks])
+    assert np.array_equal(cosines(vectors, columns), by_block)
+    whole = np.max([vector @ columns for vector in vectors], axis=0)
+    assert np.allclose(cosines(vectors, columns), whole, rtol=0, atol=1e-5)
     assert np.array_equal(cosines(vectors[:1], columns), vectors[0] @ columns)
 
 
