@@ -25,10 +25,13 @@ Embeddings are made at recall: before ranking, the user's active memories that h
 embedding from this model yet (remembered, imported, learned by reflection or merged by a
 cleanup since the last recall, here or in another process) are embedded and stored. A user's
 embedding matrix is cached in memory (float32, 384 values a memory: 1.5 MB per 1,000
-memories) and used as long as :meth:`core.store.seams.VectorStore.embedding_version` is
-unchanged (one indexed read per recall); at most ``cache_users`` users are cached (least
-recently used first out). The cache is per process; the version makes it correct across
-processes.
+memories) and used as long as the user's last memory event id (the first part of
+:meth:`core.store.seams.VectorStore.embedding_version`, read alone as ``memory_head``: one
+indexed read per recall) is the one it was built at; at most ``cache_users`` users are
+cached (least recently used first out). The cache is per process; the event id makes it
+correct across processes. It never comes back to an earlier value: memory events are only
+ever appended (a forget, ``forget all`` too, appends its own), so whatever a user is taught
+after forgetting moves it past every id a matrix was built at.
 """
 
 from __future__ import annotations

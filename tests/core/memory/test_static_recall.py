@@ -167,6 +167,31 @@ async def test_default_recall_never_returns_superseded_or_forgotten(
     assert lisbon.id not in ids and paris.id not in ids
 
 
+async def test_a_user_who_forgot_everything_is_recalled_from_what_they_taught_since(
+    default_store: Store,
+) -> None:
+    # A recaller keeps each user's matrix while the user's last memory event id (the head)
+    # is the one it was built at. Forgetting everything appends events and removes none,
+    # so the memories taught afterwards move the head past any head seen before, and the
+    # matrix of the forgotten memories is never taken for theirs.
+    forgotten = ["The user is allergic to peanuts.", *DISTRACTORS]
+    await remember(default_store, ALICE, forgotten)
+    recaller = default_recaller(default_store)
+    snack = "Can you suggest a snack for the team offsite?"
+    found = await recaller.recall(user_key=ALICE, query=snack, k=6)
+    assert "The user is allergic to peanuts." in [s.memory.text for s in found]
+    before = await default_store.memory_head(user_key=ALICE)
+    assert await default_store.forget_all(user_key=ALICE) == len(forgotten)
+    await remember(default_store, ALICE, ["The user lives in Lisbon.", *DISTRACTORS[:-1]])
+    assert await default_store.memory_head(user_key=ALICE) > before + len(forgotten)
+    city = "Any good restaurants in my city?"
+    assert await default_store.search(user_key=ALICE, query=city, k=6) == []  # meaning only
+    found = await recaller.recall(user_key=ALICE, query=city, k=6)
+    assert "The user lives in Lisbon." in [s.memory.text for s in found]
+    found = await recaller.recall(user_key=ALICE, query=snack, k=50)
+    assert "The user is allergic to peanuts." not in [s.memory.text for s in found]
+
+
 async def test_memories_stored_before_are_embedded_on_first_recall(db_url: str) -> None:
     plain = await open_store(db_url)
     await remember(plain, ALICE, ["The user is allergic to peanuts.", *DISTRACTORS])
