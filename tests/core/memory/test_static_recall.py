@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from core.memory.hybrid import DATED_FIRST, HybridRecaller, _UserMatrix, cosines, usable
+from core.memory.hybrid import (
+    COSINE_BLOCK,
+    DATED_FIRST,
+    HybridRecaller,
+    _UserMatrix,
+    cosines,
+    usable,
+)
 from core.memory.query import recall_query
 from core.memory.service import MemoryService
 from core.memory.static import INLINE_TEXTS, MODEL_NAME, StaticEmbedder, package_dir
@@ -158,6 +165,31 @@ async def test_default_recall_never_returns_superseded_or_forgotten(
     await MemoryService(default_store).forget(user_key=ALICE, memory_id=lisbon.id)
     ids = {s.memory.id for s in await recaller.recall(user_key=ALICE, query=question, k=50)}
     assert lisbon.id not in ids and paris.id not in ids
+
+
+async def test_a_user_who_forgot_everything_is_recalled_from_what_they_taught_since(
+    default_store: Store,
+) -> None:
+    # A recaller keeps each user's matrix while the user's last memory event id (the head)
+    # is the one it was built at. Forgetting everything appends events and removes none,
+    # so the memories taught afterwards move the head past any head seen before, and the
+    # matrix of the forgotten memories is never taken for theirs.
+    forgotten = ["The user is allergic to peanuts.", *DISTRACTORS]
+    await remember(default_store, ALICE, forgotten)
+    recaller = default_recaller(default_store)
+    snack = "Can you suggest a snack for the team offsite?"
+    found = await recaller.recall(user_key=ALICE, query=snack, k=6)
+    assert "The user is allergic to peanuts." in [s.memory.text for s in found]
+    before = await default_store.memory_head(user_key=ALICE)
+    assert await default_store.forget_all(user_key=ALICE) == len(forgotten)
+    await remember(default_store, ALICE, ["The user lives in Lisbon.", *DISTRACTORS[:-1]])
+    assert await default_store.memory_head(user_key=ALICE) > before + len(forgotten)
+    city = "Any good restaurants in my city?"
+    assert await default_store.search(user_key=ALICE, query=city, k=6) == []  # meaning only
+    found = await recaller.recall(user_key=ALICE, query=city, k=6)
+    assert "The user lives in Lisbon." in [s.memory.text for s in found]
+    found = await recaller.recall(user_key=ALICE, query=snack, k=50)
+    assert "The user is allergic to peanuts." not in [s.memory.text for s in found]
 
 
 async def test_memories_stored_before_are_embedded_on_first_recall(db_url: str) -> None:
@@ -317,10 +349,22 @@ def test_cosines_are_each_vectors_own_products_at_their_best() -> None:
     # One matrix-vector product a query vector: the cosines of a query and its expansions
     # are exactly what each vector alone gets (one product of all of them sums otherwise).
     rng = np.random.default_rng(7)
-    columns = rng.standard_normal((256, 3000)).astype(np.float32)
+    columns = rng.standard_normal((256, COSINE_BLOCK)).astype(np.float32)
     vectors = rng.standard_normal((4, 256)).astype(np.float32)
     expected = np.max([vector @ columns for vector in vectors], axis=0)
     assert np.array_equal(cosines(vectors, columns), expected)
+    assert np.array_equal(cosines(vectors[:1], columns), vectors[0] @ columns)
+    # A larger matrix, several vectors: block after block, each vector's own products on
+    # each block, their best; a block's products round as the whole matrix's do but for a
+    # few (OpenBLAS blocks the rows itself).
+    columns = rng.standard_normal((256, 3 * COSINE_BLOCK + 213)).astype(np.float32)
+    blocks = [
+        columns[:, at : at + COSINE_BLOCK] for at in range(0, 3 * COSINE_BLOCK + 213, COSINE_BLOCK)
+    ]
+    by_block = np.concatenate([np.max([v @ block for v in vectors], axis=0) for block in blocks])
+    assert np.array_equal(cosines(vectors, columns), by_block)
+    whole = np.max([vector @ columns for vector in vectors], axis=0)
+    assert np.allclose(cosines(vectors, columns), whole, rtol=0, atol=1e-5)
     assert np.array_equal(cosines(vectors[:1], columns), vectors[0] @ columns)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import string
 import subprocess
 import sys
 import zipfile
@@ -13,6 +14,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from bench import dedupe as dedupe_bench
 from core.evaluation.dedupe import (
@@ -25,15 +28,18 @@ from core.evaluation.dedupe import (
 )
 from core.memory.service import MemoryService
 from core.rules.dedupe import (
+    _REPHRASING,
     DEFAULT_THRESHOLD,
     NUMBER_WORDS,
     Deduper,
     _is_number,
+    _rephrase,
     compare,
     jaccard,
     judge,
+    rephrased,
 )
-from core.rules.text import fact_tokens, normalize, words
+from core.rules.text import fact_tokens, normalize, scanned_tokens, words
 from core.store.seams import Store
 from core.types import Memory, NewMemory, utcnow
 from tests.fakes.anthropic_server import FakeAnthropic, running_fake_anthropic
@@ -376,6 +382,73 @@ def test_tokens_keep_symbols_signs_versions_and_addresses() -> None:
     )  # fmt: skip
     # recall's words are unchanged (the index terms stay as they are)
     assert words("UTC+1 €5 🍕") == ["utc", "1", "5"]
+
+
+PLAIN_ASCII = st.lists(
+    st.sampled_from([*"aeiouvcnrst DFNTU0123456789.,;:!?'\"()_*&^|", "net", "user"]), max_size=30
+).map("".join)
+"""Text of words, digits and punctuation, now and then a character or a sequence only the
+scan makes a token of (a version's "3.11", a time's "9:30", ".net", "&")."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=PLAIN_ASCII | st.text(alphabet=string.printable, max_size=40))
+def test_the_plain_text_shortcut_gives_the_scans_tokens(text: str) -> None:
+    assert fact_tokens.__wrapped__(text) == scanned_tokens(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("Mail sam@example.com", ("mail", "sam@example.com")),
+        ("Ping @sam", ("ping", "@sam")),
+        ("Keeps /etc/hosts", ("keeps", "/etc/hosts")),
+        ("Lives in UTC+1", ("lives", "in", "utc", "+1")),
+        ("An e-mail", ("an", "email")),
+        ("Codes in C#", ("codes", "in", "csharp")),
+        ("Runs 3.11", ("runs", "3.11")),
+        ("At 9:30", ("at", "9:30")),
+        ("Runs .NET daily", ("runs", "dotnet", "daily")),
+        ("Pays $5", ("pays", "$", "5")),
+        ("50% off", ("50", "%", "off")),
+        ("a <3 b > c = d", ("a", "<", "3", "b", ">", "c", "=", "d")),
+        ("The user's dog, Rex (a beagle)!", ("the", "user", "s", "dog", "rex", "a", "beagle")),
+    ],
+)
+def test_the_plain_text_shortcut_leaves_to_the_scan_what_only_it_finds(
+    text: str, tokens: tuple[str, ...]
+) -> None:
+    assert fact_tokens(text) == tokens == scanned_tokens(text)
+
+
+REPHRASE_WORDS = """use uses used work works worked working as their vim editor editors name
+is was called on fridays weekends cycle cycles to home employed at by dislike dislikes disliked
+go goes going swimming every each all some of the user s day prefer prefers preferred rather
+than tabs spaces with for film mom enjoys""".split()
+"""Every word a rule of :func:`rephrased` looks for, and a few around them."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(toks=st.lists(st.sampled_from(REPHRASE_WORDS), max_size=12))
+@example(toks="the user uses vim as their editor".split())
+@example(toks="the user works as a nurse".split())
+@example(toks="the user s name is sam".split())
+@example(toks="the user swims on fridays".split())
+@example(toks="the user cycles to work".split())
+@example(toks="the user works with go".split())
+@example(toks="the user is employed at acme".split())
+@example(toks="the user dislikes jazz".split())
+@example(toks="the user goes swimming".split())
+@example(toks="the user formats all editors".split())
+@example(toks="the user tidies each room".split())
+@example(toks="the user learns some spanish".split())
+@example(toks="the user prefers tabs to spaces".split())
+@example(toks="the user prefers tea rather than coffee".split())
+def test_word_for_word_rephrasing_is_the_whole_rule_without_its_words(toks: list[str]) -> None:
+    # Without a word of _REPHRASING the shortcut is taken; with one, the whole rule runs.
+    assert _rephrase(tuple(toks)) == rephrased(tuple(toks))
+    plain = tuple(w for w in toks if w not in _REPHRASING)
+    assert _rephrase(plain) == rephrased(plain)
 
 
 def test_peanut_pair_is_above_threshold_yet_new() -> None:
