@@ -28,8 +28,9 @@ connection: each costs 10-70 us there, against 0.1 ms or more for the hop to the
 thread and back, and every hop is one more wait for a thread to be scheduled on a loaded
 machine (``bench/use.py``, the latency of profile plus recall). That connection never waits:
 for a lock (``busy_timeout`` 0) nor past :data:`NOW_STEPS` of SQLite's virtual machine (about
-0.4 ms; a user whose memories make the read longer); such a read is stopped and run again on
-the reader's thread, so the event loop is never held up longer than that.
+0.4 ms: the one-copy count of a user with thousands of memories learned outside their DM may
+take longer); such a read is stopped and run again on the reader's thread, so the event loop
+is never held up longer than that.
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 
 Private files: a store folder the bot creates is made 0700 and a new database file 0600,
