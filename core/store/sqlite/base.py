@@ -21,7 +21,16 @@ PostgreSQL as async code (memory writes, cleanup changes, erasure) use :meth:`SQ
 their own transaction over several hops, serialised with the writer by one lock.
 Reads outside a write use a second connection (WAL readers do not wait for the writer), so
 they never queue behind other users' writes on one thread; a ``:memory:`` store has one
-connection for both.
+connection for both. The few small indexed reads of every turn (a memory by id, a user's
+last memory event, their memory count, a page of at most :data:`NOW_ROWS` memories:
+:meth:`SQLiteBase._fetchall_now`) run on the calling thread, the event loop's, through a third
+connection: each costs 10-70 us there, against 0.1 ms or more for the hop to the reader's
+thread and back, and every hop is one more wait for a thread to be scheduled on a loaded
+machine (``bench/use.py``, the latency of profile plus recall). That connection never waits:
+for a lock (``busy_timeout`` 0) nor past :data:`NOW_STEPS` of SQLite's virtual machine (about
+0.4 ms: the one-copy count of a user with thousands of memories learned outside their DM may
+take longer); such a read is stopped and run again on the reader's thread, so the event loop
+is never held up longer than that.
 ``secure_delete`` is on, so erased text is overwritten in the file, not just unlinked.
 
 Private files: a store folder the bot creates is made 0700 and a new database file 0600,
@@ -88,6 +97,16 @@ WAL_RETRY_WAIT_MS = 100
 WAL_BLOCKED_WARN_S = 60.0
 """After this long blocked, one WARNING says a reader is keeping forgotten text in the files
 (SQLite cannot remove it while an older snapshot is read; the operator can end that reader)."""
+NOW_ROWS = 200
+"""Most rows a read run on the event loop's thread may ask for (:meth:`SQLiteBase._fetchall_now`;
+the profile's 200 candidates): a longer read goes to the reader's thread, where it does not
+hold up the event loop."""
+NOW_STEPS = 10_000
+"""Most SQLite virtual machine instructions a read on the event loop's thread may take (about
+25 a microsecond here: 0.4 ms) before it is stopped and sent to the reader's thread
+(:meth:`SQLiteBase._fetchall_now`). The profile's 200 rows of one user take about 8,000."""
+_NOW_CHECK = 1_000
+"""How often (in instructions) such a read checks :data:`NOW_STEPS`."""
 GROUP_MAX_OPS = 64
 """Most write operations one grouped commit holds (about 0.1 ms each on the database thread):
 bounds how long the first one waits."""
@@ -144,6 +163,8 @@ class SQLiteBase:
     def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
         self._conn = conn
         self._reader: aiosqlite.Connection | None = None
+        self._now: sqlite3.Connection | None = None  # small reads on the caller's thread
+        self._now_checks = 0  # what is left of the running one's NOW_STEPS, in checks
         self.path = path
         self._write_lock = WriteLock()
         self._queued: deque[_Op] = deque()  # write operations waiting for the writer
@@ -196,6 +217,8 @@ class SQLiteBase:
                 store._reader = await aiosqlite.connect(path, isolation_level=None, timeout=30.0)
                 await store._reader.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 await store._reader.execute("PRAGMA query_only=ON")
+                store._now = _now_connection(path)
+                store._now.set_progress_handler(store._now_over, _NOW_CHECK)
         except sqlite3.Error as exc:
             await store._close_connections()
             raise StoreError(f"cannot use database {path}: {exc}") from exc
@@ -205,6 +228,9 @@ class SQLiteBase:
         return store
 
     async def _close_connections(self) -> None:
+        if self._now is not None:
+            self._now.close()
+            self._now = None
         if self._reader is not None:
             await self._reader.close()
         await self._conn.close()
@@ -542,6 +568,35 @@ class SQLiteBase:
             raise store_error(exc) from exc
         return next(iter(rows), None)
 
+    async def _fetchall_now(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """:meth:`_fetchall` for a small read by index (at most :data:`NOW_ROWS` rows), run
+        here on the calling thread with no hop (module docstring). Inside a write, in a
+        ``:memory:`` store, when another connection holds a lock this read would wait for
+        (SQLite's ``SQLITE_BUSY``) or when it takes more than :data:`NOW_STEPS` (stopped:
+        ``SQLITE_INTERRUPT``), it is :meth:`_fetchall`, on the reader's thread."""
+        conn = self._now
+        if conn is None or _IN_WRITE.get():
+            return await self._fetchall(sql, params)
+        self._now_checks = NOW_STEPS // _NOW_CHECK
+        try:
+            return conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF in _NOT_NOW:
+                return await self._fetchall(sql, params)
+            raise store_error(exc) from exc
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
+
+    def _now_over(self) -> bool:
+        """The progress handler of the event loop thread's reads: True (stop) past
+        :data:`NOW_STEPS`."""
+        self._now_checks -= 1
+        return self._now_checks < 0
+
+    async def _fetchone_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+        """:meth:`_fetchone` run as :meth:`_fetchall_now`."""
+        return next(iter(await self._fetchall_now(sql, params)), None)
+
 
 T = TypeVar("T")
 
@@ -655,6 +710,26 @@ class WriteLock:
 DB_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 """The files of one SQLite store: the database, its WAL, its shared-memory index, and the
 rollback journal (https://www.sqlite.org/tempfiles.html)."""
+
+
+_NOT_NOW = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT)
+"""SQLite's result codes of a read on the event loop's thread that is run again on the
+reader's thread: a lock it would wait for, or stopped past :data:`NOW_STEPS`."""
+
+
+def _now_connection(path: str) -> sqlite3.Connection:
+    """The connection of the reads run on the event loop's thread
+    (:meth:`SQLiteBase._fetchall_now`): read only, autocommit (no snapshot held between
+    statements, so it never blocks the WAL's truncation after an erase), and never waiting
+    for a lock (``busy_timeout`` 0). Usable from any thread: a store is used from its event
+    loop's."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA query_only=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _make_parent(path: str) -> bool:

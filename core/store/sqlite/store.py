@@ -37,7 +37,7 @@ from core.rules.text import query_terms
 from core.store.composed import ComposedStore, Parts
 from core.store.memories import MemoryTx
 from core.store.rows import ONE_COPY, ONE_COPY_COUNT, memory_filter
-from core.store.sqlite.base import SQLiteBase, day, dt
+from core.store.sqlite.base import NOW_ROWS, SQLiteBase, day, dt
 from core.store.sqlite.channels import SQLiteChannels
 from core.store.sqlite.conversations import SQLiteConversations
 from core.store.sqlite.migrations import FTS_SHARDS, fts_table
@@ -111,7 +111,7 @@ class SQLiteStore(ComposedStore, SQLiteBase):
 
     # ---------------------------------------------------------------- reads
     async def get(self, *, user_key: str, memory_id: int) -> Memory | None:
-        row = await self._fetchone(
+        row = await self._fetchone_now(
             f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
             " WHERE m.id = ? AND u.user_key = ?",
             (memory_id, user_key),
@@ -137,7 +137,9 @@ class SQLiteStore(ComposedStore, SQLiteBase):
         )
         if where is None:
             return []
-        rows = await self._fetchall(
+        # A page of the profile's size runs on the event loop's thread (SQLiteBase._fetchall_now).
+        fetch = self._fetchall_now if offset + limit <= NOW_ROWS else self._fetchall
+        rows = await fetch(
             f"SELECT {_MEMORY_COLUMNS} FROM memories m JOIN users u ON u.uid = m.uid"
             f" WHERE m.uid = ?{where} ORDER BY m.id DESC LIMIT ? OFFSET ?",
             (uid, max(0, limit), max(0, offset)),
@@ -146,9 +148,11 @@ class SQLiteStore(ComposedStore, SQLiteBase):
 
     async def count(self, *, user_key: str, one_copy: bool = False) -> int:
         if one_copy:
-            row = await self._fetchone(ONE_COPY_COUNT.format("?"), (user_key,))
+            row = await self._fetchone_now(ONE_COPY_COUNT.format("?"), (user_key,))
         else:
-            row = await self._fetchone("SELECT n_docs FROM users WHERE user_key = ?", (user_key,))
+            row = await self._fetchone_now(
+                "SELECT n_docs FROM users WHERE user_key = ?", (user_key,)
+            )
         return int(row[0]) if row else 0
 
     async def export(self, *, user_key: str) -> list[Memory]:

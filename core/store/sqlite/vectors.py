@@ -77,8 +77,9 @@ class SQLiteVectors(Part[SQLiteBase]):
         return [(r[0], r[1], r[2]) for r in rows]
 
     async def memory_head(self, *, user_key: str) -> int:
-        """The user's last memory event id (0 for none)."""
-        row = await self.db._fetchone(
+        """The user's last memory event id (0 for none): one index seek, run on the event
+        loop's thread (:meth:`core.store.sqlite.base.SQLiteBase._fetchall_now`)."""
+        row = await self.db._fetchone_now(
             "SELECT (SELECT coalesce(max(id), 0) FROM memory_events WHERE uid = u.uid)"
             " FROM users u WHERE u.user_key = ?",
             (user_key,),
