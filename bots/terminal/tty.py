@@ -421,11 +421,10 @@ async def run_interactive(
             chat = TerminalChat(rt.service, user_key=user_key, screen=screen, loop=chat_loop)
             with sole_chat(terminal_folder(db_url), user_key) as alone:
                 cut = await chat.cut_lines() if alone else []  # before reflections resume
-                preload = None
                 if isinstance(rt, ChatRuntime):
-                    await rt.start(on_learned=chat.learned)
                     if isinstance(rt.model, ClaudeChatModel):  # while the first line is typed
-                        preload = asyncio.create_task(rt.model.preload(), name="sdk-preload")
+                        rt.model.preload()
+                    await rt.start(on_learned=chat.learned)
                 screen.say(
                     f"SelfMind, remembering you as {user_key}. /help lists commands and keys."
                 )
@@ -437,8 +436,6 @@ async def run_interactive(
                     if isinstance(rt, ChatRuntime) and rt.reflector.pending:
                         screen.say("(finishing what I learned…)", style="dim")
                         await rt.reflector.drain(settings.shutdown_timeout_s)
-                if preload is not None:
-                    await preload  # a thread's import cannot be cancelled; it ends soon
     return 0
 
 

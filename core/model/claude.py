@@ -83,6 +83,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+def _load_sdk() -> None:
+    """Import the Anthropic SDK (:meth:`ClaudeChatModel.preload`'s thread)."""
+    importlib.import_module("anthropic")
+
+
 T = TypeVar("T", bound=pydantic.BaseModel)
 
 
@@ -235,6 +241,7 @@ class ClaudeChatModel:
         self._max_retries = max_retries
         self._timeout_s = timeout_s
         self._made: anthropic.AsyncAnthropic | None = None
+        self._preloading: asyncio.Task[None] | None = None
         self.chat_model = chat_model
         self.reflection_model = reflection_model
         self.max_tokens = max_tokens
@@ -268,13 +275,32 @@ class ClaudeChatModel:
         answer does not wait for the SDK's import)."""
         self._client  # noqa: B018 (made as a side effect)
 
-    async def preload(self) -> None:
-        """Import the SDK in a worker thread while the event loop goes on (the terminal: the
-        person types their first message meanwhile, and its answer does not wait for the
-        1-2 s import). The client itself is still made at the first call, on the loop."""
+    def preload(self) -> None:
+        """Start importing the SDK in a worker thread while the event loop goes on (the
+        terminal: the person types their first message meanwhile, and its answer does not
+        wait for the 1-2 s import); call on the running loop. Every call to Claude waits for
+        it first (:meth:`_sdk_ready`): one package imported by two threads at once may be
+        seen half made. The client itself is still made at the first call, on the loop;
+        :meth:`aclose` waits for the import (a thread cannot be cancelled)."""
+        if self._made is None and self._preloading is None:
+            self._preloading = asyncio.get_running_loop().create_task(
+                self._import_sdk(), name="sdk-preload"
+            )
+
+    @staticmethod
+    async def _import_sdk() -> None:
         started = time.perf_counter()
-        await asyncio.to_thread(importlib.import_module, "anthropic")
-        logger.debug("the model SDK was preloaded in %.2f s", time.perf_counter() - started)
+        try:
+            await asyncio.to_thread(_load_sdk)
+        except Exception:  # the first call imports it again, on the loop, and says why
+            logger.debug("preloading the model SDK failed", exc_info=True)
+        else:
+            logger.debug("the model SDK was preloaded in %.2f s", time.perf_counter() - started)
+
+    async def _sdk_ready(self) -> None:
+        """Wait for :meth:`preload`'s import, if one was started."""
+        if self._preloading is not None:
+            await asyncio.shield(self._preloading)
 
     @classmethod
     def from_settings(
@@ -295,6 +321,7 @@ class ClaudeChatModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client and its connections (if it was ever made)."""
+        await self._sdk_ready()
         if self._made is not None:
             await self._made.close()
 
@@ -302,6 +329,7 @@ class ClaudeChatModel:
         """Ask the API to count a one-word prompt's tokens for ``model`` (free; once, no
         retry): proves the key, the base URL and the model name. Returns the count;
         ``ModelError`` as in the module docstring."""
+        await self._sdk_ready()
         import anthropic
 
         client = self._client.with_options(max_retries=0, timeout=timeout_s)
@@ -346,6 +374,7 @@ class ClaudeChatModel:
         Raises ``MalformedOutput`` if the text is not valid JSON for ``output``, else
         ``ModelError`` as in the module docstring.
         """
+        await self._sdk_ready()
         import anthropic
 
         logger.debug("extract prompt (%d chars): %s", len(prompt), prompt)
@@ -426,6 +455,7 @@ class _ClaudeAnswerStream:
         await self._gen.aclose()
 
     async def _run(self) -> AsyncGenerator[str, None]:
+        await self._model._sdk_ready()
         import anthropic
         import httpx2
 

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,6 +110,33 @@ def schema_nodes(node: object) -> Iterator[dict[str, Any]]:
 
 
 # --- chat
+
+
+async def test_a_call_waits_for_the_sdk_preload_under_way(
+    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One package imported by two threads at once may be seen half made: the answer and the
+    # extraction each wait until the preload's thread has imported the SDK.
+    said: list[str] = []
+
+    def slow_load() -> None:
+        time.sleep(0.3)
+        said.append("imported")
+
+    monkeypatch.setattr(core.model.claude, "_load_sdk", slow_load)
+    fake.enqueue(Reply(text="Hello."), kind="chat")
+    async with make_model(fake.base_url) as claude:
+        claude.preload()
+        claude.preload()  # once
+        assert "".join(await collect(chat(claude))) == "Hello."
+        said.append("answered")
+        claude.preload()  # imported: nothing more
+    assert said == ["imported", "answered"]
+    async with make_model(fake.base_url) as claude:
+        claude.preload()
+        await claude.extract(system="s", prompt="p", output=Facts, call="reflection")
+        said.append("extracted")
+    assert said == ["imported", "answered", "imported", "extracted"]
 
 
 async def test_stream_yields_text_deltas_only(fake: FakeAnthropic, model: ClaudeChatModel) -> None:
