@@ -194,9 +194,9 @@ def cache_dir(schema: int = SCHEMA) -> Path:
     """The folder of the cached synthetic SQLite stores of ``schema`` (``bench/.cache/schema-N``).
 
     One folder a schema: code that does not know a newer schema refuses a store migrated to it,
-    so a ``--baseline`` tree (:func:`bench.use.latency_rounds`) reads its own schema's folder
-    (as its ``bench/.cache``) and builds its store there when none is, while trees of the same
-    schema share one."""
+    so a ``--baseline`` tree (:func:`bench.use.latency_rounds`), whose ``bench/.cache`` is this
+    tree's, reads its own schema's folder there and builds its store in it when none is, while
+    trees of the same schema share one."""
     return CACHE / f"schema-{schema}"
 
 

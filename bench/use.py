@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import team as team_bench
 from bench.baseline import REPO, baseline_tree, merge_base, sqlite_schema
 from bench.locomo import DEFAULT_DATA, load_all
-from bench.retrieval import cache_dir, load_users, measure_selfmind, percentile, sqlite_big
+from bench.retrieval import CACHE, cache_dir, load_users, measure_selfmind, percentile, sqlite_big
 from core.chat.prompt import memory_block, profile_block
 from core.memory.hybrid import HybridRecaller
 from core.memory.profile import MemoryContext, build_context, estimate_tokens
@@ -435,9 +435,9 @@ def latency_rounds(args: argparse.Namespace, names: Sequence[str]) -> list[dict[
     with baseline_tree(commit) as base:
         schema = sqlite_schema(base)
         print(f"baseline: {commit[:12]} (git worktree, SQLite schema {schema})", file=sys.stderr)
-        cache = cache_dir(schema)  # its own schema's 1,000,000-memory store
-        cache.mkdir(parents=True, exist_ok=True)
-        (base / "bench" / ".cache").symlink_to(cache)
+        # Its bench/.cache is this tree's: it reads (or builds) its own schema's folder there.
+        cache_dir(schema).mkdir(parents=True, exist_ok=True)
+        (base / "bench" / ".cache").symlink_to(CACHE)
         for r in range(args.rounds):
             for label, tree in (("base", base), ("this", REPO)):
                 users, per_user = args.scale_users, args.scale_per_user
