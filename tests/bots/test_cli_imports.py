@@ -1,5 +1,6 @@
 """Commands that never call Claude never import the Anthropic SDK (over a second of a
-command's start-up: bench/startup.py) nor the chat side's other heavy modules.
+command's start-up: bench/startup.py) nor the chat side's other heavy modules, nor (on a
+SQLite store) PostgreSQL's driver.
 
 One child process runs every read-only command in turn (in-process, as ``selfmind`` would)
 and reports which watched modules each left in ``sys.modules``: a fresh interpreter is the
@@ -21,7 +22,8 @@ from typer.testing import CliRunner
 import bots.cli
 
 WATCHED = (
-    "anthropic", "httpx2", "aiohttp", "PIL", "pypdf", "slack_bolt", "discord", "prometheus_client"
+    "anthropic", "httpx2", "aiohttp", "PIL", "pypdf", "slack_bolt", "discord", "prometheus_client",
+    "asyncpg",
 )
 db = sys.argv[1]
 commands = json.loads(sys.argv[2])

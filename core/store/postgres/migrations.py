@@ -18,9 +18,7 @@ import logging
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
-
-import asyncpg
+from typing import TYPE_CHECKING, Any
 
 from core.store.effects import Change, Execute, Fetch
 from core.store.place_repair import count_shared, place_memories
@@ -28,6 +26,9 @@ from core.store.relabel import relabel_remembered
 from core.store.secret_repair import redact_stored_secrets
 from core.store.text_repair import clean_stored_text
 from core.store.thread_repair import thread_places
+
+if TYPE_CHECKING:  # annotations only: a SQLite store's commands never import the driver
+    import asyncpg
 
 M001_MEMORIES = """
 CREATE TABLE users (
